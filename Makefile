@@ -1,0 +1,19 @@
+# The README's commands. `make test` is what CI runs.
+GO ?= go
+
+.PHONY: test test-short bench demo build
+
+## test: every package with the race detector, the e2e suite included.
+test:
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+## test-short: the fast unit tests only (skips crash and e2e tests).
+test-short:
+	$(GO) test -race -short -count=1 ./...
+
+## bench: the benchmarks recorded in docs/BENCHMARKS.md.
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+build:
+	$(GO) build -o bin/fairshard ./cmd/node

@@ -1,0 +1,31 @@
+// Package outbox owns fairshard's row model and the storage contract every
+// outbox implementation honours. It is a leaf package: it imports nothing of
+// fairshard's but [github.com/fairshard/fairshard/shards].
+//
+// # Row lifecycle
+//
+//	            Append                Claim                  Complete
+//	 (caller) ─────────▶ pending ─────────────▶ claimed ───────────────▶ done
+//	                      ▲   ▲                  │  │
+//	                      │   └──── Retry ───────┘  │ Fail
+//	                      │   (attempt+1, backoff)  ▼
+//	                      └──── RearmStale ───── failed (dead letter)
+//	                       (claim outlived its
+//	                        visibility timeout)
+//
+// done, failed and cancelled are terminal. A terminal row is kept as a
+// tombstone for a retention window so a late duplicate Append of its
+// dispatch_key reports [AppendDuplicate] instead of creating the row again.
+//
+// # What this package does not own
+//
+// The fair claim planner lives in package backpressure, the bbolt
+// implementation in package boltstore, the sweep-and-deliver loop in package
+// dispatch. Shard ownership, handoff and HTTP live elsewhere; a Store only
+// scopes its claims to the shards it is told it owns.
+//
+// # Concurrency
+//
+// Every [Store] implementation is safe for concurrent use. [Row] values are
+// plain data: a Row returned by a Store is the caller's copy.
+package outbox
