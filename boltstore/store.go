@@ -229,7 +229,9 @@ func (s *Store) SetOwnedShards(owned []uint32) {
 }
 
 // Owns reports whether the current owned set includes shard.
-func (s *Store) Owns(shard uint32) bool { return shard < s.opts.ShardCount && s.owned.Load().has(shard) }
+func (s *Store) Owns(shard uint32) bool {
+	return shard < s.opts.ShardCount && s.owned.Load().has(shard)
+}
 
 // view runs fn in a read transaction, mapping a closed store to ErrClosed
 // and any bbolt panic to ErrCorrupt.
