@@ -17,6 +17,9 @@ func (o *ownedSet) has(shard uint32) bool {
 }
 
 func newOwnedSet(owned []uint32, shardCount uint32) *ownedSet {
+	if owned == nil {
+		return &ownedSet{all: true}
+	}
 	bits := make([]uint64, (shardCount+63)/64)
 	n := uint32(0)
 	for _, s := range owned {

@@ -220,8 +220,9 @@ func (s *Store) ShardCount() uint32 { return s.opts.ShardCount }
 
 // SetOwnedShards tells the store which shards this node owns. owned is
 // copied into an immutable set that replaces the previous one atomically;
-// shards outside [0, ShardCount) are ignored. Until the first call the store
-// owns every shard (single-node default). Claim, CountClaimed*,
+// shards outside [0, ShardCount) are ignored. A nil slice means "owns every
+// shard" (the single-node default, in force until the first call); an empty
+// non-nil slice owns nothing (as outbox/memstore). Claim, CountClaimed*,
 // CountInFlight and PendingRoutes see only rows of owned shards from the
 // next call on; calls already running use the set they started with.
 func (s *Store) SetOwnedShards(owned []uint32) {

@@ -311,7 +311,7 @@ func TestOwnedShardScoping(t *testing.T) {
 	if routes, _ := s.PendingRoutes(ctx, now); len(routes) != 0 {
 		t.Fatalf("pending routes %v, want none", routes)
 	}
-	s.SetOwnedShards(nil)
+	s.SetOwnedShards([]uint32{})
 	if rows, _ := s.Claim(ctx, outbox.ClaimParams{Limit: 10, Now: now}); len(rows) != 0 {
 		t.Fatalf("claimed owning nothing: %v", keysOfRows(rows))
 	}
