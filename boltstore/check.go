@@ -119,10 +119,10 @@ func (s *Store) checkTx(w *wtx) error {
 		switch row.Status {
 		case outbox.StatusPending:
 			add(shWant, sk, shCountsLen, shPending)
-			add(nssWant, nsShardKey(row.Shard, row.Namespace), nssCountsLen, nssPending)
+			add(nssWant, nsShardKey(row.Namespace, row.Shard), nssCountsLen, nssPending)
 		case outbox.StatusClaimed:
 			add(shWant, sk, shCountsLen, shClaimed)
-			add(nssWant, nsShardKey(row.Shard, row.Namespace), nssCountsLen, nssClaimed)
+			add(nssWant, nsShardKey(row.Namespace, row.Shard), nssCountsLen, nssClaimed)
 		default:
 			add(shWant, sk, shCountsLen, shTerminal)
 		}

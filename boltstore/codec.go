@@ -20,7 +20,7 @@ import (
 //	transfer  shard(4) ‖ dispatch_key            → 1   rows marked in-transfer (handoff)
 //	routes    route                              → uvarint: entries of route in "pending"
 //	ns        namespace                          → counts: pending, claimed, done, failed, cancelled
-//	nsshard   shard(4) ‖ namespace               → counts: pending, claimed
+//	nsshard   str(namespace) ‖ shard(4)          → counts: pending, claimed
 //	shards    shard(4)                           → counts: pending, claimed, terminal, in-transfer
 //	config    key                                → opaque bytes (cluster config entries)
 //	meta      "format" → uvarint, "shard_count" → uint32
@@ -135,8 +135,11 @@ func dlqKey(namespace, dispatchKey string) []byte {
 	return append(appendStr(b, namespace), dispatchKey...)
 }
 
-func nsShardKey(shard uint32, namespace string) []byte {
-	return append(appendShard(make([]byte, 0, 4+len(namespace)), shard), namespace...)
+// nsShardKey is str(namespace) ‖ shard(4): one namespace's per-shard
+// counters are one contiguous key range (usually one page), so a batch
+// touches one page per namespace, not one per shard.
+func nsShardKey(namespace string, shard uint32) []byte {
+	return appendShard(appendStr(make([]byte, 0, 6+len(namespace)), namespace), shard)
 }
 
 // decodeRoute splits a routes-bucket key back into its scope.

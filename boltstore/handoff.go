@@ -159,8 +159,8 @@ func (s *Store) Merge(ctx context.Context, rows []outbox.Row) (created, updated,
 	prep := make([]prepared, len(rows))
 	for i := range rows {
 		r := rows[i]
-		if err := validateRow(&r); err != nil {
-			return 0, 0, 0, fmt.Errorf("boltstore: merge row %d: %w", i, err)
+		if err := validateRow(i, &r); err != nil {
+			return 0, 0, 0, fmt.Errorf("boltstore: merge: %w", err)
 		}
 		if !r.Status.Valid() {
 			return 0, 0, 0, fmt.Errorf("boltstore: merge row %d: %w: dispatch_key %q: status %q", i, outbox.ErrInvalidRow, r.DispatchKey, r.Status)
