@@ -122,7 +122,7 @@ func (n *naiveDB) claimOne(now time.Time) (string, error) {
 
 func (n *naiveDB) setStatus(tx *bolt.Tx, key string, st outbox.Status, now time.Time) error {
 	rows := tx.Bucket(naiveRows)
-	r, err := decodeRow(append([]byte{0, 0, 0, 0}, key...), rows.Get([]byte(key)))
+	r, err := decodeRow([]byte(key), rows.Get([]byte(key)))
 	if err != nil {
 		return err
 	}
@@ -381,7 +381,7 @@ func BenchmarkRearmStale10k(b *testing.B) {
 			cut := now.Add(time.Second)
 			err = n.db.View(func(tx *bolt.Tx) error {
 				return tx.Bucket(naiveRows).ForEach(func(k, v []byte) error {
-					r, err := decodeRow(append([]byte{0, 0, 0, 0}, k...), v)
+					r, err := decodeRow(k, v)
 					if err == nil && r.Status == outbox.StatusClaimed && r.ClaimedAt.Before(cut) {
 						stale = append(stale, string(k))
 					}

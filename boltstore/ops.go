@@ -64,7 +64,7 @@ func (s *Store) Append(ctx context.Context, rows []outbox.Row) ([]outbox.AppendO
 		}
 		r.ClaimedAt, r.FinishedAt = time.Time{}, time.Time{}
 		r.Shard = shards.ShardOf(r.DispatchKey, s.opts.ShardCount)
-		prep[i] = prepared{rk: rowKey(r.Shard, r.DispatchKey), row: r, enc: encodeRow(nil, &r)}
+		prep[i] = prepared{rk: rowKey(r.DispatchKey), row: r, enc: encodeRow(nil, &r)}
 	}
 	outcomes := make([]outbox.AppendOutcome, len(rows))
 	if len(rows) == 0 {
@@ -126,7 +126,7 @@ func scanRoute(w *wtx, route []byte, p *outbox.ClaimParams, owned *ownedSet, sha
 		if !owned.has(shard) {
 			continue
 		}
-		rk := rowKey(shard, dk)
+		rk := rowKey(dk)
 		row, _, ok, err := w.getRow(rk)
 		if err != nil {
 			return out, err
@@ -209,7 +209,7 @@ func mergeRoutes(w *wtx, p *outbox.ClaimParams, owned *ownedSet, shardCount uint
 	for len(out) < p.Limit && h.Len() > 0 {
 		head := h[0]
 		dk := string(head.tail()[timeKeyLen:])
-		rk := rowKey(shards.ShardOf(dk, shardCount), dk)
+		rk := rowKey(dk)
 		row, _, ok, err := w.getRow(rk)
 		if err != nil {
 			return nil, err
@@ -305,7 +305,7 @@ func (s *Store) RearmStale(ctx context.Context, p outbox.RearmParams) ([]outbox.
 			if _, skip := p.ExcludeKeys[dk]; skip {
 				continue
 			}
-			rks = append(rks, rowKey(shards.ShardOf(dk, s.opts.ShardCount), dk))
+			rks = append(rks, rowKey(dk))
 		}
 		for _, rk := range rks {
 			old, _, ok, err := w.getRow(rk)
@@ -313,7 +313,7 @@ func (s *Store) RearmStale(ctx context.Context, p outbox.RearmParams) ([]outbox.
 				return err
 			}
 			if !ok || old.Status != outbox.StatusClaimed {
-				return fmt.Errorf("%w: claimed index entry for %q without a claimed row", ErrCorrupt, rk[4:])
+				return fmt.Errorf("%w: claimed index entry for %q without a claimed row", ErrCorrupt, rk)
 			}
 			nw := old
 			nw.Status = outbox.StatusPending
@@ -353,7 +353,7 @@ func (s *Store) RearmAllClaimed(ctx context.Context, visibleAfter time.Time) (in
 // settled row loses any transfer mark: its state changed, so the handoff
 // must resend it (CompleteTransfer deletes only rows still marked).
 func (s *Store) settle(ctx context.Context, what, dispatchKey string, change func(r *outbox.Row) bool) error {
-	rk := rowKey(shards.ShardOf(dispatchKey, s.opts.ShardCount), dispatchKey)
+	rk := rowKey(dispatchKey)
 	return s.submit(ctx, what, 1, func(w *wtx) error {
 		old, xfer, ok, err := w.getRow(rk)
 		if err != nil || !ok {

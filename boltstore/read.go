@@ -19,7 +19,7 @@ import (
 // tombstone, in transfer or not), or an error wrapping outbox.ErrNotFound.
 func (s *Store) Get(ctx context.Context, dispatchKey string) (outbox.Row, error) {
 	var row outbox.Row
-	rk := rowKey(shards.ShardOf(dispatchKey, s.opts.ShardCount), dispatchKey)
+	rk := rowKey(dispatchKey)
 	err := s.view(ctx, "get "+dispatchKey, func(_ *bolt.Tx, b buckets) error {
 		v := b.rows.Get(rk)
 		if v == nil {

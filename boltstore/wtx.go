@@ -10,12 +10,12 @@ import (
 
 // buckets holds one transaction's handles on every bucket.
 type buckets struct {
-	rows, pending, claimed, tombs, dead, dlq, transfer, routes, ns, nsShard, shards, config, meta *bolt.Bucket
+	rows, byShard, pending, claimed, tombs, dead, dlq, transfer, routes, ns, nsShard, shards, config, meta *bolt.Bucket
 }
 
 func openBuckets(tx *bolt.Tx) (buckets, error) {
 	var b buckets
-	ptrs := []**bolt.Bucket{&b.rows, &b.pending, &b.claimed, &b.tombs, &b.dead, &b.dlq,
+	ptrs := []**bolt.Bucket{&b.rows, &b.byShard, &b.pending, &b.claimed, &b.tombs, &b.dead, &b.dlq,
 		&b.transfer, &b.routes, &b.ns, &b.nsShard, &b.shards, &b.config, &b.meta}
 	for i, name := range allBuckets {
 		bk := tx.Bucket(name)
@@ -58,7 +58,7 @@ func newWtx(tx *bolt.Tx) (*wtx, error) {
 	}
 	// Mostly-append indexes (keys lead with a time that grows): fuller pages,
 	// fewer splits.
-	for _, bk := range []*bolt.Bucket{b.pending, b.claimed, b.tombs, b.dead} {
+	for _, bk := range []*bolt.Bucket{b.byShard, b.pending, b.claimed, b.tombs, b.dead} {
 		bk.FillPercent = 0.9
 	}
 	return &wtx{
@@ -87,6 +87,7 @@ func (w *wtx) getRow(rk []byte) (row outbox.Row, xfer, ok bool, err error) {
 
 // indexKeys are the secondary-index entries one row state owns.
 type indexKeys struct {
+	byShard []byte
 	route   []byte // routes key, set iff pending != nil
 	pending []byte
 	claimed []byte
@@ -100,6 +101,7 @@ func keysOf(r *outbox.Row, xfer bool) indexKeys {
 	if r == nil {
 		return k
 	}
+	k.byShard = byShardKey(r.Shard, r.CreatedAt, r.DispatchKey)
 	switch r.Status {
 	case outbox.StatusPending:
 		if !xfer {
@@ -174,6 +176,7 @@ func (w *wtx) write(rk []byte, old *outbox.Row, oldXfer bool, nw *outbox.Row, ne
 		b    *bolt.Bucket
 		o, n []byte
 	}{
+		{w.b.byShard, ok.byShard, nk.byShard},
 		{w.b.pending, ok.pending, nk.pending},
 		{w.b.claimed, ok.claimed, nk.claimed},
 		{w.b.tombs, ok.tomb, nk.tomb},
