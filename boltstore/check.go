@@ -110,6 +110,9 @@ func (s *Store) checkTx(w *wtx) error {
 			if !has(e.b, e.key) {
 				return fmt.Errorf("row %q (%s): %s index entry missing", row.DispatchKey, row.Status, e.name)
 			}
+			if e.name == "byshard" && !bytes.Equal(e.b.Get(e.key), appendShard(nil, row.Shard)) {
+				return fmt.Errorf("row %q: byshard entry records shard %x, want %d", row.DispatchKey, e.b.Get(e.key), row.Shard)
+			}
 			nIdx[e.name]++
 		}
 		if keys.route != nil {

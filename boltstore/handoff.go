@@ -45,7 +45,8 @@ func (s *Store) ForeignShards(ctx context.Context) ([]uint32, error) {
 
 // BeginTransfer reads up to limit transferable rows of a non-owned shard
 // (pending and terminal rows not already in transfer; claimed rows are
-// skipped until they settle), oldest CreatedAt first, and marks them
+// skipped until they settle), in CreatedAt order from where the previous
+// call for the shard stopped (wrapping around), and marks them
 // in-transfer in the same transaction. It fails with ErrShardOwned if shard
 // is owned (or ≥ ShardCount) when the transaction runs. An empty result
 // means nothing is left to send.
@@ -55,19 +56,31 @@ func (s *Store) BeginTransfer(ctx context.Context, shard uint32, limit int) ([]o
 		return nil, s.checkOpen(what)
 	}
 	var out []outbox.Row
+	var resume []byte
 	err := s.submit(ctx, what, limit, func(w *wtx) error {
 		out = out[:0]
 		if shard >= s.opts.ShardCount || s.owned.Load().has(shard) {
 			return fmt.Errorf("boltstore: %s: %w", what, ErrShardOwned)
 		}
-		prefix := appendShard(nil, shard)
+		// A circular scan of the shard's group in byshard, from just after
+		// where the previous call for this shard stopped: each call costs
+		// what it returns (plus the group's other shards' entries stepped
+		// over), and a full lap sees every row, including rows unmarked by
+		// AbortTransfer or a restart behind the resume point.
+		group := byShardGroup(shard)
+		want := appendShard(nil, shard)
+		from := s.transferResume(shard)
+		resume = nil
 		var rks [][]byte
 		c := w.b.byShard.Cursor()
-		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix) && len(rks) < limit; k, _ = c.Next() {
-			if len(k) < len(prefix)+timeKeyLen {
+		visit := func(k, v []byte) error {
+			if len(k) < len(group)+timeKeyLen {
 				return fmt.Errorf("%w: byshard key %x", ErrCorrupt, k)
 			}
-			rk := rowKey(string(k[len(prefix)+timeKeyLen:]))
+			if !bytes.Equal(v, want) {
+				return nil
+			}
+			rk := rowKey(string(k[len(group)+timeKeyLen:]))
 			row, xfer, ok, err := w.getRow(rk)
 			if err != nil {
 				return err
@@ -76,10 +89,33 @@ func (s *Store) BeginTransfer(ctx context.Context, shard uint32, limit int) ([]o
 				return fmt.Errorf("%w: byshard entry for %q without a row", ErrCorrupt, rk)
 			}
 			if row.Status == outbox.StatusClaimed || xfer {
-				continue
+				return nil
 			}
 			rks = append(rks, rk)
 			out = append(out, row)
+			resume = append(resume[:0], k...)
+			return nil
+		}
+		start := group
+		if len(from) > 0 {
+			start = from
+		}
+		k, v := c.Seek(start)
+		if len(from) > 0 && bytes.Equal(k, from) {
+			k, v = c.Next()
+		}
+		for ; k != nil && bytes.HasPrefix(k, group) && len(rks) < limit; k, v = c.Next() {
+			if err := visit(k, v); err != nil {
+				return err
+			}
+		}
+		if len(rks) < limit && len(from) > 0 {
+			// Wrap: from the group's start up to the resume point.
+			for k, v = c.Seek(group); k != nil && bytes.Compare(k, from) <= 0 && len(rks) < limit; k, v = c.Next() {
+				if err := visit(k, v); err != nil {
+					return err
+				}
+			}
 		}
 		for i, rk := range rks {
 			if err := w.write(rk, &out[i], false, &out[i], true, nil); err != nil {
@@ -91,7 +127,29 @@ func (s *Store) BeginTransfer(ctx context.Context, shard uint32, limit int) ([]o
 	if err != nil {
 		return nil, err
 	}
+	if len(out) > 0 {
+		s.setTransferResume(shard, resume)
+	}
 	return out, nil
+}
+
+// transferResume returns a copy of the byshard key where the last
+// BeginTransfer of shard stopped (nil: start of the group). It is only a
+// starting point: the scan is circular, so a stale or lost value costs time,
+// never rows.
+func (s *Store) transferResume(shard uint32) []byte {
+	s.resumeMu.Lock()
+	defer s.resumeMu.Unlock()
+	return append([]byte(nil), s.resume[shard]...)
+}
+
+func (s *Store) setTransferResume(shard uint32, key []byte) {
+	s.resumeMu.Lock()
+	defer s.resumeMu.Unlock()
+	if s.resume == nil {
+		s.resume = make(map[uint32][]byte)
+	}
+	s.resume[shard] = key
 }
 
 // CompleteTransfer deletes the rows of keys that are still marked

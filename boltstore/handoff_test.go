@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fairshard/fairshard/outbox"
+	"github.com/fairshard/fairshard/shards"
 )
 
 func TestHandoffTransferLifecycle(t *testing.T) {
@@ -259,5 +260,58 @@ func TestMergeValidatesWholeBatchAndClearsMarks(t *testing.T) {
 	}
 	if n, _ := s.CompleteTransfer(ctx, []string{k}); n != 0 {
 		t.Fatal("CompleteTransfer deleted a row changed since BeginTransfer")
+	}
+}
+
+// TestBeginTransferSharedGroupAndWrap: with 64 shards, shards 3, 19, 35 and
+// 51 share one byshard group. BeginTransfer(3) must return only shard 3's
+// rows, resume where it stopped, and after an abort wrap around to resend
+// the unmarked rows.
+func TestBeginTransferSharedGroupAndWrap(t *testing.T) {
+	s, b := newTestStore(t, func(o *Options) { o.ShardCount = 64 })
+	shardOf64 := func(k string) uint32 { return shards.ShardOf(k, 64) }
+	var want []string
+	for i := 0; len(want) < 7; i++ {
+		k := fmt.Sprintf("k%03d", i)
+		r := row(k, "ns", "q")
+		r.CreatedAt = b.clock.Now().Add(time.Duration(i) * time.Second)
+		switch shardOf64(k) {
+		case 3:
+			want = append(want, k)
+			mustAppend(t, s, r)
+		case 19, 35, 51:
+			mustAppend(t, s, r)
+		}
+	}
+	var owned []uint32
+	for i := range uint32(64) {
+		if i != 3 {
+			owned = append(owned, i)
+		}
+	}
+	s.SetOwnedShards(owned)
+	b1, err := s.BeginTransfer(ctx, 3, 3)
+	must(t, err)
+	b2, err := s.BeginTransfer(ctx, 3, 3)
+	must(t, err)
+	if !equalStrings(append(keysOfRows(b1), keysOfRows(b2)...), want[:6]) {
+		t.Fatalf("batches %v %v, want %v in CreatedAt order", keysOfRows(b1), keysOfRows(b2), want[:6])
+	}
+	if n, err := s.AbortTransfer(ctx, keysOfRows(b1)); err != nil || n != 3 {
+		t.Fatalf("abort: %d %v", n, err)
+	}
+	// Resumes after b2's last row, then wraps to the aborted rows.
+	b3, err := s.BeginTransfer(ctx, 3, 10)
+	must(t, err)
+	if got := keysOfRows(b3); !equalStrings(got, append([]string{want[6]}, want[:3]...)) {
+		t.Fatalf("after abort: %v, want %v then the aborted %v", got, want[6], want[:3])
+	}
+	if rest, _ := s.BeginTransfer(ctx, 3, 10); len(rest) != 0 {
+		t.Fatalf("rows offered twice: %v", keysOfRows(rest))
+	}
+	for _, r := range append(b2, b3...) {
+		if r.Shard != 3 {
+			t.Fatalf("row %s of shard %d returned for shard 3", r.DispatchKey, r.Shard)
+		}
 	}
 }

@@ -47,6 +47,11 @@ type Store struct {
 	// state of the file may be damaged, so every later write fails.
 	broken atomic.Pointer[error]
 
+	// resume holds, per shard, the byshard key where the last BeginTransfer
+	// stopped (an optimisation; see transferResume).
+	resumeMu sync.Mutex
+	resume   map[uint32][]byte
+
 	// totals mirrors the ns counters summed over namespaces, per status,
 	// for the fairshard_store_rows gauge.
 	totals [nsCountsLen]atomic.Int64

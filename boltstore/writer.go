@@ -57,13 +57,16 @@ func (s *Store) submit(ctx context.Context, what string, rows int, apply func(w 
 	}
 }
 
-// commitLinger is the longest the writer waits for callers it has just
-// answered to come back before committing a smaller batch. Under steady
-// concurrency without it, callers split into two groups that alternate
-// (one waits on the commit while the other queues), halving every batch;
-// lingering merges them. It applies only when the last two commits held
-// more than one op, so a lone caller never waits.
-const commitLinger = 250 * time.Microsecond
+// Group-commit linger. Under steady concurrency, callers split into two
+// groups that alternate (one waits on the commit while the other queues),
+// halving every batch. So when the last commit held more than one op, the
+// writer keeps collecting while ops keep arriving: it stops at the first
+// gap of commitLingerGap without a new op, or after commitLingerMax. A lone
+// caller never waits; a burst waits at most commitLingerMax.
+const (
+	commitLingerGap = 50 * time.Microsecond
+	commitLingerMax = 500 * time.Microsecond
+)
 
 // run is the writer goroutine: take one op, drain whatever else is queued
 // (up to MaxBatchRows), linger briefly for recently answered callers,
@@ -73,9 +76,9 @@ func (s *Store) run() {
 	// A bad page faults; turn that into a panic that commit recovers.
 	debug.SetPanicOnFault(true)
 	batch := make([]*op, 0, 256)
-	linger := time.NewTimer(time.Hour)
-	linger.Stop()
-	prev, prevPrev := 0, 0
+	gap := time.NewTimer(time.Hour)
+	gap.Stop()
+	prev := 0
 	for {
 		select {
 		case o := <-s.queue:
@@ -95,24 +98,25 @@ func (s *Store) run() {
 				break drain
 			}
 		}
-		// Callers seen in the last two commits are probably coming back.
-		if want := prev + prevPrev; prev > 1 && prevPrev > 1 && len(batch) < want && rows < s.opts.MaxBatchRows {
-			linger.Reset(commitLinger)
-		wait:
-			for len(batch) < want && rows < s.opts.MaxBatchRows {
+		if prev > 1 {
+			deadline := time.Now().Add(commitLingerMax)
+		linger:
+			for rows < s.opts.MaxBatchRows && time.Now().Before(deadline) {
+				gap.Reset(commitLingerGap)
 				select {
 				case o := <-s.queue:
 					batch = append(batch, o)
 					rows += o.rows
-				case <-linger.C:
-					break wait
+					gap.Stop()
+				case <-gap.C:
+					break linger
 				case <-s.closing:
-					break wait
+					gap.Stop()
+					break linger
 				}
 			}
-			linger.Stop()
 		}
-		prevPrev, prev = prev, len(batch)
+		prev = len(batch)
 		s.commit(batch)
 		clear(batch)
 	}

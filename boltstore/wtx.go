@@ -123,7 +123,7 @@ func keysOf(r *outbox.Row, xfer bool) indexKeys {
 // transaction bbolt's Get returns nil for a key put with an empty value.
 var present = []byte{1}
 
-func swapIndex(b *bolt.Bucket, oldKey, newKey []byte) error {
+func swapIndex(b *bolt.Bucket, oldKey, newKey, val []byte) error {
 	if bytes.Equal(oldKey, newKey) {
 		return nil
 	}
@@ -133,7 +133,7 @@ func swapIndex(b *bolt.Bucket, oldKey, newKey []byte) error {
 		}
 	}
 	if newKey != nil {
-		if err := b.Put(newKey, present); err != nil {
+		if err := b.Put(newKey, val); err != nil {
 			return err
 		}
 	}
@@ -172,18 +172,23 @@ func (w *wtx) write(rk []byte, old *outbox.Row, oldXfer bool, nw *outbox.Row, ne
 		}
 	}
 	ok, nk := keysOf(old, oldXfer), keysOf(nw, newXfer)
+	var shardVal []byte
+	if nw != nil {
+		shardVal = appendShard(nil, nw.Shard)
+	}
 	for _, s := range [...]struct {
-		b    *bolt.Bucket
-		o, n []byte
+		b      *bolt.Bucket
+		o, n   []byte
+		newVal []byte
 	}{
-		{w.b.byShard, ok.byShard, nk.byShard},
-		{w.b.pending, ok.pending, nk.pending},
-		{w.b.claimed, ok.claimed, nk.claimed},
-		{w.b.tombs, ok.tomb, nk.tomb},
-		{w.b.dead, ok.dead, nk.dead},
-		{w.b.dlq, ok.dlq, nk.dlq},
+		{w.b.byShard, ok.byShard, nk.byShard, shardVal},
+		{w.b.pending, ok.pending, nk.pending, present},
+		{w.b.claimed, ok.claimed, nk.claimed, present},
+		{w.b.tombs, ok.tomb, nk.tomb, present},
+		{w.b.dead, ok.dead, nk.dead, present},
+		{w.b.dlq, ok.dlq, nk.dlq, present},
 	} {
-		if err := swapIndex(s.b, s.o, s.n); err != nil {
+		if err := swapIndex(s.b, s.o, s.n, s.newVal); err != nil {
 			return err
 		}
 	}
