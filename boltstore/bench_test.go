@@ -327,19 +327,20 @@ func BenchmarkRearmStale10k(b *testing.B) {
 			b.StopTimer()
 			s := benchStore(b)
 			now := time.Now()
-			preload(b, s, total, now)
-			for left := total - claims; left > 0; {
-				rows, err := s.Claim(ctx, outbox.ClaimParams{Limit: min(left, 4096), Now: now})
-				if err != nil {
+			// 90,000 done tombstones (merged in as done: setup only), then
+			// 10,000 appended and claimed rows.
+			for i := claims; i < total; i += 4096 {
+				rows := make([]outbox.Row, 0, 4096)
+				for j := i; j < min(i+4096, total); j++ {
+					r := benchRow(1, j, now)
+					r.Status, r.FinishedAt = outbox.StatusDone, now
+					rows = append(rows, r)
+				}
+				if _, _, _, err := s.Merge(ctx, rows); err != nil {
 					b.Fatal(err)
 				}
-				for _, r := range rows {
-					if err := s.Complete(ctx, outbox.CompleteParams{DispatchKey: r.DispatchKey, Now: now}); err != nil {
-						b.Fatal(err)
-					}
-				}
-				left -= len(rows)
 			}
+			preload(b, s, claims, now)
 			if rows, err := s.Claim(ctx, outbox.ClaimParams{Limit: claims, Now: now}); err != nil || len(rows) != claims {
 				b.Fatalf("claimed %d: %v", len(rows), err)
 			}

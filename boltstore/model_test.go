@@ -61,7 +61,7 @@ func TestTwoNodeHandoffNeverDoubleClaimable(t *testing.T) {
 	}
 	publish()
 	var keys []string
-	inFlight := map[string]int{}      // key → node delivering it
+	inFlight := map[string]int{}     // key → node delivering it
 	crashResent := map[string]bool{} // keys merged by a receiver whose sender then crashed
 	duplicates := 0
 	steps := 600
