@@ -3,6 +3,7 @@ package boltstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"sync"
@@ -421,5 +422,55 @@ fairshard_store_tombstones_expired_total 1
 	s = reopen(t, s, b)
 	if err := testutil.GatherAndCompare(b.reg, strings.NewReader(want), "fairshard_store_rows"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCountsAgreeUnderPartialOwnership compares the bulk and per-namespace
+// counts with a recount from Get, over many namespaces, while half the
+// shards are owned (the merge-join paths over the counter buckets).
+func TestCountsAgreeUnderPartialOwnership(t *testing.T) {
+	s, b := newTestStore(t)
+	now := b.clock.Now()
+	var rows []outbox.Row
+	var names []string
+	for i := range 60 {
+		names = append(names, fmt.Sprintf("ns-%02d", i))
+	}
+	for i := range 900 {
+		rows = append(rows, row(fmt.Sprintf("k%04d", i), names[(i*7)%len(names)], fmt.Sprintf("q%d", i%3)))
+	}
+	mustAppend(t, s, rows...)
+	if _, err := s.Claim(ctx, outbox.ClaimParams{Limit: 500, Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	s.SetOwnedShards([]uint32{0, 2, 4, 6, 8, 10, 12, 14})
+	claimed, inFlight := map[string]int{}, map[string]int{}
+	for _, r := range rows {
+		got := mustGet(t, s, r.DispatchKey)
+		if !s.Owns(got.Shard) {
+			continue
+		}
+		if got.Status == outbox.StatusClaimed {
+			claimed[got.Namespace]++
+		}
+		inFlight[got.Namespace]++
+	}
+	asked := append(append([]string{}, names...), "absent", names[3]) // unknown and repeated names too
+	bulk, err := s.CountClaimedByNamespace(ctx, asked)
+	must(t, err)
+	if len(bulk) != len(names)+1 {
+		t.Fatalf("bulk count has %d entries, want %d", len(bulk), len(names)+1)
+	}
+	for _, ns := range names {
+		one, err := s.CountClaimed(ctx, ns)
+		must(t, err)
+		fl, err := s.CountInFlight(ctx, ns)
+		must(t, err)
+		if bulk[ns] != claimed[ns] || one != claimed[ns] || fl != inFlight[ns] {
+			t.Fatalf("%s: bulk %d single %d in-flight %d, recount %d and %d", ns, bulk[ns], one, fl, claimed[ns], inFlight[ns])
+		}
+	}
+	if bulk["absent"] != 0 {
+		t.Fatalf("absent namespace counted %d", bulk["absent"])
 	}
 }
