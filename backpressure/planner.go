@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/fairshard/fairshard/outbox"
@@ -48,6 +49,10 @@ type Planner struct {
 	eligible func(outbox.ClaimScope) bool
 	now      func() time.Time
 	log      *slog.Logger
+	// cursor is the last namespace the previous sweep's first pass reached
+	// with budget left; the next sweep starts after it (see Sweep).
+	cursorMu sync.Mutex
+	cursor   string
 }
 
 // NewPlanner builds a Planner. It panics only if cfg.Quotas is nil, a
@@ -126,6 +131,14 @@ func (p *Planner) ClaimRoundRobin(ctx context.Context, store ClaimStore, batchSi
 //   - pass 2 (utilisation): leftover budget goes, in namespace order, to
 //     namespaces that still have headroom.
 //
+// One deliberate deviation from the seed: the passes walk the sorted
+// namespaces starting just after the last namespace the previous sweep's
+// first pass reached with budget left, wrapping around, instead of always at
+// the alphabetically first. When the budget covers every namespace the start
+// does not move; when more namespaces are active than the batch has slots
+// (slice 1, budget spent before the tail), the next sweep continues where
+// this one ran out, so no fixed tail of namespaces starves.
+//
 // Rows of held workflows are skipped at claim time (they stay pending and
 // do not use up the limit). A store error is returned as is, wrapped with
 // the step and route; rows claimed before it are returned too, so the
@@ -181,12 +194,25 @@ func (p *Planner) Sweep(ctx context.Context, store ClaimStore, batchSize int, he
 	budget := batchSize
 	slice := max((batchSize+len(names)-1)/len(names), 1)
 	claimParams := outbox.ClaimParams{Now: now, ExcludeWorkflows: held}
+	p.cursorMu.Lock()
+	start, _ := slices.BinarySearch(names, p.cursor)
+	if start < len(names) && names[start] == p.cursor {
+		start++
+	}
+	start %= len(names)
+	p.cursorMu.Unlock()
+	reached := ""
 	for pass := range 2 {
-		for i, ns := range names {
+		for j := range names {
 			if budget == 0 {
 				break
 			}
+			i := (start + j) % len(names)
+			ns := names[i]
 			pl := byNS[ns]
+			if pass == 0 {
+				reached = ns
+			}
 			allocation := min(pl.headroom, budget)
 			if pass == 0 {
 				allocation = min(allocation, slice)
@@ -200,6 +226,9 @@ func (p *Planner) Sweep(ctx context.Context, store ClaimStore, batchSize int, he
 			}
 		}
 	}
+	p.cursorMu.Lock()
+	p.cursor = reached
+	p.cursorMu.Unlock()
 	if len(out.Rows) == 0 {
 		p.log.Debug("backpressure held every pending route this sweep", "namespaces", len(names))
 	}
@@ -208,24 +237,35 @@ func (p *Planner) Sweep(ctx context.Context, store ClaimStore, batchSize int, he
 
 // claimSlice claims up to allocation rows of one namespace, round-robin over
 // its routes: each route is offered ceil(remaining / routes left), so a
-// route with few rows yields the rest to the routes after it.
+// route with few rows yields the rest to the routes after it. Where the seed
+// stops after one pass over the routes, this keeps going round the routes
+// that filled their share until the allocation is met or every route has
+// run dry, so a short route early in the list cannot leave budget unused.
 func claimSlice(ctx context.Context, store ClaimStore, routes []outbox.ClaimScope, allocation int, p outbox.ClaimParams, into *[]outbox.Row) (int, error) {
 	remaining, total := allocation, 0
-	for i := range routes {
-		if remaining <= 0 {
-			break
+	live := routes
+	for remaining > 0 && len(live) > 0 {
+		var stillLive []outbox.ClaimScope
+		for i := range live {
+			if remaining <= 0 {
+				break
+			}
+			left := len(live) - i
+			share := min(max((remaining+left-1)/left, 1), remaining)
+			scope := live[i]
+			p.Scope, p.Limit = &scope, share
+			rows, err := store.Claim(ctx, p)
+			*into = append(*into, rows...)
+			remaining -= len(rows)
+			total += len(rows)
+			if err != nil {
+				return total, fmt.Errorf("backpressure: claim %d rows of route %s: %w", share, scope, err)
+			}
+			if len(rows) == share { // filled its share: it may have more
+				stillLive = append(stillLive, scope)
+			}
 		}
-		left := len(routes) - i
-		share := min(max((remaining+left-1)/left, 1), remaining)
-		scope := routes[i]
-		p.Scope, p.Limit = &scope, share
-		rows, err := store.Claim(ctx, p)
-		*into = append(*into, rows...)
-		remaining -= len(rows)
-		total += len(rows)
-		if err != nil {
-			return total, fmt.Errorf("backpressure: claim %d rows of route %s: %w", share, scope, err)
-		}
+		live = stillLive
 	}
 	return total, nil
 }
