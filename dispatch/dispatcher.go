@@ -386,8 +386,8 @@ func (d *Dispatcher) launch(rows []outbox.Row) {
 		d.inflightNS[rows[i].Namespace]++
 	}
 	d.nInflight += len(rows)
-	d.mu.Unlock()
 	d.m.inFlight.Add(float64(len(rows)))
+	d.mu.Unlock()
 	d.deliveries.Add(len(rows))
 	for _, row := range rows {
 		go func() {
@@ -409,12 +409,12 @@ func (d *Dispatcher) finish(row *outbox.Row) {
 		delete(d.inflightNS, row.Namespace)
 	}
 	d.nInflight--
+	d.m.inFlight.Dec() // before idle is signalled, so waiters see 0
 	if d.nInflight == 0 && d.idle != nil {
 		close(d.idle)
 		d.idle = nil
 	}
 	d.mu.Unlock()
-	d.m.inFlight.Dec()
 	if d.limited.Load() {
 		d.Wake()
 	}

@@ -69,9 +69,9 @@ func testQuotaCaps(t *testing.T, st storeKind) {
 
 // TestBurstyNamespaceDoesNotDelayQuiet: while a bursty namespace's 10,000
 // rows over 8 task queues drain, each row of a quiet namespace is claimed
-// by the first sweep that starts after its append (the seed's "quiet
-// tenant gets a slot every sweep"), and so reaches its target within a
-// couple of sweeps. The assertion counts sweeps; the wall-clock figure is
+// at the latest by the first sweep that starts after its append returned
+// (the seed's "quiet tenant gets a slot every sweep"), and so reaches its
+// target within a couple of sweeps. The assertion counts sweeps; the wall-clock figure is
 // reported and bounded by 20 poll intervals plus a delivery (widened under
 // -race), because a sweep's duration is the store's: memstore scans every
 // row, about 25 ms per sweep with 10,000 rows, 85-150 ms under -race on the
@@ -114,43 +114,48 @@ func testBurstyQuiet(t *testing.T, st storeKind) {
 	eventually(t, 20*time.Second, func() bool { return bursty.total() >= 500 }, "bursty namespace flowing")
 
 	const quietRows = 8
-	var lat []time.Duration
-	var waited []int64
+	var lat, appendTook []time.Duration
+	var waited, untilReceipt []int64
 	for i := range quietRows {
 		key := fmt.Sprintf("quiet-%d", i)
-		startedBefore := cp.started.Load()
-		appended := time.Now()
-		mustAppend(t, b.store, mkRow(key, "quiet", "q", appended))
+		appendStart := time.Now()
+		mustAppend(t, b.store, mkRow(key, "quiet", "q", appendStart))
+		appended := time.Now() // the row is stored: from here on it is the dispatcher's
+		startedBy := cp.started.Load()
 		d.Wake()
-		eventually(t, 10*time.Second, func() bool { return quiet.count(key) == 1 }, "quiet row %s delivered", key)
+		eventually(t, 20*time.Second, func() bool { return quiet.count(key) == 1 }, "quiet row %s delivered", key)
+		untilReceipt = append(untilReceipt, cp.started.Load()-startedBy)
 		reqs := quiet.requests()
 		lat = append(lat, reqs[len(reqs)-1].at.Sub(appended))
+		appendTook = append(appendTook, appended.Sub(appendStart))
 		in, _ := cp.claimedIn(key)
-		waited = append(waited, in-startedBefore)
+		waited = append(waited, in-startedBy)
 	}
 	burstDone := bursty.total()
-	sweeps := cp.started.Load()
+	sweeps, longest := cp.started.Load(), cp.longestSweep()
 	stop()
 
 	slices.Sort(lat)
+	slices.Sort(appendTook)
 	p50, worst := lat[len(lat)/2], lat[len(lat)-1]
-	t.Logf("quiet rows with a %d-row burst draining: claimed %v sweeps after append; append→receipt p50 %v, max %v; "+
-		"bursty delivered %d meanwhile; %d sweeps in all", burst, waited, p50, worst, burstDone, sweeps)
-	for i, w := range waited {
-		// w = 1: claimed by the first sweep started after the append; 2:
-		// the sweep in progress at the append had listed routes already.
-		if w < 1 || w > 2 {
-			t.Errorf("quiet row %d was claimed %d sweeps after its append, want the next sweep (≤ 2)", i, w)
+	t.Logf("quiet rows behind a %d-row burst: claimed by sweep +%v and received before sweep +%v (counted from the last sweep "+
+		"started when the append returned); stored→receipt p50 %v, max %v; Append took up to %v; longest sweep %v; "+
+		"bursty delivered %d meanwhile; %d sweeps in all",
+		burst, waited, untilReceipt, p50, worst, appendTook[len(appendTook)-1], longest, burstDone, sweeps)
+	for i := range waited {
+		// ≤ 0: claimed by the sweep in progress when the append returned;
+		// 1: by the next one, the first to start after the row was stored.
+		if waited[i] > 1 {
+			t.Errorf("quiet row %d was claimed %d sweeps after the first sweep that could see it, want that sweep", i, waited[i])
+		}
+		if untilReceipt[i] > 4 {
+			t.Errorf("quiet row %d reached its target only after %d more sweeps had started, want a few (≤ 4)", i, untilReceipt[i])
 		}
 	}
-	// Wall clock: 20 poll intervals plus a delivery. Under -race a
-	// sweep over 10,000 rows takes 100-200 ms on this machine, so the bound
-	// widens there; the sweep count above is the fairness assertion.
-	bound := 20*cfg.PollInterval + 100*time.Millisecond
-	if raceEnabled {
-		bound = 2 * time.Second
-	}
-	if worst > bound {
+	// Wall clock: 20 poll intervals plus the sweeps a row may wait
+	// through (the rest of the running one and the next: their duration is
+	// the store's, and the machine's load) plus a delivery.
+	if bound := 20*cfg.PollInterval + 3*longest + 100*time.Millisecond; worst > bound {
 		t.Errorf("quiet row took %v (> %v) to be delivered behind a bursty namespace", worst, bound)
 	}
 	if burstDone >= burst {

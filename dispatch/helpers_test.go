@@ -169,20 +169,30 @@ func testPlanner() *backpressure.Planner {
 // the store's speed.
 type countingPlanner struct {
 	Planner
-	started atomic.Int64
-	mu      sync.Mutex
-	claimed map[string]int64 // dispatch_key → number of the sweep that claimed it
+	started  atomic.Int64
+	mu       sync.Mutex
+	claimed  map[string]int64 // dispatch_key → number of the sweep that claimed it
+	maxSweep time.Duration    // longest sweep so far
 }
 
 func (p *countingPlanner) Sweep(ctx context.Context, s backpressure.ClaimStore, batch int, held map[string]struct{}) (backpressure.Sweep, error) {
 	n := p.started.Add(1)
+	start := time.Now()
 	sw, err := p.Planner.Sweep(ctx, s, batch, held)
+	took := time.Since(start)
 	p.mu.Lock()
+	p.maxSweep = max(p.maxSweep, took)
 	for _, r := range sw.Rows {
 		p.claimed[r.DispatchKey] = n
 	}
 	p.mu.Unlock()
 	return sw, err
+}
+
+func (p *countingPlanner) longestSweep() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.maxSweep
 }
 
 func (p *countingPlanner) claimedIn(key string) (int64, bool) {
