@@ -409,3 +409,29 @@ func TestMaxInFlightBoundsClaims(t *testing.T) {
 		wantStatus(t, b.store, k, outbox.StatusDone)
 	}
 }
+
+// TestUnusableTargetURLWaits: a target URL that is not an absolute http(s)
+// URL is a configuration error: the route waits like one without target,
+// its rows keep their attempts.
+func TestUnusableTargetURLWaits(t *testing.T) {
+	tg := newTarget(t, nil)
+	urls := map[string]string{"relative": "/hooks", "ftp": "ftp://x/y", "empty": "", "good": tg.URL() + "/{task_queue}"}
+	d, b := setup(t, testConfig(TargetsFunc(func(r outbox.ClaimScope) (Target, bool) {
+		return Target{URL: urls[r.TaskQueue]}, true
+	})))
+	defer drain(t, d)
+	now := time.Now()
+	for q := range urls {
+		mustAppend(t, b.store, mkRow("k-"+q, "ns", q, now))
+	}
+	sweep(t, d)
+	wantStatus(t, b.store, "k-good", outbox.StatusDone)
+	for _, q := range []string{"relative", "ftp", "empty"} {
+		if r := wantStatus(t, b.store, "k-"+q, outbox.StatusPending); r.Attempt != 1 {
+			t.Fatalf("row of route with %s URL: attempt %d, want 1", q, r.Attempt)
+		}
+	}
+	if got := d.RoutesWithoutTarget(); len(got) != 3 {
+		t.Fatalf("RoutesWithoutTarget = %v, want the 3 routes with unusable URLs", got)
+	}
+}

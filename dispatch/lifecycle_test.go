@@ -268,4 +268,7 @@ func TestRunStopStress(t *testing.T) {
 	if err := d.Run(t.Context()); !errors.Is(err, ErrStopped) {
 		t.Fatalf("second Run: %v, want ErrStopped", err)
 	}
+	if err := d.Drain(t.Context()); err != nil {
+		t.Fatalf("Drain after a drained Run: %v", err)
+	}
 }
