@@ -581,3 +581,14 @@ func TestStartStopStress(t *testing.T) {
 		h.Kill(0)
 	}
 }
+
+func TestQuickRestartBeforeDeathIsDetected(t *testing.T) {
+	h := clustertest.Start(t, 4)
+	before := h.WaitConverged(convergeTimeout)
+	h.Kill(1)
+	h.Restart(1) // at once: peers may still think the old incarnation alive
+	after := h.WaitConverged(convergeTimeout)
+	if !after.Table.Equal(before.Table) {
+		t.Fatalf("table after a quick restart differs in %d shards", len(after.Table.Diff(before.Table)))
+	}
+}
