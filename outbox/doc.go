@@ -4,14 +4,14 @@
 //
 // # Row lifecycle
 //
-//	            Append                Claim                  Complete
-//	 (caller) ─────────▶ pending ─────────────▶ claimed ───────────────▶ done
-//	                      ▲   ▲                  │  │
-//	                      │   └──── Retry ───────┘  │ Fail
-//	                      │   (attempt+1, backoff)  ▼
-//	                      └──── RearmStale ───── failed (dead letter)
-//	                       (claim outlived its
-//	                        visibility timeout)
+//	           Append                Claim                  Complete
+//	(caller) ─────────▶ pending ─────────────▶ claimed ───────────────▶ done
+//	                     ▲   ▲                  │  │
+//	                     │   └──── Retry ───────┘  │ Fail
+//	                     │   (attempt+1, backoff)  ▼
+//	                     └──── RearmStale ───── failed (dead letter)
+//	                      (claim outlived its
+//	                       visibility timeout)
 //
 // done, failed and cancelled are terminal. A terminal row is kept as a
 // tombstone for a retention window so a late duplicate Append of its

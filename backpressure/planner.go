@@ -1,0 +1,271 @@
+package backpressure
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/fairshard/fairshard/outbox"
+	"github.com/fairshard/fairshard/shards"
+)
+
+// ClaimStore is the part of outbox.Store the planner uses: one route
+// listing, one bucketed claimed-count read and scoped atomic claims per
+// sweep.
+type ClaimStore interface {
+	PendingRoutes(ctx context.Context, now time.Time) ([]outbox.ClaimScope, error)
+	CountClaimedByNamespace(ctx context.Context, namespaces []string) (map[string]int, error)
+	Claim(ctx context.Context, p outbox.ClaimParams) ([]outbox.Row, error)
+}
+
+// PlannerConfig wires a Planner. Only Quotas is required.
+type PlannerConfig struct {
+	// Quotas resolves each namespace's cluster-wide quota (rows).
+	Quotas *QuotaCache
+	// Fraction returns this node's live OwnedShardFraction; it is read once
+	// per sweep. nil means OwnAll (a single node).
+	Fraction func() shards.OwnedShardFraction
+	// Eligible filters routes before planning: a route for which it returns
+	// false is left out of the sweep entirely (its rows stay pending). The
+	// node uses it for paused namespaces and routes with no delivery target.
+	// nil admits every route.
+	Eligible func(outbox.ClaimScope) bool
+	// Now is the clock; defaults to time.Now.
+	Now func() time.Time
+	// Logger receives a debug line when every route was held at its
+	// ceiling; nil discards.
+	Logger *slog.Logger
+}
+
+// Planner claims one fair, headroom-capped batch per sweep (seed
+// claim_round_robin). Safe for concurrent use; see the package doc on
+// concurrent sweeps.
+type Planner struct {
+	quotas   *QuotaCache
+	fraction func() shards.OwnedShardFraction
+	eligible func(outbox.ClaimScope) bool
+	now      func() time.Time
+	log      *slog.Logger
+	// cursor is the last namespace the previous sweep's first pass reached
+	// with budget left; the next sweep starts after it (see Sweep).
+	cursorMu sync.Mutex
+	cursor   string
+}
+
+// NewPlanner builds a Planner. It panics only if cfg.Quotas is nil, a
+// programming error caught at start-up.
+func NewPlanner(cfg PlannerConfig) *Planner {
+	if cfg.Quotas == nil {
+		panic("backpressure: PlannerConfig.Quotas is required")
+	}
+	p := &Planner{quotas: cfg.Quotas, fraction: cfg.Fraction, eligible: cfg.Eligible, now: cfg.Now, log: cfg.Logger}
+	if p.fraction == nil {
+		p.fraction = shards.OwnAll
+	}
+	if p.now == nil {
+		p.now = time.Now
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	return p
+}
+
+// NamespaceSweep is what one sweep decided for one namespace.
+type NamespaceSweep struct {
+	Namespace string
+	// Quota is the namespace's cluster-wide quota (rows).
+	Quota uint32
+	// Ceiling is this node's per-node ceiling: ceil(Quota × owned/total).
+	Ceiling uint32
+	// ClaimedBefore is this node's claimed rows of the namespace when the
+	// sweep started (CLAIMED only, never pending).
+	ClaimedBefore int
+	// Claimed is how many rows this sweep claimed for the namespace.
+	Claimed int
+	// Routes is how many of its routes had visible pending rows.
+	Routes int
+}
+
+// Headroom is the namespace's remaining headroom after the sweep (rows,
+// ≥ 0): Ceiling − ClaimedBefore − Claimed.
+func (n NamespaceSweep) Headroom() int {
+	return max(int(n.Ceiling)-n.ClaimedBefore-n.Claimed, 0)
+}
+
+// AtCeiling reports whether the namespace ended the sweep with no headroom,
+// i.e. pending rows were held back by its ceiling.
+func (n NamespaceSweep) AtCeiling() bool { return n.Headroom() == 0 }
+
+// Sweep is one sweep's outcome.
+type Sweep struct {
+	// Rows are the claimed rows, in claim order.
+	Rows []outbox.Row
+	// Namespaces has one entry per active namespace, sorted by name.
+	Namespaces []NamespaceSweep
+	// Fraction is the owned shard fraction the sweep used.
+	Fraction shards.OwnedShardFraction
+}
+
+// ClaimRoundRobin claims up to batchSize rows across every namespace with
+// visible pending work and returns them in claim order. It is Sweep without
+// the per-namespace report. Rows it does not claim stay pending.
+func (p *Planner) ClaimRoundRobin(ctx context.Context, store ClaimStore, batchSize int, held map[string]struct{}) ([]outbox.Row, error) {
+	s, err := p.Sweep(ctx, store, batchSize, held)
+	return s.Rows, err
+}
+
+// Sweep runs the seed's two-pass plan (DESIGN.md "The sweep"):
+//
+//   - list pending routes (filtered by Eligible) and group them by
+//     namespace, sorted;
+//   - read every namespace's claimed count in ONE bucketed read;
+//   - headroom = ceil(quota × owned/total) − claimed, clamped at 0;
+//   - slice = ceil(batchSize / active namespaces), at least 1;
+//   - pass 1 (fairness): each namespace claims min(slice, headroom, budget),
+//     spread round-robin over its routes, each route taking the running
+//     share ceil(remaining / routes left);
+//   - pass 2 (utilisation): leftover budget goes, in namespace order, to
+//     namespaces that still have headroom.
+//
+// One deliberate deviation from the seed: the passes walk the sorted
+// namespaces starting just after the last namespace the previous sweep's
+// first pass reached with budget left, wrapping around, instead of always at
+// the alphabetically first. When the budget covers every namespace the start
+// does not move; when more namespaces are active than the batch has slots
+// (slice 1, budget spent before the tail), the next sweep continues where
+// this one ran out, so no fixed tail of namespaces starves.
+//
+// Rows of held workflows are skipped at claim time (they stay pending and
+// do not use up the limit). A store error is returned as is, wrapped with
+// the step and route; rows claimed before it are returned too, so the
+// caller can deliver what it already owns.
+func (p *Planner) Sweep(ctx context.Context, store ClaimStore, batchSize int, held map[string]struct{}) (Sweep, error) {
+	now := p.now()
+	fraction := p.fraction()
+	out := Sweep{Fraction: fraction}
+	if batchSize <= 0 {
+		return out, nil
+	}
+	routes, err := store.PendingRoutes(ctx, now)
+	if err != nil {
+		return out, fmt.Errorf("backpressure: list pending routes: %w", err)
+	}
+	// Group by namespace; PendingRoutes is sorted by (namespace, task_queue)
+	// but a store may not be, so do not rely on adjacency.
+	type plan struct {
+		routes   []outbox.ClaimScope
+		headroom int
+	}
+	byNS := map[string]*plan{}
+	var names []string
+	for _, r := range routes {
+		if p.eligible != nil && !p.eligible(r) {
+			continue
+		}
+		pl, ok := byNS[r.Namespace]
+		if !ok {
+			pl = &plan{}
+			byNS[r.Namespace] = pl
+			names = append(names, r.Namespace)
+		}
+		pl.routes = append(pl.routes, r)
+	}
+	if len(names) == 0 {
+		return out, nil
+	}
+	slices.Sort(names)
+	claimed, err := store.CountClaimedByNamespace(ctx, names)
+	if err != nil {
+		return out, fmt.Errorf("backpressure: count claimed rows of %d namespaces: %w", len(names), err)
+	}
+	out.Namespaces = make([]NamespaceSweep, len(names))
+	for i, ns := range names {
+		quota := p.quotas.Quota(ctx, ns)
+		ceiling := fraction.PerNodeCeiling(quota)
+		c := claimed[ns]
+		byNS[ns].headroom = max(int(ceiling)-c, 0)
+		out.Namespaces[i] = NamespaceSweep{Namespace: ns, Quota: quota, Ceiling: ceiling, ClaimedBefore: c, Routes: len(byNS[ns].routes)}
+	}
+
+	budget := batchSize
+	slice := max((batchSize+len(names)-1)/len(names), 1)
+	claimParams := outbox.ClaimParams{Now: now, ExcludeWorkflows: held}
+	p.cursorMu.Lock()
+	start, _ := slices.BinarySearch(names, p.cursor)
+	if start < len(names) && names[start] == p.cursor {
+		start++
+	}
+	start %= len(names)
+	p.cursorMu.Unlock()
+	reached := ""
+	for pass := range 2 {
+		for j := range names {
+			if budget == 0 {
+				break
+			}
+			i := (start + j) % len(names)
+			ns := names[i]
+			pl := byNS[ns]
+			if pass == 0 {
+				reached = ns
+			}
+			allocation := min(pl.headroom, budget)
+			if pass == 0 {
+				allocation = min(allocation, slice)
+			}
+			got, err := claimSlice(ctx, store, pl.routes, allocation, claimParams, &out.Rows)
+			pl.headroom -= got
+			budget -= got
+			out.Namespaces[i].Claimed += got
+			if err != nil {
+				return out, err
+			}
+		}
+	}
+	p.cursorMu.Lock()
+	p.cursor = reached
+	p.cursorMu.Unlock()
+	if len(out.Rows) == 0 {
+		p.log.Debug("backpressure held every pending route this sweep", "namespaces", len(names))
+	}
+	return out, nil
+}
+
+// claimSlice claims up to allocation rows of one namespace, round-robin over
+// its routes: each route is offered ceil(remaining / routes left), so a
+// route with few rows yields the rest to the routes after it. Where the seed
+// stops after one pass over the routes, this keeps going round the routes
+// that filled their share until the allocation is met or every route has
+// run dry, so a short route early in the list cannot leave budget unused.
+func claimSlice(ctx context.Context, store ClaimStore, routes []outbox.ClaimScope, allocation int, p outbox.ClaimParams, into *[]outbox.Row) (int, error) {
+	remaining, total := allocation, 0
+	live := routes
+	for remaining > 0 && len(live) > 0 {
+		var stillLive []outbox.ClaimScope
+		for i := range live {
+			if remaining <= 0 {
+				break
+			}
+			left := len(live) - i
+			share := min(max((remaining+left-1)/left, 1), remaining)
+			scope := live[i]
+			p.Scope, p.Limit = &scope, share
+			rows, err := store.Claim(ctx, p)
+			*into = append(*into, rows...)
+			remaining -= len(rows)
+			total += len(rows)
+			if err != nil {
+				return total, fmt.Errorf("backpressure: claim %d rows of route %s: %w", share, scope, err)
+			}
+			if len(rows) == share { // filled its share: it may have more
+				stillLive = append(stillLive, scope)
+			}
+		}
+		live = stillLive
+	}
+	return total, nil
+}

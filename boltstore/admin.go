@@ -1,0 +1,153 @@
+package boltstore
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/fairshard/fairshard/outbox"
+	"github.com/fairshard/fairshard/shards"
+)
+
+// ListDeadLetters returns up to limit failed rows of namespace (any shard)
+// whose dispatch_key sorts strictly after afterKey, ordered by dispatch_key:
+// pass the last key of one page as afterKey of the next ("" starts at the
+// beginning). limit ≤ 0 returns nothing. Cost: one seek plus the page.
+func (s *Store) ListDeadLetters(ctx context.Context, namespace, afterKey string, limit int) ([]outbox.Row, error) {
+	var out []outbox.Row
+	if limit <= 0 {
+		return nil, s.checkOpen("list dead letters")
+	}
+	err := s.view(ctx, "list dead letters", func(_ *bolt.Tx, b buckets) error {
+		prefix := appendStr(nil, namespace)
+		c := b.dlq.Cursor()
+		k, _ := c.Seek(dlqKey(namespace, afterKey))
+		for ; k != nil && bytes.HasPrefix(k, prefix) && len(out) < limit; k, _ = c.Next() {
+			dk := string(k[len(prefix):])
+			if dk == afterKey {
+				continue
+			}
+			rk := rowKey(shards.ShardOf(dk, s.opts.ShardCount), dk)
+			v := b.rows.Get(rk)
+			if v == nil {
+				return fmt.Errorf("%w: dead-letter index entry for %q without a row", ErrCorrupt, dk)
+			}
+			row, err := decodeRow(rk, v)
+			if err != nil {
+				return fmt.Errorf("%w: %w", ErrCorrupt, err)
+			}
+			out = append(out, row)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Redrive turns failed rows of namespace back to pending: Attempt 1,
+// LastError and FinishedAt cleared, VisibleAfter = now. keys nil redrives
+// every dead letter of the namespace (in transactions of at most 1000 rows);
+// otherwise only the listed keys that are failed rows of that namespace
+// (others are skipped). It returns the number of rows redriven.
+func (s *Store) Redrive(ctx context.Context, namespace string, keys []string, now time.Time) (int, error) {
+	if keys != nil {
+		return s.redriveKeys(ctx, namespace, keys, now)
+	}
+	total := 0
+	for {
+		var page []string
+		err := s.view(ctx, "redrive", func(_ *bolt.Tx, b buckets) error {
+			prefix := appendStr(nil, namespace)
+			c := b.dlq.Cursor()
+			for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix) && len(page) < GCBatchRows; k, _ = c.Next() {
+				page = append(page, string(k[len(prefix):]))
+			}
+			return nil
+		})
+		if err != nil || len(page) == 0 {
+			return total, err
+		}
+		n, err := s.redriveKeys(ctx, namespace, page, now)
+		total += n
+		if err != nil {
+			return total, err
+		}
+		if n == 0 {
+			return total, fmt.Errorf("%w: dead-letter index lists rows that are not failed in namespace %q", ErrCorrupt, namespace)
+		}
+	}
+}
+
+func (s *Store) redriveKeys(ctx context.Context, namespace string, keys []string, now time.Time) (int, error) {
+	if len(keys) == 0 {
+		return 0, s.checkOpen("redrive")
+	}
+	n := 0
+	err := s.submit(ctx, "redrive", len(keys), func(w *wtx) error {
+		n = 0
+		for _, dk := range keys {
+			rk := rowKey(shards.ShardOf(dk, s.opts.ShardCount), dk)
+			old, xfer, ok, err := w.getRow(rk)
+			if err != nil {
+				return err
+			}
+			if !ok || old.Status != outbox.StatusFailed || old.Namespace != namespace {
+				continue
+			}
+			nw := old
+			nw.Status, nw.Attempt, nw.LastError = outbox.StatusPending, 1, ""
+			nw.VisibleAfter, nw.FinishedAt, nw.ClaimedAt = now, time.Time{}, time.Time{}
+			if err := w.write(rk, &old, xfer, &nw, false, nil); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	return n, err
+}
+
+// SaveConfigEntry durably stores value under key in the config bucket,
+// replacing any previous value. The cluster layer persists its gossiped
+// config through it; the store treats values as opaque bytes (copied).
+// key must be 1 … MaxDispatchKeyBytes bytes.
+func (s *Store) SaveConfigEntry(ctx context.Context, key string, value []byte) error {
+	if key == "" || len(key) > MaxDispatchKeyBytes {
+		return fmt.Errorf("boltstore: save config entry: %w: key must be 1 to %d bytes", ErrInvalidOptions, MaxDispatchKeyBytes)
+	}
+	v := append([]byte{}, value...)
+	return s.submit(ctx, "save config entry "+key, 1, func(w *wtx) error {
+		return w.b.config.Put([]byte(key), v)
+	})
+}
+
+// DeleteConfigEntry durably removes key from the config bucket; a missing
+// key is a no-op.
+func (s *Store) DeleteConfigEntry(ctx context.Context, key string) error {
+	if key == "" {
+		return s.checkOpen("delete config entry")
+	}
+	return s.submit(ctx, "delete config entry "+key, 1, func(w *wtx) error {
+		return w.b.config.Delete([]byte(key))
+	})
+}
+
+// LoadConfigEntries returns every config entry (copies).
+func (s *Store) LoadConfigEntries(ctx context.Context) (map[string][]byte, error) {
+	out := make(map[string][]byte)
+	err := s.view(ctx, "load config entries", func(_ *bolt.Tx, b buckets) error {
+		return b.config.ForEach(func(k, v []byte) error {
+			out[string(k)] = append([]byte{}, v...)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}

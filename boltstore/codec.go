@@ -1,0 +1,362 @@
+package boltstore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fairshard/fairshard/outbox"
+)
+
+// On-disk layout (format version 1). Every bucket is top level.
+//
+//	rows      shard(4) ‖ dispatch_key            → encoded row (see encodeRow)
+//	pending   route ‖ time(12) ‖ dispatch_key    → 1   pending, not in transfer; time = VisibleAfter
+//	claimed   time(12) ‖ dispatch_key            → 1   claimed rows; time = ClaimedAt
+//	tombs     time(12) ‖ dispatch_key            → 1   done/cancelled; time = FinishedAt
+//	dead      time(12) ‖ dispatch_key            → 1   failed; time = FinishedAt
+//	dlq       str(namespace) ‖ dispatch_key      → 1   failed, paged by key per namespace
+//	transfer  shard(4) ‖ dispatch_key            → 1   rows marked in-transfer (handoff)
+//	routes    route                              → uvarint: entries of route in "pending"
+//	ns        namespace                          → counts: pending, claimed, done, failed, cancelled
+//	nsshard   shard(4) ‖ namespace               → counts: pending, claimed
+//	shards    shard(4)                           → counts: pending, claimed, terminal, in-transfer
+//	config    key                                → opaque bytes (cluster config entries)
+//	meta      "format" → uvarint, "shard_count" → uint32
+//
+// route = str(namespace) ‖ str(task_queue), str(s) = uvarint(len(s)) ‖ s: a
+// prefix-free encoding, so one route's keys are one contiguous key range.
+// time(12) = (uint64(unix seconds) XOR 1<<63) big-endian ‖ uint32(nanos)
+// big-endian: sorts like the instant, for any year.
+// Counter entries whose counts are all zero are deleted, so iterating a
+// counter bucket costs what is non-zero.
+var (
+	bucketRows     = []byte("rows")
+	bucketPending  = []byte("pending")
+	bucketClaimed  = []byte("claimed")
+	bucketTombs    = []byte("tombs")
+	bucketDead     = []byte("dead")
+	bucketDLQ      = []byte("dlq")
+	bucketTransfer = []byte("transfer")
+	bucketRoutes   = []byte("routes")
+	bucketNS       = []byte("ns")
+	bucketNSShard  = []byte("nsshard")
+	bucketShards   = []byte("shards")
+	bucketConfig   = []byte("config")
+	bucketMeta     = []byte("meta")
+
+	allBuckets = [][]byte{bucketRows, bucketPending, bucketClaimed, bucketTombs, bucketDead,
+		bucketDLQ, bucketTransfer, bucketRoutes, bucketNS, bucketNSShard, bucketShards,
+		bucketConfig, bucketMeta}
+
+	metaFormat     = []byte("format")
+	metaShardCount = []byte("shard_count")
+)
+
+const formatVersion = 1
+
+const timeKeyLen = 12
+
+var errBadValue = errors.New("malformed value")
+
+func statusCode(s outbox.Status) byte {
+	switch s {
+	case outbox.StatusPending:
+		return 1
+	case outbox.StatusClaimed:
+		return 2
+	case outbox.StatusDone:
+		return 3
+	case outbox.StatusFailed:
+		return 4
+	case outbox.StatusCancelled:
+		return 5
+	}
+	return 0
+}
+
+func statusOf(c byte) (outbox.Status, bool) {
+	switch c {
+	case 1:
+		return outbox.StatusPending, true
+	case 2:
+		return outbox.StatusClaimed, true
+	case 3:
+		return outbox.StatusDone, true
+	case 4:
+		return outbox.StatusFailed, true
+	case 5:
+		return outbox.StatusCancelled, true
+	}
+	return "", false
+}
+
+func appendStr(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func appendTimeKey(b []byte, t time.Time) []byte {
+	b = binary.BigEndian.AppendUint64(b, uint64(t.Unix())^(1<<63))
+	return binary.BigEndian.AppendUint32(b, uint32(t.Nanosecond()))
+}
+
+func decodeTimeKey(b []byte) time.Time {
+	sec := int64(binary.BigEndian.Uint64(b) ^ (1 << 63))
+	return time.Unix(sec, int64(binary.BigEndian.Uint32(b[8:]))).UTC()
+}
+
+func appendShard(b []byte, shard uint32) []byte { return binary.BigEndian.AppendUint32(b, shard) }
+
+func rowKey(shard uint32, dispatchKey string) []byte {
+	return append(appendShard(make([]byte, 0, 4+len(dispatchKey)), shard), dispatchKey...)
+}
+
+func routeKey(namespace, taskQueue string) []byte {
+	b := make([]byte, 0, len(namespace)+len(taskQueue)+4)
+	return appendStr(appendStr(b, namespace), taskQueue)
+}
+
+func pendingKey(route []byte, visibleAfter time.Time, dispatchKey string) []byte {
+	b := make([]byte, 0, len(route)+timeKeyLen+len(dispatchKey))
+	b = append(b, route...)
+	b = appendTimeKey(b, visibleAfter)
+	return append(b, dispatchKey...)
+}
+
+func timeIndexKey(t time.Time, dispatchKey string) []byte {
+	b := make([]byte, 0, timeKeyLen+len(dispatchKey))
+	return append(appendTimeKey(b, t), dispatchKey...)
+}
+
+func dlqKey(namespace, dispatchKey string) []byte {
+	b := make([]byte, 0, len(namespace)+len(dispatchKey)+2)
+	return append(appendStr(b, namespace), dispatchKey...)
+}
+
+func nsShardKey(shard uint32, namespace string) []byte {
+	return append(appendShard(make([]byte, 0, 4+len(namespace)), shard), namespace...)
+}
+
+// decodeRoute splits a routes-bucket key back into its scope.
+func decodeRoute(b []byte) (outbox.ClaimScope, error) {
+	d := decoder{b: b}
+	ns := d.str()
+	tq := d.str()
+	if d.err != nil || len(d.b) != 0 {
+		return outbox.ClaimScope{}, fmt.Errorf("route key %x: %w", b, errBadValue)
+	}
+	return outbox.ClaimScope{Namespace: ns, TaskQueue: tq}, nil
+}
+
+// Row value flags.
+const (
+	flagVisible  = 1 << iota // VisibleAfter non-zero
+	flagClaimed              // ClaimedAt non-zero
+	flagCreated              // CreatedAt non-zero
+	flagFinished             // FinishedAt non-zero
+	flagPayload              // Payload non-nil
+)
+
+// encodeRow encodes every Row field but DispatchKey and Shard, which live in
+// the rows key: version(1) status(1) flags(1) uvarint attempt, uvarint
+// ordinal, the non-zero times as (varint seconds, uvarint nanos), then
+// str(workflow_id, namespace, task_queue, activity_type, content_type,
+// last_error) and, if non-nil, str(payload).
+func encodeRow(dst []byte, r *outbox.Row) []byte {
+	var flags byte
+	if !r.VisibleAfter.IsZero() {
+		flags |= flagVisible
+	}
+	if !r.ClaimedAt.IsZero() {
+		flags |= flagClaimed
+	}
+	if !r.CreatedAt.IsZero() {
+		flags |= flagCreated
+	}
+	if !r.FinishedAt.IsZero() {
+		flags |= flagFinished
+	}
+	if r.Payload != nil {
+		flags |= flagPayload
+	}
+	dst = append(dst, formatVersion, statusCode(r.Status), flags)
+	dst = binary.AppendUvarint(dst, uint64(r.Attempt))
+	dst = binary.AppendUvarint(dst, r.Ordinal)
+	for i, t := range [...]time.Time{r.VisibleAfter, r.ClaimedAt, r.CreatedAt, r.FinishedAt} {
+		if flags&(1<<i) != 0 {
+			dst = binary.AppendVarint(dst, t.Unix())
+			dst = binary.AppendUvarint(dst, uint64(t.Nanosecond()))
+		}
+	}
+	for _, s := range [...]string{r.WorkflowID, r.Namespace, r.TaskQueue, r.ActivityType, r.ContentType, r.LastError} {
+		dst = appendStr(dst, s)
+	}
+	if r.Payload != nil {
+		dst = binary.AppendUvarint(dst, uint64(len(r.Payload)))
+		dst = append(dst, r.Payload...)
+	}
+	return dst
+}
+
+// decodeRow decodes a rows-bucket entry. Every slice is copied: the result
+// outlives the transaction.
+func decodeRow(key, val []byte) (outbox.Row, error) {
+	var r outbox.Row
+	if len(key) < 4 {
+		return r, fmt.Errorf("row key %x: %w", key, errBadValue)
+	}
+	r.Shard = binary.BigEndian.Uint32(key)
+	r.DispatchKey = string(key[4:])
+	if len(val) < 3 || val[0] != formatVersion {
+		return r, fmt.Errorf("row %q: %w (header)", r.DispatchKey, errBadValue)
+	}
+	st, ok := statusOf(val[1])
+	if !ok {
+		return r, fmt.Errorf("row %q: %w (status %d)", r.DispatchKey, errBadValue, val[1])
+	}
+	r.Status = st
+	flags := val[2]
+	d := decoder{b: val[3:]}
+	r.Attempt = uint32(d.uvarint())
+	r.Ordinal = d.uvarint()
+	for i, t := range [...]*time.Time{&r.VisibleAfter, &r.ClaimedAt, &r.CreatedAt, &r.FinishedAt} {
+		if flags&(1<<i) != 0 {
+			sec := d.varint()
+			nsec := d.uvarint()
+			*t = time.Unix(sec, int64(nsec)).UTC()
+		}
+	}
+	r.WorkflowID = d.str()
+	r.Namespace = d.str()
+	r.TaskQueue = d.str()
+	r.ActivityType = d.str()
+	r.ContentType = d.str()
+	r.LastError = d.str()
+	if flags&flagPayload != 0 {
+		r.Payload = []byte(d.str())
+	}
+	if d.err != nil || len(d.b) != 0 {
+		return r, fmt.Errorf("row %q: %w", r.DispatchKey, errBadValue)
+	}
+	return r, nil
+}
+
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = errBadValue
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.err = errBadValue
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) str() string {
+	n := d.uvarint()
+	if d.err != nil {
+		return ""
+	}
+	if n > uint64(len(d.b)) {
+		d.err = errBadValue
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}
+
+// counts is a fixed-arity vector of non-negative counters stored as uvarints.
+type counts []int64
+
+func decodeCounts(b []byte, n int) (counts, error) {
+	c := make(counts, n)
+	d := decoder{b: b}
+	for i := range c {
+		c[i] = int64(d.uvarint())
+	}
+	if d.err != nil || len(d.b) != 0 {
+		return nil, errBadValue
+	}
+	return c, nil
+}
+
+func (c counts) zero() bool {
+	for _, v := range c {
+		if v != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func (c counts) encode() []byte {
+	b := make([]byte, 0, len(c)*2)
+	for _, v := range c {
+		b = binary.AppendUvarint(b, uint64(v))
+	}
+	return b
+}
+
+// Positions in the ns counter vector.
+const (
+	nsPending = iota
+	nsClaimed
+	nsDone
+	nsFailed
+	nsCancelled
+	nsCountsLen
+)
+
+// Positions in the nsshard counter vector.
+const (
+	nssPending = iota
+	nssClaimed
+	nssCountsLen
+)
+
+// Positions in the shards counter vector.
+const (
+	shPending = iota
+	shClaimed
+	shTerminal
+	shTransfer
+	shCountsLen
+)
+
+func nsIndex(s outbox.Status) int {
+	switch s {
+	case outbox.StatusPending:
+		return nsPending
+	case outbox.StatusClaimed:
+		return nsClaimed
+	case outbox.StatusDone:
+		return nsDone
+	case outbox.StatusFailed:
+		return nsFailed
+	default:
+		return nsCancelled
+	}
+}

@@ -1,0 +1,30 @@
+package boltstore
+
+import "errors"
+
+// Sentinel errors returned by boltstore, besides the outbox ones
+// (outbox.ErrClosed, outbox.ErrInvalidRow, outbox.ErrNotFound). Callers test
+// them with errors.Is; the store wraps them with the path, key or shard
+// involved.
+var (
+	// ErrLocked is returned by Open when another process (or another Store in
+	// this process) holds the data file's lock for longer than
+	// Options.LockTimeout.
+	ErrLocked = errors.New("boltstore: data dir is in use by another process")
+	// ErrCorrupt is returned by Open and Check when the file is not a valid
+	// bbolt file, is truncated, has a bad page, or its indexes and counters
+	// disagree with its rows. It is also returned by any call that hit a bbolt
+	// panic on a bad page; the store then refuses further writes.
+	ErrCorrupt = errors.New("boltstore: data file is corrupt")
+	// ErrShardCountMismatch is returned by Open when the file was created
+	// with a different shard_count than Options.ShardCount. shard_count is
+	// fixed for a cluster's lifetime: every stored row's shard depends on it.
+	ErrShardCountMismatch = errors.New("boltstore: shard_count differs from the data file's")
+	// ErrInvalidOptions is returned by Open for unusable Options (ShardCount
+	// 0, negative durations).
+	ErrInvalidOptions = errors.New("boltstore: invalid options")
+	// ErrShardOwned is returned by BeginTransfer for a shard this node owns
+	// (or one outside [0, ShardCount)): only rows of non-owned shards are
+	// handed off.
+	ErrShardOwned = errors.New("boltstore: shard is owned by this node")
+)

@@ -1,0 +1,99 @@
+package boltstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/fairshard/fairshard/outbox"
+	"github.com/fairshard/fairshard/shards"
+	bolt "go.etcd.io/bbolt"
+)
+
+// ExpireTombstones deletes the tombstones whose retention has ended at the
+// store clock's now: done and cancelled rows with FinishedAt older than
+// TombstoneRetention, failed rows (dead letters) older than
+// DeadLetterRetention. It works in transactions of at most GCBatchRows rows,
+// queued like any other write, so it never holds the writer long. It
+// returns the number of rows deleted. Cost: the rows deleted, via the
+// tombstone indexes ordered by FinishedAt.
+func (s *Store) ExpireTombstones(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		now := s.now()
+		tombCut := now.Add(-s.opts.TombstoneRetention)
+		deadCut := now.Add(-s.opts.DeadLetterRetention)
+		n := 0
+		err := s.submit(ctx, "expire tombstones", GCBatchRows, func(w *wtx) error {
+			n = 0
+			for _, idx := range []struct {
+				b   *bolt.Bucket
+				cut time.Time
+			}{{w.b.tombs, tombCut}, {w.b.dead, deadCut}} {
+				var dks []string
+				c := idx.b.Cursor()
+				for k, _ := c.First(); k != nil && n+len(dks) < GCBatchRows; k, _ = c.Next() {
+					if len(k) < timeKeyLen {
+						return fmt.Errorf("%w: tombstone index key %x", ErrCorrupt, k)
+					}
+					if !decodeTimeKey(k).Before(idx.cut) {
+						break
+					}
+					dks = append(dks, string(k[timeKeyLen:]))
+				}
+				for _, dk := range dks {
+					rk := rowKey(shards.ShardOf(dk, s.opts.ShardCount), dk)
+					old, xfer, ok, err := w.getRow(rk)
+					if err != nil {
+						return err
+					}
+					if !ok || !old.Status.Terminal() {
+						return fmt.Errorf("%w: tombstone index entry for %q without a terminal row", ErrCorrupt, dk)
+					}
+					if err := w.write(rk, &old, xfer, nil, false, nil); err != nil {
+						return err
+					}
+				}
+				n += len(dks)
+			}
+			w.expired += n
+			return nil
+		})
+		total += n
+		if err != nil || n < GCBatchRows {
+			return total, err
+		}
+	}
+}
+
+// RunTombstoneGC calls ExpireTombstones every interval until ctx ends, then
+// returns nil. Errors are logged and the loop goes on; after Close it
+// returns the ErrClosed error.
+func (s *Store) RunTombstoneGC(ctx context.Context, interval time.Duration) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		n, err := s.ExpireTombstones(ctx)
+		switch {
+		case err == nil:
+			if n > 0 {
+				s.log.Debug("expired tombstones", slog.Int("rows", n))
+			}
+		case ctx.Err() != nil:
+			return nil
+		case isClosed(err):
+			return err
+		default:
+			s.log.Warn("tombstone sweep failed", slog.Any("error", err))
+		}
+	}
+}
+
+func isClosed(err error) bool { return errors.Is(err, outbox.ErrClosed) }

@@ -1,0 +1,182 @@
+package boltstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+
+	"github.com/fairshard/fairshard/outbox"
+)
+
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(envCrashChild); dir != "" {
+		os.Exit(crashChildMain(dir))
+	}
+	if path := os.Getenv(envLockChild); path != "" {
+		os.Exit(lockChildMain(path))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// fakeClock is an injectable clock for Options.Now.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// testBundle is what setup hands a test besides the store.
+type testBundle struct {
+	path  string
+	clock *fakeClock
+	reg   *prometheus.Registry
+	opts  Options
+}
+
+const testShardCount = 16
+
+// newTestStore opens a store on a fresh file with a fake clock and its own
+// registry. At cleanup it runs Check (so every test is an integrity test)
+// and closes the store.
+func newTestStore(t testing.TB, mod ...func(*Options)) (*Store, *testBundle) {
+	t.Helper()
+	b := &testBundle{path: filepath.Join(t.TempDir(), "outbox.db"), clock: newFakeClock(), reg: prometheus.NewPedanticRegistry()}
+	b.opts = Options{ShardCount: testShardCount, Now: b.clock.Now, Registerer: b.reg, LockTimeout: 200 * time.Millisecond}
+	for _, f := range mod {
+		f(&b.opts)
+	}
+	s, err := Open(b.path, b.opts)
+	if err != nil {
+		t.Fatalf("open %s: %v", b.path, err)
+	}
+	cleanupCheck(t, s)
+	return s, b
+}
+
+// cleanupCheck registers Check-then-Close for s.
+func cleanupCheck(t testing.TB, s *Store) {
+	t.Helper()
+	t.Cleanup(func() {
+		if err := s.Check(context.Background()); err != nil && !errors.Is(err, outbox.ErrClosed) {
+			t.Errorf("check at cleanup: %v", err)
+		}
+		if err := s.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+}
+
+// reopen closes s and opens its file again with the same options (a fresh
+// registry), returning the new store, checked at cleanup.
+func reopen(t testing.TB, s *Store, b *testBundle) *Store {
+	t.Helper()
+	if err := s.Check(context.Background()); err != nil {
+		t.Fatalf("check before reopen: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("close before reopen: %v", err)
+	}
+	b.reg = prometheus.NewPedanticRegistry()
+	b.opts.Registerer = b.reg
+	s2, err := Open(b.path, b.opts)
+	if err != nil {
+		t.Fatalf("reopen %s: %v", b.path, err)
+	}
+	cleanupCheck(t, s2)
+	return s2
+}
+
+func row(key, ns, tq string) outbox.Row {
+	return outbox.Row{DispatchKey: key, WorkflowID: "wf-" + key, Namespace: ns, TaskQueue: tq,
+		ActivityType: "act", Payload: []byte("p-" + key), ContentType: "text/plain"}
+}
+
+func mustAppend(t testing.TB, s *Store, rows ...outbox.Row) []outbox.AppendOutcome {
+	t.Helper()
+	out, err := s.Append(context.Background(), rows)
+	if err != nil {
+		t.Fatalf("append: %v", err)
+	}
+	return out
+}
+
+func mustGet(t testing.TB, s *Store, key string) outbox.Row {
+	t.Helper()
+	r, err := s.Get(context.Background(), key)
+	if err != nil {
+		t.Fatalf("get %q: %v", key, err)
+	}
+	return r
+}
+
+func mustCheck(t testing.TB, s *Store) {
+	t.Helper()
+	if err := s.Check(context.Background()); err != nil {
+		t.Fatalf("check: %v", err)
+	}
+}
+
+func keysOfRows(rows []outbox.Row) []string {
+	out := make([]string, len(rows))
+	for i, r := range rows {
+		out[i] = r.DispatchKey
+	}
+	return out
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// keyOnShard returns a dispatch_key with the given prefix whose shard is
+// shard.
+func keyOnShard(prefix string, shard uint32) string {
+	for i := 0; ; i++ {
+		k := fmt.Sprintf("%s-%d", prefix, i)
+		if shardOf(k) == shard {
+			return k
+		}
+	}
+}
+
+func eventually(t testing.TB, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %s", timeout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,338 @@
+package boltstore
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/fairshard/fairshard/outbox"
+	"github.com/fairshard/fairshard/shards"
+)
+
+// validateRow checks what Append and Merge require of every row: a
+// dispatch_key, namespace and task_queue, within the byte limits.
+func validateRow(r *outbox.Row) error {
+	switch {
+	case r.DispatchKey == "":
+		return fmt.Errorf("%w: empty dispatch_key", outbox.ErrInvalidRow)
+	case len(r.DispatchKey) > MaxDispatchKeyBytes:
+		return fmt.Errorf("%w: dispatch_key is %d bytes (max %d)", outbox.ErrInvalidRow, len(r.DispatchKey), MaxDispatchKeyBytes)
+	case r.Namespace == "":
+		return fmt.Errorf("%w: dispatch_key %q: empty namespace", outbox.ErrInvalidRow, r.DispatchKey)
+	case r.TaskQueue == "":
+		return fmt.Errorf("%w: dispatch_key %q: empty task_queue", outbox.ErrInvalidRow, r.DispatchKey)
+	case len(r.Namespace) > MaxNameBytes || len(r.TaskQueue) > MaxNameBytes:
+		return fmt.Errorf("%w: dispatch_key %q: namespace or task_queue longer than %d bytes", outbox.ErrInvalidRow, r.DispatchKey, MaxNameBytes)
+	}
+	return nil
+}
+
+// prepared is a row validated, defaulted and encoded on the caller's
+// goroutine, so the writer only does bbolt work.
+type prepared struct {
+	rk  []byte
+	row outbox.Row
+	enc []byte
+}
+
+// Append implements outbox.Store: insert-or-ignore on dispatch_key. Rows
+// are validated, defaulted (status pending, Attempt 1 if zero, CreatedAt =
+// the store clock if zero, VisibleAfter = CreatedAt if zero, Shard =
+// shards.ShardOf) and encoded before they are queued; an invalid row fails
+// the call with outbox.ErrInvalidRow and nothing is written. It returns
+// after the group commit holding the batch has been fsync'd. A row whose key
+// exists, live or tombstone, on any shard, is AppendDuplicate.
+func (s *Store) Append(ctx context.Context, rows []outbox.Row) ([]outbox.AppendOutcome, error) {
+	now := s.now()
+	prep := make([]prepared, len(rows))
+	for i := range rows {
+		r := rows[i]
+		if err := validateRow(&r); err != nil {
+			return nil, fmt.Errorf("boltstore: append row %d: %w", i, err)
+		}
+		r.Status = outbox.StatusPending
+		if r.Attempt == 0 {
+			r.Attempt = 1
+		}
+		if r.CreatedAt.IsZero() {
+			r.CreatedAt = now
+		}
+		if r.VisibleAfter.IsZero() {
+			r.VisibleAfter = r.CreatedAt
+		}
+		r.ClaimedAt, r.FinishedAt = time.Time{}, time.Time{}
+		r.Shard = shards.ShardOf(r.DispatchKey, s.opts.ShardCount)
+		prep[i] = prepared{rk: rowKey(r.Shard, r.DispatchKey), row: r, enc: encodeRow(nil, &r)}
+	}
+	outcomes := make([]outbox.AppendOutcome, len(rows))
+	if len(rows) == 0 {
+		return outcomes, s.checkOpen("append")
+	}
+	err := s.submit(ctx, "append", len(rows), func(w *wtx) error {
+		for i := range prep {
+			if w.b.rows.Get(prep[i].rk) != nil {
+				outcomes[i] = outbox.AppendDuplicate
+				continue
+			}
+			if err := w.write(prep[i].rk, nil, false, &prep[i].row, false, prep[i].enc); err != nil {
+				return err
+			}
+			outcomes[i] = outbox.AppendCreated
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return outcomes, nil
+}
+
+// checkOpen returns ErrClosed after Close (for calls with nothing to do).
+func (s *Store) checkOpen(what string) error {
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.closed {
+		return fmt.Errorf("boltstore: %s: %w", what, outbox.ErrClosed)
+	}
+	return nil
+}
+
+// claimCand is a pending row found by a claim scan.
+type claimCand struct {
+	rk  []byte
+	row outbox.Row
+}
+
+// scanRoute collects up to limit claimable rows of one route in (VisibleAfter,
+// DispatchKey) order: a seek to the route's range of the pending index,
+// reading until the first entry visible after now. Entries of non-owned
+// shards and of excluded workflows are skipped (rows in transfer have no
+// entry at all).
+func scanRoute(w *wtx, route []byte, p *outbox.ClaimParams, owned *ownedSet, shardCount uint32, limit int, out []claimCand) ([]claimCand, error) {
+	n := 0
+	c := w.b.pending.Cursor()
+	for k, _ := c.Seek(route); k != nil && bytes.HasPrefix(k, route) && n < limit; k, _ = c.Next() {
+		tail := k[len(route):]
+		if len(tail) < timeKeyLen {
+			return out, fmt.Errorf("%w: pending index key %x", ErrCorrupt, k)
+		}
+		if decodeTimeKey(tail).After(p.Now) {
+			break
+		}
+		dk := string(tail[timeKeyLen:])
+		shard := shards.ShardOf(dk, shardCount)
+		if !owned.has(shard) {
+			continue
+		}
+		rk := rowKey(shard, dk)
+		row, _, ok, err := w.getRow(rk)
+		if err != nil {
+			return out, err
+		}
+		if !ok || row.Status != outbox.StatusPending {
+			return out, fmt.Errorf("%w: pending index entry for %q without a pending row", ErrCorrupt, dk)
+		}
+		if _, held := p.ExcludeWorkflows[row.WorkflowID]; held {
+			continue
+		}
+		out = append(out, claimCand{rk: rk, row: row})
+		n++
+	}
+	return out, nil
+}
+
+// Claim implements outbox.Store. Only rows of owned shards that are not in
+// transfer are claimed. A scoped claim is one cursor seek into the route's
+// range of the pending index; an unscoped claim reads up to Limit
+// candidates from each route holding pending rows and keeps the first Limit
+// by (VisibleAfter, DispatchKey). Rows of held workflows (ExcludeWorkflows)
+// are skipped, not counted: a route whose visible head is held costs a scan
+// of the held rows.
+func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) ([]outbox.Row, error) {
+	if p.Limit <= 0 {
+		return nil, s.checkOpen("claim")
+	}
+	if p.Now.IsZero() {
+		p.Now = s.now()
+	}
+	var out []outbox.Row
+	err := s.submit(ctx, "claim", p.Limit, func(w *wtx) error {
+		out = out[:0]
+		owned := s.owned.Load()
+		var cands []claimCand
+		var err error
+		if p.Scope != nil {
+			cands, err = scanRoute(w, routeKey(p.Scope.Namespace, p.Scope.TaskQueue), &p, owned, s.opts.ShardCount, p.Limit, nil)
+			if err != nil {
+				return err
+			}
+		} else {
+			var routes [][]byte
+			c := w.b.routes.Cursor()
+			for k, _ := c.First(); k != nil; k, _ = c.Next() {
+				routes = append(routes, append([]byte(nil), k...))
+			}
+			for _, r := range routes {
+				if cands, err = scanRoute(w, r, &p, owned, s.opts.ShardCount, p.Limit, cands); err != nil {
+					return err
+				}
+			}
+			slices.SortFunc(cands, func(a, b claimCand) int {
+				if c := a.row.VisibleAfter.Compare(b.row.VisibleAfter); c != 0 {
+					return c
+				}
+				return cmp.Compare(a.row.DispatchKey, b.row.DispatchKey)
+			})
+			if len(cands) > p.Limit {
+				cands = cands[:p.Limit]
+			}
+		}
+		for i := range cands {
+			old := cands[i].row
+			nw := old
+			nw.Status = outbox.StatusClaimed
+			nw.ClaimedAt = p.Now
+			if err := w.write(cands[i].rk, &old, false, &nw, false, nil); err != nil {
+				return err
+			}
+			out = append(out, nw)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// RearmStale implements outbox.Store: it walks the claimed index (ordered by
+// ClaimedAt) from the oldest claim, so it costs the rows it re-arms plus the
+// excluded ones it steps over. It sees every shard, owned or not: a re-armed
+// row of a non-owned shard becomes transferable.
+func (s *Store) RearmStale(ctx context.Context, p outbox.RearmParams) ([]outbox.Row, error) {
+	if p.Limit <= 0 {
+		return nil, s.checkOpen("rearm stale claims")
+	}
+	var out []outbox.Row
+	err := s.submit(ctx, "rearm stale claims", p.Limit, func(w *wtx) error {
+		out = out[:0]
+		var rks [][]byte
+		c := w.b.claimed.Cursor()
+		for k, _ := c.First(); k != nil && len(rks) < p.Limit; k, _ = c.Next() {
+			if len(k) < timeKeyLen {
+				return fmt.Errorf("%w: claimed index key %x", ErrCorrupt, k)
+			}
+			if !decodeTimeKey(k).Before(p.OlderThan) {
+				break
+			}
+			dk := string(k[timeKeyLen:])
+			if _, skip := p.ExcludeKeys[dk]; skip {
+				continue
+			}
+			rks = append(rks, rowKey(shards.ShardOf(dk, s.opts.ShardCount), dk))
+		}
+		for _, rk := range rks {
+			old, _, ok, err := w.getRow(rk)
+			if err != nil {
+				return err
+			}
+			if !ok || old.Status != outbox.StatusClaimed {
+				return fmt.Errorf("%w: claimed index entry for %q without a claimed row", ErrCorrupt, rk[4:])
+			}
+			nw := old
+			nw.Status = outbox.StatusPending
+			nw.VisibleAfter = p.VisibleAfter
+			nw.ClaimedAt = time.Time{}
+			if err := w.write(rk, &old, false, &nw, false, nil); err != nil {
+				return err
+			}
+			out = append(out, nw)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// RearmAllClaimed re-arms every claimed row (any shard) to pending with the
+// given VisibleAfter, in transactions of at most 1000 rows. A node calls it
+// at start-up: claims held when it stopped were abandoned. It returns the
+// number of rows re-armed.
+func (s *Store) RearmAllClaimed(ctx context.Context, visibleAfter time.Time) (int, error) {
+	far := time.Unix(1<<62, 0)
+	total := 0
+	for {
+		rows, err := s.RearmStale(ctx, outbox.RearmParams{OlderThan: far, VisibleAfter: visibleAfter, Limit: GCBatchRows})
+		total += len(rows)
+		if err != nil || len(rows) < GCBatchRows {
+			return total, err
+		}
+	}
+}
+
+// settle applies change to the row of dispatchKey if it exists; change
+// returns false to leave the row as it is (the contract's no-op cases). A
+// settled row loses any transfer mark: its state changed, so the handoff
+// must resend it (CompleteTransfer deletes only rows still marked).
+func (s *Store) settle(ctx context.Context, what, dispatchKey string, change func(r *outbox.Row) bool) error {
+	rk := rowKey(shards.ShardOf(dispatchKey, s.opts.ShardCount), dispatchKey)
+	return s.submit(ctx, what, 1, func(w *wtx) error {
+		old, xfer, ok, err := w.getRow(rk)
+		if err != nil || !ok {
+			return err
+		}
+		nw := old
+		if !change(&nw) {
+			return nil
+		}
+		return w.write(rk, &old, xfer, &nw, false, nil)
+	})
+}
+
+// Complete implements outbox.Store: pending or claimed → done, FinishedAt =
+// p.Now (the store clock if zero), ClaimedAt cleared. Missing or terminal
+// rows are a no-op.
+func (s *Store) Complete(ctx context.Context, p outbox.CompleteParams) error {
+	now := cmp.Or(p.Now, s.now())
+	return s.settle(ctx, "complete "+p.DispatchKey, p.DispatchKey, func(r *outbox.Row) bool {
+		if r.Status.Terminal() {
+			return false
+		}
+		r.Status, r.FinishedAt, r.ClaimedAt = outbox.StatusDone, now, time.Time{}
+		return true
+	})
+}
+
+// Retry implements outbox.Store: claimed → pending with Attempt =
+// p.NextAttempt (Attempt+1 if zero), VisibleAfter and LastError; ClaimedAt
+// cleared. Missing or non-claimed rows are a no-op.
+func (s *Store) Retry(ctx context.Context, p outbox.RetryParams) error {
+	return s.settle(ctx, "retry "+p.DispatchKey, p.DispatchKey, func(r *outbox.Row) bool {
+		if r.Status != outbox.StatusClaimed {
+			return false
+		}
+		r.Status = outbox.StatusPending
+		r.Attempt = cmp.Or(p.NextAttempt, r.Attempt+1)
+		r.VisibleAfter, r.LastError, r.ClaimedAt = p.VisibleAfter, p.LastError, time.Time{}
+		return true
+	})
+}
+
+// Fail implements outbox.Store: pending or claimed → failed (dead letter),
+// LastError set, FinishedAt = p.Now (the store clock if zero), ClaimedAt
+// cleared. Missing or terminal rows are a no-op.
+func (s *Store) Fail(ctx context.Context, p outbox.FailParams) error {
+	now := cmp.Or(p.Now, s.now())
+	return s.settle(ctx, "fail "+p.DispatchKey, p.DispatchKey, func(r *outbox.Row) bool {
+		if r.Status.Terminal() {
+			return false
+		}
+		r.Status, r.LastError, r.FinishedAt, r.ClaimedAt = outbox.StatusFailed, p.LastError, now, time.Time{}
+		return true
+	})
+}

@@ -1,0 +1,264 @@
+package boltstore
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/fairshard/fairshard/outbox"
+)
+
+// Store is the bbolt implementation of outbox.Store plus the handoff, admin
+// and maintenance calls the node needs. It is safe for concurrent use.
+//
+// Every mutation is queued to one writer goroutine, which coalesces whatever
+// is queued into one bbolt write transaction (group commit) and answers each
+// caller after the commit's fsync. Reads run in short bbolt read
+// transactions on the caller's goroutine.
+type Store struct {
+	db   *bolt.DB
+	path string
+	opts Options
+	log  *slog.Logger
+	m    *metrics
+
+	owned atomic.Pointer[ownedSet]
+
+	queue      chan *op
+	closing    chan struct{}
+	writerDone chan struct{}
+	closeOnce  sync.Once
+	closeErr   error
+
+	// closeMu orders reads against Close: readers hold it shared while they
+	// use db, Close takes it exclusively after the writer has stopped.
+	closeMu sync.RWMutex
+	closed  bool
+
+	// broken is set once bbolt panicked inside the writer: the in-memory
+	// state of the file may be damaged, so every later write fails.
+	broken atomic.Pointer[error]
+
+	// totals mirrors the ns counters summed over namespaces, per status,
+	// for the fairshard_store_rows gauge.
+	totals [nsCountsLen]atomic.Int64
+}
+
+var _ outbox.Store = (*Store)(nil)
+
+// Open opens (creating if absent) the store file at path.
+//
+// It waits at most opts.LockTimeout for the file lock and then fails with an
+// error wrapping ErrLocked ("data dir is in use by another process"). A file
+// that is not bbolt, is truncated, has bad pages or lacks the store's
+// buckets fails with ErrCorrupt (bbolt panics are contained). A file created
+// with another shard_count fails with ErrShardCountMismatch. Rows left
+// marked in-transfer by a crashed handoff are unmarked (resending them is
+// harmless: the receiver deduplicates).
+func Open(path string, opts Options) (*Store, error) {
+	opts = opts.withDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	existed, err := precheckFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if existed && !opts.SkipOpenCheck {
+		if err := walkFile(path, opts); err != nil {
+			return nil, err
+		}
+	}
+	db, err := openBolt(path, opts)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{
+		db:         db,
+		path:       path,
+		opts:       opts,
+		log:        opts.Logger.With(slog.String("component", "boltstore"), slog.String("path", path)),
+		queue:      make(chan *op, 1024),
+		closing:    make(chan struct{}),
+		writerDone: make(chan struct{}),
+	}
+	s.owned.Store(&ownedSet{all: true})
+	var unmarked int
+	err = guard("open "+path, func() error {
+		var err error
+		unmarked, err = s.initFile()
+		return err
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	if s.m, err = newMetrics(opts.Registerer, &s.totals); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("boltstore: register metrics: %w", err)
+	}
+	if unmarked > 0 {
+		s.log.Info("cleared in-transfer marks left by an interrupted handoff", slog.Int("rows", unmarked))
+	}
+	go s.run()
+	return s, nil
+}
+
+// initFile creates the buckets of a new file or verifies those of an
+// existing one, checks shard_count, clears transfer marks and loads the
+// status totals.
+func (s *Store) initFile() (int, error) {
+	var unmarked int
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		fresh := tx.Bucket(bucketMeta) == nil
+		if fresh {
+			if err := tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
+				return fmt.Errorf("%s: %w: not a boltstore file (bucket %q but no %q)", s.path, ErrCorrupt, name, bucketMeta)
+			}); err != nil {
+				return err
+			}
+			for _, name := range allBuckets {
+				if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+					return fmt.Errorf("create bucket %q: %w", name, err)
+				}
+			}
+			meta := tx.Bucket(bucketMeta)
+			if err := meta.Put(metaFormat, binary.AppendUvarint(nil, formatVersion)); err != nil {
+				return err
+			}
+			if err := meta.Put(metaShardCount, binary.BigEndian.AppendUint32(nil, s.opts.ShardCount)); err != nil {
+				return err
+			}
+		}
+		w, err := newWtx(tx)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.path, err)
+		}
+		if v := w.b.meta.Get(metaFormat); v == nil {
+			return fmt.Errorf("%s: %w: no format version", s.path, ErrCorrupt)
+		} else if f, n := binary.Uvarint(v); n <= 0 || f != formatVersion {
+			return fmt.Errorf("%s: %w: format version %d, this build reads %d", s.path, ErrCorrupt, f, formatVersion)
+		}
+		v := w.b.meta.Get(metaShardCount)
+		if len(v) != 4 {
+			return fmt.Errorf("%s: %w: no shard_count", s.path, ErrCorrupt)
+		}
+		if sc := binary.BigEndian.Uint32(v); sc != s.opts.ShardCount {
+			return fmt.Errorf("%s: %w: file has %d, options say %d", s.path, ErrShardCountMismatch, sc, s.opts.ShardCount)
+		}
+		// Unmark rows of a handoff that never completed.
+		var keys [][]byte
+		c := w.b.transfer.Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			keys = append(keys, append([]byte(nil), k...))
+		}
+		for _, rk := range keys {
+			row, xfer, ok, err := w.getRow(rk)
+			if err != nil {
+				return err
+			}
+			if !ok || !xfer {
+				return fmt.Errorf("%s: %w: transfer mark %x without a row", s.path, ErrCorrupt, rk)
+			}
+			if err := w.write(rk, &row, true, &row, false, nil); err != nil {
+				return err
+			}
+		}
+		unmarked = len(keys)
+		if err := w.flush(); err != nil {
+			return err
+		}
+		// Load the status totals for the rows gauge.
+		var tot [nsCountsLen]int64
+		err = w.b.ns.ForEach(func(k, v []byte) error {
+			c, err := decodeCounts(v, nsCountsLen)
+			if err != nil {
+				return fmt.Errorf("%s: %w: namespace %q counters", s.path, ErrCorrupt, k)
+			}
+			for i := range tot {
+				tot[i] += c[i]
+			}
+			return nil
+		})
+		for i := range tot {
+			s.totals[i].Store(tot[i])
+		}
+		return err
+	})
+	return unmarked, err
+}
+
+// Close stops the writer (queued operations fail with outbox.ErrClosed),
+// then closes the file, releasing its lock. It is idempotent: later calls
+// return the first call's result. Every other method returns an error
+// wrapping outbox.ErrClosed after Close.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.closing)
+		<-s.writerDone
+		s.closeMu.Lock()
+		s.closed = true
+		s.closeErr = s.db.Close()
+		s.closeMu.Unlock()
+	})
+	return s.closeErr
+}
+
+// Path returns the data file's path.
+func (s *Store) Path() string { return s.path }
+
+// ShardCount returns the store's fixed shard_count.
+func (s *Store) ShardCount() uint32 { return s.opts.ShardCount }
+
+// SetOwnedShards tells the store which shards this node owns. owned is
+// copied into an immutable set that replaces the previous one atomically;
+// shards outside [0, ShardCount) are ignored. A nil slice means "owns every
+// shard" (the single-node default, in force until the first call); an empty
+// non-nil slice owns nothing (as outbox/memstore). Claim, CountClaimed*,
+// CountInFlight and PendingRoutes see only rows of owned shards from the
+// next call on; calls already running use the set they started with.
+func (s *Store) SetOwnedShards(owned []uint32) {
+	s.owned.Store(newOwnedSet(owned, s.opts.ShardCount))
+}
+
+// Owns reports whether the current owned set includes shard.
+func (s *Store) Owns(shard uint32) bool {
+	return shard < s.opts.ShardCount && s.owned.Load().has(shard)
+}
+
+// view runs fn in a read transaction, mapping a closed store to ErrClosed
+// and any bbolt panic to ErrCorrupt.
+func (s *Store) view(ctx context.Context, what string, fn func(tx *bolt.Tx, b buckets) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.closed {
+		return fmt.Errorf("boltstore: %s: %w", what, outbox.ErrClosed)
+	}
+	return guard(what, func() error {
+		err := s.db.View(func(tx *bolt.Tx) error {
+			b, err := openBuckets(tx)
+			if err != nil {
+				return err
+			}
+			return fn(tx, b)
+		})
+		if errors.Is(err, berrors.ErrDatabaseNotOpen) {
+			return fmt.Errorf("boltstore: %s: %w", what, outbox.ErrClosed)
+		}
+		return err
+	})
+}
+
+// now reads the store's clock.
+func (s *Store) now() time.Time { return s.opts.Now() }

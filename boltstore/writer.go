@@ -1,0 +1,200 @@
+package boltstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"slices"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/fairshard/fairshard/outbox"
+)
+
+// op is one mutation queued to the writer. apply runs inside the group
+// commit's transaction and may run more than once (when another op of the
+// same batch fails, the batch is retried without it), so it must write its
+// results from scratch each time. rows weighs the op against MaxBatchRows.
+type op struct {
+	ctx   context.Context
+	what  string
+	rows  int
+	apply func(w *wtx) error
+	done  chan error
+}
+
+// submit queues apply and waits for its group commit. If ctx ends before the
+// writer reaches the op, nothing is written and ctx's error is returned; once
+// applied, submit waits for the commit (milliseconds) whatever ctx does, so
+// a nil error always means durable.
+func (s *Store) submit(ctx context.Context, what string, rows int, apply func(w *wtx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if p := s.broken.Load(); p != nil {
+		return fmt.Errorf("boltstore: %s: %w", what, *p)
+	}
+	o := &op{ctx: ctx, what: what, rows: max(rows, 1), apply: apply, done: make(chan error, 1)}
+	select {
+	case s.queue <- o:
+	case <-s.closing:
+		return fmt.Errorf("boltstore: %s: %w", what, outbox.ErrClosed)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-o.done:
+		return err
+	case <-s.writerDone:
+		select {
+		case err := <-o.done:
+			return err
+		default:
+			return fmt.Errorf("boltstore: %s: %w", what, outbox.ErrClosed)
+		}
+	}
+}
+
+// run is the writer goroutine: take one op, drain whatever else is queued
+// (up to MaxBatchRows), commit them together, answer each.
+func (s *Store) run() {
+	defer close(s.writerDone)
+	// A bad page faults; turn that into a panic that commit recovers.
+	debug.SetPanicOnFault(true)
+	batch := make([]*op, 0, 256)
+	for {
+		select {
+		case o := <-s.queue:
+			batch = append(batch[:0], o)
+		case <-s.closing:
+			s.drainClosed()
+			return
+		}
+		rows := batch[0].rows
+	drain:
+		for rows < s.opts.MaxBatchRows {
+			select {
+			case o := <-s.queue:
+				batch = append(batch, o)
+				rows += o.rows
+			default:
+				break drain
+			}
+		}
+		s.commit(batch)
+		clear(batch)
+	}
+}
+
+func (s *Store) drainClosed() {
+	for {
+		select {
+		case o := <-s.queue:
+			o.done <- fmt.Errorf("boltstore: %s: %w", o.what, outbox.ErrClosed)
+		default:
+			return
+		}
+	}
+}
+
+// errOpFailed aborts a transaction after one op failed; the batch is then
+// retried without that op.
+var errOpFailed = errors.New("op failed")
+
+// commit runs a batch in one bbolt write transaction. Per-op isolation: if
+// one op's apply fails, the transaction is rolled back, that op gets its
+// error, and the rest are retried in a fresh transaction, so one bad op
+// never fails the others. A commit (fsync) failure fails every op of the
+// batch: none of them is durable.
+func (s *Store) commit(batch []*op) {
+	live := batch[:0:0]
+	for _, o := range batch {
+		if p := s.broken.Load(); p != nil {
+			o.done <- fmt.Errorf("boltstore: %s: %w", o.what, *p)
+			continue
+		}
+		if err := o.ctx.Err(); err != nil {
+			o.done <- err
+			continue
+		}
+		live = append(live, o)
+	}
+	for len(live) > 0 {
+		failed, opErr := -1, error(nil)
+		var w *wtx
+		start := time.Now()
+		err := s.update(func(tx *bolt.Tx) error {
+			var err error
+			if w, err = newWtx(tx); err != nil {
+				return err
+			}
+			for i, o := range live {
+				if err := s.applyOp(o, w); err != nil {
+					failed, opErr = i, err
+					return errOpFailed
+				}
+			}
+			return w.flush()
+		})
+		if failed >= 0 {
+			if errors.Is(opErr, ErrCorrupt) && s.broken.Load() != nil {
+				// bbolt panicked: fail the whole batch, the file is suspect.
+				for _, o := range live {
+					o.done <- fmt.Errorf("boltstore: %s: %w", o.what, opErr)
+				}
+				return
+			}
+			live[failed].done <- opErr
+			live = slices.Delete(live, failed, failed+1)
+			continue
+		}
+		if err == nil {
+			s.m.commitDuration.Observe(time.Since(start).Seconds())
+			s.m.batchOps.Observe(float64(len(live)))
+			for i, d := range w.statusDelta {
+				s.totals[i].Add(d)
+			}
+			if w.expired > 0 {
+				s.m.expired.Add(float64(w.expired))
+			}
+		} else {
+			s.log.Error("group commit failed", "ops", len(live), "error", err)
+		}
+		for _, o := range live {
+			if err != nil {
+				o.done <- fmt.Errorf("boltstore: %s: commit: %w", o.what, err)
+			} else {
+				o.done <- nil
+			}
+		}
+		return
+	}
+}
+
+// update is db.Update with any panic (in flush or in bbolt's commit)
+// turned into ErrCorrupt and the store marked broken.
+func (s *Store) update(fn func(tx *bolt.Tx) error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: bbolt panicked: %v", ErrCorrupt, r)
+			s.broken.CompareAndSwap(nil, &err)
+			s.log.Error("bbolt panicked in the writer; refusing further writes", "panic", fmt.Sprint(r))
+		}
+	}()
+	return s.db.Update(fn)
+}
+
+// applyOp runs one op's apply, turning a bbolt panic into ErrCorrupt and
+// marking the store broken.
+func (s *Store) applyOp(o *op, w *wtx) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("boltstore: %s: %w: bbolt panicked: %v", o.what, ErrCorrupt, r)
+			s.broken.CompareAndSwap(nil, &err)
+			s.log.Error("bbolt panicked in the writer; refusing further writes", "op", o.what, "panic", fmt.Sprint(r))
+		}
+	}()
+	return o.apply(w)
+}

@@ -1,0 +1,283 @@
+package boltstore
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/fairshard/fairshard/outbox"
+	bolt "go.etcd.io/bbolt"
+)
+
+// buckets holds one transaction's handles on every bucket.
+type buckets struct {
+	rows, pending, claimed, tombs, dead, dlq, transfer, routes, ns, nsShard, shards, config, meta *bolt.Bucket
+}
+
+func openBuckets(tx *bolt.Tx) (buckets, error) {
+	var b buckets
+	ptrs := []**bolt.Bucket{&b.rows, &b.pending, &b.claimed, &b.tombs, &b.dead, &b.dlq,
+		&b.transfer, &b.routes, &b.ns, &b.nsShard, &b.shards, &b.config, &b.meta}
+	for i, name := range allBuckets {
+		bk := tx.Bucket(name)
+		if bk == nil {
+			return b, fmt.Errorf("%w: bucket %q missing", ErrCorrupt, name)
+		}
+		*ptrs[i] = bk
+	}
+	return b, nil
+}
+
+// wtx is one write transaction of the writer goroutine. Every row change
+// goes through write, which keeps all indexes in step with the row and
+// accumulates counter deltas; flush applies the deltas once per commit, so a
+// batch of 1000 rows of one namespace costs one counter update, not 1000.
+type wtx struct {
+	tx *bolt.Tx
+	b  buckets
+
+	dNS      map[string]counts // namespace → delta (nsCountsLen)
+	dNSShard map[string]counts // nsShardKey → delta (nssCountsLen)
+	dShard   map[uint32]counts // shard → delta (shCountsLen)
+	dRoute   map[string]int64  // routeKey → delta of its "pending" entries
+
+	// statusDelta feeds the fairshard_store_rows gauge after commit.
+	statusDelta [nsCountsLen]int64
+	// expired counts tombstones removed by the sweep in this tx.
+	expired int
+}
+
+func newWtx(tx *bolt.Tx) (*wtx, error) {
+	b, err := openBuckets(tx)
+	if err != nil {
+		return nil, err
+	}
+	return &wtx{
+		tx:       tx,
+		b:        b,
+		dNS:      make(map[string]counts),
+		dNSShard: make(map[string]counts),
+		dShard:   make(map[uint32]counts),
+		dRoute:   make(map[string]int64),
+	}, nil
+}
+
+// getRow loads the row stored under rk, with its transfer mark. ok is false
+// when there is none.
+func (w *wtx) getRow(rk []byte) (row outbox.Row, xfer, ok bool, err error) {
+	v := w.b.rows.Get(rk)
+	if v == nil {
+		return row, false, false, nil
+	}
+	row, err = decodeRow(rk, v)
+	if err != nil {
+		return row, false, false, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	return row, w.b.transfer.Get(rk) != nil, true, nil
+}
+
+// indexKeys are the secondary-index entries one row state owns.
+type indexKeys struct {
+	route   []byte // routes key, set iff pending != nil
+	pending []byte
+	claimed []byte
+	tomb    []byte
+	dead    []byte
+	dlq     []byte
+}
+
+func keysOf(r *outbox.Row, xfer bool) indexKeys {
+	var k indexKeys
+	if r == nil {
+		return k
+	}
+	switch r.Status {
+	case outbox.StatusPending:
+		if !xfer {
+			k.route = routeKey(r.Namespace, r.TaskQueue)
+			k.pending = pendingKey(k.route, r.VisibleAfter, r.DispatchKey)
+		}
+	case outbox.StatusClaimed:
+		k.claimed = timeIndexKey(r.ClaimedAt, r.DispatchKey)
+	case outbox.StatusDone, outbox.StatusCancelled:
+		k.tomb = timeIndexKey(r.FinishedAt, r.DispatchKey)
+	case outbox.StatusFailed:
+		k.dead = timeIndexKey(r.FinishedAt, r.DispatchKey)
+		k.dlq = dlqKey(r.Namespace, r.DispatchKey)
+	}
+	return k
+}
+
+// present is the value of every index entry. Not empty: inside a write
+// transaction bbolt's Get returns nil for a key put with an empty value.
+var present = []byte{1}
+
+func swapIndex(b *bolt.Bucket, oldKey, newKey []byte) error {
+	if bytes.Equal(oldKey, newKey) {
+		return nil
+	}
+	if oldKey != nil {
+		if err := b.Delete(oldKey); err != nil {
+			return err
+		}
+	}
+	if newKey != nil {
+		if err := b.Put(newKey, present); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// write replaces the row stored under rk: old (nil: absent) with its transfer
+// mark becomes nw (nil: delete) with its mark; nw == old (same pointer)
+// changes only the mark. enc, when non-nil, is nw already encoded. Every index entry and counter follows in the same tx.
+func (w *wtx) write(rk []byte, old *outbox.Row, oldXfer bool, nw *outbox.Row, newXfer bool, enc []byte) error {
+	switch {
+	case nw == nil:
+		newXfer = false
+		if err := w.b.rows.Delete(rk); err != nil {
+			return err
+		}
+	case nw == old:
+		// Only the transfer mark changes; the stored row stays.
+	default:
+		if enc == nil {
+			enc = encodeRow(nil, nw)
+		}
+		if err := w.b.rows.Put(rk, enc); err != nil {
+			return fmt.Errorf("store row %q: %w", nw.DispatchKey, err)
+		}
+	}
+	if oldXfer != newXfer {
+		var err error
+		if newXfer {
+			err = w.b.transfer.Put(rk, present)
+		} else {
+			err = w.b.transfer.Delete(rk)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	ok, nk := keysOf(old, oldXfer), keysOf(nw, newXfer)
+	for _, s := range [...]struct {
+		b    *bolt.Bucket
+		o, n []byte
+	}{
+		{w.b.pending, ok.pending, nk.pending},
+		{w.b.claimed, ok.claimed, nk.claimed},
+		{w.b.tombs, ok.tomb, nk.tomb},
+		{w.b.dead, ok.dead, nk.dead},
+		{w.b.dlq, ok.dlq, nk.dlq},
+	} {
+		if err := swapIndex(s.b, s.o, s.n); err != nil {
+			return err
+		}
+	}
+	if !bytes.Equal(ok.route, nk.route) || (ok.pending == nil) != (nk.pending == nil) {
+		if ok.route != nil {
+			w.dRoute[string(ok.route)]--
+		}
+		if nk.route != nil {
+			w.dRoute[string(nk.route)]++
+		}
+	}
+	w.count(old, oldXfer, -1)
+	w.count(nw, newXfer, +1)
+	return nil
+}
+
+func (w *wtx) count(r *outbox.Row, xfer bool, d int64) {
+	if r == nil {
+		return
+	}
+	i := nsIndex(r.Status)
+	c := w.dNS[r.Namespace]
+	if c == nil {
+		c = make(counts, nsCountsLen)
+		w.dNS[r.Namespace] = c
+	}
+	c[i] += d
+	w.statusDelta[i] += d
+
+	sc := w.dShard[r.Shard]
+	if sc == nil {
+		sc = make(counts, shCountsLen)
+		w.dShard[r.Shard] = sc
+	}
+	switch r.Status {
+	case outbox.StatusPending:
+		sc[shPending] += d
+	case outbox.StatusClaimed:
+		sc[shClaimed] += d
+	default:
+		sc[shTerminal] += d
+	}
+	if xfer {
+		sc[shTransfer] += d
+	}
+
+	if r.Status == outbox.StatusPending || r.Status == outbox.StatusClaimed {
+		k := string(nsShardKey(r.Shard, r.Namespace))
+		nc := w.dNSShard[k]
+		if nc == nil {
+			nc = make(counts, nssCountsLen)
+			w.dNSShard[k] = nc
+		}
+		if r.Status == outbox.StatusPending {
+			nc[nssPending] += d
+		} else {
+			nc[nssClaimed] += d
+		}
+	}
+}
+
+// flush applies the accumulated counter deltas. A counter driven below zero
+// means the file's counters disagree with its rows: ErrCorrupt.
+func (w *wtx) flush() error {
+	for ns, d := range w.dNS {
+		if err := addCounts(w.b.ns, []byte(ns), d); err != nil {
+			return fmt.Errorf("namespace %q counters: %w", ns, err)
+		}
+	}
+	for k, d := range w.dNSShard {
+		if err := addCounts(w.b.nsShard, []byte(k), d); err != nil {
+			return fmt.Errorf("namespace %q shard %d counters: %w", k[4:], binary.BigEndian.Uint32([]byte(k)), err)
+		}
+	}
+	for shard, d := range w.dShard {
+		if err := addCounts(w.b.shards, appendShard(nil, shard), d); err != nil {
+			return fmt.Errorf("shard %d counters: %w", shard, err)
+		}
+	}
+	for rk, d := range w.dRoute {
+		if err := addCounts(w.b.routes, []byte(rk), counts{d}); err != nil {
+			return fmt.Errorf("route %x counter: %w", rk, err)
+		}
+	}
+	return nil
+}
+
+func addCounts(b *bolt.Bucket, key []byte, d counts) error {
+	if d.zero() {
+		return nil
+	}
+	cur := make(counts, len(d))
+	if v := b.Get(key); v != nil {
+		var err error
+		if cur, err = decodeCounts(v, len(d)); err != nil {
+			return fmt.Errorf("%w: %w", ErrCorrupt, err)
+		}
+	}
+	for i := range cur {
+		cur[i] += d[i]
+		if cur[i] < 0 {
+			return fmt.Errorf("%w: counter %d would go negative (%d)", ErrCorrupt, i, cur[i])
+		}
+	}
+	if cur.zero() {
+		return b.Delete(key)
+	}
+	return b.Put(key, cur.encode())
+}
