@@ -48,7 +48,7 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	case "check":
 		return check(args, stdout, stderr)
 	case "demo":
-		return demo(args, environ, stdout, stderr)
+		return demoCmd(args, stdout, stderr)
 	case "load":
 		return load(args, stdout, stderr)
 	case "target":
