@@ -299,8 +299,13 @@ func (d *Dispatcher) SweepOnce(ctx context.Context) (backpressure.Sweep, error) 
 		held = d.cfg.Held()
 	}
 	fs := &filteredStore{ClaimStore: d.store, d: d}
+	var planned backpressure.ClaimStore = fs
+	if bc, ok := d.store.(backpressure.BatchClaimer); ok {
+		// Keep the store's one-transaction sweep visible to the planner.
+		planned = &filteredBatchStore{filteredStore: fs, BatchClaimer: bc}
+	}
 	start := time.Now()
-	sw, err := d.cfg.Planner.Sweep(ctx, fs, budget, held)
+	sw, err := d.cfg.Planner.Sweep(ctx, planned, budget, held)
 	d.m.sweepDur.Observe(time.Since(start).Seconds())
 	d.launch(sw.Rows)
 	d.report(sw, budget, fs)
@@ -322,6 +327,13 @@ type filteredStore struct {
 	d       *Dispatcher
 	listed  bool
 	waiting []outbox.ClaimScope
+}
+
+// filteredBatchStore is a filteredStore over a store that claims a whole
+// sweep in one transaction (backpressure.BatchClaimer).
+type filteredBatchStore struct {
+	*filteredStore
+	backpressure.BatchClaimer
 }
 
 func (f *filteredStore) PendingRoutes(ctx context.Context, now time.Time) ([]outbox.ClaimScope, error) {

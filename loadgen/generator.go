@@ -146,6 +146,10 @@ type wireRow struct {
 // Failed requests are counted and retried once with the same keys (an
 // append is idempotent), then given up.
 func (g *Generator) Run(ctx context.Context) (Report, error) {
+	// Requests run under reqCtx, which only the caller cancels: a batch in
+	// flight when Duration ends is finished and counted, so every row the
+	// cluster stored is reported as appended.
+	reqCtx := ctx
 	if g.cfg.Duration > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, g.cfg.Duration)
@@ -159,7 +163,7 @@ func (g *Generator) Run(ctx context.Context) (Report, error) {
 		defer t.Stop()
 		tick = t.C
 	}
-	eg, ctx := errgroup.WithContext(ctx)
+	var eg errgroup.Group
 	for w := range g.cfg.Concurrency {
 		eg.Go(func() error {
 			rng := rand.New(rand.NewPCG(uint64(w), uint64(start.UnixNano())))
@@ -182,7 +186,7 @@ func (g *Generator) Run(ctx context.Context) (Report, error) {
 					size = int(min(int64(size), int64(g.cfg.Rows)-first))
 				}
 				node := g.cfg.Nodes[(w+n)%len(g.cfg.Nodes)]
-				g.send(ctx, rng, node, first, size)
+				g.send(reqCtx, rng, node, first, size)
 			}
 		})
 	}
