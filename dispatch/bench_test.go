@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,25 +18,45 @@ import (
 	"github.com/fairshard/fairshard/outbox"
 )
 
-// BenchmarkEndToEnd measures rows/s from append to done on one node: a
-// producer appends rows (batches of 100, 2 namespaces × 4 task queues,
-// Wake after each batch) as fast as the store accepts them, or at a paced
-// offered rate; the dispatcher (default Config) claims, POSTs each row to a
-// local no-op httptest target and settles it. One op is rowsPerOp rows on
-// a fresh store. Reported: rows/s (rows / time from the first append to
-// the last settle) and the append→done latency percentiles (FinishedAt −
-// CreatedAt of every row, in ms).
+// benchMode is one way of feeding the dispatcher.
+type benchMode struct {
+	name      string
+	rows      int  // rows per op
+	producers int  // concurrent appenders (batches of 100 rows, Wake after each)
+	rate      int  // offered rows/s over all producers; 0 = as fast as the store accepts
+	backlog   bool // append every row before Run starts: the dispatcher's drain rate
+	batchSize int  // Config.BatchSize; 0 = default (256)
+}
+
+var benchModes = []benchMode{
+	{name: "saturate", rows: 20_000, producers: 8},
+	{name: "backlog", rows: 20_000, backlog: true},
+	{name: "backlog-batch1024", rows: 20_000, backlog: true, batchSize: 1024},
+	{name: "paced-2000rps", rows: 4_000, producers: 1, rate: 2000},
+}
+
+// BenchmarkEndToEnd measures rows/s from append to done on one node:
+// rows (2 namespaces × 4 task queues) are appended, the dispatcher
+// (default Config unless the mode says otherwise) claims them, POSTs each
+// to a local no-op httptest target and settles it. One op is mode.rows rows
+// on a fresh store. Modes: saturate (8 producers appending as fast as the
+// store accepts), backlog (every row appended before Run: the dispatcher's
+// drain rate alone), paced (a steady offered rate: latency at moderate
+// load). Reported: rows/s (rows / time from the first append, or from Run
+// for a backlog, to the last settle), append→done latency percentiles
+// (FinishedAt − CreatedAt of every row, ms; for a backlog they mostly
+// measure the queue), sweeps/s and the mean sweep duration.
 //
 //	go test -run '^$' -bench EndToEnd -benchtime 3x ./dispatch/
 func BenchmarkEndToEnd(b *testing.B) {
 	for _, st := range storeKinds {
-		b.Run(st.name+"/saturate", func(b *testing.B) { benchEndToEnd(b, st, 20_000, 0, 0) })
-		b.Run(st.name+"/saturate-batch1024", func(b *testing.B) { benchEndToEnd(b, st, 20_000, 0, 1024) })
-		b.Run(st.name+"/paced-2000rps", func(b *testing.B) { benchEndToEnd(b, st, 4_000, 2000, 0) })
+		for _, m := range benchModes {
+			b.Run(st.name+"/"+m.name, func(b *testing.B) { benchEndToEnd(b, st, m) })
+		}
 	}
 }
 
-func benchEndToEnd(b *testing.B, st storeKind, rowsPerOp, ratePerSec, batchSize int) {
+func benchEndToEnd(b *testing.B, st storeKind, mode benchMode) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.WriteHeader(http.StatusNoContent)
@@ -55,15 +76,35 @@ func benchEndToEnd(b *testing.B, st storeKind, rowsPerOp, ratePerSec, batchSize 
 	for i := range b.N {
 		b.StopTimer()
 		store, _ := st.open(b)
-		reg := prometheus.NewRegistry()
-		cfg := Config{Store: store, Planner: testPlanner(), Targets: static(srv.URL), Registerer: reg, BatchSize: batchSize}
+		cfg := Config{Store: store, Planner: testPlanner(), Targets: static(srv.URL),
+			Registerer: prometheus.NewRegistry(), BatchSize: mode.batchSize}
 		d, err := New(cfg)
 		if err != nil {
 			b.Fatal(err)
 		}
+		// Keys are split among producers; each producer appends its share.
+		keys := make([]string, mode.rows)
+		for j := range keys {
+			keys[j] = fmt.Sprintf("op%d-%06d", i, j)
+		}
+		appendRange := func(ctx context.Context, from, to int) error {
+			now := time.Now()
+			rs := make([]outbox.Row, 0, to-from)
+			for j := from; j < to; j++ {
+				rs = append(rs, mkRow(keys[j], namespaces[j%2], fmt.Sprintf("tq-%d", (j/2)%4), now))
+			}
+			_, err := store.Append(ctx, rs)
+			d.Wake()
+			return err
+		}
 		ctx, cancel := context.WithCancel(context.Background())
-		runDone := make(chan error, 1)
-		go func() { runDone <- d.Run(ctx) }()
+		if mode.backlog {
+			for off := 0; off < mode.rows; off += 1000 {
+				if err := appendRange(ctx, off, min(off+1000, mode.rows)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
 		delivered := func() int {
 			n := 0
 			for _, ns := range namespaces {
@@ -74,39 +115,42 @@ func benchEndToEnd(b *testing.B, st storeKind, rowsPerOp, ratePerSec, batchSize 
 		b.StartTimer()
 
 		start := time.Now()
-		var pace *time.Ticker
-		if ratePerSec > 0 {
-			pace = time.NewTicker(time.Duration(float64(time.Second) * batch / float64(ratePerSec)))
+		runDone := make(chan error, 1)
+		go func() { runDone <- d.Run(ctx) }()
+		var producers sync.WaitGroup
+		errs := make(chan error, max(mode.producers, 1))
+		for p := range mode.producers {
+			producers.Go(func() {
+				var pace *time.Ticker
+				if mode.rate > 0 {
+					pace = time.NewTicker(time.Duration(float64(time.Second) * batch * float64(mode.producers) / float64(mode.rate)))
+					defer pace.Stop()
+				}
+				for off := p * batch; off < mode.rows; off += batch * mode.producers {
+					if pace != nil {
+						<-pace.C
+					}
+					if err := appendRange(ctx, off, min(off+batch, mode.rows)); err != nil {
+						errs <- err
+						return
+					}
+				}
+			})
 		}
-		keys := make([]string, 0, rowsPerOp)
-		for off := 0; off < rowsPerOp; off += batch {
-			if pace != nil {
-				<-pace.C
-			}
-			now := time.Now()
-			rs := make([]outbox.Row, 0, batch)
-			for j := off; j < min(off+batch, rowsPerOp); j++ {
-				k := fmt.Sprintf("op%d-%06d", i, j)
-				keys = append(keys, k)
-				rs = append(rs, mkRow(k, namespaces[j%2], fmt.Sprintf("tq-%d", (j/2)%4), now))
-			}
-			if _, err := store.Append(ctx, rs); err != nil {
-				b.Fatal(err)
-			}
-			d.Wake()
-		}
-		if pace != nil {
-			pace.Stop()
+		producers.Wait()
+		close(errs)
+		for err := range errs {
+			b.Fatal(err)
 		}
 		deadline := time.Now().Add(2 * time.Minute)
-		for delivered() < rowsPerOp {
+		for delivered() < mode.rows {
 			if time.Now().After(deadline) {
-				b.Fatalf("only %d of %d rows done after 2 min", delivered(), rowsPerOp)
+				b.Fatalf("only %d of %d rows done after 2 min", delivered(), mode.rows)
 			}
 			time.Sleep(time.Millisecond)
 		}
 		elapsed += time.Since(start)
-		rows += rowsPerOp
+		rows += mode.rows
 
 		b.StopTimer()
 		cancel()
