@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
@@ -433,5 +434,36 @@ func TestUnusableTargetURLWaits(t *testing.T) {
 	}
 	if got := d.RoutesWithoutTarget(); len(got) != 3 {
 		t.Fatalf("RoutesWithoutTarget = %v, want the 3 routes with unusable URLs", got)
+	}
+}
+
+// batchStore is a store that offers backpressure.BatchClaimer (as
+// boltstore does) and counts its use.
+type batchStore struct {
+	outbox.Store
+	batches atomic.Int64
+}
+
+func (s *batchStore) ClaimBatch(ctx context.Context, run func(claim func(outbox.ClaimParams) ([]outbox.Row, error)) error) error {
+	s.batches.Add(1)
+	return run(func(p outbox.ClaimParams) ([]outbox.Row, error) { return s.Claim(ctx, p) })
+}
+
+// TestBatchClaimerPassedThrough: the dispatcher's route filter keeps a
+// store's one-transaction sweep visible to the planner.
+func TestBatchClaimerPassedThrough(t *testing.T) {
+	tg := newTarget(t, nil)
+	bs := &batchStore{Store: newStore(t)}
+	cfg := testConfig(static(tg.URL()))
+	cfg.Store = bs
+	d, b := setup(t, cfg)
+	defer drain(t, d)
+	now := time.Now()
+	mustAppend(t, b.store, mkRow("a", "ns", "q1", now), mkRow("b", "ns", "q2", now), mkRow("c", "other", "q", now))
+	if sw := sweep(t, d); len(sw.Rows) != 3 {
+		t.Fatalf("sweep claimed %d rows, want 3", len(sw.Rows))
+	}
+	if n := bs.batches.Load(); n != 1 {
+		t.Fatalf("ClaimBatch called %d times for one sweep, want 1", n)
 	}
 }
