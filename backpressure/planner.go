@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/fairshard/fairshard/outbox"
@@ -18,6 +19,17 @@ type ClaimStore interface {
 	PendingRoutes(ctx context.Context, now time.Time) ([]outbox.ClaimScope, error)
 	CountClaimedByNamespace(ctx context.Context, namespaces []string) (map[string]int, error)
 	Claim(ctx context.Context, p outbox.ClaimParams) ([]outbox.Row, error)
+}
+
+// BatchClaimer is an optional upgrade of ClaimStore: a store that can run
+// every claim of a sweep in one transaction (boltstore: one group commit,
+// one fsync, instead of one per route). ClaimBatch calls run with a claim
+// function bound to that transaction; the claims take effect together when
+// ClaimBatch returns nil, and none of them when it returns an error. run may
+// be called more than once (a store may retry the transaction), so it must
+// start from scratch each time.
+type BatchClaimer interface {
+	ClaimBatch(ctx context.Context, run func(claim func(outbox.ClaimParams) ([]outbox.Row, error)) error) error
 }
 
 // PlannerConfig wires a Planner. Only Quotas is required.
@@ -48,6 +60,10 @@ type Planner struct {
 	eligible func(outbox.ClaimScope) bool
 	now      func() time.Time
 	log      *slog.Logger
+	// cursor is the last namespace the previous sweep's first pass reached
+	// with budget left; the next sweep starts after it (see Sweep).
+	cursorMu sync.Mutex
+	cursor   string
 }
 
 // NewPlanner builds a Planner. It panics only if cfg.Quotas is nil, a
@@ -126,6 +142,14 @@ func (p *Planner) ClaimRoundRobin(ctx context.Context, store ClaimStore, batchSi
 //   - pass 2 (utilisation): leftover budget goes, in namespace order, to
 //     namespaces that still have headroom.
 //
+// One deliberate deviation from the seed: the passes walk the sorted
+// namespaces starting just after the last namespace the previous sweep's
+// first pass reached with budget left, wrapping around, instead of always at
+// the alphabetically first. When the budget covers every namespace the start
+// does not move; when more namespaces are active than the batch has slots
+// (slice 1, budget spent before the tail), the next sweep continues where
+// this one ran out, so no fixed tail of namespaces starves.
+//
 // Rows of held workflows are skipped at claim time (they stay pending and
 // do not use up the limit). A store error is returned as is, wrapped with
 // the step and route; rows claimed before it are returned too, so the
@@ -178,28 +202,65 @@ func (p *Planner) Sweep(ctx context.Context, store ClaimStore, batchSize int, he
 		out.Namespaces[i] = NamespaceSweep{Namespace: ns, Quota: quota, Ceiling: ceiling, ClaimedBefore: c, Routes: len(byNS[ns].routes)}
 	}
 
-	budget := batchSize
 	slice := max((batchSize+len(names)-1)/len(names), 1)
 	claimParams := outbox.ClaimParams{Now: now, ExcludeWorkflows: held}
-	for pass := range 2 {
+	p.cursorMu.Lock()
+	start, _ := slices.BinarySearch(names, p.cursor)
+	if start < len(names) && names[start] == p.cursor {
+		start++
+	}
+	start %= len(names)
+	p.cursorMu.Unlock()
+	headroom := make([]int, len(names))
+	reached := ""
+	// execute runs both passes through claim; it starts from scratch on every
+	// call (a BatchClaimer may run it more than once).
+	execute := func(claim func(outbox.ClaimParams) ([]outbox.Row, error)) error {
+		out.Rows = out.Rows[:0]
 		for i, ns := range names {
-			if budget == 0 {
-				break
-			}
-			pl := byNS[ns]
-			allocation := min(pl.headroom, budget)
-			if pass == 0 {
-				allocation = min(allocation, slice)
-			}
-			got, err := claimSlice(ctx, store, pl.routes, allocation, claimParams, &out.Rows)
-			pl.headroom -= got
-			budget -= got
-			out.Namespaces[i].Claimed += got
-			if err != nil {
-				return out, err
+			headroom[i] = byNS[ns].headroom
+			out.Namespaces[i].Claimed = 0
+		}
+		budget := batchSize
+		for pass := range 2 {
+			for j := range names {
+				if budget == 0 {
+					break
+				}
+				i := (start + j) % len(names)
+				ns := names[i]
+				if pass == 0 {
+					reached = ns
+				}
+				allocation := min(headroom[i], budget)
+				if pass == 0 {
+					allocation = min(allocation, slice)
+				}
+				got, err := claimSlice(claim, byNS[ns].routes, allocation, claimParams, &out.Rows)
+				headroom[i] -= got
+				budget -= got
+				out.Namespaces[i].Claimed += got
+				if err != nil {
+					return err
+				}
 			}
 		}
+		return nil
 	}
+	if bc, ok := store.(BatchClaimer); ok {
+		if err := bc.ClaimBatch(ctx, execute); err != nil {
+			out.Rows = nil // the transaction rolled back: nothing was claimed
+			for i := range out.Namespaces {
+				out.Namespaces[i].Claimed = 0
+			}
+			return out, fmt.Errorf("backpressure: claim batch over %d namespaces: %w", len(names), err)
+		}
+	} else if err := execute(func(cp outbox.ClaimParams) ([]outbox.Row, error) { return store.Claim(ctx, cp) }); err != nil {
+		return out, err
+	}
+	p.cursorMu.Lock()
+	p.cursor = reached
+	p.cursorMu.Unlock()
 	if len(out.Rows) == 0 {
 		p.log.Debug("backpressure held every pending route this sweep", "namespaces", len(names))
 	}
@@ -208,24 +269,35 @@ func (p *Planner) Sweep(ctx context.Context, store ClaimStore, batchSize int, he
 
 // claimSlice claims up to allocation rows of one namespace, round-robin over
 // its routes: each route is offered ceil(remaining / routes left), so a
-// route with few rows yields the rest to the routes after it.
-func claimSlice(ctx context.Context, store ClaimStore, routes []outbox.ClaimScope, allocation int, p outbox.ClaimParams, into *[]outbox.Row) (int, error) {
+// route with few rows yields the rest to the routes after it. Where the seed
+// stops after one pass over the routes, this keeps going round the routes
+// that filled their share until the allocation is met or every route has
+// run dry, so a short route early in the list cannot leave budget unused.
+func claimSlice(claim func(outbox.ClaimParams) ([]outbox.Row, error), routes []outbox.ClaimScope, allocation int, p outbox.ClaimParams, into *[]outbox.Row) (int, error) {
 	remaining, total := allocation, 0
-	for i := range routes {
-		if remaining <= 0 {
-			break
+	live := routes
+	for remaining > 0 && len(live) > 0 {
+		var stillLive []outbox.ClaimScope
+		for i := range live {
+			if remaining <= 0 {
+				break
+			}
+			left := len(live) - i
+			share := min(max((remaining+left-1)/left, 1), remaining)
+			scope := live[i]
+			p.Scope, p.Limit = &scope, share
+			rows, err := claim(p)
+			*into = append(*into, rows...)
+			remaining -= len(rows)
+			total += len(rows)
+			if err != nil {
+				return total, fmt.Errorf("backpressure: claim %d rows of route %s: %w", share, scope, err)
+			}
+			if len(rows) == share { // filled its share: it may have more
+				stillLive = append(stillLive, scope)
+			}
 		}
-		left := len(routes) - i
-		share := min(max((remaining+left-1)/left, 1), remaining)
-		scope := routes[i]
-		p.Scope, p.Limit = &scope, share
-		rows, err := store.Claim(ctx, p)
-		*into = append(*into, rows...)
-		remaining -= len(rows)
-		total += len(rows)
-		if err != nil {
-			return total, fmt.Errorf("backpressure: claim %d rows of route %s: %w", share, scope, err)
-		}
+		live = stillLive
 	}
 	return total, nil
 }

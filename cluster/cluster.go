@@ -1,0 +1,522 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Errors returned by this package. Test them with errors.Is; the returned
+// errors wrap them with the node, key or field concerned.
+var (
+	// ErrInvalidConfig is returned by New for a Config that fails
+	// validation; the message names the field and its bound.
+	ErrInvalidConfig = errors.New("cluster: invalid config")
+	// ErrShardCountMismatch is returned when a peer's shard_count differs
+	// from this node's; such a peer is refused (DESIGN.md "Membership").
+	ErrShardCountMismatch = errors.New("cluster: peer has another shard count")
+	// ErrProtocolMismatch is returned when a peer speaks another
+	// ProtocolVersion; such a peer is refused.
+	ErrProtocolMismatch = errors.New("cluster: peer speaks another protocol version")
+	// ErrBadMeta is returned when a peer's node meta cannot be read (not a
+	// fairshard node, or corrupt); such a peer is refused.
+	ErrBadMeta = errors.New("cluster: unreadable peer node meta")
+	// ErrInvalidConfigEntry is returned by PutConfig and DeleteConfig for a
+	// bad key or value.
+	ErrInvalidConfigEntry = errors.New("cluster: invalid config entry")
+	// ErrShutdown is returned by calls on a Cluster after Shutdown.
+	ErrShutdown = errors.New("cluster: shut down")
+	// ErrAlreadyStarted is returned by a second Start.
+	ErrAlreadyStarted = errors.New("cluster: already started")
+	// ErrLeft is returned by Join after Leave: a memberlist that left
+	// cannot join again (memberlist#140); build a new Cluster.
+	ErrLeft = errors.New("cluster: node has left")
+)
+
+// Cluster is one node's membership in a fairshard cluster: memberlist
+// gossip, shard ownership snapshots and the gossiped cluster config. Build
+// it with New; it is safe for concurrent use.
+type Cluster struct {
+	cfg      *Config // defaulted, validated, private copy
+	name     string
+	protocol uint8
+	log      *slog.Logger
+	ml       *memberlist.Memberlist
+	metrics  *metrics
+
+	metaMu sync.Mutex // serialises state changes
+	state  MemberState
+	meta   atomic.Pointer[[]byte]
+
+	// membership, copied from memberlist's event callbacks (events.go)
+	peersMu  sync.Mutex
+	peers    map[string]peer
+	selfAddr string
+
+	// ownership
+	recomputeMu sync.Mutex
+	recomputeCh chan struct{} // 1-buffered, poked by events
+	snap        atomic.Pointer[OwnershipSnapshot]
+	numMembers  atomic.Int64 // live members at the last recompute, for the broadcast queue
+	subMu       sync.Mutex
+	subs        map[*subscriber]struct{} // nil after Shutdown
+
+	// gossiped config
+	config           *configStore
+	broadcasts       *memberlist.TransmitLimitedQueue
+	persistMu        sync.Mutex         // serialises ConfigPersist calls
+	persisted        map[string]Version // last version handed to ConfigPersist, per key
+	persistPendingMu sync.Mutex
+	persistPending   map[string]struct{} // remote keys to persist
+	persistCh        chan struct{}       // 1-buffered
+	watchMu          sync.RWMutex
+	watches          map[*ConfigWatch]struct{} // nil after Shutdown
+
+	// peer admission
+	refuseMu      sync.Mutex
+	refusedLogged map[string]time.Time
+	refusalSeq    uint64
+	lastRefusal   refusal
+
+	// lifecycle
+	lifeMu   sync.Mutex // serialises Start, Leave and Shutdown
+	started  bool
+	left     atomic.Bool
+	shutdown atomic.Bool
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+}
+
+// New validates cfg, creates the memberlist (listening on the gossip
+// address; peers may join it from now on), loads cfg.InitialConfig and
+// publishes a first ownership snapshot in which this node alone owns every
+// shard. It does not contact anyone: call Start to join the seeds. On error
+// nothing is left running. cfg is not modified.
+func New(cfg *Config) (*Cluster, error) {
+	if cfg == nil {
+		return nil, fmt.Errorf("%w: nil *Config", ErrInvalidConfig)
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	c := &Cluster{
+		cfg:            cfg,
+		name:           cfg.Name,
+		protocol:       cfg.protocolVersion,
+		log:            cfg.Logger.With("component", "cluster", "node", cfg.Name),
+		state:          MemberActive,
+		recomputeCh:    make(chan struct{}, 1),
+		peers:          make(map[string]peer),
+		subs:           make(map[*subscriber]struct{}),
+		config:         newConfigStore(),
+		persisted:      make(map[string]Version),
+		persistPending: make(map[string]struct{}),
+		persistCh:      make(chan struct{}, 1),
+		watches:        make(map[*ConfigWatch]struct{}),
+		refusedLogged:  make(map[string]time.Time),
+	}
+	meta, err := c.encodeMeta(MemberActive)
+	if err != nil {
+		return nil, err
+	}
+	c.meta.Store(&meta)
+	c.metrics = newMetrics(c)
+	for _, e := range cfg.InitialConfig {
+		e = e.clone()
+		if len(e.Value) == 0 {
+			e.Value = nil
+		}
+		if ok, live := c.config.apply(e); ok {
+			c.persisted[e.Key] = e.Version // it came from the persisted store
+			c.metrics.configEntries.Set(float64(live))
+		}
+	}
+
+	mc := cfg.Config // private copy made by withDefaults
+	d := &delegate{c: c}
+	mc.Delegate, mc.Events, mc.Alive, mc.Merge, mc.Conflict = d, &events{c: c}, d, d, d
+	mc.LogOutput = nil
+	mc.Logger = log.New(&logBridge{l: c.log.With("component", "memberlist")}, "", 0)
+	c.broadcasts = &memberlist.TransmitLimitedQueue{
+		NumNodes:       func() int { return int(max(c.numMembers.Load(), 1)) },
+		RetransmitMult: mc.RetransmitMult,
+	}
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		return nil, fmt.Errorf("create memberlist for node %q on %s:%d: %w", cfg.Name, mc.BindAddr, mc.BindPort, err)
+	}
+	c.ml = ml
+	reg := cfg.Registerer
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	if err := c.metrics.register(reg); err != nil {
+		_ = ml.Shutdown()
+		return nil, err
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	c.Recompute()
+	c.goFunc(func() { c.recomputeLoop(ctx) })
+	if cfg.ConfigPersist != nil {
+		c.goFunc(func() { c.persistLoop(ctx) })
+	}
+	c.log.Info("cluster node created", "gossip_addr", c.GossipAddr(), "api_addr", cfg.APIAddr,
+		"shard_count", cfg.ShardCount, "config_entries", len(cfg.InitialConfig))
+	return c, nil
+}
+
+func (c *Cluster) goFunc(f func()) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		f()
+	}()
+}
+
+func (c *Cluster) encodeMeta(state MemberState) ([]byte, error) {
+	return nodeMeta{
+		Protocol:   c.protocol,
+		ShardCount: c.cfg.ShardCount,
+		State:      state,
+		Name:       c.name,
+		APIAddr:    c.cfg.APIAddr,
+	}.encodeChecked()
+}
+
+// Name returns this node's name.
+func (c *Cluster) Name() string { return c.name }
+
+// GossipAddr returns the address (ip:port) peers reach this node's gossip
+// at; with BindPort 0 it carries the port memberlist picked.
+func (c *Cluster) GossipAddr() string {
+	c.peersMu.Lock()
+	defer c.peersMu.Unlock()
+	return c.selfAddr
+}
+
+// Start launches the join loop: it joins Config.Join at once and then every
+// RejoinInterval re-joins any seed that is not a member, all of them while
+// this node is alone (PITFALLS: Join may succeed and the peers still
+// reject us; dead nodes are forgotten, so a partition heals only by
+// re-joining). It returns once the loop is launched; the loop ends when ctx
+// ends, on Leave or on Shutdown. Errors: ErrAlreadyStarted, ErrShutdown.
+func (c *Cluster) Start(ctx context.Context) error {
+	c.lifeMu.Lock()
+	defer c.lifeMu.Unlock()
+	switch {
+	case c.shutdown.Load():
+		return ErrShutdown
+	case c.started:
+		return ErrAlreadyStarted
+	}
+	c.started = true
+	if len(c.cfg.Join) == 0 {
+		return nil
+	}
+	loopCtx, cancel := context.WithCancel(ctx)
+	prev := c.cancel
+	c.cancel = func() { cancel(); prev() }
+	c.goFunc(func() { c.joinLoop(loopCtx) })
+	return nil
+}
+
+func (c *Cluster) joinLoop(ctx context.Context) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		if c.left.Load() || c.shutdown.Load() {
+			return
+		}
+		c.rejoinOnce(ctx)
+		// ±10% jitter so restarted nodes do not re-join in lockstep.
+		iv := c.cfg.RejoinInterval
+		timer.Reset(iv - iv/10 + rand.N(iv/5+1))
+	}
+}
+
+// rejoinOnce joins every seed address that is not a live member.
+func (c *Cluster) rejoinOnce(ctx context.Context) {
+	targets, resolveErr := c.resolve(ctx, c.cfg.Join)
+	live := make(map[string]bool)
+	for _, p := range c.livePeers() {
+		live[p.addr] = true
+	}
+	isolated := len(live) <= 1
+	var missing []string
+	for _, t := range targets {
+		if !live[t] {
+			missing = append(missing, t)
+		}
+	}
+	if resolveErr != nil {
+		c.log.Warn("resolving join addresses", "join", c.cfg.Join, "error", resolveErr)
+	}
+	if len(missing) == 0 || ctx.Err() != nil {
+		return
+	}
+	n, err := c.joinAddrs(missing)
+	switch {
+	case err != nil && isolated:
+		c.log.Warn("isolated and joining the seeds failed; retrying", "targets", missing,
+			"retry_in", c.cfg.RejoinInterval.String(), "error", err)
+	case err != nil:
+		c.log.Debug("re-joining seeds that are not members failed", "targets", missing, "error", err)
+	case n > 0:
+		c.log.Info("joined", "targets", missing, "contacted", n, "was_isolated", isolated)
+	}
+}
+
+// Join joins the cluster through addrs (host:port; a DNS name joins every
+// address it resolves to) now, in addition to the background loop of
+// Start. It returns how many addresses answered. An error means none
+// answered; when a peer was refused during the attempt the error wraps
+// ErrShardCountMismatch, ErrProtocolMismatch or ErrBadMeta. memberlist's
+// join is bounded by Config.TCPTimeout per address and cannot be
+// interrupted, so ctx is checked only while resolving. Errors also:
+// ErrShutdown, ErrLeft.
+func (c *Cluster) Join(ctx context.Context, addrs ...string) (int, error) {
+	switch {
+	case c.shutdown.Load():
+		return 0, ErrShutdown
+	case c.left.Load():
+		return 0, ErrLeft
+	}
+	targets, err := c.resolve(ctx, addrs)
+	if len(targets) == 0 {
+		if err == nil {
+			err = errors.New("no address to join (only this node's own)")
+		}
+		return 0, fmt.Errorf("join %v: %w", addrs, err)
+	}
+	return c.joinAddrs(targets)
+}
+
+func (c *Cluster) joinAddrs(targets []string) (int, error) {
+	c.refuseMu.Lock()
+	before := c.refusalSeq
+	c.refuseMu.Unlock()
+	n, err := c.ml.Join(targets)
+	if err == nil {
+		return n, nil
+	}
+	c.refuseMu.Lock()
+	r := c.lastRefusal
+	c.refuseMu.Unlock()
+	if r.seq > before {
+		return n, fmt.Errorf("join %v: %w", targets, r.err)
+	}
+	return n, fmt.Errorf("join %v: %w", targets, err)
+}
+
+// resolve turns host:port addresses into ip:port ones, every IP of a DNS
+// name included, without duplicates and without this node's own address.
+func (c *Cluster) resolve(ctx context.Context, addrs []string) ([]string, error) {
+	self := c.GossipAddr()
+	var out []string
+	var errs []error
+	add := func(ip string, port uint16) {
+		a := net.JoinHostPort(ip, fmt.Sprint(port))
+		if a != self && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	for _, a := range addrs {
+		hp, err := splitHostPort(a)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("join address %q: %w", a, err))
+			continue
+		}
+		if ip := net.ParseIP(hp.host); ip != nil {
+			add(ip.String(), hp.port)
+			continue
+		}
+		ips, err := c.cfg.Resolver.LookupIPAddr(ctx, hp.host)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("resolve join address %q: %w", a, err))
+			continue
+		}
+		for _, ip := range ips {
+			add(ip.IP.String(), hp.port)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// SetLeaving declares this node leaving in its meta and announces it:
+// peers recompute ownership without it, so its shards move to them while
+// it drains (hands off its rows). It returns once the update has been
+// broadcast to a peer, or ctx ends (default 5 s without a deadline);
+// locally the new snapshot is published before it returns either way.
+// Repeating it is a no-op. A node cannot become active again: build a new
+// Cluster. Errors: ErrShutdown, or the announcement timed out.
+func (c *Cluster) SetLeaving(ctx context.Context) error {
+	if c.shutdown.Load() {
+		return ErrShutdown
+	}
+	c.metaMu.Lock()
+	if c.state == MemberLeaving {
+		c.metaMu.Unlock()
+		return nil
+	}
+	meta, err := c.encodeMeta(MemberLeaving)
+	if err != nil {
+		c.metaMu.Unlock()
+		return err
+	}
+	c.state = MemberLeaving
+	c.meta.Store(&meta)
+	c.metaMu.Unlock()
+
+	err = c.ml.UpdateNode(timeoutOf(ctx, 5*time.Second))
+	c.Recompute()
+	c.log.Info("node is leaving: it owns no shards now")
+	if err != nil {
+		return fmt.Errorf("announce leaving state of node %q: %w", c.name, err)
+	}
+	return nil
+}
+
+// Leave leaves the cluster gracefully: it stops the join loop, gives
+// queued config gossip a bounded chance to go out, broadcasts memberlist's
+// leave and waits Config.LeavePropagateDelay so more than one peer hears
+// it. Peers then drop this node at once instead of waiting for failure
+// detection. Call SetLeaving and drain first; call Shutdown after. It is
+// safe to repeat. ctx bounds the whole call (default 5 s without a
+// deadline). Errors: ErrShutdown, or memberlist's leave timed out.
+func (c *Cluster) Leave(ctx context.Context) error {
+	c.lifeMu.Lock()
+	defer c.lifeMu.Unlock()
+	if c.shutdown.Load() {
+		return ErrShutdown
+	}
+	if c.left.Swap(true) {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeoutOf(ctx, 5*time.Second))
+	defer cancel()
+
+	// Bounded flush of queued config broadcasts (STYLE §7 stop order): a
+	// message needs about two gossip rounds to use up its transmits; with
+	// no peer it would never go out, so skip it then.
+	if c.numMembers.Load() > 1 {
+		deadline := time.After(10 * c.cfg.GossipInterval)
+		flush := time.NewTicker(c.cfg.GossipInterval)
+	flushing:
+		for c.broadcasts.NumQueued() > 0 {
+			select {
+			case <-ctx.Done():
+				break flushing
+			case <-deadline:
+				break flushing
+			case <-flush.C:
+			}
+		}
+		flush.Stop()
+	}
+
+	start := time.Now()
+	err := c.ml.Leave(timeoutOf(ctx, 5*time.Second))
+	if err == nil && c.numMembers.Load() > 1 {
+		select {
+		case <-ctx.Done():
+		case <-time.After(c.cfg.LeavePropagateDelay):
+		}
+	}
+	c.Recompute()
+	c.log.Info("left the cluster", "took", time.Since(start).String(), "error", err)
+	if err != nil {
+		return fmt.Errorf("leave cluster as node %q: %w", c.name, err)
+	}
+	return nil
+}
+
+// Shutdown stops this node's gossip and goroutines without a leave message
+// (peers detect the loss by probing; call Leave first for a graceful exit),
+// closes every Subscribe channel and ConfigWatch, flushes pending config
+// persistence and unregisters the metrics. It is idempotent and returns
+// after every goroutine of this Cluster has exited. memberlist does not wait
+// for a probe in flight: one of its goroutines may outlive Shutdown by up to
+// ProbeInterval (1 s with DefaultConfig, 100 ms with FastConfig), which
+// matters to goroutine-leak checks in tests.
+func (c *Cluster) Shutdown() error {
+	c.lifeMu.Lock()
+	defer c.lifeMu.Unlock()
+	if c.shutdown.Swap(true) {
+		return nil
+	}
+	c.cancel()
+	err := c.ml.Shutdown()
+	c.wg.Wait()
+	c.metrics.unregister()
+
+	c.subMu.Lock()
+	for s := range c.subs {
+		close(s.ch)
+	}
+	c.subs = nil
+	c.subMu.Unlock()
+
+	c.watchMu.Lock()
+	ws := c.watches
+	c.watches = nil
+	c.watchMu.Unlock()
+	for w := range ws {
+		w.close()
+	}
+	c.log.Info("cluster node shut down")
+	if err != nil {
+		return fmt.Errorf("shut down memberlist of node %q: %w", c.name, err)
+	}
+	return nil
+}
+
+func (c *Cluster) isShutdown() bool { return c.shutdown.Load() }
+
+// timeoutOf returns the time left before ctx's deadline, or def without one.
+func timeoutOf(ctx context.Context, def time.Duration) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		return max(time.Until(d), time.Millisecond)
+	}
+	return def
+}
+
+// logBridge turns memberlist's "[LEVEL] memberlist: message" lines into
+// structured slog records at the matching level.
+type logBridge struct{ l *slog.Logger }
+
+func (b *logBridge) Write(p []byte) (int, error) {
+	msg := strings.TrimSpace(string(p))
+	level := slog.LevelInfo
+	for prefix, lv := range map[string]slog.Level{
+		"[DEBUG]": slog.LevelDebug, "[INFO]": slog.LevelInfo, "[WARN]": slog.LevelWarn,
+		"[ERR]": slog.LevelError, "[ERROR]": slog.LevelError,
+	} {
+		if rest, ok := strings.CutPrefix(msg, prefix); ok {
+			level, msg = lv, strings.TrimSpace(rest)
+			break
+		}
+	}
+	msg = strings.TrimPrefix(msg, "memberlist: ")
+	b.l.Log(context.Background(), level, msg)
+	return len(p), nil
+}

@@ -1,0 +1,59 @@
+// Package cluster owns a fairshard node's membership in its cluster:
+// memberlist gossip, the shard ownership snapshot every other component
+// reads, and the small gossiped cluster config (namespace quotas and
+// pauses, workflow holds, delivery targets, as opaque values).
+//
+// # What it owns
+//
+//   - Membership ([New], [Cluster.Start], [Cluster.Join]): a hashicorp
+//     memberlist on the gossip address, re-joining its seeds while it is
+//     alone or a seed is missing. Node meta (meta.go) carries the node
+//     name, its API address, the shard count, [ProtocolVersion] and its
+//     state ([MemberActive] or [MemberLeaving]); a peer with another shard
+//     count or protocol version is refused in both memberlist's alive and
+//     merge hooks ([ErrShardCountMismatch], [ErrProtocolMismatch]), with a
+//     log line and fairshard_cluster_refused_members_total, and the cluster
+//     carries on.
+//   - Ownership ([Cluster.Snapshot], [Cluster.Subscribe]): after every
+//     membership change, shards.Assign over the active members gives a new
+//     immutable, versioned [OwnershipSnapshot] (members, table, this node's
+//     owned shards and OwnedShardFraction). Suspect members keep their
+//     shards until declared dead; leaving members own none.
+//   - Cluster config ([Cluster.PutConfig], [Cluster.GetConfig],
+//     [Cluster.ListConfig], [Cluster.WatchConfig]): a replicated map of
+//     versioned [Entry] values, last writer wins by (Lamport clock, node
+//     name), spread by memberlist broadcasts and full-state push/pull, and
+//     handed to a persistence hook ([Config].ConfigPersist) so a restarted
+//     node keeps its entries ([Config].InitialConfig) and catches up.
+//   - Lifecycle ([Cluster.SetLeaving], [Cluster.Leave], [Cluster.Shutdown])
+//     and metrics (metrics.go) on an injected prometheus.Registerer.
+//
+// # What it does not own
+//
+// HTTP (it only carries each node's API address), rows, handoff and the
+// meaning of config values: the node layer (cmd/node) wires a store to
+// ConfigPersist and decodes the values. It exports no memberlist types but
+// the embedded *memberlist.Config of [Config].
+//
+// # Lifecycle
+//
+//	New ──▶ Start ──▶ (active) ──SetLeaving──▶ (leaving: owns nothing, drains)
+//	                                             │
+//	                                           Leave ──▶ Shutdown
+//
+// A node that left cannot join again (memberlist#140): build a new Cluster
+// with the same name and address; it rejoins and, the member set being the
+// same, owns the same shards as before. Shutdown without Leave is a crash
+// to the peers: they take over its shards once memberlist declares it dead.
+//
+// # Concurrency
+//
+// A [Cluster] is safe for concurrent use. memberlist calls the delegates
+// (delegate.go, events.go) from its goroutines, some under its node lock,
+// so they never call back into memberlist and never block: membership
+// events poke a 1-buffered channel and a goroutine owned by the Cluster
+// recomputes ownership; gossip is merged in memory and persisted by
+// another goroutine. Snapshots are published through an atomic pointer, so
+// a reader always sees a complete one. Shutdown stops and waits for every
+// goroutine the Cluster started.
+package cluster

@@ -1,0 +1,670 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"pgregory.net/rapid"
+)
+
+// Internal tests: codecs, merge algebra, validation, admission and metrics.
+// The multi-node behaviour is tested in cluster_test.go with clustertest.
+
+var internalIP atomic.Uint32
+
+// testNode builds a FastConfig node on its own loopback address; edit may
+// change the config. It is shut down at cleanup.
+func testNode(t *testing.T, name string, edit func(*Config)) (*Cluster, *prometheus.Registry) {
+	t.Helper()
+	cfg := FastConfig()
+	cfg.Name = name
+	cfg.BindAddr = fmt.Sprintf("127.0.250.%d", 1+internalIP.Add(1)%250)
+	cfg.APIAddr = cfg.BindAddr + ":8080"
+	reg := prometheus.NewPedanticRegistry()
+	cfg.Registerer = reg
+	if edit != nil {
+		edit(cfg)
+	}
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New(%s): %v", name, err)
+	}
+	t.Cleanup(func() { _ = c.Shutdown() })
+	return c, reg
+}
+
+func TestConfigValidation(t *testing.T) {
+	tests := []struct {
+		name  string
+		edit  func(*Config)
+		field string // must appear in the error
+	}{
+		{"no memberlist config", func(c *Config) { c.Config = nil }, "Config"},
+		{"empty name", func(c *Config) { c.Name = "" }, "Name"},
+		{"long name", func(c *Config) { c.Name = strings.Repeat("n", MaxNodeNameBytes+1) }, "Name"},
+		{"shard count too large", func(c *Config) { c.ShardCount = MaxShardCount + 1 }, "ShardCount"},
+		{"bind address is a name", func(c *Config) { c.BindAddr = "localhost" }, "BindAddr"},
+		{"bind port out of range", func(c *Config) { c.BindPort = 70000 }, "BindPort"},
+		{"advertise address is a name", func(c *Config) { c.AdvertiseAddr = "node.example" }, "AdvertiseAddr"},
+		{"advertise port negative", func(c *Config) { c.AdvertisePort = -1 }, "AdvertisePort"},
+		{"secret key of 10 bytes", func(c *Config) { c.SecretKey = make([]byte, 10) }, "SecretKey"},
+		{"api address without port", func(c *Config) { c.APIAddr = "node-1" }, "APIAddr"},
+		{"api address with port 0", func(c *Config) { c.APIAddr = "node-1:0" }, "APIAddr"},
+		{"api address too long", func(c *Config) { c.APIAddr = strings.Repeat("a", MaxAPIAddrBytes) + ":1" }, "APIAddr"},
+		{"join address without port", func(c *Config) { c.Join = []string{"10.0.0.1:7946", "seed"} }, "Join[1]"},
+		{"negative rejoin interval", func(c *Config) { c.RejoinInterval = -time.Second }, "RejoinInterval"},
+		{"negative leave delay", func(c *Config) { c.LeavePropagateDelay = -time.Second }, "LeavePropagateDelay"},
+		{"own delegate", func(c *Config) { c.Delegate = &delegate{} }, "Delegate"},
+		{"own events", func(c *Config) { c.Events = &events{} }, "Events"},
+		{"own alive delegate", func(c *Config) { c.Alive = &delegate{} }, "Alive"},
+		{"own merge delegate", func(c *Config) { c.Merge = &delegate{} }, "Merge"},
+		{"own conflict delegate", func(c *Config) { c.Conflict = &delegate{} }, "Conflict"},
+		{"initial entry without key", func(c *Config) {
+			c.InitialConfig = []Entry{{Value: []byte("x"), Version: Version{1, "n"}}}
+		}, "InitialConfig[0]"},
+		{"initial entry without version", func(c *Config) { c.InitialConfig = []Entry{{Key: "k"}} }, "InitialConfig[0]"},
+		{"initial entry value too big", func(c *Config) {
+			c.InitialConfig = []Entry{{Key: "k", Value: make([]byte, MaxConfigValueBytes+1), Version: Version{1, "n"}}}
+		}, "InitialConfig[0]"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := FastConfig()
+			cfg.Name = "node-1"
+			tc.edit(cfg)
+			c, err := New(cfg)
+			if err == nil {
+				_ = c.Shutdown()
+				t.Fatal("New accepted the config")
+			}
+			if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.field) {
+				t.Fatalf("err = %v, want ErrInvalidConfig naming %s", err, tc.field)
+			}
+		})
+	}
+	if _, err := New(nil); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("New(nil) = %v", err)
+	}
+}
+
+func TestNewDoesNotModifyTheConfig(t *testing.T) {
+	cfg := FastConfig()
+	cfg.Name = "node-1"
+	cfg.BindAddr = "127.0.250.254"
+	cfg.SecretKey = bytes.Repeat([]byte{7}, 16)
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Shutdown()
+	if cfg.BindPort != 0 || cfg.Delegate != nil || cfg.Keyring != nil || cfg.Logger != nil || cfg.ShardCount != DefaultShardCount {
+		t.Fatalf("New modified its config: port %d delegate %v keyring %v", cfg.BindPort, cfg.Delegate, cfg.Keyring)
+	}
+	if !strings.HasPrefix(c.GossipAddr(), "127.0.250.254:") || strings.HasSuffix(c.GossipAddr(), ":0") {
+		t.Fatalf("GossipAddr = %q", c.GossipAddr())
+	}
+}
+
+func TestMetaCodec(t *testing.T) {
+	t.Run("round trip", rapid.MakeCheck(func(t *rapid.T) {
+		m := nodeMeta{
+			Protocol:   rapid.Uint8().Draw(t, "protocol"),
+			ShardCount: rapid.Uint32Range(0, MaxShardCount).Draw(t, "shards"),
+			State:      rapid.SampledFrom([]MemberState{MemberActive, MemberLeaving}).Draw(t, "state"),
+			Name:       rapid.StringN(0, 40, MaxNodeNameBytes).Draw(t, "name"),
+			APIAddr:    rapid.StringN(0, 60, MaxAPIAddrBytes).Draw(t, "api"),
+		}
+		b, err := m.encodeChecked()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A later format may append fields: trailing bytes are ignored.
+		b = append(b, rapid.SliceOfN(rapid.Byte(), 0, 8).Draw(t, "trailer")...)
+		got, err := decodeMeta(b)
+		if err != nil || got != m {
+			t.Fatalf("decode(encode(%+v)) = %+v, %v", m, got, err)
+		}
+	}))
+	t.Run("garbage never panics", rapid.MakeCheck(func(t *rapid.T) {
+		_, _ = decodeMeta(rapid.SliceOfN(rapid.Byte(), 0, 600).Draw(t, "bytes"))
+	}))
+	t.Run("bad inputs are errors", func(t *testing.T) {
+		good := nodeMeta{Protocol: 1, ShardCount: 8, Name: "n", APIAddr: "a:1"}.encode()
+		for name, b := range map[string][]byte{
+			"empty":        nil,
+			"other format": append([]byte{9}, good[1:]...),
+			"truncated":    good[:len(good)-2],
+			"bad state":    {metaFormat, 1, 8, 7, 1, 'n', 0},
+			"bad utf-8":    {metaFormat, 1, 8, 0, 1, 0xff, 0},
+		} {
+			if _, err := decodeMeta(b); err == nil {
+				t.Errorf("%s: decoded without error", name)
+			}
+		}
+	})
+	t.Run("oversized meta is refused, not a memberlist panic", func(t *testing.T) {
+		_, err := nodeMeta{Name: strings.Repeat("n", 300), APIAddr: strings.Repeat("a", 300)}.encodeChecked()
+		if !errors.Is(err, ErrInvalidConfig) {
+			t.Fatalf("err = %v", err)
+		}
+	})
+}
+
+func entryGen() *rapid.Generator[Entry] {
+	return rapid.Custom(func(t *rapid.T) Entry {
+		e := Entry{
+			Key:     rapid.SampledFrom([]string{"a", "b", "ns/x", "ns/y"}).Draw(t, "key"),
+			Deleted: rapid.Bool().Draw(t, "deleted"),
+			Version: Version{
+				Clock: rapid.Uint64Range(1, 4).Draw(t, "clock"),
+				Node:  rapid.SampledFrom([]string{"n1", "n2", "n3"}).Draw(t, "node"),
+			},
+		}
+		if !e.Deleted {
+			e.Value = []byte(rapid.SampledFrom([]string{"", "1", "2", `{"q":8}`}).Draw(t, "value"))
+			if len(e.Value) == 0 {
+				e.Value = nil
+			}
+		}
+		return e
+	})
+}
+
+func configGen() *rapid.Generator[map[string]Entry] {
+	return rapid.Custom(func(t *rapid.T) map[string]Entry {
+		m := map[string]Entry{}
+		for _, e := range rapid.SliceOfN(entryGen(), 0, 6).Draw(t, "entries") {
+			if cur, ok := m[e.Key]; ok {
+				e = mergeEntry(cur, e)
+			}
+			m[e.Key] = e
+		}
+		return m
+	})
+}
+
+func equalConfig(a, b map[string]Entry) bool {
+	return maps.EqualFunc(a, b, func(x, y Entry) bool { return compareEntries(x, y) == 0 })
+}
+
+func TestConfigMergeLaws(t *testing.T) {
+	t.Run("entry merge is idempotent, commutative and associative", rapid.MakeCheck(func(t *rapid.T) {
+		a, b, c := entryGen().Draw(t, "a"), entryGen().Draw(t, "b"), entryGen().Draw(t, "c")
+		if compareEntries(mergeEntry(a, a), a) != 0 {
+			t.Fatal("merge(a, a) != a")
+		}
+		if compareEntries(mergeEntry(a, b), mergeEntry(b, a)) != 0 {
+			t.Fatalf("merge not commutative for %+v, %+v", a, b)
+		}
+		if compareEntries(mergeEntry(mergeEntry(a, b), c), mergeEntry(a, mergeEntry(b, c))) != 0 {
+			t.Fatal("merge not associative")
+		}
+	}))
+	t.Run("config merge is idempotent, commutative and associative", rapid.MakeCheck(func(t *rapid.T) {
+		a, b, c := configGen().Draw(t, "a"), configGen().Draw(t, "b"), configGen().Draw(t, "c")
+		if !equalConfig(mergeConfig(a, a), a) {
+			t.Fatal("merge(a, a) != a")
+		}
+		if !equalConfig(mergeConfig(a, b), mergeConfig(b, a)) {
+			t.Fatal("merge not commutative")
+		}
+		if !equalConfig(mergeConfig(mergeConfig(a, b), c), mergeConfig(a, mergeConfig(b, c))) {
+			t.Fatal("merge not associative")
+		}
+	}))
+	t.Run("replicas converge whatever the delivery order and repetition", rapid.MakeCheck(func(t *rapid.T) {
+		entries := rapid.SliceOfN(entryGen(), 1, 12).Draw(t, "entries")
+		order := rapid.Permutation(entries).Draw(t, "order")
+		dup := rapid.SliceOfN(rapid.SampledFrom(entries), 0, 4).Draw(t, "redelivered")
+		s1, s2 := newConfigStore(), newConfigStore()
+		for _, e := range entries {
+			s1.apply(e)
+		}
+		for _, e := range append(order, dup...) {
+			s2.apply(e)
+		}
+		if !equalConfig(s1.entries, s2.entries) || s1.live != s2.live {
+			t.Fatalf("replicas diverged:\n%+v\n%+v", s1.entries, s2.entries)
+		}
+		live := 0
+		for _, e := range s1.entries {
+			if !e.Deleted {
+				live++
+			}
+		}
+		if live != s1.live {
+			t.Fatalf("live count %d, want %d", s1.live, live)
+		}
+	}))
+	t.Run("a local write is newer than anything seen", rapid.MakeCheck(func(t *rapid.T) {
+		s := newConfigStore()
+		for _, e := range rapid.SliceOfN(entryGen(), 0, 8).Draw(t, "seen") {
+			s.apply(e)
+		}
+		key := rapid.SampledFrom([]string{"a", "b", "new"}).Draw(t, "key")
+		v := s.nextVersion(key, "n0")
+		for _, e := range s.entries {
+			if v.Compare(e.Version) <= 0 {
+				t.Fatalf("new version %s not after seen %s", v, e.Version)
+			}
+		}
+	}))
+}
+
+func TestGossipCodec(t *testing.T) {
+	t.Run("round trip", rapid.MakeCheck(func(t *rapid.T) {
+		entries := rapid.SliceOfN(entryGen(), 0, 10).Draw(t, "entries")
+		kind, got, err := decodeGossip(encodeState(entries))
+		if err != nil || kind != msgConfigState || len(got) != len(entries) {
+			t.Fatalf("state: kind %d, %d entries, err %v", kind, len(got), err)
+		}
+		for i := range entries {
+			if compareEntries(got[i], entries[i]) != 0 || got[i].Key != entries[i].Key {
+				t.Fatalf("entry %d: %+v != %+v", i, got[i], entries[i])
+			}
+		}
+		if len(entries) > 0 {
+			kind, got, err = decodeGossip(encodeEntryMsg(entries[0]))
+			if err != nil || kind != msgConfigEntry || compareEntries(got[0], entries[0]) != 0 {
+				t.Fatalf("entry message: %v %+v", err, got)
+			}
+		}
+	}))
+	t.Run("garbage never panics", rapid.MakeCheck(func(t *rapid.T) {
+		b := rapid.SliceOfN(rapid.Byte(), 0, 200).Draw(t, "bytes")
+		if rapid.Bool().Draw(t, "plausible header") && len(b) >= 2 {
+			b[0], b[1] = rapid.SampledFrom([]byte{msgConfigEntry, msgConfigState}).Draw(t, "kind"), ProtocolVersion
+		}
+		_, _, _ = decodeGossip(b)
+	}))
+	t.Run("a largest entry fits a default gossip packet", func(t *testing.T) {
+		e := Entry{Key: strings.Repeat("k", MaxConfigKeyBytes), Value: make([]byte, MaxConfigValueBytes),
+			Version: Version{Clock: 1 << 62, Node: strings.Repeat("n", MaxNodeNameBytes)}}
+		// UDPBufferSize minus compound header, label, AES-GCM and user-message overheads.
+		budget := memberlist.DefaultLANConfig().UDPBufferSize - 2 - 0 - 29 - 2 - 1
+		if n := len(encodeEntryMsg(e)); n > budget {
+			t.Fatalf("largest entry message is %d bytes, gossip budget %d", n, budget)
+		}
+	})
+	t.Run("other protocol version is refused", func(t *testing.T) {
+		b := encodeEntryMsg(Entry{Key: "k", Version: Version{1, "n"}})
+		b[1] = ProtocolVersion + 1
+		if _, _, err := decodeGossip(b); !errors.Is(err, errGossipVersion) {
+			t.Fatalf("err = %v", err)
+		}
+	})
+	t.Run("state that claims too many entries", func(t *testing.T) {
+		b := []byte{msgConfigState, ProtocolVersion, 0xff, 0xff, 0xff, 0xff, 0x0f}
+		if _, _, err := decodeGossip(b); err == nil {
+			t.Fatal("accepted")
+		}
+	})
+}
+
+// recordHandler counts slog records by message.
+type recordHandler struct {
+	mu   sync.Mutex
+	msgs map[string]int
+	recs []slog.Record
+}
+
+func (h *recordHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *recordHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.msgs == nil {
+		h.msgs = map[string]int{}
+	}
+	h.msgs[r.Message]++
+	h.recs = append(h.recs, r)
+	return nil
+}
+func (h *recordHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *recordHandler) WithGroup(string) slog.Handler      { return h }
+func (h *recordHandler) count(msg string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.msgs[msg]
+}
+
+func TestAdmission(t *testing.T) {
+	logs := &recordHandler{}
+	c, reg := testNode(t, "node-1", func(cfg *Config) { cfg.Logger = slog.New(logs) })
+	d := &delegate{c: c}
+	meta := func(m nodeMeta) []byte { return m.encode() }
+	ok := nodeMeta{Protocol: ProtocolVersion, ShardCount: DefaultShardCount, Name: "peer", APIAddr: "p:1"}
+	tests := []struct {
+		name   string
+		node   memberlist.Node
+		want   error
+		reason string
+	}{
+		{"compatible", memberlist.Node{Name: "peer", Meta: meta(ok)}, nil, ""},
+		{"no meta", memberlist.Node{Name: "peer"}, ErrBadMeta, "bad_meta"},
+		{"name differs from meta", memberlist.Node{Name: "other", Meta: meta(ok)}, ErrBadMeta, "bad_meta"},
+		{"other protocol", memberlist.Node{Name: "peer", Meta: meta(nodeMeta{Protocol: 9, ShardCount: DefaultShardCount, Name: "peer"})}, ErrProtocolMismatch, "protocol_version"},
+		{"other shard count", memberlist.Node{Name: "peer", Meta: meta(nodeMeta{Protocol: ProtocolVersion, ShardCount: 64, Name: "peer"})}, ErrShardCountMismatch, "shard_count"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before := testutil.ToFloat64(c.metrics.refused.WithLabelValues(tc.reason))
+			err := d.NotifyAlive(&tc.node)
+			if tc.want == nil {
+				if err != nil {
+					t.Fatalf("NotifyAlive = %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.node.Name) {
+				t.Fatalf("NotifyAlive = %v, want %v naming the node", err, tc.want)
+			}
+			if merr := d.NotifyMerge([]*memberlist.Node{{Name: "node-x", State: memberlist.StateAlive, Meta: meta(nodeMeta{Protocol: ProtocolVersion, ShardCount: DefaultShardCount, Name: "node-x"})}, {Name: tc.node.Name, State: memberlist.StateAlive, Meta: tc.node.Meta}}); !errors.Is(merr, tc.want) {
+				t.Fatalf("NotifyMerge = %v, want %v", merr, tc.want)
+			}
+			if got := testutil.ToFloat64(c.metrics.refused.WithLabelValues(tc.reason)); got != before+2 {
+				t.Fatalf("refused{reason=%s} = %v, want %v", tc.reason, got, before+2)
+			}
+		})
+	}
+	// Dead peers in a merge are not judged: their meta may be stale.
+	if err := d.NotifyMerge([]*memberlist.Node{{Name: "old", State: memberlist.StateDead}}); err != nil {
+		t.Fatalf("NotifyMerge with a dead peer = %v", err)
+	}
+	// A peer refused again and again is logged once per minute.
+	for range 5 {
+		_ = d.NotifyAlive(&memberlist.Node{Name: "noisy"})
+	}
+	if n := logs.count("refusing peer"); n != 4+1 { // one per distinct (peer, reason) above, noisy once
+		t.Fatalf("refusal log lines = %d, want 5 (rate-limited per peer and reason)", n)
+	}
+	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
+		t.Fatalf("lint: %v %v", problems, err)
+	}
+}
+
+func TestProtocolVersionMismatchIsRefusedOverTheWire(t *testing.T) {
+	a, _ := testNode(t, "node-a", nil)
+	b, regB := testNode(t, "node-b", func(cfg *Config) { cfg.protocolVersion = ProtocolVersion + 1 })
+	_, err := b.Join(context.Background(), a.GossipAddr())
+	if !errors.Is(err, ErrProtocolMismatch) {
+		t.Fatalf("Join across protocol versions: %v, want ErrProtocolMismatch", err)
+	}
+	if got := testutil.ToFloat64(b.metrics.refused.WithLabelValues("protocol_version")); got < 1 {
+		t.Fatalf("refusing side counted %v refusals", got)
+	}
+	if got := testutil.ToFloat64(a.metrics.refused.WithLabelValues("protocol_version")); got < 1 {
+		t.Fatalf("joined side counted %v refusals", got)
+	}
+	for _, c := range []*Cluster{a, b} {
+		if s := c.Recompute(); len(s.Members) != 1 || s.Version != 1 {
+			t.Fatalf("%s: %d members, version %d; want alone and unchanged", c.Name(), len(s.Members), s.Version)
+		}
+	}
+	_ = regB
+}
+
+func TestPutConfigValidationAndPersistFailure(t *testing.T) {
+	var fail atomic.Bool
+	var persisted []Entry
+	var mu sync.Mutex
+	c, _ := testNode(t, "node-1", func(cfg *Config) {
+		cfg.ConfigPersist = func(e Entry) error {
+			if fail.Load() {
+				return errors.New("disk full")
+			}
+			mu.Lock()
+			persisted = append(persisted, e)
+			mu.Unlock()
+			return nil
+		}
+	})
+	ctx := context.Background()
+	for name, kv := range map[string]struct {
+		k string
+		v []byte
+	}{
+		"empty key":     {"", []byte("1")},
+		"long key":      {strings.Repeat("k", MaxConfigKeyBytes+1), nil},
+		"invalid utf-8": {"\xff", nil},
+		"big value":     {"k", make([]byte, MaxConfigValueBytes+1)},
+	} {
+		if _, err := c.PutConfig(ctx, kv.k, kv.v); !errors.Is(err, ErrInvalidConfigEntry) {
+			t.Errorf("%s: PutConfig = %v, want ErrInvalidConfigEntry", name, err)
+		}
+	}
+	fail.Store(true)
+	if _, err := c.PutConfig(ctx, "k", []byte("v")); err == nil || !strings.Contains(err.Error(), "disk full") {
+		t.Fatalf("PutConfig with a failing persist hook = %v", err)
+	}
+	if _, ok := c.GetConfig("k"); ok || len(c.AllConfig()) != 0 {
+		t.Fatal("a write whose persistence failed was applied")
+	}
+	if got := testutil.ToFloat64(c.metrics.configUpdates.WithLabelValues("local")); got != 0 {
+		t.Fatalf("local updates = %v after a failed write", got)
+	}
+	fail.Store(false)
+	e, err := c.PutConfig(ctx, "k", []byte("v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := c.GetConfig("k"); !ok || string(got.Value) != "v" || got.Version != e.Version {
+		t.Fatalf("GetConfig = %+v, %v", got, ok)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := c.PutConfig(cancelled, "k2", nil); !errors.Is(err, context.Canceled) {
+		t.Fatalf("PutConfig with a cancelled ctx = %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(persisted) != 1 || persisted[0].Version != e.Version {
+		t.Fatalf("persisted %+v", persisted)
+	}
+}
+
+func TestRemoteConfigIsPersistedAndFailuresCounted(t *testing.T) {
+	var fail atomic.Bool
+	var mu sync.Mutex
+	persisted := map[string]Entry{}
+	c, _ := testNode(t, "node-1", func(cfg *Config) {
+		cfg.ConfigPersist = func(e Entry) error {
+			if fail.Load() {
+				return errors.New("disk full")
+			}
+			mu.Lock()
+			persisted[e.Key] = e
+			mu.Unlock()
+			return nil
+		}
+	})
+	d := &delegate{c: c}
+	w := c.WatchConfig("t", "ns/")
+	defer w.Close()
+
+	// Two versions of one key and one other key, as gossip and push/pull.
+	d.NotifyMsg(encodeEntryMsg(Entry{Key: "ns/a", Value: []byte("1"), Version: Version{3, "peer"}}))
+	d.MergeRemoteState(encodeState([]Entry{
+		{Key: "ns/a", Value: []byte("2"), Version: Version{5, "peer"}},
+		{Key: "other", Value: []byte("x"), Version: Version{1, "peer"}},
+	}), false)
+	d.NotifyMsg([]byte{msgConfigEntry, ProtocolVersion, 0xff}) // garbage
+	eventuallyT(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return persisted["ns/a"].Version == (Version{5, "peer"}) && persisted["other"].Version.Clock == 1
+	}, "remote entries not persisted")
+	<-w.C()
+	if ch := w.Changes(); len(ch) != 1 || string(ch[0].Value) != "2" {
+		t.Fatalf("watch coalesces per key: got %+v", ch)
+	}
+	if got := testutil.ToFloat64(c.metrics.gossipDropped.WithLabelValues("decode")); got != 1 {
+		t.Fatalf("dropped{decode} = %v", got)
+	}
+	// The clock moved past what was seen: the next local write wins.
+	e, err := c.PutConfig(context.Background(), "ns/a", []byte("3"))
+	if err != nil || e.Version.Clock != 6 {
+		t.Fatalf("local write after seeing clock 5: %+v, %v", e, err)
+	}
+
+	fail.Store(true)
+	d.NotifyMsg(encodeEntryMsg(Entry{Key: "ns/b", Value: []byte("1"), Version: Version{9, "peer"}}))
+	eventuallyT(t, func() bool { return testutil.ToFloat64(c.metrics.configPersistErrors) == 1 }, "persist failure not counted")
+	if _, ok := c.GetConfig("ns/b"); !ok {
+		t.Fatal("a remote entry whose persistence failed is still served from memory")
+	}
+}
+
+func eventuallyT(t *testing.T, cond func() bool, msg string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal(msg)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	c, reg := testNode(t, "node-1", func(cfg *Config) {
+		cfg.InitialConfig = []Entry{{Key: "ns/gone", Deleted: true, Version: Version{2, "node-0"}}}
+	})
+	ctx := context.Background()
+	if _, err := c.PutConfig(ctx, "ns/a", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.PutConfig(ctx, "ns/b", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetLeaving(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP fairshard_cluster_config_entries Live (not deleted) entries of the gossiped cluster config.
+# TYPE fairshard_cluster_config_entries gauge
+fairshard_cluster_config_entries 2
+# HELP fairshard_cluster_config_updates_total Accepted cluster config changes by source: local writes or remote (gossip, push/pull).
+# TYPE fairshard_cluster_config_updates_total counter
+fairshard_cluster_config_updates_total{source="local"} 2
+fairshard_cluster_config_updates_total{source="remote"} 0
+# HELP fairshard_cluster_members Live cluster members as this node sees them, by declared state: active, leaving. Suspect members count as live until declared dead.
+# TYPE fairshard_cluster_members gauge
+fairshard_cluster_members{state="active"} 0
+fairshard_cluster_members{state="leaving"} 1
+# HELP fairshard_cluster_refused_members_total Alive or merge messages of peers refused for an incompatible shard count, protocol version or unreadable meta.
+# TYPE fairshard_cluster_refused_members_total counter
+fairshard_cluster_refused_members_total{reason="bad_meta"} 0
+fairshard_cluster_refused_members_total{reason="protocol_version"} 0
+fairshard_cluster_refused_members_total{reason="shard_count"} 0
+# HELP fairshard_owned_shard_fraction Owned shards over the shard count, in [0, 1]; 0 while the node is leaving.
+# TYPE fairshard_owned_shard_fraction gauge
+fairshard_owned_shard_fraction 0
+# HELP fairshard_owned_shards Shards this node owns in its current ownership snapshot.
+# TYPE fairshard_owned_shards gauge
+fairshard_owned_shards 0
+# HELP fairshard_ownership_changes_total Ownership snapshots whose shard table differed from the previous one.
+# TYPE fairshard_ownership_changes_total counter
+fairshard_ownership_changes_total 1
+# HELP fairshard_ownership_shards_moved_total Shards whose owner changed, summed over ownership changes.
+# TYPE fairshard_ownership_shards_moved_total counter
+fairshard_ownership_shards_moved_total 1024
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"fairshard_cluster_config_entries", "fairshard_cluster_config_updates_total", "fairshard_cluster_members",
+		"fairshard_cluster_refused_members_total", "fairshard_owned_shard_fraction", "fairshard_owned_shards",
+		"fairshard_ownership_changes_total", "fairshard_ownership_shards_moved_total"); err != nil {
+		t.Fatal(err)
+	}
+	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
+		t.Fatalf("lint: %v %v", problems, err)
+	}
+	if n, err := testutil.GatherAndCount(reg); err != nil || n < 14 {
+		t.Fatalf("gathered %d series, %v", n, err)
+	}
+
+	// Shutdown unregisters, so a restarted node can reuse the registry.
+	if err := c.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := testutil.GatherAndCount(reg); n != 0 {
+		t.Fatalf("%d series left after Shutdown", n)
+	}
+	c2, _ := testNode(t, "node-1b", func(cfg *Config) { cfg.Registerer = reg })
+	// A second live Cluster on the same registry is an error, not a panic.
+	cfg := FastConfig()
+	cfg.Name, cfg.BindAddr, cfg.Registerer = "node-1c", "127.0.250.253", reg
+	if c3, err := New(cfg); err == nil {
+		_ = c3.Shutdown()
+		t.Fatal("two Clusters registered on one registry")
+	}
+	_ = c2
+}
+
+func TestLogBridge(t *testing.T) {
+	logs := &recordHandler{}
+	l := log.New(&logBridge{l: slog.New(logs)}, "", 0)
+	l.Printf("[DEBUG] memberlist: Stream connection from=1.2.3.4")
+	l.Printf("[WARN] memberlist: Refuting an alive message")
+	l.Printf("[ERR] memberlist: Failed to send")
+	l.Printf("no level")
+	want := []struct {
+		level slog.Level
+		msg   string
+	}{
+		{slog.LevelDebug, "Stream connection from=1.2.3.4"},
+		{slog.LevelWarn, "Refuting an alive message"},
+		{slog.LevelError, "Failed to send"},
+		{slog.LevelInfo, "no level"},
+	}
+	if len(logs.recs) != len(want) {
+		t.Fatalf("%d records", len(logs.recs))
+	}
+	for i, w := range want {
+		if r := logs.recs[i]; r.Level != w.level || r.Message != w.msg {
+			t.Errorf("record %d = %v %q, want %v %q", i, r.Level, r.Message, w.level, w.msg)
+		}
+	}
+}
+
+func TestRegisterFlags(t *testing.T) {
+	cfg := DefaultConfig()
+	fs := flag.NewFlagSet("node", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	err := fs.Parse([]string{
+		"-cluster.node-name=fs-1", "-cluster.bind-addr=10.0.0.5", "-cluster.bind-port=7000",
+		"-cluster.advertise-addr=192.0.2.1", "-cluster.join=seed-a:7946, seed-b:7946",
+		"-cluster.shard-count=4096", "-cluster.api-addr=fs-1:8080",
+		"-cluster.secret-key=" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1}, 32)),
+		"-cluster.rejoin-interval=5s",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Name != "fs-1" || cfg.BindAddr != "10.0.0.5" || cfg.BindPort != 7000 || cfg.AdvertiseAddr != "192.0.2.1" ||
+		!slices.Equal(cfg.Join, []string{"seed-a:7946", "seed-b:7946"}) || cfg.ShardCount != 4096 ||
+		cfg.APIAddr != "fs-1:8080" || len(cfg.SecretKey) != 32 || cfg.RejoinInterval != 5*time.Second {
+		t.Fatalf("flags not applied: %+v", cfg)
+	}
+	if err := cfg.withDefaults().validate(); err != nil {
+		t.Fatalf("flag-built config invalid: %v", err)
+	}
+	if err := fs.Parse([]string{"-cluster.shard-count=-1"}); err == nil {
+		t.Fatal("negative shard count accepted")
+	}
+}

@@ -1,0 +1,154 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are a Cluster's Prometheus metrics (PITFALLS: fairshard_ prefix,
+// base units, _total counters, no label per shard, key or node).
+//
+//	fairshard_cluster_members{state}                 gauge   live members by declared state: active, leaving (suspects count as live)
+//	fairshard_cluster_health_score                   gauge   memberlist's awareness score; 0 is healthy, higher means this node is slow to answer probes
+//	fairshard_owned_shards                           gauge   shards this node owns
+//	fairshard_owned_shard_fraction                   gauge   owned/shard_count, in [0, 1] (unclamped: 0 while leaving)
+//	fairshard_ownership_changes_total                counter snapshots whose table differed from the previous one
+//	fairshard_ownership_shards_moved_total           counter shards whose owner changed, summed over those snapshots
+//	fairshard_cluster_refused_members_total{reason}  counter refused alive/merge messages: shard_count, protocol_version, bad_meta
+//	fairshard_cluster_config_entries                 gauge   live (not deleted) config entries
+//	fairshard_cluster_config_updates_total{source}   counter accepted config changes: local writes, remote (gossip, push/pull)
+//	fairshard_cluster_config_persist_errors_total    counter remote config changes the persist hook failed to store
+//	fairshard_gossip_messages_dropped_total{reason}  counter config gossip dropped: decode, protocol_version
+type metrics struct {
+	ownedShards         prometheus.Gauge
+	ownedFraction       prometheus.Gauge
+	ownershipChanges    prometheus.Counter
+	shardsMoved         prometheus.Counter
+	refused             *prometheus.CounterVec
+	configEntries       prometheus.Gauge
+	configUpdates       *prometheus.CounterVec
+	configPersistErrors prometheus.Counter
+	gossipDropped       *prometheus.CounterVec
+	members             *membersCollector
+	health              prometheus.GaugeFunc
+
+	registered []prometheus.Collector
+	reg        prometheus.Registerer
+}
+
+func newMetrics(c *Cluster) *metrics {
+	m := &metrics{
+		ownedShards: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fairshard_owned_shards",
+			Help: "Shards this node owns in its current ownership snapshot.",
+		}),
+		ownedFraction: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fairshard_owned_shard_fraction",
+			Help: "Owned shards over the shard count, in [0, 1]; 0 while the node is leaving.",
+		}),
+		ownershipChanges: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fairshard_ownership_changes_total",
+			Help: "Ownership snapshots whose shard table differed from the previous one.",
+		}),
+		shardsMoved: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fairshard_ownership_shards_moved_total",
+			Help: "Shards whose owner changed, summed over ownership changes.",
+		}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fairshard_cluster_refused_members_total",
+			Help: "Alive or merge messages of peers refused for an incompatible shard count, protocol version or unreadable meta.",
+		}, []string{"reason"}),
+		configEntries: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fairshard_cluster_config_entries",
+			Help: "Live (not deleted) entries of the gossiped cluster config.",
+		}),
+		configUpdates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fairshard_cluster_config_updates_total",
+			Help: "Accepted cluster config changes by source: local writes or remote (gossip, push/pull).",
+		}, []string{"source"}),
+		configPersistErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fairshard_cluster_config_persist_errors_total",
+			Help: "Remote cluster config changes the persist hook failed to store.",
+		}),
+		gossipDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fairshard_gossip_messages_dropped_total",
+			Help: "Cluster config gossip messages dropped because they could not be decoded or came from another protocol version. Hopefully 0.",
+		}, []string{"reason"}),
+		members: &membersCollector{c: c, desc: prometheus.NewDesc(
+			"fairshard_cluster_members",
+			"Live cluster members as this node sees them, by declared state: active, leaving. Suspect members count as live until declared dead.",
+			[]string{"state"}, nil)},
+	}
+	m.health = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "fairshard_cluster_health_score",
+		Help: "memberlist's awareness score of this node: 0 is healthy; it grows when this node is slow to answer probes.",
+	}, func() float64 {
+		if ml := c.ml; ml != nil {
+			return float64(ml.GetHealthScore())
+		}
+		return 0
+	})
+	for _, r := range []string{"shard_count", "protocol_version", "bad_meta"} {
+		m.refused.WithLabelValues(r)
+	}
+	for _, s := range []string{"local", "remote"} {
+		m.configUpdates.WithLabelValues(s)
+	}
+	for _, r := range []string{"decode", "protocol_version"} {
+		m.gossipDropped.WithLabelValues(r)
+	}
+	return m
+}
+
+// register registers every metric on reg; on error it unregisters what it
+// registered and returns the error.
+func (m *metrics) register(reg prometheus.Registerer) error {
+	m.reg = reg
+	for _, col := range []prometheus.Collector{
+		m.members, m.health, m.ownedShards, m.ownedFraction, m.ownershipChanges, m.shardsMoved,
+		m.refused, m.configEntries, m.configUpdates, m.configPersistErrors, m.gossipDropped,
+	} {
+		if err := reg.Register(col); err != nil {
+			m.unregister()
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(err, &are) {
+				return fmt.Errorf("register cluster metrics: %w (is another Cluster using this Registerer?)", err)
+			}
+			return fmt.Errorf("register cluster metrics: %w", err)
+		}
+		m.registered = append(m.registered, col)
+	}
+	return nil
+}
+
+func (m *metrics) unregister() {
+	for _, col := range m.registered {
+		m.reg.Unregister(col)
+	}
+	m.registered = nil
+}
+
+// membersCollector reports fairshard_cluster_members from the Cluster's peer
+// map at scrape time. Suspect members are not told apart: memberlist does
+// not report suspicion to delegates, and reading its nodes outside a
+// callback races with its writes.
+type membersCollector struct {
+	c    *Cluster
+	desc *prometheus.Desc
+}
+
+func (mc *membersCollector) Describe(ch chan<- *prometheus.Desc) { ch <- mc.desc }
+
+func (mc *membersCollector) Collect(ch chan<- prometheus.Metric) {
+	counts := map[string]int{string(MemberActive): 0, string(MemberLeaving): 0}
+	for _, p := range mc.c.livePeers() {
+		if m, err := decodeMeta(p.meta); err == nil {
+			counts[string(m.State)]++
+		}
+	}
+	for state, n := range counts {
+		ch <- prometheus.MustNewConstMetric(mc.desc, prometheus.GaugeValue, float64(n), state)
+	}
+}

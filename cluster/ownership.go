@@ -1,0 +1,198 @@
+package cluster
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/fairshard/fairshard/shards"
+)
+
+// Member is one live member of the cluster as this node sees it.
+type Member struct {
+	// Name is the member's node name.
+	Name string
+	// APIAddr is its HTTP API address (host:port), from its node meta; ""
+	// when it serves no API.
+	APIAddr string
+	// GossipAddr is its memberlist address (ip:port).
+	GossipAddr string
+	// State is its declared state: active (owns shards) or leaving.
+	State MemberState
+}
+
+// OwnershipSnapshot is one immutable view of membership and shard
+// ownership, published by a Cluster after every membership change. It is
+// safe for concurrent use and must not be modified; hold the pointer, not a
+// copy of its parts.
+//
+// Who owns shards: members that memberlist holds alive or suspect (it
+// reports only a death or a leave) and whose meta says active. A suspect member keeps its shards until it is
+// declared dead, so a slow probe does not move shards back and forth; a
+// leaving member owns none (it is draining, DESIGN.md "handoff"). With no
+// active member (a lone node that is leaving) the table is empty and
+// Table.Owner returns "".
+type OwnershipSnapshot struct {
+	// Version numbers this node's snapshots: 1 for the first, +1 for each
+	// change. It is local to this node: compare Tables, not Versions,
+	// across nodes.
+	Version uint64
+	// Self is this node's name.
+	Self string
+	// ShardCount is the cluster's shard count.
+	ShardCount uint32
+	// Members lists every live member (active and leaving), sorted by name.
+	Members []Member
+	// Table maps every shard to its owner among the active members.
+	Table *shards.Table
+	// Owned lists the shards this node owns, ascending; empty while it is
+	// leaving or not yet a member.
+	Owned []uint32
+	// Fraction is this node's OwnedShardFraction, len(Owned)/ShardCount
+	// with NewOwnedShardFraction's clamp: a node owning nothing reports
+	// 1/ShardCount (it has no rows to claim anyway).
+	Fraction shards.OwnedShardFraction
+}
+
+// Owns reports whether this node owns shard.
+func (s *OwnershipSnapshot) Owns(shard uint32) bool {
+	_, ok := slices.BinarySearch(s.Owned, shard)
+	return ok
+}
+
+// Owner returns the member owning shard; ok is false when no member owns it
+// (empty table, or shard ≥ ShardCount).
+func (s *OwnershipSnapshot) Owner(shard uint32) (Member, bool) {
+	name := s.Table.Owner(shard)
+	if name == "" {
+		return Member{}, false
+	}
+	return s.Member(name)
+}
+
+// Member returns the live member called name.
+func (s *OwnershipSnapshot) Member(name string) (Member, bool) {
+	i, ok := slices.BinarySearchFunc(s.Members, name, func(m Member, n string) int { return strings.Compare(m.Name, n) })
+	if !ok {
+		return Member{}, false
+	}
+	return s.Members[i], true
+}
+
+// Snapshot returns the current ownership snapshot; never nil after New.
+func (c *Cluster) Snapshot() *OwnershipSnapshot { return c.snap.Load() }
+
+// Recompute reads memberlist's view now, recomputes ownership and publishes
+// a new snapshot if members or their states changed; it returns the
+// current snapshot. Membership events call it through a debounced channel;
+// tests and SetLeaving call it directly to avoid waiting on that goroutine
+// (STYLE §6 "wait on events"). Safe for concurrent use; never call it from a
+// memberlist callback.
+func (c *Cluster) Recompute() *OwnershipSnapshot {
+	c.recomputeMu.Lock()
+	defer c.recomputeMu.Unlock()
+
+	nodes := c.livePeers()
+	members := make([]Member, 0, len(nodes))
+	active := make([]string, 0, len(nodes))
+	for _, n := range nodes {
+		m, err := decodeMeta(n.meta)
+		if err != nil || m.ShardCount != c.cfg.ShardCount || m.Protocol != c.protocol {
+			continue // never admitted; defensive
+		}
+		members = append(members, Member{Name: n.name, APIAddr: m.APIAddr, GossipAddr: n.addr, State: m.State})
+		if m.State == MemberActive {
+			active = append(active, n.name)
+		}
+	}
+	slices.SortFunc(members, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
+	c.numMembers.Store(int64(len(members)))
+
+	prev := c.snap.Load()
+	if prev != nil && slices.Equal(prev.Members, members) {
+		return prev // same members and states: same table
+	}
+	table := shards.Assign(active, c.cfg.ShardCount)
+	owned := table.Owned(c.name)
+	if owned == nil {
+		owned = []uint32{}
+	}
+	snap := &OwnershipSnapshot{
+		Version:    1,
+		Self:       c.name,
+		ShardCount: c.cfg.ShardCount,
+		Members:    members,
+		Table:      table,
+		Owned:      owned,
+		Fraction:   shards.NewOwnedShardFraction(uint32(len(owned)), c.cfg.ShardCount),
+	}
+	moved := 0
+	if prev != nil {
+		snap.Version = prev.Version + 1
+		moved = len(prev.Table.Diff(table))
+	}
+	c.snap.Store(snap)
+
+	c.metrics.ownedShards.Set(float64(len(owned)))
+	c.metrics.ownedFraction.Set(float64(len(owned)) / float64(c.cfg.ShardCount))
+	if moved > 0 {
+		c.metrics.ownershipChanges.Inc()
+		c.metrics.shardsMoved.Add(float64(moved))
+	}
+	c.log.Info("ownership snapshot",
+		"version", snap.Version, "members", len(members), "active_members", len(active),
+		"owned_shards", len(owned), "shards_moved", moved)
+	c.publish(snap)
+	return snap
+}
+
+// subscriber is one Subscribe channel: 1-buffered, latest value wins.
+type subscriber struct {
+	name string
+	ch   chan *OwnershipSnapshot
+}
+
+// Subscribe returns a channel that receives the current snapshot at once
+// and then every new one, and a func that unsubscribes and closes the
+// channel (idempotent). Latest-value semantics: the channel holds at most
+// one snapshot, a newer one replaces an unread older one, and the publisher
+// never blocks. name labels the subscriber (e.g. "dispatcher"). Shutdown
+// closes every subscription channel.
+func (c *Cluster) Subscribe(name string) (<-chan *OwnershipSnapshot, func()) {
+	s := &subscriber{name: name, ch: make(chan *OwnershipSnapshot, 1)}
+	c.subMu.Lock()
+	if c.subs == nil { // shut down
+		c.subMu.Unlock()
+		close(s.ch)
+		return s.ch, func() {}
+	}
+	c.subs[s] = struct{}{}
+	s.ch <- c.snap.Load()
+	c.subMu.Unlock()
+	return s.ch, func() {
+		c.subMu.Lock()
+		defer c.subMu.Unlock()
+		if _, ok := c.subs[s]; ok {
+			delete(c.subs, s)
+			close(s.ch)
+		}
+	}
+}
+
+// publish offers snap to every subscriber without blocking: if a
+// subscriber has not read the previous snapshot, it is replaced.
+func (c *Cluster) publish(snap *OwnershipSnapshot) {
+	c.subMu.Lock()
+	defer c.subMu.Unlock()
+	for s := range c.subs {
+		select {
+		case s.ch <- snap:
+			continue
+		default:
+		}
+		select { // drop the stale one; only this goroutine sends
+		case <-s.ch:
+		default:
+		}
+		s.ch <- snap
+	}
+}

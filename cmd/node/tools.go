@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fairshard/fairshard/boltstore"
+	"github.com/fairshard/fairshard/loadgen"
+	"github.com/fairshard/fairshard/node"
+)
+
+// check runs the store's consistency check on DATA_DIR: bbolt's page check
+// plus every index and counter against a full recount. Exit 0: consistent;
+// 1: inconsistent, corrupt or locked; 2: usage.
+func check(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("fairshard check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	shardCount := fs.Uint("shards", 1024, "the cluster's shard count (must match the data file)")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: fairshard check [--shards N] DATA_DIR")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return 2
+	}
+	path := filepath.Join(fs.Arg(0), node.DataFileName)
+	if _, err := os.Stat(path); err != nil {
+		fmt.Fprintf(stderr, "fairshard check: %v\n", err)
+		return 1
+	}
+	s, err := boltstore.Open(path, boltstore.Options{ShardCount: uint32(*shardCount), LockTimeout: time.Second})
+	if err != nil {
+		if errors.Is(err, boltstore.ErrLocked) {
+			fmt.Fprintf(stderr, "fairshard check: %s is in use by another process (stop the node first): %v\n", fs.Arg(0), err)
+		} else {
+			fmt.Fprintf(stderr, "fairshard check: %v\n", err)
+		}
+		return 1
+	}
+	defer s.Close()
+	if err := s.Check(context.Background()); err != nil {
+		fmt.Fprintf(stderr, "fairshard check: %s is inconsistent: %v\n", path, err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: ok\n", path)
+	return 0
+}
+
+// probe GETs a URL and exits 0 on a 2xx answer: the container healthcheck
+// (the image has no curl).
+func probe(args []string, stderr io.Writer) int {
+	if len(args) != 1 {
+		fmt.Fprintln(stderr, "usage: fairshard probe URL")
+		return 2
+	}
+	c := &http.Client{Timeout: 3 * time.Second}
+	resp, err := c.Get(args[0])
+	if err != nil {
+		fmt.Fprintf(stderr, "probe: %v\n", err)
+		return 1
+	}
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		fmt.Fprintf(stderr, "probe: %s answered %d\n", args[0], resp.StatusCode)
+		return 1
+	}
+	return 0
+}
+
+// target runs a sample delivery target (loadgen.Receiver) and logs what it
+// receives every 5 s.
+func target(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("fairshard target", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", ":9000", "listen address")
+	delay := fs.Duration("delay", 20*time.Millisecond, "how long each delivery is held (target latency)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	recv := loadgen.NewReceiver(*delay)
+	srv := &http.Server{Addr: *addr, Handler: recv, ReadHeaderTimeout: 10 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		t := time.NewTicker(5 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				_ = srv.Close()
+				return
+			case <-t.C:
+				b, _ := json.Marshal(recv.Namespaces())
+				fmt.Fprintf(stdout, "delivered=%d distinct=%d namespaces=%s\n", recv.Delivered(), recv.Distinct(), b)
+			}
+		}
+	}()
+	fmt.Fprintf(stdout, "fairshard target listening on %s (delay %v)\n", *addr, *delay)
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		fmt.Fprintf(stderr, "target: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// parseNamespaces reads "name:weight[:taskqueues],…".
+func parseNamespaces(s string) ([]loadgen.Namespace, error) {
+	var out []loadgen.Namespace
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		fields := strings.Split(part, ":")
+		ns := loadgen.Namespace{Name: fields[0], Weight: 1, TaskQueues: 1}
+		if !node.ValidName(ns.Name) {
+			return nil, fmt.Errorf("namespace %q: must be 1-64 letters, digits, '-', '_' or '.'", ns.Name)
+		}
+		var err error
+		if len(fields) > 1 {
+			if ns.Weight, err = strconv.Atoi(fields[1]); err != nil || ns.Weight < 1 {
+				return nil, fmt.Errorf("namespace %q: weight %q is not a positive integer", ns.Name, fields[1])
+			}
+		}
+		if len(fields) > 2 {
+			if ns.TaskQueues, err = strconv.Atoi(fields[2]); err != nil || ns.TaskQueues < 1 {
+				return nil, fmt.Errorf("namespace %q: task queue count %q is not a positive integer", ns.Name, fields[2])
+			}
+		}
+		if len(fields) > 3 {
+			return nil, fmt.Errorf("namespace %q: want name:weight[:taskqueues]", part)
+		}
+		out = append(out, ns)
+	}
+	return out, nil
+}
+
+// load generates load against a running cluster and prints a report.
+func load(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("fairshard load", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	nodes := fs.String("nodes", "http://127.0.0.1:8080", "comma-separated node base URLs")
+	token := fs.String("api-token", os.Getenv("FAIRSHARD_API_TOKEN"), "bearer token")
+	nsFlag := fs.String("namespaces", "default:1", "namespaces as name:weight[:taskqueues],…")
+	rate := fs.Float64("rate", 0, "target rows/s (0: open loop)")
+	rows := fs.Int("rows", 0, "stop after this many rows (0: run for --duration)")
+	duration := fs.Duration("duration", 30*time.Second, "stop after this long (0: run until --rows)")
+	batch := fs.Int("batch", 100, "rows per request")
+	payload := fs.Int("payload-bytes", 64, "approximate payload size (bytes)")
+	conc := fs.Int("concurrency", 4, "concurrent appenders")
+	recvAddr := fs.String("target-addr", "", "also run a built-in delivery target on this address and report deliveries (point the cluster's targets at it)")
+	recvDelay := fs.Duration("target-delay", 0, "built-in target's per-delivery latency")
+	wait := fs.Duration("wait", 30*time.Second, "with --target-addr: how long to wait for deliveries after appending")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	nss, err := parseNamespaces(*nsFlag)
+	if err != nil {
+		fmt.Fprintf(stderr, "fairshard load: --namespaces: %v\n", err)
+		return 2
+	}
+	if *rows == 0 && *duration == 0 {
+		fmt.Fprintln(stderr, "fairshard load: set --rows or --duration")
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	var recv *loadgen.Receiver
+	if *recvAddr != "" {
+		recv = loadgen.NewReceiver(*recvDelay)
+		srv := &http.Server{Addr: *recvAddr, Handler: recv, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = srv.ListenAndServe() }()
+		defer srv.Close()
+	}
+	g, err := loadgen.NewGenerator(loadgen.Config{
+		Nodes: strings.Split(*nodes, ","), Token: *token, Namespaces: nss, Rate: *rate, Rows: *rows,
+		Duration: *duration, BatchSize: *batch, PayloadBytes: *payload, Concurrency: *conc,
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "fairshard load: %v\n", err)
+		return 2
+	}
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				line := fmt.Sprintf("appended=%d errors=%d", g.Appended(), g.Errors())
+				if recv != nil {
+					line += fmt.Sprintf(" delivered=%d", recv.Delivered())
+				}
+				fmt.Fprintln(stdout, line)
+			}
+		}
+	}()
+	rep, _ := g.Run(ctx)
+	if recv != nil {
+		deadline := time.Now().Add(*wait)
+		for int64(recv.Distinct()) < rep.Appended && time.Now().Before(deadline) && ctx.Err() == nil {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	close(done)
+	fmt.Fprintf(stdout, "appended %d rows in %v: %.0f rows/s, %d request errors, by status %v\n",
+		rep.Appended, rep.Elapsed.Round(time.Millisecond), rep.RowsPerSec, rep.Errors, rep.ByStatus)
+	fmt.Fprintf(stdout, "append request latency ms: p50 %.1f p90 %.1f p99 %.1f max %.1f\n",
+		rep.AppendLatency.P50, rep.AppendLatency.P90, rep.AppendLatency.P99, rep.AppendLatency.Max)
+	if last := g.LastError(); last != "" {
+		fmt.Fprintf(stdout, "last error: %s\n", last)
+	}
+	if recv != nil {
+		fmt.Fprintf(stdout, "delivered %d (distinct %d, duplicates %d)\n", recv.Delivered(), recv.Distinct(), len(recv.Duplicates()))
+		for _, ns := range recv.Namespaces() {
+			fmt.Fprintf(stdout, "  %-12s delivered %-8d max concurrent %-5d append→delivery ms p50 %.1f p99 %.1f\n",
+				ns.Namespace, ns.Delivered, ns.MaxInFlight, ns.Latency.P50, ns.Latency.P99)
+		}
+	}
+	if rep.Appended == 0 {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,286 @@
+package loadgen
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// Namespace is one tenant of the load with its relative weight.
+type Namespace struct {
+	Name string
+	// Weight is the namespace's share of rows relative to the others (≥ 1).
+	Weight int
+	// TaskQueues spreads the namespace's rows over this many task queues
+	// named q0…q{n-1}. Defaults to 1.
+	TaskQueues int
+}
+
+// Config shapes a load run.
+type Config struct {
+	// Nodes are base URLs of cluster nodes (http://host:port); batches go to
+	// them round-robin.
+	Nodes []string
+	// Token is sent as a bearer token when set.
+	Token string
+	// Namespaces with weights; defaults to one namespace "default".
+	Namespaces []Namespace
+	// Rate is the target rows/s across all workers; 0 runs open loop (as
+	// fast as the cluster answers).
+	Rate float64
+	// Rows stops the run after this many rows have been appended (0: no
+	// limit; then Duration must be set).
+	Rows int
+	// Duration stops the run after this long (0: no limit; then Rows must
+	// be set).
+	Duration time.Duration
+	// BatchSize is rows per request. Defaults to 100.
+	BatchSize int
+	// PayloadBytes pads each JSON payload to about this size. Defaults to 0
+	// (a small payload carrying the append time).
+	PayloadBytes int
+	// Concurrency is the number of concurrent appenders. Defaults to 4.
+	Concurrency int
+	// KeyPrefix starts every dispatch_key; keys are "{prefix}{n}". Defaults
+	// to "load-<unix nanos>-".
+	KeyPrefix string
+	// Client is the HTTP client; defaults to one with a 30 s timeout.
+	Client *http.Client
+	// OnAppended, if set, is called with each acknowledged row's key,
+	// namespace and status ("created", "duplicate", "accepted").
+	OnAppended func(key, namespace, status string)
+}
+
+// Report is a finished run's outcome.
+type Report struct {
+	Appended   int64            `json:"appended"`
+	ByStatus   map[string]int64 `json:"by_status"`
+	Errors     int64            `json:"errors"`
+	Elapsed    time.Duration    `json:"elapsed_ns"`
+	RowsPerSec float64          `json:"appended_per_sec"`
+	// AppendLatency is the per-request latency of POST /v1/rows.
+	AppendLatency Summary `json:"append_latency"`
+}
+
+// Generator appends rows to a cluster. Build with NewGenerator; Run once.
+type Generator struct {
+	cfg      Config
+	next     atomic.Int64
+	appended atomic.Int64
+	errs     atomic.Int64
+	mu       sync.Mutex
+	byStatus map[string]int64
+	lat      Latencies
+	picks    []int // namespace index per weight unit
+	lastErr  atomic.Pointer[string]
+}
+
+// NewGenerator validates cfg and fills its defaults.
+func NewGenerator(cfg Config) (*Generator, error) {
+	if len(cfg.Nodes) == 0 {
+		return nil, errors.New("loadgen: no node URLs")
+	}
+	if cfg.Rows <= 0 && cfg.Duration <= 0 {
+		return nil, errors.New("loadgen: set Rows or Duration")
+	}
+	if len(cfg.Namespaces) == 0 {
+		cfg.Namespaces = []Namespace{{Name: "default", Weight: 1}}
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = 100
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 4
+	}
+	if cfg.KeyPrefix == "" {
+		cfg.KeyPrefix = fmt.Sprintf("load-%d-", time.Now().UnixNano())
+	}
+	if cfg.Client == nil {
+		cfg.Client = &http.Client{Timeout: 30 * time.Second}
+	}
+	g := &Generator{cfg: cfg, byStatus: map[string]int64{}}
+	for i, ns := range cfg.Namespaces {
+		if ns.Name == "" {
+			return nil, fmt.Errorf("loadgen: namespace %d has no name", i)
+		}
+		for range max(ns.Weight, 1) {
+			g.picks = append(g.picks, i)
+		}
+	}
+	return g, nil
+}
+
+// Appended returns rows acknowledged so far.
+func (g *Generator) Appended() int64 { return g.appended.Load() }
+
+// Errors returns failed requests so far.
+func (g *Generator) Errors() int64 { return g.errs.Load() }
+
+// LastError returns the most recent request error, or "".
+func (g *Generator) LastError() string {
+	if p := g.lastErr.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+type wireRow struct {
+	DispatchKey string          `json:"dispatch_key"`
+	Namespace   string          `json:"namespace"`
+	TaskQueue   string          `json:"task_queue"`
+	Payload     json.RawMessage `json:"payload"`
+}
+
+// Run appends until Rows or Duration is reached or ctx ends, and reports.
+// Failed requests are counted and retried once with the same keys (an
+// append is idempotent), then given up.
+func (g *Generator) Run(ctx context.Context) (Report, error) {
+	// Requests run under reqCtx, which only the caller cancels: a batch in
+	// flight when Duration ends is finished and counted, so every row the
+	// cluster stored is reported as appended.
+	reqCtx := ctx
+	if g.cfg.Duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, g.cfg.Duration)
+		defer cancel()
+	}
+	start := time.Now()
+	var tick <-chan time.Time
+	if g.cfg.Rate > 0 {
+		interval := time.Duration(float64(time.Second) * float64(g.cfg.BatchSize) / g.cfg.Rate)
+		t := time.NewTicker(max(interval, time.Microsecond))
+		defer t.Stop()
+		tick = t.C
+	}
+	var eg errgroup.Group
+	for w := range g.cfg.Concurrency {
+		eg.Go(func() error {
+			rng := rand.New(rand.NewPCG(uint64(w), uint64(start.UnixNano())))
+			for n := 0; ; n++ {
+				if tick != nil {
+					select {
+					case <-ctx.Done():
+						return nil
+					case <-tick:
+					}
+				} else if ctx.Err() != nil {
+					return nil
+				}
+				size := g.cfg.BatchSize
+				first := g.next.Add(int64(size)) - int64(size)
+				if g.cfg.Rows > 0 {
+					if first >= int64(g.cfg.Rows) {
+						return nil
+					}
+					size = int(min(int64(size), int64(g.cfg.Rows)-first))
+				}
+				node := g.cfg.Nodes[(w+n)%len(g.cfg.Nodes)]
+				g.send(reqCtx, rng, node, first, size)
+			}
+		})
+	}
+	_ = eg.Wait()
+	elapsed := time.Since(start)
+	rep := Report{Appended: g.appended.Load(), Errors: g.errs.Load(), Elapsed: elapsed, ByStatus: map[string]int64{}, AppendLatency: g.lat.Summary()}
+	g.mu.Lock()
+	for k, v := range g.byStatus {
+		rep.ByStatus[k] = v
+	}
+	g.mu.Unlock()
+	if s := elapsed.Seconds(); s > 0 {
+		rep.RowsPerSec = float64(rep.Appended) / s
+	}
+	return rep, nil
+}
+
+func (g *Generator) send(ctx context.Context, rng *rand.Rand, node string, first int64, size int) {
+	rows := make([]wireRow, size)
+	pad := ""
+	if g.cfg.PayloadBytes > 40 {
+		pad = strings.Repeat("x", g.cfg.PayloadBytes-40)
+	}
+	now := time.Now().UnixNano()
+	for i := range rows {
+		ns := g.cfg.Namespaces[g.picks[rng.IntN(len(g.picks))]]
+		tq := fmt.Sprintf("q%d", rng.IntN(max(ns.TaskQueues, 1)))
+		rows[i] = wireRow{
+			DispatchKey: fmt.Sprintf("%s%d", g.cfg.KeyPrefix, first+int64(i)),
+			Namespace:   ns.Name,
+			TaskQueue:   tq,
+			Payload:     json.RawMessage(fmt.Sprintf(`{"t":%d,"pad":%q}`, now, pad)),
+		}
+	}
+	body, _ := json.Marshal(map[string]any{"rows": rows})
+	for attempt := range 2 {
+		t0 := time.Now()
+		statuses, err := g.post(ctx, node, body)
+		if err == nil {
+			g.lat.Add(time.Since(t0))
+			g.appended.Add(int64(size))
+			g.mu.Lock()
+			for _, s := range statuses {
+				g.byStatus[s]++
+			}
+			g.mu.Unlock()
+			if g.cfg.OnAppended != nil {
+				for i, r := range rows {
+					g.cfg.OnAppended(r.DispatchKey, r.Namespace, statuses[i])
+				}
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		g.errs.Add(1)
+		msg := err.Error()
+		g.lastErr.Store(&msg)
+		if attempt == 0 {
+			time.Sleep(100 * time.Millisecond) // brief pause before the one retry
+		}
+	}
+}
+
+func (g *Generator) post(ctx context.Context, node string, body []byte) ([]string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(node, "/")+"/v1/rows", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if g.cfg.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+g.cfg.Token)
+	}
+	resp, err := g.cfg.Client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("POST %s/v1/rows: HTTP %d: %.200s", node, resp.StatusCode, data)
+	}
+	var out struct {
+		Rows []struct {
+			Status string `json:"status"`
+		} `json:"rows"`
+	}
+	if err := json.Unmarshal(data, &out); err != nil {
+		return nil, fmt.Errorf("POST %s/v1/rows: bad answer: %w", node, err)
+	}
+	st := make([]string, len(out.Rows))
+	for i, r := range out.Rows {
+		st[i] = r.Status
+	}
+	return st, nil
+}

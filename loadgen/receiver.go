@@ -1,0 +1,185 @@
+package loadgen
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Delivery header names the receiver reads (set by fairshard's dispatcher).
+const (
+	HeaderDispatchKey = "Fairshard-Dispatch-Key"
+	HeaderNamespace   = "Fairshard-Namespace"
+	HeaderAttempt     = "Fairshard-Attempt"
+)
+
+// Receiver is a delivery target that records what it receives. Build one
+// with NewReceiver; serve it with net/http. Safe for concurrent use.
+type Receiver struct {
+	// Delay is how long each request is held before it is answered (a
+	// target's latency). Set before serving; read atomically.
+	delay atomic.Int64
+	// Status, when non-zero, is answered instead of 200 (fault injection).
+	status atomic.Int32
+
+	mu         sync.Mutex
+	deliveries map[string]int // dispatch_key → successful deliveries
+	namespaces map[string]*nsStats
+	total      atomic.Int64
+	start      time.Time
+}
+
+type nsStats struct {
+	inFlight    int
+	maxInFlight int
+	delivered   int
+	latency     Latencies
+}
+
+// NewReceiver returns a receiver that holds each request for delay.
+func NewReceiver(delay time.Duration) *Receiver {
+	r := &Receiver{deliveries: map[string]int{}, namespaces: map[string]*nsStats{}, start: time.Now()}
+	r.delay.Store(int64(delay))
+	return r
+}
+
+// SetDelay changes the per-request hold time.
+func (r *Receiver) SetDelay(d time.Duration) { r.delay.Store(int64(d)) }
+
+// SetStatus makes every following request answer status (0 restores 200).
+func (r *Receiver) SetStatus(status int) { r.status.Store(int32(status)) }
+
+func (r *Receiver) ns(name string) *nsStats {
+	s, ok := r.namespaces[name]
+	if !ok {
+		s = &nsStats{}
+		r.namespaces[name] = s
+	}
+	return s
+}
+
+// ServeHTTP implements http.Handler: it tracks in-flight per namespace,
+// holds the request for the configured delay, and on success records the
+// delivery and its append-to-delivery latency (from the payload's "t",
+// unix nanoseconds, as Generator writes it).
+func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	key := req.Header.Get(HeaderDispatchKey)
+	ns := req.Header.Get(HeaderNamespace)
+	body, _ := io.ReadAll(io.LimitReader(req.Body, 2<<20))
+	r.mu.Lock()
+	st := r.ns(ns)
+	st.inFlight++
+	st.maxInFlight = max(st.maxInFlight, st.inFlight)
+	r.mu.Unlock()
+
+	if d := time.Duration(r.delay.Load()); d > 0 {
+		select {
+		case <-time.After(d):
+		case <-req.Context().Done():
+		}
+	}
+	status := int(r.status.Load())
+	now := time.Now()
+	r.mu.Lock()
+	st.inFlight--
+	if status == 0 {
+		r.deliveries[key]++
+		st.delivered++
+	}
+	r.mu.Unlock()
+	if status != 0 {
+		http.Error(w, "injected failure", status)
+		return
+	}
+	r.total.Add(1)
+	var p struct {
+		T int64 `json:"t"`
+	}
+	if json.Unmarshal(body, &p) == nil && p.T > 0 {
+		st.latency.Add(now.Sub(time.Unix(0, p.T)))
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// Delivered returns the number of successful deliveries (duplicates
+// included).
+func (r *Receiver) Delivered() int64 { return r.total.Load() }
+
+// Count returns how many times key was delivered successfully.
+func (r *Receiver) Count(key string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.deliveries[key]
+}
+
+// Distinct returns the number of distinct dispatch_keys delivered.
+func (r *Receiver) Distinct() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.deliveries)
+}
+
+// Duplicates returns the keys delivered more than once, with their counts.
+func (r *Receiver) Duplicates() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]int{}
+	for k, n := range r.deliveries {
+		if n > 1 {
+			out[k] = n
+		}
+	}
+	return out
+}
+
+// NamespaceReport is what the receiver saw of one namespace.
+type NamespaceReport struct {
+	Namespace   string  `json:"namespace"`
+	Delivered   int     `json:"delivered"`
+	InFlight    int     `json:"in_flight"`
+	MaxInFlight int     `json:"max_in_flight"`
+	Latency     Summary `json:"latency"`
+}
+
+// Namespaces reports every namespace seen, sorted by name.
+func (r *Receiver) Namespaces() []NamespaceReport {
+	r.mu.Lock()
+	names := make([]string, 0, len(r.namespaces))
+	for n := range r.namespaces {
+		names = append(names, n)
+	}
+	r.mu.Unlock()
+	sort.Strings(names)
+	out := make([]NamespaceReport, 0, len(names))
+	for _, n := range names {
+		r.mu.Lock()
+		st := r.namespaces[n]
+		rep := NamespaceReport{Namespace: n, Delivered: st.delivered, InFlight: st.inFlight, MaxInFlight: st.maxInFlight}
+		r.mu.Unlock()
+		rep.Latency = st.latency.Summary()
+		out = append(out, rep)
+	}
+	return out
+}
+
+// Latency returns the namespace's append-to-delivery latencies.
+func (r *Receiver) Latency(namespace string) *Latencies {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return &r.ns(namespace).latency
+}
+
+// Keys returns every delivered dispatch_key.
+func (r *Receiver) Keys() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]int, len(r.deliveries))
+	for k, n := range r.deliveries {
+		out[k] = n
+	}
+	return out
+}

@@ -1,0 +1,223 @@
+package node
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/fairshard/fairshard/outbox"
+)
+
+// Append request limits (issue: 1,000 rows and 10 MiB per request, 1 MiB
+// per payload).
+const (
+	MaxBatchRows    = 1000
+	MaxRequestBytes = 10 << 20
+	MaxPayloadBytes = 1 << 20
+	MaxKeyBytes     = 512
+	MaxLabelBytes   = 256
+	// MaxWorkflowIDBytes keeps "hold/{workflow_id}" within the gossiped
+	// config's 128-byte key limit, so every workflow can be held.
+	MaxWorkflowIDBytes = 128 - len(prefixHold)
+	MaxDelay           = 30 * 24 * time.Hour
+	maxContentLength   = 256
+)
+
+// nameRE is the rule for namespace and task_queue: short names of letters,
+// digits, '-', '_' and '.'.
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+// ValidName reports whether s is a valid namespace or task_queue name.
+func ValidName(s string) bool { return nameRE.MatchString(s) }
+
+// appendRow is one row of POST /v1/rows as the producer sends it.
+type appendRow struct {
+	DispatchKey   *string         `json:"dispatch_key"`
+	WorkflowID    *string         `json:"workflow_id"`
+	Ordinal       *uint64         `json:"ordinal"`
+	Namespace     *string         `json:"namespace"`
+	TaskQueue     *string         `json:"task_queue"`
+	ActivityType  *string         `json:"activity_type"`
+	Payload       json.RawMessage `json:"payload"`
+	PayloadBase64 *string         `json:"payload_base64"`
+	ContentType   *string         `json:"content_type"`
+	DelayMS       *int64          `json:"delay_ms"`
+}
+
+type appendRequest struct {
+	Rows []json.RawMessage `json:"rows"`
+}
+
+// decodeAppend reads and validates a whole POST /v1/rows body. It returns
+// rows ready for the store (created/visible times relative to now), or an
+// *APIError naming the first bad field; on error nothing may be written.
+func decodeAppend(w http.ResponseWriter, r *http.Request, now time.Time) ([]outbox.Row, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, tooLarge("body", "request body exceeds %d bytes", MaxRequestBytes)
+		}
+		return nil, &APIError{Status: http.StatusBadRequest, Code: CodeInvalidJSON, Message: "body: " + err.Error()}
+	}
+	var req appendRequest
+	if err := strictUnmarshal(body, &req); err != nil {
+		return nil, &APIError{Status: http.StatusBadRequest, Code: CodeInvalidJSON, Field: "body", Message: "body: " + err.Error()}
+	}
+	switch {
+	case req.Rows == nil:
+		return nil, fieldError("rows", "is required")
+	case len(req.Rows) == 0:
+		return nil, fieldError("rows", "is empty")
+	case len(req.Rows) > MaxBatchRows:
+		return nil, tooLarge("rows", "%d rows exceed the limit of %d per request", len(req.Rows), MaxBatchRows)
+	}
+	rows := make([]outbox.Row, len(req.Rows))
+	for i, raw := range req.Rows {
+		var in appendRow
+		if err := strictUnmarshal(raw, &in); err != nil {
+			return nil, &APIError{Status: http.StatusBadRequest, Code: CodeInvalidJSON, Field: fmt.Sprintf("rows[%d]", i),
+				Message: fmt.Sprintf("rows[%d]: %v", i, err)}
+		}
+		row, err := in.toRow(i, now)
+		if err != nil {
+			return nil, err
+		}
+		rows[i] = row
+	}
+	return rows, nil
+}
+
+// strictUnmarshal decodes exactly one JSON value, rejecting unknown fields
+// and trailing data.
+func strictUnmarshal(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("unexpected data after the JSON value")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("unexpected data after the JSON value")
+	}
+	return nil
+}
+
+func checkText(field, v string, maxBytes int) error {
+	if len(v) > maxBytes {
+		return fieldError(field, "is %d bytes, the limit is %d", len(v), maxBytes)
+	}
+	if !utf8.ValidString(v) {
+		return fieldError(field, "is not valid UTF-8")
+	}
+	for _, c := range v {
+		if c < 0x20 || c == 0x7f {
+			return fieldError(field, "contains a control character")
+		}
+	}
+	return nil
+}
+
+func (in *appendRow) toRow(i int, now time.Time) (outbox.Row, error) {
+	f := func(name string) string { return fmt.Sprintf("rows[%d].%s", i, name) }
+	row := outbox.Row{Namespace: outbox.DefaultName, TaskQueue: outbox.DefaultName, CreatedAt: now, VisibleAfter: now, Attempt: 1}
+	if in.WorkflowID != nil {
+		if *in.WorkflowID == "" {
+			return row, fieldError(f("workflow_id"), "is empty")
+		}
+		if err := checkText(f("workflow_id"), *in.WorkflowID, MaxWorkflowIDBytes); err != nil {
+			return row, err
+		}
+		row.WorkflowID = *in.WorkflowID
+	}
+	if in.Ordinal != nil {
+		row.Ordinal = *in.Ordinal
+	}
+	switch {
+	case in.DispatchKey != nil:
+		if *in.DispatchKey == "" {
+			return row, fieldError(f("dispatch_key"), "is empty")
+		}
+		if err := checkText(f("dispatch_key"), *in.DispatchKey, MaxKeyBytes); err != nil {
+			return row, err
+		}
+		row.DispatchKey = *in.DispatchKey
+	case in.WorkflowID != nil && in.Ordinal != nil:
+		row.DispatchKey = outbox.DefaultDispatchKey(row.WorkflowID, row.Ordinal)
+		if len(row.DispatchKey) > MaxKeyBytes {
+			return row, fieldError(f("dispatch_key"), "derived key is longer than %d bytes", MaxKeyBytes)
+		}
+	case in.WorkflowID != nil:
+		return row, fieldError(f("ordinal"), "is required with workflow_id when dispatch_key is absent")
+	default:
+		return row, fieldError(f("dispatch_key"), "is required (or give workflow_id and ordinal)")
+	}
+	if in.Namespace != nil {
+		if !ValidName(*in.Namespace) {
+			return row, fieldError(f("namespace"), "must be 1-64 letters, digits, '-', '_' or '.'")
+		}
+		row.Namespace = *in.Namespace
+	}
+	if in.TaskQueue != nil {
+		if !ValidName(*in.TaskQueue) {
+			return row, fieldError(f("task_queue"), "must be 1-64 letters, digits, '-', '_' or '.'")
+		}
+		row.TaskQueue = *in.TaskQueue
+	}
+	if in.ActivityType != nil {
+		if err := checkText(f("activity_type"), *in.ActivityType, MaxLabelBytes); err != nil {
+			return row, err
+		}
+		row.ActivityType = *in.ActivityType
+	}
+	hasJSON := len(in.Payload) > 0 && !bytes.Equal(in.Payload, []byte("null"))
+	switch {
+	case hasJSON && in.PayloadBase64 != nil:
+		return row, fieldError(f("payload"), "give either payload or payload_base64, not both")
+	case hasJSON:
+		row.Payload = append([]byte(nil), in.Payload...)
+		row.ContentType = "application/json"
+	case in.PayloadBase64 != nil:
+		if base64.StdEncoding.DecodedLen(len(*in.PayloadBase64)) > MaxPayloadBytes+3 {
+			return row, tooLarge(f("payload_base64"), "decoded payload exceeds %d bytes", MaxPayloadBytes)
+		}
+		b, err := base64.StdEncoding.DecodeString(*in.PayloadBase64)
+		if err != nil {
+			return row, fieldError(f("payload_base64"), "is not valid standard base64: %v", err)
+		}
+		row.Payload = b
+		row.ContentType = "application/octet-stream"
+	}
+	if len(row.Payload) > MaxPayloadBytes {
+		return row, tooLarge(f("payload"), "is %d bytes, the limit is %d", len(row.Payload), MaxPayloadBytes)
+	}
+	if in.ContentType != nil {
+		ct := strings.TrimSpace(*in.ContentType)
+		if len(ct) > maxContentLength {
+			return row, fieldError(f("content_type"), "is longer than %d bytes", maxContentLength)
+		}
+		if _, _, err := mime.ParseMediaType(ct); err != nil {
+			return row, fieldError(f("content_type"), "is not a media type: %v", err)
+		}
+		row.ContentType = ct
+	}
+	if in.DelayMS != nil {
+		d := time.Duration(*in.DelayMS) * time.Millisecond
+		if *in.DelayMS < 0 || d > MaxDelay {
+			return row, fieldError(f("delay_ms"), "must be between 0 and %d", MaxDelay.Milliseconds())
+		}
+		row.VisibleAfter = now.Add(d)
+	}
+	return row, nil
+}

@@ -1,0 +1,282 @@
+package node
+
+import (
+	"encoding/base64"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+)
+
+// Config is the node's boot configuration: fixed after start. Runtime
+// settings (namespace quotas, pauses, targets, holds) live in the gossiped
+// cluster config instead. Every field has a flag (RegisterFlags); cmd/node
+// maps each flag to the environment variable FAIRSHARD_<FLAG_NAME>.
+type Config struct {
+	// NodeName is this node's unique name in the cluster. Defaults to the
+	// hostname.
+	NodeName string
+	// DataDir holds the node's bbolt file (fairshard.db). Defaults to ./data.
+	DataDir string
+	// HTTPAddr is the API listen address. Defaults to :8080.
+	HTTPAddr string
+	// AdvertiseHTTP is the host:port other nodes use to reach this node's
+	// API; derived from HTTPAddr (and the gossip advertise IP) when empty.
+	AdvertiseHTTP string
+	// GossipAddr is the memberlist bind address (UDP and TCP). Defaults to
+	// 0.0.0.0:7946.
+	GossipAddr string
+	// AdvertiseGossip is the ip:port peers use to reach this node's gossip
+	// (matters behind NAT); derived when empty.
+	AdvertiseGossip string
+	// Join lists host:port seeds; a DNS name resolving to several addresses
+	// joins them all.
+	Join []string
+	// Shards is the cluster's shard count, fixed for the cluster's life.
+	// Defaults to 1024.
+	Shards uint32
+	// DefaultMaxInFlight is the quota (rows) of a namespace with no quota
+	// record. Defaults to 1024.
+	DefaultMaxInFlight uint32
+	// DefaultTarget is the delivery URL of a route with no target of its
+	// own; "{namespace}" and "{task_queue}" are substituted. Empty: such
+	// routes wait.
+	DefaultTarget string
+	// APIToken, when set, is required as "Authorization: Bearer <token>" on
+	// every /v1 call. Health and metrics stay open.
+	APIToken string
+	// ClusterSecret authenticates node-to-node calls (forwarded appends,
+	// handoff). Defaults to APIToken.
+	ClusterSecret string
+	// GossipKey encrypts gossip (16, 24 or 32 bytes; base64 in flags/env).
+	GossipKey []byte
+	// GossipProfile picks memberlist timings: "lan" (default) or "fast"
+	// (short probe and push/pull intervals, for tests on loopback).
+	GossipProfile string
+
+	// PollInterval is the dispatcher's sweep interval. Defaults to 20 ms.
+	PollInterval time.Duration
+	// BatchSize is the most rows one sweep claims. Defaults to 256.
+	BatchSize int
+	// DeliveryTimeout bounds one delivery attempt. Defaults to 10 s.
+	DeliveryTimeout time.Duration
+	// VisibilityTimeout is how long a claim may last before the reaper
+	// re-arms it. Defaults to DeliveryTimeout + 30 s; must exceed it.
+	VisibilityTimeout time.Duration
+	// RetryBase, RetryFactor and RetryCap shape the exponential backoff;
+	// defaults 500 ms, 2, 5 min.
+	RetryBase   time.Duration
+	RetryFactor float64
+	RetryCap    time.Duration
+	// MaxAttempts is the number of delivery attempts before a row is dead
+	// lettered. Defaults to 10.
+	MaxAttempts int
+	// MaxConnsPerHost bounds connections per target host. Defaults to 64.
+	MaxConnsPerHost int
+
+	// HandoffInterval is how often the handoff loop runs besides on every
+	// ownership change. Defaults to 5 s.
+	HandoffInterval time.Duration
+	// HandoffBatch is the most rows per handoff call. Defaults to 500.
+	HandoffBatch int
+	// ShutdownGrace bounds a graceful stop (in-flight deliveries, then
+	// handoff). Defaults to 30 s.
+	ShutdownGrace time.Duration
+	// TombstoneRetention is the dedupe window: how long finished rows keep
+	// their key. Defaults to 24 h.
+	TombstoneRetention time.Duration
+	// QuotaTTL is how long a namespace quota is cached. Defaults to 2 s.
+	QuotaTTL time.Duration
+
+	// LogLevel is debug, info, warn or error; LogFormat is text or json.
+	LogLevel  string
+	LogFormat string
+}
+
+// DefaultConfig returns a Config holding every default.
+func DefaultConfig() Config {
+	fs := flag.NewFlagSet("defaults", flag.ContinueOnError)
+	var c Config
+	c.RegisterFlags(fs)
+	return c
+}
+
+// RegisterFlags registers one flag per field on fs, with its default and
+// help text; flags are the single source of defaults.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	host, _ := os.Hostname()
+	fs.StringVar(&c.NodeName, "node-name", host, "unique node name in the cluster")
+	fs.StringVar(&c.DataDir, "data-dir", "./data", "directory of this node's bbolt outbox file")
+	fs.StringVar(&c.HTTPAddr, "http-addr", ":8080", "HTTP API listen address")
+	fs.StringVar(&c.AdvertiseHTTP, "advertise-http", "", "host:port other nodes use for this node's API (default: derived)")
+	fs.StringVar(&c.GossipAddr, "gossip-addr", "0.0.0.0:7946", "gossip (memberlist) bind address, UDP and TCP")
+	fs.StringVar(&c.AdvertiseGossip, "advertise-gossip", "", "ip:port peers use to reach this node's gossip (default: derived)")
+	fs.Func("join", "comma-separated host:port seeds to join (DNS names join every address)", func(s string) error {
+		c.Join = splitList(s)
+		return nil
+	})
+	fs.Func("shards", "cluster shard count, fixed per cluster (default 1024)", uintFlag(&c.Shards))
+	c.Shards = 1024
+	fs.Func("default-max-in-flight", "quota (rows) of a namespace without a quota record (default 1024)", uintFlag(&c.DefaultMaxInFlight))
+	c.DefaultMaxInFlight = 1024
+	fs.StringVar(&c.DefaultTarget, "default-target", "", "delivery URL for routes without a target; {namespace} and {task_queue} are substituted")
+	fs.StringVar(&c.APIToken, "api-token", "", "bearer token required on /v1 calls (default: none)")
+	fs.StringVar(&c.ClusterSecret, "cluster-secret", "", "bearer token for node-to-node calls (default: the API token)")
+	fs.Func("gossip-key", "base64 gossip encryption key of 16, 24 or 32 bytes (default: none)", func(s string) error {
+		if s == "" {
+			c.GossipKey = nil
+			return nil
+		}
+		k, err := base64.StdEncoding.DecodeString(s)
+		if err != nil {
+			return fmt.Errorf("not base64: %w", err)
+		}
+		if n := len(k); n != 16 && n != 24 && n != 32 {
+			return fmt.Errorf("decodes to %d bytes, want 16, 24 or 32", n)
+		}
+		c.GossipKey = k
+		return nil
+	})
+	fs.StringVar(&c.GossipProfile, "gossip-profile", "lan", "memberlist timings: lan or fast (tests on loopback)")
+	fs.DurationVar(&c.PollInterval, "poll-interval", 20*time.Millisecond, "dispatcher sweep interval")
+	fs.IntVar(&c.BatchSize, "batch-size", 256, "most rows claimed per sweep")
+	fs.DurationVar(&c.DeliveryTimeout, "delivery-timeout", 10*time.Second, "timeout of one delivery attempt")
+	fs.DurationVar(&c.VisibilityTimeout, "visibility-timeout", 0, "claim lease before the reaper re-arms a row (default: delivery timeout + 30s)")
+	fs.DurationVar(&c.RetryBase, "retry-base", 500*time.Millisecond, "first retry backoff")
+	fs.Float64Var(&c.RetryFactor, "retry-factor", 2, "backoff multiplier per attempt")
+	fs.DurationVar(&c.RetryCap, "retry-cap", 5*time.Minute, "largest retry backoff")
+	fs.IntVar(&c.MaxAttempts, "max-attempts", 10, "delivery attempts before a row is dead-lettered")
+	fs.IntVar(&c.MaxConnsPerHost, "max-conns-per-host", 64, "most connections per target host")
+	fs.DurationVar(&c.HandoffInterval, "handoff-interval", 5*time.Second, "handoff loop period (it also runs on every ownership change)")
+	fs.IntVar(&c.HandoffBatch, "handoff-batch", 500, "most rows per handoff call")
+	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 30*time.Second, "bound on a graceful stop: in-flight deliveries, then handoff")
+	fs.DurationVar(&c.TombstoneRetention, "tombstone-retention", 24*time.Hour, "dedupe window: how long finished rows keep their key")
+	fs.DurationVar(&c.QuotaTTL, "quota-ttl", 2*time.Second, "how long a namespace quota is cached")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
+}
+
+func uintFlag(dst *uint32) func(string) error {
+	return func(s string) error {
+		var v uint64
+		if _, err := fmt.Sscanf(s, "%d", &v); err != nil || v > 1<<32-1 || fmt.Sprint(v) != strings.TrimSpace(s) {
+			return fmt.Errorf("%q is not a non-negative integer", s)
+		}
+		*dst = uint32(v)
+		return nil
+	}
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Validate checks the configuration once, at start-up, and fills derived
+// defaults (VisibilityTimeout, ClusterSecret). Messages name the flag.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(flag, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("--%s: %s", flag, fmt.Sprintf(format, args...)))
+	}
+	if c.NodeName == "" {
+		bad("node-name", "is empty (and the hostname is unknown)")
+	}
+	if c.DataDir == "" {
+		bad("data-dir", "is empty")
+	}
+	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+		bad("http-addr", "%q is not host:port: %v", c.HTTPAddr, err)
+	}
+	if _, _, err := net.SplitHostPort(c.GossipAddr); err != nil {
+		bad("gossip-addr", "%q is not host:port: %v", c.GossipAddr, err)
+	}
+	if c.AdvertiseGossip != "" {
+		h, _, err := net.SplitHostPort(c.AdvertiseGossip)
+		if err != nil || net.ParseIP(h) == nil {
+			bad("advertise-gossip", "%q must be ip:port with an IP literal", c.AdvertiseGossip)
+		}
+	}
+	if c.AdvertiseHTTP != "" {
+		if _, _, err := net.SplitHostPort(c.AdvertiseHTTP); err != nil {
+			bad("advertise-http", "%q is not host:port", c.AdvertiseHTTP)
+		}
+	}
+	for _, j := range c.Join {
+		if _, _, err := net.SplitHostPort(j); err != nil {
+			bad("join", "%q is not host:port", j)
+		}
+	}
+	if c.Shards == 0 {
+		bad("shards", "must be at least 1")
+	}
+	if c.DefaultTarget != "" {
+		u, err := url.Parse(strings.NewReplacer("{namespace}", "ns", "{task_queue}", "tq").Replace(c.DefaultTarget))
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("default-target", "%q is not an http(s) URL", c.DefaultTarget)
+		}
+	}
+	if c.GossipProfile != "lan" && c.GossipProfile != "fast" {
+		bad("gossip-profile", "%q is not lan or fast", c.GossipProfile)
+	}
+	if c.PollInterval <= 0 {
+		bad("poll-interval", "must be positive")
+	}
+	if c.BatchSize <= 0 {
+		bad("batch-size", "must be positive")
+	}
+	if c.DeliveryTimeout <= 0 {
+		bad("delivery-timeout", "must be positive")
+	}
+	if c.VisibilityTimeout == 0 {
+		c.VisibilityTimeout = c.DeliveryTimeout + 30*time.Second
+	}
+	if c.VisibilityTimeout <= c.DeliveryTimeout {
+		bad("visibility-timeout", "%v must exceed --delivery-timeout %v, or live deliveries get re-armed", c.VisibilityTimeout, c.DeliveryTimeout)
+	}
+	if c.RetryBase <= 0 || c.RetryCap < c.RetryBase {
+		bad("retry-base", "must be positive and at most --retry-cap")
+	}
+	if c.RetryFactor < 1 {
+		bad("retry-factor", "must be at least 1")
+	}
+	if c.MaxAttempts < 1 {
+		bad("max-attempts", "must be at least 1")
+	}
+	if c.MaxConnsPerHost < 1 {
+		bad("max-conns-per-host", "must be at least 1")
+	}
+	if c.HandoffInterval <= 0 {
+		bad("handoff-interval", "must be positive")
+	}
+	if c.HandoffBatch < 1 {
+		bad("handoff-batch", "must be at least 1")
+	}
+	if c.ShutdownGrace <= 0 {
+		bad("shutdown-grace", "must be positive")
+	}
+	if c.TombstoneRetention <= 0 {
+		bad("tombstone-retention", "must be positive")
+	}
+	switch strings.ToLower(c.LogLevel) {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log-level", "%q is not debug, info, warn or error", c.LogLevel)
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		bad("log-format", "%q is not text or json", c.LogFormat)
+	}
+	if c.ClusterSecret == "" {
+		c.ClusterSecret = c.APIToken
+	}
+	return errors.Join(errs...)
+}

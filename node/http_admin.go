@@ -1,0 +1,433 @@
+package node
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fairshard/fairshard/boltstore"
+	"github.com/fairshard/fairshard/outbox"
+)
+
+// Limits of the admin API.
+const (
+	MaxQuota          = 1_000_000
+	MaxTargetTimeout  = 10 * time.Minute
+	maxDeadLetterPage = 1000
+)
+
+// namespaceView is GET /v1/namespaces/{ns}: the namespace's cluster-wide
+// settings plus this node's counts, ceiling and headroom.
+type namespaceView struct {
+	Namespace string `json:"namespace"`
+	// MaxInFlight is the cluster-wide quota (rows); MaxInFlightDefault says
+	// whether it is the node default because none was set.
+	MaxInFlight        uint32 `json:"max_in_flight"`
+	MaxInFlightDefault bool   `json:"max_in_flight_default"`
+	Paused             bool   `json:"paused"`
+	// Node is the node these counts come from.
+	Node               string  `json:"node"`
+	Pending            int     `json:"pending"`
+	Claimed            int     `json:"claimed"`
+	DeadLetters        int     `json:"dead_letters"`
+	OwnedShardFraction float64 `json:"owned_shard_fraction"`
+	// Ceiling is this node's per-node ceiling, ceil(quota × owned/total);
+	// Headroom is Ceiling − Claimed (≥ 0).
+	Ceiling  uint32 `json:"ceiling"`
+	Headroom int    `json:"headroom"`
+	// WaitingRoutes are task queues whose rows wait because no delivery
+	// target is configured for them (nor a node default).
+	WaitingRoutes []string `json:"waiting_routes,omitempty"`
+}
+
+func (n *Node) namespaceView(ns string, st boltstore.NamespaceStats) namespaceView {
+	s, _ := n.rc.namespace(ns)
+	v := namespaceView{Namespace: ns, Paused: s.Paused, Node: n.name,
+		Pending: st.Pending, Claimed: st.Claimed, DeadLetters: st.Failed}
+	if s.MaxInFlight != nil {
+		v.MaxInFlight = *s.MaxInFlight
+	} else {
+		v.MaxInFlight, v.MaxInFlightDefault = n.cfg.DefaultMaxInFlight, true
+	}
+	f := n.cl.Snapshot().Fraction
+	v.OwnedShardFraction = f.Float()
+	quota := v.MaxInFlight
+	if s.Paused {
+		quota = 0
+	}
+	v.Ceiling = f.PerNodeCeiling(quota)
+	v.Headroom = max(int(v.Ceiling)-st.Claimed, 0)
+	for _, r := range n.disp.RoutesWithoutTarget() {
+		if r.Namespace == ns {
+			v.WaitingRoutes = append(v.WaitingRoutes, r.TaskQueue)
+		}
+	}
+	return v
+}
+
+func (n *Node) handleListNamespaces(w http.ResponseWriter, r *http.Request) {
+	stats, err := n.store.NamespaceStats(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	names := map[string]bool{}
+	for ns := range stats {
+		names[ns] = true
+	}
+	for _, e := range n.cl.ListConfig(prefixNamespace) {
+		names[strings.TrimPrefix(e.Key, prefixNamespace)] = true
+	}
+	sorted := make([]string, 0, len(names))
+	for ns := range names {
+		sorted = append(sorted, ns)
+	}
+	sort.Strings(sorted)
+	out := make([]namespaceView, 0, len(sorted))
+	for _, ns := range sorted {
+		out = append(out, n.namespaceView(ns, stats[ns]))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"namespaces": out})
+}
+
+func (n *Node) handleGetNamespace(w http.ResponseWriter, r *http.Request) {
+	ns, err := pathName(r, "ns")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	stats, err := n.store.NamespaceStats(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, n.namespaceView(ns, stats[ns]))
+}
+
+// handlePutNamespace sets max_in_flight and/or paused; absent fields keep
+// their value. max_in_flight null returns the namespace to the default.
+func (n *Node) handlePutNamespace(w http.ResponseWriter, r *http.Request) {
+	ns, err := pathName(r, "ns")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var body map[string]jsonRaw
+	if err := decodeBody(w, r, &body); err != nil {
+		writeError(w, err)
+		return
+	}
+	s, _ := n.rc.namespace(ns)
+	for k, raw := range body {
+		switch k {
+		case "max_in_flight":
+			if string(raw) == "null" {
+				s.MaxInFlight = nil
+				continue
+			}
+			q, err := strconv.ParseUint(string(raw), 10, 32)
+			if err != nil || q > MaxQuota {
+				writeError(w, fieldError("max_in_flight", "must be an integer from 0 to %d (or null for the default)", MaxQuota))
+				return
+			}
+			q32 := uint32(q)
+			s.MaxInFlight = &q32
+		case "paused":
+			switch string(raw) {
+			case "true":
+				s.Paused = true
+			case "false":
+				s.Paused = false
+			default:
+				writeError(w, fieldError("paused", "must be true or false"))
+				return
+			}
+		default:
+			writeError(w, fieldError(k, "unknown field (want max_in_flight, paused)"))
+			return
+		}
+	}
+	if err := n.rc.putJSON(r.Context(), prefixNamespace+ns, s); err != nil {
+		writeError(w, err)
+		return
+	}
+	n.quota.Invalidate(ns)
+	n.disp.Wake()
+	stats, _ := n.store.NamespaceStats(r.Context())
+	writeJSON(w, http.StatusOK, n.namespaceView(ns, stats[ns]))
+}
+
+type jsonRaw []byte
+
+func (j *jsonRaw) UnmarshalJSON(b []byte) error { *j = append((*j)[:0], b...); return nil }
+
+func (n *Node) handlePutTarget(w http.ResponseWriter, r *http.Request) {
+	ns, err := pathName(r, "ns")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	tq, err := pathName(r, "tq")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var t targetSettings
+	if err := decodeBody(w, r, &t); err != nil {
+		writeError(w, err)
+		return
+	}
+	u, perr := url.Parse(strings.NewReplacer("{namespace}", "ns", "{task_queue}", "tq").Replace(t.URL))
+	if t.URL == "" || perr != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		writeError(w, fieldError("url", "must be an absolute http(s) URL"))
+		return
+	}
+	if t.TimeoutMS < 0 || durationMS(t.TimeoutMS) > MaxTargetTimeout {
+		writeError(w, fieldError("timeout_ms", "must be between 0 (node default) and %d", MaxTargetTimeout.Milliseconds()))
+		return
+	}
+	if err := n.rc.putJSON(r.Context(), prefixTarget+ns+"/"+tq, t); err != nil {
+		writeError(w, err)
+		return
+	}
+	n.disp.Wake()
+	writeJSON(w, http.StatusOK, map[string]any{"namespace": ns, "task_queue": tq, "url": t.URL, "timeout_ms": t.TimeoutMS})
+}
+
+func (n *Node) handleDeleteTarget(w http.ResponseWriter, r *http.Request) {
+	ns, err := pathName(r, "ns")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	tq, err := pathName(r, "tq")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := n.rc.del(r.Context(), prefixTarget+ns+"/"+tq); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func holdKey(r *http.Request) (string, error) {
+	wf := r.PathValue("wf")
+	if wf == "" || len(wf) > MaxWorkflowIDBytes {
+		return "", fieldError("workflow_id", "must be 1-%d bytes", MaxWorkflowIDBytes)
+	}
+	return prefixHold + wf, nil
+}
+
+func (n *Node) handleHold(w http.ResponseWriter, r *http.Request) {
+	key, err := holdKey(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := n.rc.putJSON(r.Context(), key, struct{}{}); err != nil {
+		writeError(w, err)
+		return
+	}
+	n.rc.invalidateHolds()
+	writeJSON(w, http.StatusOK, map[string]any{"workflow_id": r.PathValue("wf"), "held": true})
+}
+
+func (n *Node) handleRelease(w http.ResponseWriter, r *http.Request) {
+	key, err := holdKey(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := n.rc.del(r.Context(), key); err != nil {
+		writeError(w, err)
+		return
+	}
+	n.rc.invalidateHolds()
+	n.disp.Wake()
+	writeJSON(w, http.StatusOK, map[string]any{"workflow_id": r.PathValue("wf"), "held": false})
+}
+
+// ---- dead letters (fanned out to every member) ----
+
+func deadLetterPage(r *http.Request) (after string, limit int, err error) {
+	after = r.URL.Query().Get("after")
+	limit = 100
+	if s := r.URL.Query().Get("limit"); s != "" {
+		limit, err = strconv.Atoi(s)
+		if err != nil || limit < 1 || limit > maxDeadLetterPage {
+			return "", 0, fieldError("limit", "must be an integer from 1 to %d", maxDeadLetterPage)
+		}
+	}
+	return after, limit, nil
+}
+
+func (n *Node) handleInternalDeadLetters(w http.ResponseWriter, r *http.Request) {
+	after, limit, err := deadLetterPage(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	rows, err := n.store.ListDeadLetters(r.Context(), r.PathValue("ns"), after, limit)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, deadLettersResp{Rows: viewsOf(rows, n.name)})
+}
+
+// handleDeadLetters lists a namespace's dead letters across the cluster,
+// ordered by dispatch_key; "next" is the cursor for ?after=.
+func (n *Node) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
+	ns, err := pathName(r, "ns")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	after, limit, err := deadLetterPage(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	local, err := n.store.ListDeadLetters(r.Context(), ns, after, limit)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	all := viewsOf(local, n.name)
+	var unreachable []string
+	for _, m := range n.peerMembers() {
+		var resp deadLettersResp
+		q := url.Values{"after": {after}, "limit": {strconv.Itoa(limit)}}
+		if err := n.peers.call(r.Context(), http.MethodGet, m.addr, "/internal/v1/namespaces/"+ns+"/dead-letters?"+q.Encode(), nil, &resp); err != nil {
+			unreachable = append(unreachable, m.name)
+			continue
+		}
+		all = append(all, resp.Rows...)
+	}
+	slices.SortFunc(all, func(a, b RowView) int { return strings.Compare(a.DispatchKey, b.DispatchKey) })
+	out := deadLettersResp{Rows: all}
+	if len(all) >= limit {
+		out.Rows = all[:limit]
+		out.Next = out.Rows[limit-1].DispatchKey
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"rows": out.Rows, "next": out.Next, "unreachable_nodes": unreachable})
+}
+
+func (n *Node) handleInternalRedrive(w http.ResponseWriter, r *http.Request) {
+	var req redriveReq
+	if err := decodeBody(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	count, err := n.store.Redrive(r.Context(), r.PathValue("ns"), req.Keys, time.Now().UTC())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	n.disp.Wake()
+	writeJSON(w, http.StatusOK, redriveResp{Redriven: count})
+}
+
+// handleRedrive moves dead letters (all of the namespace's, or the listed
+// keys) back to pending with attempt 1, on every node.
+func (n *Node) handleRedrive(w http.ResponseWriter, r *http.Request) {
+	ns, err := pathName(r, "ns")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var req redriveReq
+	if r.ContentLength != 0 {
+		if err := decodeBody(w, r, &req); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	for i, k := range req.Keys {
+		if k == "" || len(k) > MaxKeyBytes {
+			writeError(w, fieldError("keys["+strconv.Itoa(i)+"]", "must be 1-%d bytes", MaxKeyBytes))
+			return
+		}
+	}
+	total, err := n.store.Redrive(r.Context(), ns, req.Keys, time.Now().UTC())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var unreachable []string
+	for _, m := range n.peerMembers() {
+		var resp redriveResp
+		if err := n.peers.call(r.Context(), http.MethodPost, m.addr, "/internal/v1/namespaces/"+ns+"/dead-letters/redrive", req, &resp); err != nil {
+			unreachable = append(unreachable, m.name)
+			continue
+		}
+		total += resp.Redriven
+	}
+	n.disp.Wake()
+	writeJSON(w, http.StatusOK, map[string]any{"redriven": total, "unreachable_nodes": unreachable})
+}
+
+type peerRef struct{ name, addr string }
+
+func (n *Node) peerMembers() []peerRef {
+	var out []peerRef
+	for _, m := range n.cl.Snapshot().Members {
+		if m.Name != n.name && m.APIAddr != "" {
+			out = append(out, peerRef{m.Name, m.APIAddr})
+		}
+	}
+	return out
+}
+
+// ---- cluster views ----
+
+type memberView struct {
+	Name               string  `json:"name"`
+	APIAddr            string  `json:"api_addr"`
+	State              string  `json:"state"`
+	OwnedShards        int     `json:"owned_shards"`
+	OwnedShardFraction float64 `json:"owned_shard_fraction"`
+}
+
+func (n *Node) handleCluster(w http.ResponseWriter, r *http.Request) {
+	snap := n.cl.Snapshot()
+	members := make([]memberView, 0, len(snap.Members))
+	for _, m := range snap.Members {
+		owned := snap.Table.OwnedCount(m.Name)
+		members = append(members, memberView{Name: m.Name, APIAddr: m.APIAddr, State: string(m.State),
+			OwnedShards: owned, OwnedShardFraction: float64(owned) / float64(snap.ShardCount)})
+	}
+	foreign, _ := n.store.ForeignShards(r.Context())
+	writeJSON(w, http.StatusOK, map[string]any{
+		"node":              n.name,
+		"shard_count":       snap.ShardCount,
+		"ownership_version": snap.Version,
+		"members":           members,
+		"handoff": map[string]any{
+			"shards_pending": len(foreign),
+		},
+	})
+}
+
+func (n *Node) handleShards(w http.ResponseWriter, _ *http.Request) {
+	snap := n.cl.Snapshot()
+	type shardView struct {
+		Shard uint32 `json:"shard"`
+		Owner string `json:"owner"`
+	}
+	out := make([]shardView, snap.ShardCount)
+	for s := range snap.ShardCount {
+		out[s] = shardView{Shard: s, Owner: snap.Table.Owner(s)}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"shard_count": snap.ShardCount, "ownership_version": snap.Version, "shards": out})
+}
+
+var _ = context.Background
+var _ outbox.Status

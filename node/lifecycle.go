@@ -1,0 +1,177 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/fairshard/fairshard/cluster"
+)
+
+// Start serves the API, joins the cluster and starts the background loops
+// (dispatcher, ownership watcher, config watcher, handoff, tombstone GC,
+// stats). It returns once they are launched; ctx bounds the initial join
+// attempt only. The node is ready (GET /readyz) once its first ownership
+// snapshot has been applied to the store.
+func (n *Node) Start(ctx context.Context) error {
+	runCtx, cancel := context.WithCancel(context.Background())
+	n.runCancel = cancel
+	n.dispCtx, n.dispStop = context.WithCancel(runCtx)
+
+	n.wg.Go(func() {
+		if err := n.srv.Serve(n.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			n.log.Error("http server stopped", "err", err)
+		}
+	})
+	// Ownership must be applied before the dispatcher claims anything.
+	snaps, unsubscribe := n.cl.Subscribe("node")
+	n.applySnapshot(n.cl.Snapshot())
+	n.wg.Go(func() {
+		defer unsubscribe()
+		for {
+			select {
+			case <-runCtx.Done():
+				return
+			case s := <-snaps:
+				n.applySnapshot(s)
+			}
+		}
+	})
+	if err := n.cl.Start(ctx); err != nil {
+		cancel()
+		return fmt.Errorf("join cluster: %w", err)
+	}
+	n.applySnapshot(n.cl.Snapshot())
+
+	watch := n.cl.WatchConfig("node", "")
+	n.wg.Go(func() {
+		defer watch.Close()
+		for {
+			select {
+			case <-runCtx.Done():
+				return
+			case <-watch.C():
+				n.applyConfigChanges(watch.Changes())
+			}
+		}
+	})
+	n.wg.Go(func() {
+		if err := n.disp.Run(n.dispCtx); err != nil {
+			n.log.Error("dispatcher stopped", "err", err)
+		}
+	})
+	n.wg.Go(func() { n.handoffLoop(runCtx) })
+	n.wg.Go(func() { _ = n.store.RunTombstoneGC(runCtx, time.Minute) })
+	n.wg.Go(func() { n.statsLoop(runCtx) })
+	n.ready.Store(true)
+	n.log.Info("node started", "members", len(n.cl.Snapshot().Members))
+	return nil
+}
+
+// applySnapshot scopes the store's claims to the shards this node owns now,
+// updates the metrics and wakes the handoff loop and the dispatcher.
+func (n *Node) applySnapshot(s *cluster.OwnershipSnapshot) {
+	if s == nil {
+		return
+	}
+	owned := s.Owned
+	if owned == nil {
+		owned = []uint32{}
+	}
+	n.store.SetOwnedShards(owned)
+	n.wakeHandoff()
+	n.disp.Wake()
+}
+
+func (n *Node) applyConfigChanges(changes []cluster.Entry) {
+	for _, e := range changes {
+		switch {
+		case len(e.Key) > len(prefixHold) && e.Key[:len(prefixHold)] == prefixHold:
+			n.rc.invalidateHolds()
+		case len(e.Key) > len(prefixNamespace) && e.Key[:len(prefixNamespace)] == prefixNamespace:
+			n.quota.Invalidate(e.Key[len(prefixNamespace):])
+		}
+	}
+	n.disp.Wake()
+}
+
+func (n *Node) wakeHandoff() {
+	select {
+	case n.handoffWake <- struct{}{}:
+	default:
+	}
+}
+
+// Ready reports whether the node serves: store open, cluster joined,
+// ownership applied, not draining.
+func (n *Node) Ready() bool { return n.ready.Load() && !n.draining.Load() }
+
+// Shutdown stops the node gracefully, in this order: refuse new appends;
+// stop claiming and let in-flight deliveries finish; mark this node leaving
+// (peers stop counting it as an owner) and hand off every row it holds
+// while the cluster is reachable; leave the gossip; stop serving; close the
+// store. ctx bounds the whole stop; whatever was not handed off when it
+// ends stays on disk and moves when the node returns.
+func (n *Node) Shutdown(ctx context.Context) error {
+	n.draining.Store(true)
+	var errs []error
+	// Half the grace for in-flight deliveries, the rest for handoff.
+	if dl, ok := ctx.Deadline(); ok {
+		dctx, cancel := context.WithDeadline(ctx, time.Now().Add(time.Until(dl)/2))
+		if err := n.disp.Drain(dctx); err != nil {
+			errs = append(errs, err)
+		}
+		cancel()
+	} else if err := n.disp.Drain(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := n.cl.SetLeaving(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("mark leaving: %w", err))
+	}
+	n.applySnapshot(n.cl.Snapshot())
+	left, err := n.drainHandoff(ctx)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("handoff on shutdown: %d rows left on disk: %w", left, err))
+	}
+	if err := n.cl.Leave(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("leave cluster: %w", err))
+	}
+	if err := n.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		n.log.Info("node stopped gracefully")
+	}
+	return errors.Join(errs...)
+}
+
+// Close stops the node at once: loops end, in-flight deliveries are
+// abandoned (their claims are re-armed on the next start), memberlist shuts
+// down without a leave, the store closes. Idempotent.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		n.draining.Store(true)
+		if n.runCancel != nil {
+			n.runCancel()
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = n.srv.Shutdown(sctx)
+		cancel()
+		if n.runCancel == nil { // never started: the listener is ours to close
+			_ = n.ln.Close()
+		}
+		n.wg.Wait()
+		n.peers.close()
+		var errs []error
+		if err := n.cl.Shutdown(); err != nil {
+			errs = append(errs, fmt.Errorf("cluster shutdown: %w", err))
+		}
+		if err := n.store.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close store: %w", err))
+		}
+		n.closeErr = errors.Join(errs...)
+	})
+	return n.closeErr
+}

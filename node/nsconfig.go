@@ -1,0 +1,162 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fairshard/fairshard/cluster"
+	"github.com/fairshard/fairshard/outbox"
+)
+
+// Keys of the gossiped cluster config (cluster.PutConfig). Values are JSON.
+//
+//	ns/{namespace}                    → namespaceSettings
+//	target/{namespace}/{task_queue}   → targetSettings
+//	hold/{workflow_id}                → {} (present = held)
+const (
+	prefixNamespace = "ns/"
+	prefixTarget    = "target/"
+	prefixHold      = "hold/"
+)
+
+// namespaceSettings is a namespace's runtime config. A nil MaxInFlight
+// means "the node default" (--default-max-in-flight).
+type namespaceSettings struct {
+	MaxInFlight *uint32 `json:"max_in_flight,omitempty"`
+	Paused      bool    `json:"paused,omitempty"`
+}
+
+// targetSettings is a route's delivery target.
+type targetSettings struct {
+	URL       string `json:"url"`
+	TimeoutMS int64  `json:"timeout_ms,omitempty"`
+}
+
+// configKV is what the node needs of the gossiped config store
+// (*cluster.Cluster satisfies it).
+type configKV interface {
+	PutConfig(ctx context.Context, key string, value []byte) (cluster.Entry, error)
+	DeleteConfig(ctx context.Context, key string) (cluster.Entry, error)
+	GetConfig(key string) (cluster.Entry, bool)
+	ListConfig(prefix string) []cluster.Entry
+}
+
+// runtimeConfig reads namespace settings, targets and holds out of the
+// gossiped config, caching the held set (rebuilt when a hold changes).
+type runtimeConfig struct {
+	kv            configKV
+	defaultTarget string
+
+	mu       sync.Mutex
+	held     map[string]struct{}
+	heldDirt bool
+}
+
+func newRuntimeConfig(kv configKV, defaultTarget string) *runtimeConfig {
+	return &runtimeConfig{kv: kv, defaultTarget: defaultTarget, heldDirt: true}
+}
+
+func (rc *runtimeConfig) namespace(ns string) (namespaceSettings, bool) {
+	e, ok := rc.kv.GetConfig(prefixNamespace + ns)
+	if !ok || e.Deleted {
+		return namespaceSettings{}, false
+	}
+	var s namespaceSettings
+	if err := json.Unmarshal(e.Value, &s); err != nil {
+		return namespaceSettings{}, false
+	}
+	return s, true
+}
+
+// NamespaceQuota implements backpressure.QuotaSource: the namespace's
+// max_in_flight when set; paused namespaces report 0 (never claimed).
+func (rc *runtimeConfig) NamespaceQuota(_ context.Context, ns string) (uint32, bool, error) {
+	s, ok := rc.namespace(ns)
+	if !ok {
+		return 0, false, nil
+	}
+	if s.Paused {
+		return 0, true, nil
+	}
+	if s.MaxInFlight == nil {
+		return 0, false, nil
+	}
+	return *s.MaxInFlight, true, nil
+}
+
+func (rc *runtimeConfig) paused(ns string) bool {
+	s, _ := rc.namespace(ns)
+	return s.Paused
+}
+
+// target resolves a route's delivery target: its own, else the node
+// default with {namespace} and {task_queue} substituted.
+func (rc *runtimeConfig) target(route outbox.ClaimScope) (targetSettings, bool) {
+	if e, ok := rc.kv.GetConfig(prefixTarget + route.Namespace + "/" + route.TaskQueue); ok && !e.Deleted {
+		var t targetSettings
+		if json.Unmarshal(e.Value, &t) == nil && t.URL != "" {
+			return t, true
+		}
+	}
+	if rc.defaultTarget == "" {
+		return targetSettings{}, false
+	}
+	u := strings.NewReplacer("{namespace}", url.PathEscape(route.Namespace), "{task_queue}", url.PathEscape(route.TaskQueue)).Replace(rc.defaultTarget)
+	return targetSettings{URL: u}, true
+}
+
+// heldWorkflows returns the held set; the map is shared and must not be
+// modified.
+func (rc *runtimeConfig) heldWorkflows() map[string]struct{} {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if rc.heldDirt {
+		held := map[string]struct{}{}
+		for _, e := range rc.kv.ListConfig(prefixHold) {
+			held[strings.TrimPrefix(e.Key, prefixHold)] = struct{}{}
+		}
+		rc.held, rc.heldDirt = held, false
+	}
+	return rc.held
+}
+
+func (rc *runtimeConfig) invalidateHolds() {
+	rc.mu.Lock()
+	rc.heldDirt = true
+	rc.mu.Unlock()
+}
+
+func (rc *runtimeConfig) putJSON(ctx context.Context, key string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if _, err := rc.kv.PutConfig(ctx, key, b); err != nil {
+		return fmt.Errorf("put cluster config %q: %w", key, err)
+	}
+	return nil
+}
+
+func (rc *runtimeConfig) del(ctx context.Context, key string) error {
+	if _, err := rc.kv.DeleteConfig(ctx, key); err != nil {
+		return fmt.Errorf("delete cluster config %q: %w", key, err)
+	}
+	return nil
+}
+
+// encodeEntry and decodeEntry persist cluster config entries in the store.
+func encodeEntry(e cluster.Entry) ([]byte, error) { return json.Marshal(e) }
+
+func decodeEntry(b []byte) (cluster.Entry, error) {
+	var e cluster.Entry
+	err := json.Unmarshal(b, &e)
+	return e, err
+}
+
+// durationMS converts a timeout in ms, 0 meaning "use the default".
+func durationMS(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }

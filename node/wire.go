@@ -1,0 +1,95 @@
+package node
+
+import (
+	"time"
+
+	"github.com/fairshard/fairshard/outbox"
+)
+
+// RowView is a row as the API shows it (GET /v1/rows/{key}, dead letters)
+// and as nodes send rows to each other (forwarded appends, handoff).
+// Payload travels base64-encoded (encoding/json's []byte form).
+type RowView struct {
+	DispatchKey  string        `json:"dispatch_key"`
+	WorkflowID   string        `json:"workflow_id,omitempty"`
+	Ordinal      uint64        `json:"ordinal"`
+	Namespace    string        `json:"namespace"`
+	TaskQueue    string        `json:"task_queue"`
+	ActivityType string        `json:"activity_type,omitempty"`
+	Payload      []byte        `json:"payload_base64,omitempty"`
+	ContentType  string        `json:"content_type,omitempty"`
+	Status       outbox.Status `json:"status"`
+	Attempt      uint32        `json:"attempt"`
+	VisibleAfter time.Time     `json:"visible_after"`
+	ClaimedAt    *time.Time    `json:"claimed_at,omitempty"`
+	CreatedAt    time.Time     `json:"created_at"`
+	FinishedAt   *time.Time    `json:"finished_at,omitempty"`
+	LastError    string        `json:"last_error,omitempty"`
+	Shard        uint32        `json:"shard"`
+	// Node is the node holding the row (set by the API layer).
+	Node string `json:"node,omitempty"`
+}
+
+func optTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func viewOf(r outbox.Row, node string) RowView {
+	return RowView{
+		DispatchKey: r.DispatchKey, WorkflowID: r.WorkflowID, Ordinal: r.Ordinal,
+		Namespace: r.Namespace, TaskQueue: r.TaskQueue, ActivityType: r.ActivityType,
+		Payload: r.Payload, ContentType: r.ContentType, Status: r.Status, Attempt: r.Attempt,
+		VisibleAfter: r.VisibleAfter, ClaimedAt: optTime(r.ClaimedAt), CreatedAt: r.CreatedAt,
+		FinishedAt: optTime(r.FinishedAt), LastError: r.LastError, Shard: r.Shard, Node: node,
+	}
+}
+
+func (v RowView) row() outbox.Row {
+	r := outbox.Row{
+		DispatchKey: v.DispatchKey, WorkflowID: v.WorkflowID, Ordinal: v.Ordinal,
+		Namespace: v.Namespace, TaskQueue: v.TaskQueue, ActivityType: v.ActivityType,
+		Payload: v.Payload, ContentType: v.ContentType, Status: v.Status, Attempt: v.Attempt,
+		VisibleAfter: v.VisibleAfter, CreatedAt: v.CreatedAt, LastError: v.LastError, Shard: v.Shard,
+	}
+	if v.ClaimedAt != nil {
+		r.ClaimedAt = *v.ClaimedAt
+	}
+	if v.FinishedAt != nil {
+		r.FinishedAt = *v.FinishedAt
+	}
+	return r
+}
+
+func viewsOf(rows []outbox.Row, node string) []RowView {
+	out := make([]RowView, len(rows))
+	for i := range rows {
+		out[i] = viewOf(rows[i], node)
+	}
+	return out
+}
+
+func rowsOf(views []RowView) []outbox.Row {
+	out := make([]outbox.Row, len(views))
+	for i := range views {
+		out[i] = views[i].row()
+	}
+	return out
+}
+
+// appendResult is one row's answer to POST /v1/rows.
+type appendResult struct {
+	DispatchKey string `json:"dispatch_key"`
+	// Status is "created", "duplicate" or "accepted" (held durably on this
+	// node because the owner could not be reached; handed off later).
+	Status string `json:"status"`
+	Shard  uint32 `json:"shard"`
+	// Node is where the row is durably stored now.
+	Node string `json:"node"`
+}
+
+// statusAccepted is the append answer for a row held here for an
+// unreachable owner.
+const statusAccepted = "accepted"
