@@ -58,6 +58,7 @@ func (s *Store) Redrive(ctx context.Context, namespace string, keys []string, no
 		return s.redriveKeys(ctx, namespace, keys, now)
 	}
 	total := 0
+	var lastFirst string
 	for {
 		var page []string
 		err := s.view(ctx, "redrive", func(_ *bolt.Tx, b buckets) error {
@@ -71,13 +72,15 @@ func (s *Store) Redrive(ctx context.Context, namespace string, keys []string, no
 		if err != nil || len(page) == 0 {
 			return total, err
 		}
+		if page[0] == lastFirst {
+			// The same page twice: its rows were not redriven last round.
+			return total, fmt.Errorf("%w: dead-letter index lists rows that are not failed in namespace %q", ErrCorrupt, namespace)
+		}
+		lastFirst = page[0]
 		n, err := s.redriveKeys(ctx, namespace, page, now)
 		total += n
 		if err != nil {
 			return total, err
-		}
-		if n == 0 {
-			return total, fmt.Errorf("%w: dead-letter index lists rows that are not failed in namespace %q", ErrCorrupt, namespace)
 		}
 	}
 }

@@ -143,7 +143,7 @@ func benchRow(p, i int, now time.Time) outbox.Row {
 	r := outbox.Row{DispatchKey: fmt.Sprintf("wf-%02d-%09d:0", p, i), WorkflowID: fmt.Sprintf("wf-%02d-%09d", p, i),
 		Namespace: fmt.Sprintf("ns%d", i%8), TaskQueue: "q", ActivityType: "send",
 		Payload: []byte(`{"order":12345,"amount":"19.99","currency":"EUR"}`), ContentType: "application/json",
-		CreatedAt: now, VisibleAfter: now}
+		Status: outbox.StatusPending, Attempt: 1, CreatedAt: now, VisibleAfter: now}
 	return r
 }
 

@@ -84,7 +84,7 @@ func (o Options) withDefaults() Options {
 	if o.DeadLetterRetention == 0 {
 		o.DeadLetterRetention = DeadLetterRetentionDefault
 	}
-	if o.DeadLetterRetention < o.TombstoneRetention {
+	if o.DeadLetterRetention >= 0 && o.DeadLetterRetention < o.TombstoneRetention {
 		o.DeadLetterRetention = o.TombstoneRetention
 	}
 	if o.MaxBatchRows == 0 {
@@ -107,6 +107,8 @@ func (o Options) validate() error {
 		return fmt.Errorf("%w: LockTimeout %s is negative", ErrInvalidOptions, o.LockTimeout)
 	case o.TombstoneRetention < 0:
 		return fmt.Errorf("%w: TombstoneRetention %s is negative", ErrInvalidOptions, o.TombstoneRetention)
+	case o.DeadLetterRetention < 0:
+		return fmt.Errorf("%w: DeadLetterRetention %s is negative", ErrInvalidOptions, o.DeadLetterRetention)
 	case o.MaxBatchRows < 0:
 		return fmt.Errorf("%w: MaxBatchRows %d is negative", ErrInvalidOptions, o.MaxBatchRows)
 	}

@@ -36,7 +36,7 @@ func (s *Store) submit(ctx context.Context, what string, rows int, apply func(w 
 	if p := s.broken.Load(); p != nil {
 		return fmt.Errorf("boltstore: %s: %w", what, *p)
 	}
-	o := &op{ctx: ctx, what: what, rows: max(rows, 1), apply: apply, done: make(chan error, 1)}
+	o := &op{ctx: ctx, what: what, rows: min(max(rows, 1), s.opts.MaxBatchRows), apply: apply, done: make(chan error, 1)}
 	select {
 	case s.queue <- o:
 	case <-s.closing:
