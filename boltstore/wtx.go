@@ -45,6 +45,11 @@ type wtx struct {
 	dShard   map[uint32]counts  // shard → delta (shCountsLen)
 	dRoute   map[string]int64   // routeKey → delta of its "pending" entries
 
+	// xferState caches whether the transfer bucket is empty in this tx
+	// (0 unknown, 1 empty, 2 maybe not), so getRow skips the mark lookup
+	// in the common case of no handoff in progress.
+	xferState int8
+
 	// statusDelta feeds the fairshard_store_rows gauge after commit.
 	statusDelta [nsCountsLen]int64
 	// expired counts tombstones removed by the sweep in this tx.
@@ -82,7 +87,13 @@ func (w *wtx) getRow(rk []byte) (row outbox.Row, xfer, ok bool, err error) {
 	if err != nil {
 		return row, false, false, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
-	return row, w.b.transfer.Get(rk) != nil, true, nil
+	if w.xferState == 0 {
+		w.xferState = 2
+		if k, _ := w.b.transfer.Cursor().First(); k == nil {
+			w.xferState = 1
+		}
+	}
+	return row, w.xferState == 2 && w.b.transfer.Get(rk) != nil, true, nil
 }
 
 // indexKeys are the secondary-index entries one row state owns.
@@ -163,6 +174,7 @@ func (w *wtx) write(rk []byte, old *outbox.Row, oldXfer bool, nw *outbox.Row, ne
 	if oldXfer != newXfer {
 		var err error
 		if newXfer {
+			w.xferState = 2
 			err = w.b.transfer.Put(rk, present)
 		} else {
 			err = w.b.transfer.Delete(rk)
