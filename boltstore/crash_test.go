@@ -101,6 +101,7 @@ func TestCrashRecovery(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test skipped under -short")
 	}
+	t.Parallel() // mostly waits on its child: overlap it with the growth test
 	dir := t.TempDir()
 	rng := rand.New(rand.NewPCG(42, 42))
 	start := time.Now()

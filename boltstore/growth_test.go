@@ -22,6 +22,7 @@ func TestFileGrowthUnderChurn(t *testing.T) {
 	if testing.Short() {
 		t.Skip("growth test skipped under -short")
 	}
+	t.Parallel()
 	const total, round, completers = 200_000, 2_000, 512
 	s, b := newTestStore(t, func(o *Options) { o.TombstoneRetention = time.Minute; o.ShardCount = 256 })
 	size := func() int64 {

@@ -42,6 +42,7 @@ func snapshot(t *testing.T, s *Store, now time.Time) (held, claimable map[string
 // (at-least-once; the dispatch_key lets the target deduplicate); without
 // such a crash it must never happen.
 func TestTwoNodeHandoffNeverDoubleClaimable(t *testing.T) {
+	t.Parallel()
 	nodes := make([]*Store, 2)
 	bundles := make([]*testBundle, 2)
 	for i := range nodes {
