@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -101,14 +102,16 @@ func (m *muxErrorWriter) Write(b []byte) (int, error) {
 	return m.ResponseWriter.Write(b)
 }
 
-// auth requires "Authorization: Bearer <token>" when token is set.
+// auth requires "Authorization: Bearer <token>" when token is set. The
+// scheme name is case-insensitive (RFC 9110 §11.1), the token is not.
 func (n *Node) auth(token string, h http.HandlerFunc) http.Handler {
 	if token == "" {
 		return h
 	}
-	want := []byte("Bearer " + token)
+	want := []byte(token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+		scheme, cred, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(strings.TrimLeft(cred, " ")), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="fairshard"`)
 			writeError(w, &APIError{Status: http.StatusUnauthorized, Code: CodeUnauthorized, Message: "missing or wrong bearer token"})
 			return
