@@ -230,21 +230,7 @@ func (n *tnode) doAuth(method, path string, body any, token string) (int, []byte
 
 func request(t *testing.T, method, u string, body any, token string) (int, []byte, http.Header) {
 	t.Helper()
-	var r io.Reader
-	switch b := body.(type) {
-	case nil:
-	case string:
-		r = strings.NewReader(b)
-	case []byte:
-		r = bytes.NewReader(b)
-	default:
-		j, err := json.Marshal(b)
-		if err != nil {
-			t.Fatalf("marshal request: %v", err)
-		}
-		r = bytes.NewReader(j)
-	}
-	req, err := http.NewRequest(method, u, r)
+	req, err := http.NewRequest(method, u, bodyReader(t, body))
 	if err != nil {
 		t.Fatalf("new request %s %s: %v", method, u, err)
 	}
@@ -259,11 +245,43 @@ func request(t *testing.T, method, u string, body any, token string) (int, []byt
 		t.Fatalf("%s %s: %v", method, u, err)
 	}
 	defer resp.Body.Close()
+	return resp.StatusCode, readAll(t, resp), resp.Header
+}
+
+// bodyReader turns a request body into a reader: string and []byte as is,
+// nil as no body, anything else as JSON.
+func bodyReader(t *testing.T, body any) io.Reader {
+	t.Helper()
+	switch b := body.(type) {
+	case nil:
+		return nil
+	case string:
+		return strings.NewReader(b)
+	case []byte:
+		return bytes.NewReader(b)
+	default:
+		j, err := json.Marshal(b)
+		if err != nil {
+			t.Fatalf("marshal request: %v", err)
+		}
+		return bytes.NewReader(j)
+	}
+}
+
+func readAll(t *testing.T, resp *http.Response) []byte {
+	t.Helper()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		t.Fatalf("%s %s: read answer: %v", method, u, err)
+		t.Fatalf("%s %s: read answer: %v", resp.Request.Method, resp.Request.URL, err)
 	}
-	return resp.StatusCode, b, resp.Header
+	return b
+}
+
+func mustUnmarshal(t *testing.T, b []byte, v any) {
+	t.Helper()
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("decode %s: %v", b, err)
+	}
 }
 
 // getJSON GETs path and decodes a 200 answer into out.
