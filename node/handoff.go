@@ -92,7 +92,9 @@ func cmpErr(first, err error) error {
 
 // drainHandoff repeats handoff passes until no transferable row of a
 // non-owned shard is left here or ctx ends; it returns how many shards
-// still hold rows.
+// still hold rows. When no other member owns any of those shards (this is
+// the last active node) nobody can take them: it returns at once with a
+// nil error and the rows stay on disk for the next start.
 func (n *Node) drainHandoff(ctx context.Context) (int, error) {
 	for {
 		if _, err := n.handoffOnce(ctx); err != nil {
@@ -105,10 +107,27 @@ func (n *Node) drainHandoff(ctx context.Context) (int, error) {
 		if len(foreign) == 0 {
 			return 0, nil
 		}
+		if !n.anyOwner(foreign) {
+			n.log.Warn("no other member owns the shards this node holds rows of; they stay on disk and move once a node owns them",
+				"shards", len(foreign))
+			return len(foreign), nil
+		}
 		select {
 		case <-ctx.Done():
 			return len(foreign), errors.Join(ctx.Err(), fmt.Errorf("%d shards still hold rows", len(foreign)))
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// anyOwner reports whether some shard of shards has a live owner other
+// than this node that handoff could send to.
+func (n *Node) anyOwner(shards []uint32) bool {
+	snap := n.cl.Snapshot()
+	for _, shard := range shards {
+		if owner, ok := snap.Owner(shard); ok && owner.Name != n.name && owner.APIAddr != "" {
+			return true
+		}
+	}
+	return false
 }

@@ -133,7 +133,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	n.applySnapshot(n.cl.Snapshot())
 	left, err := n.drainHandoff(ctx)
 	if err != nil {
-		errs = append(errs, fmt.Errorf("handoff on shutdown: %d rows left on disk: %w", left, err))
+		errs = append(errs, fmt.Errorf("handoff on shutdown: %d shards still hold rows on disk: %w", left, err))
 	}
 	if err := n.cl.Leave(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("leave cluster: %w", err))
