@@ -10,12 +10,17 @@ import (
 	"github.com/fairshard/fairshard/cluster"
 )
 
-// Start serves the API, joins the cluster and starts the background loops
-// (dispatcher, ownership watcher, config watcher, handoff, tombstone GC,
-// stats). It returns once they are launched; ctx bounds the initial join
-// attempt only. The node is ready (GET /readyz) once its first ownership
-// snapshot has been applied to the store.
+// Start serves the API, starts joining the cluster and starts the
+// background loops (dispatcher, ownership watcher, config watcher, handoff,
+// tombstone GC, stats). It returns once they are launched, without waiting
+// for the join: the join loop tries --join at once and keeps re-joining
+// missing seeds until Close, whatever becomes of ctx. ctx only stops a
+// Start that has not begun (its error is returned). The node is ready (GET
+// /readyz) once its first ownership snapshot has been applied to the store.
 func (n *Node) Start(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("start %s: %w", n.name, err)
+	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	n.runCancel = cancel
 	n.dispCtx, n.dispStop = context.WithCancel(runCtx)
@@ -39,7 +44,9 @@ func (n *Node) Start(ctx context.Context) error {
 			}
 		}
 	})
-	if err := n.cl.Start(ctx); err != nil {
+	// The join loop lives as long as the node: a caller's short start-up
+	// context must not end it (it would stop re-joining seeds forever).
+	if err := n.cl.Start(runCtx); err != nil {
 		cancel()
 		return fmt.Errorf("join cluster: %w", err)
 	}
