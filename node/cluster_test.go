@@ -1,0 +1,328 @@
+package node_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fairshard/fairshard/cluster/clustertest"
+	"github.com/fairshard/fairshard/node"
+	"github.com/fairshard/fairshard/shards"
+)
+
+// wantPlacement waits until every node holds exactly the pending rows of
+// ns whose shard it owns in table, and those add up to total.
+func wantPlacement(t *testing.T, nodes []*tnode, ns string, keys []string, table map[uint32]string) {
+	t.Helper()
+	want := map[string]int{}
+	for _, k := range keys {
+		want[table[shards.ShardOf(k, 1024)]]++
+	}
+	got := map[string]int{}
+	eventually(t, 15*time.Second, func() bool {
+		sum := 0
+		for _, n := range nodes {
+			got[n.Name()] = n.namespace(ns).Pending
+			sum += got[n.Name()]
+		}
+		for _, n := range nodes {
+			if got[n.Name()] != want[n.Name()] {
+				return false
+			}
+		}
+		return sum == len(keys)
+	}, "pending rows of %s per node to match the shard table: got %v, want %v", ns, got, want)
+}
+
+// wantRowsOnOwners requires that a GET through any node finds every row
+// on its shard's owner in table.
+func wantRowsOnOwners(t *testing.T, nodes []*tnode, keys []string, table map[uint32]string) {
+	t.Helper()
+	for i, k := range keys {
+		via := nodes[i%len(nodes)].at(t)
+		v, ok := via.getRow(k)
+		owner := table[shards.ShardOf(k, 1024)]
+		if !ok || v.Node != owner || v.Status != "pending" {
+			t.Errorf("GET %q via %s: found %v on %q (%s), want pending on its owner %s", k, via.Name(), ok, v.Node, v.Status, owner)
+		}
+	}
+}
+
+func sumMetric(nodes []*tnode, name string) float64 {
+	sum := 0.0
+	for _, n := range nodes {
+		sum += n.metric(name)
+	}
+	return sum
+}
+
+// TestClusterPlacementJoinAndLeave: rows appended to one node of three
+// land on their shards' owners (forwarded with the cluster secret); a
+// fourth node joins and receives its shards' rows by handoff with nothing
+// lost; a node stopped gracefully hands off everything it held.
+func TestClusterPlacementJoinAndLeave(t *testing.T) {
+	t.Parallel()
+	secrets := func(_ int, c *node.Config) { c.APIToken, c.ClusterSecret = "tok", "sec" }
+	nodes := startCluster(t, 3, secrets)
+	table := waitConverged(t, nodes)
+	pause(t, nodes, "cl")
+
+	var keys []string
+	for b := range 3 {
+		var rows []rowIn
+		for i := range 100 {
+			k := fmt.Sprintf("cl/%d/%03d", b, i) // slashes: GET must find them on peers too
+			rows = append(rows, rowIn{"dispatch_key": k, "namespace": "cl"})
+			keys = append(keys, k)
+		}
+		out := nodes[0].appendRows(rows...)
+		for i, r := range out.Rows {
+			shard := shards.ShardOf(rows[i]["dispatch_key"].(string), 1024)
+			if r.Status != "created" || r.Shard != shard || r.Node != table[shard] {
+				t.Errorf("row %s answered %+v, want created in shard %d on its owner %s", r.DispatchKey, r, shard, table[shard])
+			}
+		}
+	}
+	owners := map[string]bool{}
+	for _, k := range keys {
+		owners[table[shards.ShardOf(k, 1024)]] = true
+	}
+	if len(owners) != 3 {
+		t.Fatalf("300 rows landed on %d owners, want all 3", len(owners))
+	}
+	wantPlacement(t, nodes, "cl", keys, table)
+	wantRowsOnOwners(t, nodes, keys, table)
+
+	// A fourth node joins: rows of the shards it now owns move to it.
+	fourth := startNode(t, func(c *node.Config) {
+		secrets(3, c)
+		c.Join = []string{nodes[1].GossipAddr()}
+	})
+	nodes = append(nodes, fourth)
+	table4 := waitConverged(t, nodes)
+	// Most moved shards go to the new node; capped rendezvous hashing may
+	// also move a few between old nodes. Either way the rows follow.
+	moved, toFourth := 0, 0
+	for _, k := range keys {
+		s := shards.ShardOf(k, 1024)
+		if table[s] != table4[s] {
+			moved++
+			if table4[s] == fourth.Name() {
+				toFourth++
+			}
+		}
+	}
+	if toFourth == 0 {
+		t.Fatal("no row's shard moved to the fourth node; pick more rows")
+	}
+	wantPlacement(t, nodes, "cl", keys, table4)
+	wantRowsOnOwners(t, nodes, keys, table4)
+	if sent := sumMetric(nodes[:3], "fairshard_handoff_rows_sent_total"); sent != float64(moved) {
+		t.Errorf("fairshard_handoff_rows_sent_total = %v across the first three nodes, want %d (the rows whose shard moved)", sent, moved)
+	}
+	if got := fourth.metric("fairshard_handoff_rows_received_total"); got < float64(toFourth) {
+		t.Errorf("fairshard_handoff_rows_received_total on the new node = %v, want ≥ %d", got, toFourth)
+	}
+	if got := sumMetric(nodes, "fairshard_handoff_rows_received_total"); got < float64(moved) {
+		t.Errorf("fairshard_handoff_rows_received_total across nodes = %v, want ≥ %d", got, moved)
+	}
+	eventually(t, 5*time.Second, func() bool {
+		for _, n := range nodes {
+			var c clusterView
+			n.mustDo("GET", "/v1/cluster", nil, http.StatusOK, &c)
+			if c.Handoff.ShardsPending != 0 {
+				return false
+			}
+		}
+		return true
+	}, "every node to report no shards pending handoff")
+
+	// A graceful stop hands off everything: its file holds no live row.
+	leaving := nodes[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := leaving.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown of %s: %v", leaving.Name(), err)
+	}
+	stats, err := openStore(t, leaving.cfg.DataDir).NamespaceStats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ns, st := range stats {
+		if st.Pending+st.Claimed != 0 {
+			t.Errorf("%s left %d pending and %d claimed rows of namespace %s on disk", leaving.Name(), st.Pending, st.Claimed, ns)
+		}
+	}
+	rest := []*tnode{nodes[0], nodes[2], nodes[3]}
+	table3 := waitConverged(t, rest)
+	wantPlacement(t, rest, "cl", keys, table3)
+	wantRowsOnOwners(t, rest, keys, table3)
+
+	// Retrying the first batch through another node is harmless.
+	var rows []rowIn
+	for _, k := range keys[:100] {
+		rows = append(rows, rowIn{"dispatch_key": k, "namespace": "cl"})
+	}
+	for _, r := range rest[1].appendRows(rows...).Rows {
+		if owner := table3[r.Shard]; r.Status != "duplicate" || r.Node != owner {
+			t.Errorf("retried %s answered %+v, want duplicate on %s", r.DispatchKey, r, owner)
+		}
+	}
+	wantPlacement(t, rest, "cl", keys, table3)
+}
+
+// tcpProxy forwards TCP connections from addr to to while up; while down
+// nothing listens on addr (connection refused). It stands for a node
+// whose API is unreachable while its gossip is fine, which a real node
+// cannot be made to show on demand.
+type tcpProxy struct {
+	addr, to string
+
+	mu    sync.Mutex
+	ln    net.Listener
+	conns map[net.Conn]struct{}
+	wg    sync.WaitGroup
+}
+
+// reserveAddr returns a free host:port on a fresh loopback IP.
+func reserveAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(clustertest.TakeIP(), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
+
+func (p *tcpProxy) up(t *testing.T) {
+	t.Helper()
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		t.Fatalf("proxy listen on %s: %v", p.addr, err)
+	}
+	p.mu.Lock()
+	p.ln, p.conns = ln, map[net.Conn]struct{}{}
+	p.mu.Unlock()
+	p.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.wg.Go(func() { p.pipe(c) })
+		}
+	})
+}
+
+func (p *tcpProxy) pipe(c net.Conn) {
+	u, err := net.Dial("tcp", p.to)
+	if err != nil {
+		_ = c.Close()
+		return
+	}
+	p.mu.Lock()
+	p.conns[c], p.conns[u] = struct{}{}, struct{}{}
+	p.mu.Unlock()
+	var wg sync.WaitGroup
+	copyClose := func(dst, src net.Conn) {
+		_, _ = io.Copy(dst, src)
+		_ = dst.Close()
+		_ = src.Close()
+	}
+	wg.Go(func() { copyClose(u, c) })
+	wg.Go(func() { copyClose(c, u) })
+	wg.Wait()
+}
+
+// down closes the listener and every proxied connection.
+func (p *tcpProxy) down() {
+	p.mu.Lock()
+	if p.ln != nil {
+		_ = p.ln.Close()
+	}
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// TestUnreachableOwner: rows whose owner cannot be reached are held on the
+// node that took the append and answered "accepted"; they can be read from
+// any node and retried harmlessly meanwhile; once the owner is reachable
+// the handoff loop moves them there.
+func TestUnreachableOwner(t *testing.T) {
+	t.Parallel()
+	proxyAddr := reserveAddr(t)
+	a := startNode(t, nil)
+	c := startNode(t, func(cfg *node.Config) {
+		cfg.AdvertiseHTTP = proxyAddr // peers reach c's API only through the proxy, down for now
+		cfg.Join = []string{a.GossipAddr()}
+	})
+	proxy := &tcpProxy{addr: proxyAddr, to: c.ListenAddr()}
+	t.Cleanup(proxy.down)
+	nodes := []*tnode{a, c}
+	table := waitConverged(t, nodes)
+
+	var rows []rowIn
+	var keys []string
+	for i := range 200 {
+		k := fmt.Sprintf("un-%03d", i)
+		rows = append(rows, rowIn{"dispatch_key": k, "namespace": "un"})
+		keys = append(keys, k)
+	}
+	var accepted, created []string
+	for _, r := range a.appendRows(rows...).Rows {
+		switch owner := table[r.Shard]; {
+		case owner == a.Name() && r.Status == "created" && r.Node == a.Name():
+			created = append(created, r.DispatchKey)
+		case owner == c.Name() && r.Status == "accepted" && r.Node == a.Name():
+			accepted = append(accepted, r.DispatchKey)
+		default:
+			t.Errorf("row %s (owner %s) answered %+v; want created on its owner or accepted on %s", r.DispatchKey, owner, r, a.Name())
+		}
+	}
+	if len(accepted) == 0 || len(created) == 0 {
+		t.Fatalf("%d rows accepted, %d created; want some of each", len(accepted), len(created))
+	}
+	if v := a.metric("fairshard_forward_errors_total"); v < 1 {
+		t.Errorf("fairshard_forward_errors_total = %v, want ≥ 1", v)
+	}
+	if v := a.metric("fairshard_append_rows_total"); v != 200 {
+		t.Errorf("fairshard_append_rows_total = %v, want 200", v)
+	}
+	// Held rows are found from the owner's side too, on the node holding them.
+	for _, k := range accepted[:5] {
+		if v, ok := c.getRow(k); !ok || v.Node != a.Name() || v.Status != "pending" {
+			t.Errorf("GET %s via %s while held: found %v on %q (%s), want pending on %s", k, c.Name(), ok, v.Node, v.Status, a.Name())
+		}
+	}
+	// The handoff loop keeps trying (and failing) meanwhile.
+	eventually(t, 5*time.Second, func() bool { return a.metric("fairshard_handoff_errors_total") >= 1 }, "a failed handoff attempt")
+	// A retry while the owner is still away answers duplicate, held here.
+	for _, r := range a.appendRows(rows[:20]...).Rows {
+		if r.Status != "duplicate" || r.Node != a.Name() {
+			t.Errorf("retried %s while its owner is away: %+v, want duplicate on %s", r.DispatchKey, r, a.Name())
+		}
+	}
+	if v := a.namespace("un"); v.Pending != 200 {
+		t.Errorf("%s holds %d pending rows, want all 200", a.Name(), v.Pending)
+	}
+
+	proxy.up(t)
+	wantPlacement(t, nodes, "un", keys, table)
+	wantRowsOnOwners(t, nodes, keys, table)
+	if v := a.metric("fairshard_handoff_rows_sent_total"); v != float64(len(accepted)) {
+		t.Errorf("fairshard_handoff_rows_sent_total = %v, want %d (the accepted rows)", v, len(accepted))
+	}
+	if v := c.namespace("un"); v.Pending != len(accepted) {
+		t.Errorf("%s holds %d pending rows, want the %d accepted ones", c.Name(), v.Pending, len(accepted))
+	}
+}
