@@ -49,7 +49,7 @@ var nodeSeq atomic.Int64
 // testConfig is a node config for an in-process test node: its own
 // loopback IP with free ports, a fresh data dir, fast gossip, short
 // sweep, handoff and retry intervals.
-func testConfig(t *testing.T) node.Config {
+func testConfig(t testing.TB) node.Config {
 	t.Helper()
 	cfg := node.DefaultConfig()
 	ip := clustertest.TakeIP()
@@ -72,7 +72,7 @@ func testConfig(t *testing.T) node.Config {
 // to it.
 type tnode struct {
 	*node.Node
-	t     *testing.T
+	t     testing.TB
 	cfg   node.Config
 	base  string // http://host:port of its real listener
 	token string // bearer token sent by do (the API token)
@@ -100,7 +100,7 @@ func (b *logBuffer) String() string {
 
 // startNode builds a node from testConfig (edited by mutate), starts it
 // and closes it at cleanup.
-func startNode(t *testing.T, mutate func(*node.Config)) *tnode {
+func startNode(t testing.TB, mutate func(*node.Config)) *tnode {
 	t.Helper()
 	cfg := testConfig(t)
 	if mutate != nil {
@@ -109,7 +109,7 @@ func startNode(t *testing.T, mutate func(*node.Config)) *tnode {
 	return startConfig(t, cfg)
 }
 
-func startConfig(t *testing.T, cfg node.Config) *tnode {
+func startConfig(t testing.TB, cfg node.Config) *tnode {
 	t.Helper()
 	logs := &logBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -142,7 +142,7 @@ func startConfig(t *testing.T, cfg node.Config) *tnode {
 
 // startCluster starts size nodes, each joining the first, and waits until
 // every node sees all of them with the same shard table.
-func startCluster(t *testing.T, size int, mutate func(i int, cfg *node.Config)) []*tnode {
+func startCluster(t testing.TB, size int, mutate func(i int, cfg *node.Config)) []*tnode {
 	t.Helper()
 	var nodes []*tnode
 	for i := range size {
@@ -161,7 +161,7 @@ func startCluster(t *testing.T, size int, mutate func(i int, cfg *node.Config)) 
 
 // waitConverged waits until every node lists exactly these members as
 // active and they all answer the same shard table; it returns the table.
-func waitConverged(t *testing.T, nodes []*tnode) map[uint32]string {
+func waitConverged(t testing.TB, nodes []*tnode) map[uint32]string {
 	t.Helper()
 	var table map[uint32]string
 	eventually(t, 15*time.Second, func() bool {
@@ -201,7 +201,7 @@ func sameTable(a, b map[uint32]string) bool {
 }
 
 // eventually polls cond every 20 ms until it holds or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, cond func() bool, format string, args ...any) {
+func eventually(t testing.TB, timeout time.Duration, cond func() bool, format string, args ...any) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
@@ -228,7 +228,7 @@ func (n *tnode) doAuth(method, path string, body any, token string) (int, []byte
 	return status, b
 }
 
-func request(t *testing.T, method, u string, body any, token string) (int, []byte, http.Header) {
+func request(t testing.TB, method, u string, body any, token string) (int, []byte, http.Header) {
 	t.Helper()
 	req, err := http.NewRequest(method, u, bodyReader(t, body))
 	if err != nil {
@@ -250,7 +250,7 @@ func request(t *testing.T, method, u string, body any, token string) (int, []byt
 
 // bodyReader turns a request body into a reader: string and []byte as is,
 // nil as no body, anything else as JSON.
-func bodyReader(t *testing.T, body any) io.Reader {
+func bodyReader(t testing.TB, body any) io.Reader {
 	t.Helper()
 	switch b := body.(type) {
 	case nil:
@@ -268,7 +268,7 @@ func bodyReader(t *testing.T, body any) io.Reader {
 	}
 }
 
-func readAll(t *testing.T, resp *http.Response) []byte {
+func readAll(t testing.TB, resp *http.Response) []byte {
 	t.Helper()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
@@ -277,7 +277,7 @@ func readAll(t *testing.T, resp *http.Response) []byte {
 	return b
 }
 
-func mustUnmarshal(t *testing.T, b []byte, v any) {
+func mustUnmarshal(t testing.TB, b []byte, v any) {
 	t.Helper()
 	if err := json.Unmarshal(b, v); err != nil {
 		t.Fatalf("decode %s: %v", b, err)
@@ -322,7 +322,7 @@ type apiError struct {
 
 // wantError requires a JSON error with status, code and (when field is
 // not "") field; it returns the decoded error.
-func wantError(t *testing.T, status int, body []byte, wantStatus int, code, field string) apiError {
+func wantError(t testing.TB, status int, body []byte, wantStatus int, code, field string) apiError {
 	t.Helper()
 	var e apiError
 	if status != wantStatus {
@@ -457,7 +457,7 @@ func escapeKey(key string) string {
 }
 
 // wantNotStored requires that none of keys is stored on any node.
-func wantNotStored(t *testing.T, n *tnode, keys ...string) {
+func wantNotStored(t testing.TB, n *tnode, keys ...string) {
 	t.Helper()
 	for _, k := range keys {
 		if v, ok := n.getRow(k); ok {
@@ -491,7 +491,7 @@ func (n *tnode) metric(name string) float64 {
 	return gatherSum(n.t, n.Registry(), name)
 }
 
-func gatherSum(t *testing.T, g prometheus.Gatherer, name string) float64 {
+func gatherSum(t testing.TB, g prometheus.Gatherer, name string) float64 {
 	t.Helper()
 	mfs, err := g.Gather()
 	if err != nil {
@@ -516,7 +516,7 @@ func gatherSum(t *testing.T, g prometheus.Gatherer, name string) float64 {
 
 // pause pauses ns (PUT through n) and waits until every node sees it, so
 // no node claims the namespace's rows.
-func pause(t *testing.T, nodes []*tnode, ns string) {
+func pause(t testing.TB, nodes []*tnode, ns string) {
 	t.Helper()
 	nodes[0].mustDo(http.MethodPut, "/v1/namespaces/"+ns, map[string]any{"paused": true}, http.StatusOK, nil)
 	eventually(t, 5*time.Second, func() bool {
@@ -535,7 +535,7 @@ type target struct {
 	srv *httptest.Server
 }
 
-func newTarget(t *testing.T) *target {
+func newTarget(t testing.TB) *target {
 	t.Helper()
 	r := loadgen.NewReceiver(0)
 	srv := httptest.NewServer(r)
