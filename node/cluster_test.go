@@ -1,7 +1,9 @@
 package node_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -325,4 +327,147 @@ func TestUnreachableOwner(t *testing.T) {
 	if v := c.namespace("un"); v.Pending != len(accepted) {
 		t.Errorf("%s holds %d pending rows, want the %d accepted ones", c.Name(), v.Pending, len(accepted))
 	}
+}
+
+// TestShutdownUnderAppendLoad: appends keep flowing through a peer while a
+// node stops gracefully; every acknowledged row ends on a live node and the
+// stopped node's file holds no live row.
+func TestShutdownUnderAppendLoad(t *testing.T) {
+	t.Parallel()
+	nodes := startCluster(t, 2, nil)
+	a, b := nodes[0], nodes[1]
+	pause(t, nodes, "load")
+
+	var mu sync.Mutex
+	acked := map[string]bool{}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 2 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var rows []rowIn
+				for j := range 25 {
+					rows = append(rows, rowIn{"dispatch_key": fmt.Sprintf("load-%d-%d-%d", w, i, j), "namespace": "load"})
+				}
+				st, body, _ := request(t, "POST", a.base+"/v1/rows", map[string]any{"rows": rows}, "")
+				if st != http.StatusOK {
+					t.Errorf("append through %s during the stop: %d %s", a.Name(), st, body)
+					return
+				}
+				var out appendOut
+				mustUnmarshal(t, body, &out)
+				mu.Lock()
+				for _, r := range out.Rows {
+					acked[r.DispatchKey] = true
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	eventually(t, 5*time.Second, func() bool { return b.namespace("load").Pending > 100 }, "rows to reach %s", b.Name())
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	err := b.Shutdown(ctx)
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("Shutdown of %s: %v", b.Name(), err)
+	}
+	stats, err := openStore(t, b.cfg.DataDir).NamespaceStats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := stats["load"]; st.Pending+st.Claimed != 0 {
+		t.Errorf("%s left %d pending and %d claimed rows on disk after a graceful stop", b.Name(), st.Pending, st.Claimed)
+	}
+	eventually(t, 10*time.Second, func() bool { return a.namespace("load").Pending == len(acked) },
+		"%s to hold all %d acknowledged rows (has %d)", a.Name(), len(acked), a.namespace("load").Pending)
+}
+
+// TestLeavingNodeRefusesIntake: a peer with a stale view may still forward
+// rows to a node that is stopping. Whatever the stopping node acknowledges
+// must still be handed off; what it can no longer hand off it must refuse
+// (the peer then holds the rows itself, answered accepted).
+func TestLeavingNodeRefusesIntake(t *testing.T) {
+	t.Parallel()
+	nodes := startCluster(t, 2, nil)
+	a, b := nodes[0], nodes[1]
+	pause(t, nodes, "stale")
+
+	var mu sync.Mutex
+	var acked []string
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			now := time.Now().UTC()
+			var rows []map[string]any
+			var keys []string
+			for j := range 10 {
+				k := fmt.Sprintf("stale-%d-%d", i, j)
+				rows = append(rows, map[string]any{"dispatch_key": k, "namespace": "stale", "task_queue": "default",
+					"attempt": 1, "created_at": now, "visible_after": now})
+				keys = append(keys, k)
+			}
+			st, _, err := tryRequest("POST", b.base+"/internal/v1/rows", map[string]any{"rows": rows})
+			if err != nil {
+				return // the server is gone
+			}
+			if st == http.StatusOK {
+				mu.Lock()
+				acked = append(acked, keys...)
+				mu.Unlock()
+			}
+		}
+	})
+	eventually(t, 5*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(acked) > 100 }, "stale intake to start")
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	err := b.Shutdown(ctx)
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("Shutdown of %s: %v", b.Name(), err)
+	}
+	stats, err := openStore(t, b.cfg.DataDir).NamespaceStats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := stats["stale"]; st.Pending+st.Claimed != 0 {
+		t.Errorf("%s acknowledged rows it then left on disk: %d pending, %d claimed", b.Name(), st.Pending, st.Claimed)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if got := a.namespace("stale").Pending; got != len(acked) {
+		t.Errorf("%s holds %d of the %d rows %s acknowledged", a.Name(), got, len(acked), b.Name())
+	}
+}
+
+// tryRequest is request without t: it reports transport errors.
+func tryRequest(method, u string, body any) (int, []byte, error) {
+	j, err := json.Marshal(body)
+	if err != nil {
+		return 0, nil, err
+	}
+	req, err := http.NewRequest(method, u, bytes.NewReader(j))
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
 }

@@ -148,11 +148,12 @@ func pathName(r *http.Request, param string) (string, error) {
 func (n *Node) handleAppend(w http.ResponseWriter, r *http.Request) {
 	code := http.StatusOK
 	defer func() { n.m.appendRequests.WithLabelValues(strconv.Itoa(code)).Inc() }()
-	if n.draining.Load() {
+	if n.draining.Load() || !n.intake.enter() {
 		code = http.StatusServiceUnavailable
 		writeError(w, &APIError{Status: code, Code: CodeUnavailable, Message: "node is draining; append through another node"})
 		return
 	}
+	defer n.intake.exit()
 	rows, err := decodeAppend(w, r, time.Now().UTC())
 	if err != nil {
 		code = err.(*APIError).Status
@@ -257,7 +258,17 @@ func (n *Node) appendLocal(ctx context.Context, rows []outbox.Row, idx []int, re
 	return nil
 }
 
+// errLeaving answers node-to-node writes refused by a leaving node: the
+// sender keeps the rows and hands them to the new owner later.
+var errLeaving = &APIError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+	Message: "node is leaving the cluster: it takes no more rows"}
+
 func (n *Node) handleInternalAppend(w http.ResponseWriter, r *http.Request) {
+	if !n.intake.enter() {
+		writeError(w, errLeaving)
+		return
+	}
+	defer n.intake.exit()
 	var req internalAppendReq
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<20)
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
@@ -278,6 +289,11 @@ func (n *Node) handleInternalAppend(w http.ResponseWriter, r *http.Request) {
 }
 
 func (n *Node) handleInternalHandoff(w http.ResponseWriter, r *http.Request) {
+	if !n.intake.enter() {
+		writeError(w, errLeaving)
+		return
+	}
+	defer n.intake.exit()
 	var req internalAppendReq
 	r.Body = http.MaxBytesReader(w, r.Body, 256<<20)
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {

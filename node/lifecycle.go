@@ -117,9 +117,9 @@ func (n *Node) Ready() bool { return n.ready.Load() && !n.draining.Load() }
 
 // Shutdown stops the node gracefully, in this order: refuse new appends;
 // stop claiming and let in-flight deliveries finish; mark this node leaving
-// (peers stop counting it as an owner) and hand off every row it holds
-// while the cluster is reachable; leave the gossip; stop serving; close the
-// store. ctx bounds the whole stop; whatever was not handed off when it
+// (peers stop counting it as an owner), refuse rows from peers and wait for
+// the writes in progress, then hand off every row it holds while the
+// cluster is reachable; leave the gossip; stop serving; close the store. ctx bounds the whole stop; whatever was not handed off when it
 // ends stays on disk and moves when the node returns.
 func (n *Node) Shutdown(ctx context.Context) error {
 	n.draining.Store(true)
@@ -138,6 +138,12 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("mark leaving: %w", err))
 	}
 	n.applySnapshot(n.cl.Snapshot())
+	// From here on rows sent here could outlive the last handoff pass:
+	// refuse them (peers hold them and hand them to the new owners) and
+	// let the writes already admitted finish first.
+	if err := n.intake.close(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("close intake: %w", err))
+	}
 	left, err := n.drainHandoff(ctx)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("handoff on shutdown: %d shards still hold rows on disk: %w", left, err))

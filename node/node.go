@@ -51,6 +51,7 @@ type Node struct {
 	apiAddr string
 
 	handoffWake chan struct{}
+	intake      intakeGate
 	draining    atomic.Bool
 	ready       atomic.Bool
 
