@@ -318,6 +318,20 @@ func TestUnreachableOwner(t *testing.T) {
 		t.Errorf("%s holds %d pending rows, want all 200", a.Name(), v.Pending)
 	}
 
+	// Fan-out reads and writes name the node they could not reach.
+	var page deadLettersView
+	a.mustDo("GET", "/v1/namespaces/un/dead-letters", nil, http.StatusOK, &page)
+	if len(page.UnreachableNodes) != 1 || page.UnreachableNodes[0] != c.Name() {
+		t.Errorf("dead letters while %s is unreachable: unreachable_nodes %v, want [%s]", c.Name(), page.UnreachableNodes, c.Name())
+	}
+	var rd struct {
+		UnreachableNodes []string `json:"unreachable_nodes"`
+	}
+	a.mustDo("POST", "/v1/namespaces/un/dead-letters/redrive", nil, http.StatusOK, &rd)
+	if len(rd.UnreachableNodes) != 1 || rd.UnreachableNodes[0] != c.Name() {
+		t.Errorf("redrive while %s is unreachable: unreachable_nodes %v, want [%s]", c.Name(), rd.UnreachableNodes, c.Name())
+	}
+
 	proxy.up(t)
 	wantPlacement(t, nodes, "un", keys, table)
 	wantRowsOnOwners(t, nodes, keys, table)
@@ -470,4 +484,83 @@ func tryRequest(method, u string, body any) (int, []byte, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, b, err
+}
+
+// TestClusterAdminFanOut: settings put through one node apply on every
+// node (gossiped config); dead letters are listed and paged across nodes
+// in key order and redriven on every node.
+func TestClusterAdminFanOut(t *testing.T) {
+	t.Parallel()
+	nodes := startCluster(t, 2, nil)
+	a, b := nodes[0], nodes[1]
+	table := waitConverged(t, nodes)
+	tg := newTarget(t)
+	tg.SetStatus(http.StatusUnprocessableEntity)
+	a.setTarget("fan", "default", tg.URL()) // through a: b's rows go there too
+	b.mustDo("PUT", "/v1/workflows/fan-held/hold", nil, http.StatusOK, nil)
+	// Wait until both nodes hold both entries (the target and the hold).
+	eventually(t, 5*time.Second, func() bool {
+		return a.metric("fairshard_cluster_config_entries") == 2 && b.metric("fairshard_cluster_config_entries") == 2
+	}, "the target and the hold to reach both nodes")
+
+	var keys []string
+	var rows []rowIn
+	for i := range 20 {
+		k := fmt.Sprintf("fan-%02d", i)
+		keys = append(keys, k)
+		rows = append(rows, rowIn{"dispatch_key": k, "namespace": "fan"})
+	}
+	rows = append(rows, rowIn{"workflow_id": "fan-held", "ordinal": 1, "namespace": "fan"})
+	heldShard := shards.ShardOf("fan-held:1", 1024)
+	a.appendRows(rows...)
+	on := map[string]int{}
+	for _, k := range keys {
+		v := b.waitStatus(k, "failed", 10*time.Second)
+		on[v.Node]++
+		if want := table[shards.ShardOf(k, 1024)]; v.Node != want {
+			t.Errorf("dead letter %s on %s, want its owner %s", k, v.Node, want)
+		}
+	}
+	if len(on) != 2 {
+		t.Fatalf("dead letters on %v; want rows on both nodes", on)
+	}
+	if v, _ := a.getRow("fan-held:1"); v.Status != "pending" || tg.Count("fan-held:1") != 0 {
+		t.Errorf("held row (shard %d on %s) = %s; the hold put through %s must apply there too", heldShard, table[heldShard], v.Status, b.Name())
+	}
+
+	// Page through both nodes' dead letters, 3 at a time, through b.
+	var listed []string
+	after := ""
+	for range 10 {
+		var page deadLettersView
+		b.mustDo("GET", "/v1/namespaces/fan/dead-letters?limit=3&after="+after, nil, http.StatusOK, &page)
+		if len(page.UnreachableNodes) != 0 {
+			t.Errorf("unreachable nodes %v", page.UnreachableNodes)
+		}
+		for _, r := range page.Rows {
+			listed = append(listed, r.DispatchKey)
+		}
+		if page.Next == "" {
+			break
+		}
+		after = page.Next
+	}
+	if fmt.Sprint(listed) != fmt.Sprint(keys) {
+		t.Errorf("paged dead letters %v, want %v (all of both nodes, in key order, once each)", listed, keys)
+	}
+
+	tg.SetStatus(0)
+	var rd struct {
+		Redriven         int      `json:"redriven"`
+		UnreachableNodes []string `json:"unreachable_nodes"`
+	}
+	a.mustDo("POST", "/v1/namespaces/fan/dead-letters/redrive", nil, http.StatusOK, &rd)
+	if rd.Redriven != len(keys) || len(rd.UnreachableNodes) != 0 {
+		t.Errorf("redrive through %s = %+v, want all %d rows of both nodes", a.Name(), rd, len(keys))
+	}
+	for _, k := range keys {
+		a.waitStatus(k, "done", 10*time.Second)
+	}
+	a.mustDo("DELETE", "/v1/workflows/fan-held/hold", nil, http.StatusOK, nil)
+	b.waitStatus("fan-held:1", "done", 10*time.Second)
 }
