@@ -59,7 +59,7 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "usage: fairshard [serve|version|check DATA_DIR|demo|load|target|probe URL] [flags]; fairshard serve --help lists the flags")
 		return 0
 	default:
-		fmt.Fprintf(stderr, "fairshard: unknown command %q (want serve, version, check, demo or load)\n", cmd)
+		fmt.Fprintf(stderr, "fairshard: unknown command %q (want serve, version, check, demo, load, target, probe or help)\n", cmd)
 		return 2
 	}
 }
