@@ -132,8 +132,17 @@ func serve(args, environ []string, stderr io.Writer) int {
 	log.Info("signal received: draining; a second signal exits at once", "grace", cfg.ShutdownGrace)
 	hard := make(chan os.Signal, 1)
 	signal.Notify(hard, syscall.SIGINT, syscall.SIGTERM)
+	drained := make(chan struct{})
+	defer func() {
+		signal.Stop(hard)
+		close(drained)
+	}()
 	go func() {
-		<-hard
+		select {
+		case <-hard:
+		case <-drained: // stopped gracefully: nothing left to cut short
+			return
+		}
 		log.Warn("second signal: exiting now; rows not handed off stay on disk")
 		_ = n.Close()
 		os.Exit(1)
