@@ -23,6 +23,11 @@ import (
 // routes builds the HTTP API: public /v1 (bearer token when configured),
 // node-to-node /internal/v1 (cluster secret), and open /metrics, /healthz,
 // /readyz. Unknown paths and methods get JSON errors too.
+//
+// In GET /v1/rows/{dispatch_key} the key is best sent as one escaped path
+// segment (url.PathEscape: '/' as %2F): plain slashes work, except where
+// they form empty or dot segments ("a//b", "x/./y"), which the router
+// cleans before matching.
 func (n *Node) routes() http.Handler {
 	mux := http.NewServeMux()
 	pub := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, n.auth(n.cfg.APIToken, h)) }
