@@ -564,3 +564,50 @@ func TestClusterAdminFanOut(t *testing.T) {
 	a.mustDo("DELETE", "/v1/workflows/fan-held/hold", nil, http.StatusOK, nil)
 	b.waitStatus("fan-held:1", "done", 10*time.Second)
 }
+
+// TestJoinWhileDelivering: a node joins while rows are being delivered;
+// claimed rows finish where they are, pending ones move, and every row is
+// delivered exactly once, its tombstone ending on its shard's new owner.
+func TestJoinWhileDelivering(t *testing.T) {
+	t.Parallel()
+	nodes := startCluster(t, 2, nil)
+	tg := newTarget(t)
+	tg.SetDelay(150 * time.Millisecond)
+	nodes[0].setTarget("move", "default", tg.URL())
+	nodes[1].mustDo("PUT", "/v1/namespaces/move", map[string]any{"max_in_flight": 8}, http.StatusOK, nil)
+	eventually(t, 5*time.Second, func() bool {
+		return nodes[0].metric("fairshard_cluster_config_entries") == 2 && nodes[1].metric("fairshard_cluster_config_entries") == 2
+	}, "the target and quota to reach both nodes")
+
+	var rows []rowIn
+	var keys []string
+	for i := range 120 {
+		k := fmt.Sprintf("move-%03d", i)
+		rows = append(rows, rowIn{"dispatch_key": k, "namespace": "move"})
+		keys = append(keys, k)
+	}
+	nodes[0].appendRows(rows...)
+	eventually(t, 5*time.Second, func() bool { return tg.Delivered() >= 10 }, "deliveries to start")
+
+	third := startNode(t, func(c *node.Config) { c.Join = []string{nodes[0].GossipAddr()} })
+	nodes = append(nodes, third)
+	table := waitConverged(t, nodes)
+	if tg.Delivered() >= int64(len(keys)) {
+		t.Log("every row was delivered before the join converged: the test proved less than it should")
+	}
+	eventually(t, 30*time.Second, func() bool { return tg.Distinct() == len(keys) }, "all %d rows to be delivered (got %d)", len(keys), tg.Distinct())
+	if d := tg.Duplicates(); len(d) != 0 {
+		t.Errorf("rows delivered more than once across the join: %v", d)
+	}
+	if third.metric("fairshard_rows_delivered_total") == 0 {
+		t.Error("the joining node delivered nothing; no pending row moved to it")
+	}
+	for i, k := range keys {
+		via := nodes[i%len(nodes)]
+		owner := table[shards.ShardOf(k, 1024)]
+		eventually(t, 5*time.Second, func() bool {
+			v, ok := via.getRow(k)
+			return ok && v.Status == "done" && v.Node == owner
+		}, "row %s to be done on its owner %s", k, owner)
+	}
+}
