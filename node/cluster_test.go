@@ -124,8 +124,11 @@ func TestClusterPlacementJoinAndLeave(t *testing.T) {
 	}
 	wantPlacement(t, nodes, "cl", keys, table4)
 	wantRowsOnOwners(t, nodes, keys, table4)
-	if sent := sumMetric(nodes[:3], "fairshard_handoff_rows_sent_total"); sent != float64(moved) {
-		t.Errorf("fairshard_handoff_rows_sent_total = %v across the first three nodes, want %d (the rows whose shard moved)", sent, moved)
+	// ≥, not =: while the join spreads, a node may briefly compute a table
+	// from a partial view and send a row to an interim owner, which then
+	// passes it on.
+	if sent := sumMetric(nodes[:3], "fairshard_handoff_rows_sent_total"); sent < float64(moved) {
+		t.Errorf("fairshard_handoff_rows_sent_total = %v across the first three nodes, want ≥ %d (the rows whose shard moved)", sent, moved)
 	}
 	if got := fourth.metric("fairshard_handoff_rows_received_total"); got < float64(toFourth) {
 		t.Errorf("fairshard_handoff_rows_received_total on the new node = %v, want ≥ %d", got, toFourth)
