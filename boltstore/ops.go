@@ -251,34 +251,60 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) ([]outbox.Row, 
 	}
 	var out []outbox.Row
 	err := s.submit(ctx, "claim", p.Limit, func(w *wtx) error {
-		out = out[:0]
-		owned := s.owned.Load()
-		var cands []claimCand
 		var err error
-		if p.Scope != nil {
-			cands, err = scanRoute(w, routeKey(p.Scope.Namespace, p.Scope.TaskQueue), &p, owned, s.opts.ShardCount, p.Limit, nil)
-			if err != nil {
-				return err
-			}
-		} else if cands, err = mergeRoutes(w, &p, owned, s.opts.ShardCount); err != nil {
-			return err
-		}
-		for i := range cands {
-			old := cands[i].row
-			nw := old
-			nw.Status = outbox.StatusClaimed
-			nw.ClaimedAt = p.Now
-			if err := w.write(cands[i].rk, &old, false, &nw, false, nil); err != nil {
-				return err
-			}
-			out = append(out, nw)
-		}
-		return nil
+		out, err = s.claimTx(w, p)
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// claimTx is one claim inside the writer's transaction w.
+func (s *Store) claimTx(w *wtx, p outbox.ClaimParams) ([]outbox.Row, error) {
+	if p.Limit <= 0 {
+		return nil, nil
+	}
+	if p.Now.IsZero() {
+		p.Now = s.now()
+	}
+	owned := s.owned.Load()
+	var cands []claimCand
+	var err error
+	if p.Scope != nil {
+		cands, err = scanRoute(w, routeKey(p.Scope.Namespace, p.Scope.TaskQueue), &p, owned, s.opts.ShardCount, p.Limit, nil)
+		if err != nil {
+			return nil, err
+		}
+	} else if cands, err = mergeRoutes(w, &p, owned, s.opts.ShardCount); err != nil {
+		return nil, err
+	}
+	out := make([]outbox.Row, 0, len(cands))
+	for i := range cands {
+		old := cands[i].row
+		nw := old
+		nw.Status = outbox.StatusClaimed
+		nw.ClaimedAt = p.Now
+		if err := w.write(cands[i].rk, &old, false, &nw, false, nil); err != nil {
+			return nil, err
+		}
+		out = append(out, nw)
+	}
+	return out, nil
+}
+
+// ClaimBatch runs every claim run makes in ONE group commit (one fsync),
+// which is what a planner sweep over many routes needs: without it each
+// scoped claim is its own commit. It implements backpressure.BatchClaimer:
+// the claims take effect together when ClaimBatch returns nil and not at all
+// when it returns an error; run may be called more than once (when another
+// operation of the same group commit fails, the commit is retried without
+// it), so run must start from scratch each time.
+func (s *Store) ClaimBatch(ctx context.Context, run func(claim func(outbox.ClaimParams) ([]outbox.Row, error)) error) error {
+	return s.submit(ctx, "claim batch", 256, func(w *wtx) error {
+		return run(func(p outbox.ClaimParams) ([]outbox.Row, error) { return s.claimTx(w, p) })
+	})
 }
 
 // RearmStale implements outbox.Store: it walks the claimed index (ordered by

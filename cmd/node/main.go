@@ -82,7 +82,7 @@ func parseServeFlags(args, environ []string, stderr io.Writer) (node.Config, []s
 	if fs.NArg() > 0 {
 		return cfg, nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
-	unknown, err := applyEnv(fs, environ)
+	unknown, err := node.ApplyEnv(fs, environ)
 	if err != nil {
 		return cfg, unknown, err
 	}
