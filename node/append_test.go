@@ -102,7 +102,7 @@ func TestAppendRefusesBadBatches(t *testing.T) {
 		invalidField("nulkey", 1, rowIn{"dispatch_key": "a\x00b"}, "rows[1].dispatch_key"),
 		invalidField("delkey", 1, rowIn{"dispatch_key": "a\x7fb"}, "rows[1].dispatch_key"),
 		invalidField("emptywf", 1, rowIn{"workflow_id": "", "ordinal": 1}, "rows[1].workflow_id"),
-		invalidField("longwf", 1, rowIn{"workflow_id": long(node.MaxLabelBytes + 1), "ordinal": 1}, "rows[1].workflow_id"),
+		invalidField("longwf", 1, rowIn{"workflow_id": long(node.MaxWorkflowIDBytes + 1), "ordinal": 1}, "rows[1].workflow_id"),
 		invalidField("tabwf", 1, rowIn{"workflow_id": "w\tf", "ordinal": 1}, "rows[1].workflow_id"),
 		invalidField("ctlact", 1, rowIn{"dispatch_key": "ctlact-x", "activity_type": "send\r"}, "rows[1].activity_type"),
 		invalidField("longact", 1, rowIn{"dispatch_key": "longact-x", "activity_type": long(node.MaxLabelBytes + 1)}, "rows[1].activity_type"),

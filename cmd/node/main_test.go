@@ -54,7 +54,7 @@ func TestEnvName(t *testing.T) {
 		"default-max-in-flight": "FAIRSHARD_DEFAULT_MAX_IN_FLIGHT",
 		"log-level":             "FAIRSHARD_LOG_LEVEL",
 	} {
-		if got := EnvName(flagName); got != env {
+		if got := node.EnvName(flagName); got != env {
 			t.Errorf("EnvName(%q) = %q, want %q", flagName, got, env)
 		}
 	}
@@ -72,7 +72,7 @@ func TestEveryDocumentedSettingHasAFlag(t *testing.T) {
 		"cluster-secret", "poll-interval", "batch-size", "delivery-timeout", "visibility-timeout", "retry-base",
 		"retry-factor", "retry-cap", "max-attempts", "handoff-interval", "handoff-batch", "shutdown-grace", "tombstone-retention"} {
 		if fs.Lookup(name) == nil {
-			t.Errorf("no flag --%s (env %s)", name, EnvName(name))
+			t.Errorf("no flag --%s (env %s)", name, node.EnvName(name))
 		}
 	}
 	d := node.DefaultConfig()
