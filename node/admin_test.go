@@ -427,7 +427,8 @@ func TestHold(t *testing.T) {
 	n.waitStatus("wf-free:1", "done", 10*time.Second)
 	n.waitStatus("wf-free:2", "done", 10*time.Second)
 	// Twenty more sweeps: the held rows must still be untouched.
-	time.Sleep(20 * n.cfg.PollInterval)
+	sweeps := n.metric("fairshard_sweep_duration_seconds")
+	eventually(t, 5*time.Second, func() bool { return n.metric("fairshard_sweep_duration_seconds") >= sweeps+20 }, "20 more sweeps")
 	for _, k := range []string{"wf-held:1", "wf-held:2"} {
 		if v, _ := n.getRow(k); v.Status != "pending" || v.Attempt != 1 || tg.Count(k) != 0 {
 			t.Errorf("held row %s = %s attempt %d, delivered %d times; want pending, attempt 1, never delivered", k, v.Status, v.Attempt, tg.Count(k))

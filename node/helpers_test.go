@@ -484,8 +484,8 @@ func (n *tnode) shardTable() map[uint32]string {
 	return out
 }
 
-// metric sums every sample of the named counter or gauge in the node's
-// registry.
+// metric sums every sample of the named counter or gauge (for a
+// histogram: its observation count) in the node's registry.
 func (n *tnode) metric(name string) float64 {
 	n.t.Helper()
 	return gatherSum(n.t, n.Registry(), name)
@@ -508,6 +508,8 @@ func gatherSum(t testing.TB, g prometheus.Gatherer, name string) float64 {
 				sum += m.GetCounter().GetValue()
 			case m.Gauge != nil:
 				sum += m.GetGauge().GetValue()
+			case m.Histogram != nil:
+				sum += float64(m.GetHistogram().GetSampleCount())
 			}
 		}
 	}
