@@ -349,7 +349,10 @@ func (n *Node) handleGetRow(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, name := range order {
 		var v RowView
-		err := n.peers.call(r.Context(), http.MethodGet, addrs[name], "/internal/v1/rows/"+url.PathEscape(key), nil, &v)
+		// Bounded per peer, so one unreachable peer cannot stall the lookup.
+		cctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		err := n.peers.call(cctx, http.MethodGet, addrs[name], "/internal/v1/rows/"+url.PathEscape(key), nil, &v)
+		cancel()
 		if err == nil {
 			writeJSON(w, http.StatusOK, v)
 			return
