@@ -35,6 +35,10 @@ func (n *Node) handoffLoop(ctx context.Context) {
 // returns the rows moved and the first error; other owners still get their
 // turn.
 func (n *Node) handoffOnce(ctx context.Context) (int, error) {
+	// One pass at a time: Shutdown's drain must not race a pass of the loop
+	// whose rows are marked in-transfer (and so invisible to ForeignShards).
+	n.handoffMu.Lock()
+	defer n.handoffMu.Unlock()
 	foreign, err := n.store.ForeignShards(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("list foreign shards: %w", err)

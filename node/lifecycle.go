@@ -30,7 +30,11 @@ func (n *Node) Start(ctx context.Context) error {
 			n.log.Error("http server stopped", "err", err)
 		}
 	})
-	// Ownership must be applied before the dispatcher claims anything.
+	// Ownership must be applied before the dispatcher claims anything. A
+	// node with seeds owns nothing until it has joined them: until then its
+	// view ("I own every shard") would let it claim rows a live owner holds
+	// too (e.g. rows it had handed off just before a crash).
+	n.awaitingJoin.Store(len(n.cfg.Join) > 0)
 	snaps, unsubscribe := n.cl.Subscribe("node")
 	n.applySnapshot(n.cl.Snapshot())
 	n.wg.Go(func() {
@@ -49,6 +53,9 @@ func (n *Node) Start(ctx context.Context) error {
 	if err := n.cl.Start(runCtx); err != nil {
 		cancel()
 		return fmt.Errorf("join cluster: %w", err)
+	}
+	if n.awaitingJoin.Load() {
+		n.awaitFirstJoin(ctx)
 	}
 	n.applySnapshot(n.cl.Snapshot())
 
@@ -77,14 +84,48 @@ func (n *Node) Start(ctx context.Context) error {
 	return nil
 }
 
+// awaitFirstJoin joins the seeds before the node claims anything, retrying
+// for up to JoinWait. If no seed answers by then (a whole cluster starting
+// at once, or this node is the first), the node serves alone and the
+// cluster's rejoin loop keeps trying. ctx cuts the wait short.
+func (n *Node) awaitFirstJoin(ctx context.Context) {
+	defer func() {
+		n.awaitingJoin.Store(false)
+		n.applySnapshot(n.cl.Recompute())
+	}()
+	wctx, cancel := context.WithTimeout(ctx, n.cfg.JoinWait)
+	defer cancel()
+	for {
+		contacted, err := n.cl.Join(wctx, n.cfg.Join...)
+		if err == nil && contacted > 0 {
+			n.log.Info("joined cluster", "seeds_contacted", contacted)
+			return
+		}
+		select {
+		case <-wctx.Done():
+			n.log.Warn("no seed answered; serving alone until one does", "join", n.cfg.Join, "waited", n.cfg.JoinWait, "err", err)
+			return
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
 // applySnapshot scopes the store's claims to the shards this node owns now,
-// updates the metrics and wakes the handoff loop and the dispatcher.
+// updates the metrics and wakes the handoff loop and the dispatcher. Views
+// are applied in version order: an older snapshot that loses a race with a
+// newer one is ignored. Before the first join the node owns nothing.
 func (n *Node) applySnapshot(s *cluster.OwnershipSnapshot) {
 	if s == nil {
 		return
 	}
+	n.snapMu.Lock()
+	defer n.snapMu.Unlock()
+	if s.Version < n.appliedVersion {
+		return
+	}
+	n.appliedVersion = s.Version
 	owned := s.Owned
-	if owned == nil {
+	if owned == nil || n.awaitingJoin.Load() {
 		owned = []uint32{}
 	}
 	n.store.SetOwnedShards(owned)

@@ -54,6 +54,15 @@ type Node struct {
 	intake      intakeGate
 	draining    atomic.Bool
 	ready       atomic.Bool
+	// awaitingJoin is true from Start until the first join of the seeds
+	// succeeded or JoinWait passed; the node owns no shard meanwhile.
+	awaitingJoin atomic.Bool
+	// snapMu orders applySnapshot calls; appliedVersion is the newest
+	// ownership version applied to the store.
+	snapMu         sync.Mutex
+	appliedVersion uint64
+	// handoffMu serialises handoff passes (the loop's and Shutdown's).
+	handoffMu sync.Mutex
 
 	runCancel context.CancelFunc
 	dispCtx   context.Context
@@ -114,7 +123,7 @@ func New(cfg Config, log *slog.Logger) (*Node, error) {
 		Logger:   log,
 	})
 	n.disp, err = dispatch.New(dispatch.Config{
-		Store:   store,
+		Store:   heldClaimsStore{store},
 		Planner: planner,
 		Targets: dispatch.TargetsFunc(func(r outbox.ClaimScope) (dispatch.Target, bool) {
 			t, ok := n.rc.target(r)
@@ -288,4 +297,17 @@ func (n *Node) clusterConfig(httpBound *net.TCPAddr) (*cluster.Config, error) {
 		return store.SaveConfigEntry(context.Background(), e.Key, b)
 	}
 	return c, nil
+}
+
+// heldClaimsStore is the store as the dispatcher sees it: a namespace's
+// claimed count is every claimed row held on this node, owned shard or not.
+// Right after an ownership change, rows of a shard just lost are still being
+// delivered here and must keep counting against this node's ceiling, or the
+// node would claim past it (docs/DECISIONS.md). Everything else, the
+// one-transaction ClaimBatch included, is the store's own.
+type heldClaimsStore struct{ *boltstore.Store }
+
+// CountClaimedByNamespace counts claimed rows held here, all shards.
+func (s heldClaimsStore) CountClaimedByNamespace(ctx context.Context, namespaces []string) (map[string]int, error) {
+	return s.CountClaimedHeld(ctx, namespaces)
 }
