@@ -6,10 +6,13 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 ARG VERSION=dev
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/fairshard ./cmd/node
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/fairshard ./cmd/node \
+ && mkdir -p /out/data
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/fairshard /usr/local/bin/fairshard
+# Owned by the nonroot user, so a fresh named volume mounted here is writable.
+COPY --from=build --chown=65532:65532 /out/data /data
 # /data is where replicas keep their outbox files (one slot directory each).
 VOLUME ["/data"]
 USER nonroot:nonroot

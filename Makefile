@@ -3,9 +3,12 @@ GO ?= go
 
 .PHONY: test test-short bench demo build
 
-## test: every package with the race detector, the e2e suite included.
+## test: every package with the race detector, the e2e suite included,
+## then the docker-compose.yml check (its own module: compose-go stays out
+## of the product's dependencies).
 test:
 	$(GO) test -race -count=1 -timeout 20m ./...
+	cd deploy/composecheck && $(GO) test -count=1 ./...
 
 ## test-short: the fast unit tests only (skips crash and e2e tests).
 test-short:

@@ -21,6 +21,17 @@ type ClaimStore interface {
 	Claim(ctx context.Context, p outbox.ClaimParams) ([]outbox.Row, error)
 }
 
+// BatchClaimer is an optional upgrade of ClaimStore: a store that can run
+// every claim of a sweep in one transaction (boltstore: one group commit,
+// one fsync, instead of one per route). ClaimBatch calls run with a claim
+// function bound to that transaction; the claims take effect together when
+// ClaimBatch returns nil, and none of them when it returns an error. run may
+// be called more than once (a store may retry the transaction), so it must
+// start from scratch each time.
+type BatchClaimer interface {
+	ClaimBatch(ctx context.Context, run func(claim func(outbox.ClaimParams) ([]outbox.Row, error)) error) error
+}
+
 // PlannerConfig wires a Planner. Only Quotas is required.
 type PlannerConfig struct {
 	// Quotas resolves each namespace's cluster-wide quota (rows).
@@ -191,7 +202,6 @@ func (p *Planner) Sweep(ctx context.Context, store ClaimStore, batchSize int, he
 		out.Namespaces[i] = NamespaceSweep{Namespace: ns, Quota: quota, Ceiling: ceiling, ClaimedBefore: c, Routes: len(byNS[ns].routes)}
 	}
 
-	budget := batchSize
 	slice := max((batchSize+len(names)-1)/len(names), 1)
 	claimParams := outbox.ClaimParams{Now: now, ExcludeWorkflows: held}
 	p.cursorMu.Lock()
@@ -201,30 +211,52 @@ func (p *Planner) Sweep(ctx context.Context, store ClaimStore, batchSize int, he
 	}
 	start %= len(names)
 	p.cursorMu.Unlock()
+	headroom := make([]int, len(names))
 	reached := ""
-	for pass := range 2 {
-		for j := range names {
-			if budget == 0 {
-				break
-			}
-			i := (start + j) % len(names)
-			ns := names[i]
-			pl := byNS[ns]
-			if pass == 0 {
-				reached = ns
-			}
-			allocation := min(pl.headroom, budget)
-			if pass == 0 {
-				allocation = min(allocation, slice)
-			}
-			got, err := claimSlice(ctx, store, pl.routes, allocation, claimParams, &out.Rows)
-			pl.headroom -= got
-			budget -= got
-			out.Namespaces[i].Claimed += got
-			if err != nil {
-				return out, err
+	// execute runs both passes through claim; it starts from scratch on every
+	// call (a BatchClaimer may run it more than once).
+	execute := func(claim func(outbox.ClaimParams) ([]outbox.Row, error)) error {
+		out.Rows = out.Rows[:0]
+		for i, ns := range names {
+			headroom[i] = byNS[ns].headroom
+			out.Namespaces[i].Claimed = 0
+		}
+		budget := batchSize
+		for pass := range 2 {
+			for j := range names {
+				if budget == 0 {
+					break
+				}
+				i := (start + j) % len(names)
+				ns := names[i]
+				if pass == 0 {
+					reached = ns
+				}
+				allocation := min(headroom[i], budget)
+				if pass == 0 {
+					allocation = min(allocation, slice)
+				}
+				got, err := claimSlice(claim, byNS[ns].routes, allocation, claimParams, &out.Rows)
+				headroom[i] -= got
+				budget -= got
+				out.Namespaces[i].Claimed += got
+				if err != nil {
+					return err
+				}
 			}
 		}
+		return nil
+	}
+	if bc, ok := store.(BatchClaimer); ok {
+		if err := bc.ClaimBatch(ctx, execute); err != nil {
+			out.Rows = nil // the transaction rolled back: nothing was claimed
+			for i := range out.Namespaces {
+				out.Namespaces[i].Claimed = 0
+			}
+			return out, fmt.Errorf("backpressure: claim batch over %d namespaces: %w", len(names), err)
+		}
+	} else if err := execute(func(cp outbox.ClaimParams) ([]outbox.Row, error) { return store.Claim(ctx, cp) }); err != nil {
+		return out, err
 	}
 	p.cursorMu.Lock()
 	p.cursor = reached
@@ -241,7 +273,7 @@ func (p *Planner) Sweep(ctx context.Context, store ClaimStore, batchSize int, he
 // stops after one pass over the routes, this keeps going round the routes
 // that filled their share until the allocation is met or every route has
 // run dry, so a short route early in the list cannot leave budget unused.
-func claimSlice(ctx context.Context, store ClaimStore, routes []outbox.ClaimScope, allocation int, p outbox.ClaimParams, into *[]outbox.Row) (int, error) {
+func claimSlice(claim func(outbox.ClaimParams) ([]outbox.Row, error), routes []outbox.ClaimScope, allocation int, p outbox.ClaimParams, into *[]outbox.Row) (int, error) {
 	remaining, total := allocation, 0
 	live := routes
 	for remaining > 0 && len(live) > 0 {
@@ -254,7 +286,7 @@ func claimSlice(ctx context.Context, store ClaimStore, routes []outbox.ClaimScop
 			share := min(max((remaining+left-1)/left, 1), remaining)
 			scope := live[i]
 			p.Scope, p.Limit = &scope, share
-			rows, err := store.Claim(ctx, p)
+			rows, err := claim(p)
 			*into = append(*into, rows...)
 			remaining -= len(rows)
 			total += len(rows)

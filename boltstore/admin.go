@@ -9,7 +9,6 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/fairshard/fairshard/outbox"
-	"github.com/fairshard/fairshard/shards"
 )
 
 // ListDeadLetters returns up to limit failed rows of namespace (any shard)
@@ -30,7 +29,7 @@ func (s *Store) ListDeadLetters(ctx context.Context, namespace, afterKey string,
 			if dk == afterKey {
 				continue
 			}
-			rk := rowKey(shards.ShardOf(dk, s.opts.ShardCount), dk)
+			rk := rowKey(dk)
 			v := b.rows.Get(rk)
 			if v == nil {
 				return fmt.Errorf("%w: dead-letter index entry for %q without a row", ErrCorrupt, dk)
@@ -91,7 +90,7 @@ func (s *Store) redriveKeys(ctx context.Context, namespace string, keys []string
 	err := s.submit(ctx, "redrive", len(keys), func(w *wtx) error {
 		n = 0
 		for _, dk := range keys {
-			rk := rowKey(shards.ShardOf(dk, s.opts.ShardCount), dk)
+			rk := rowKey(dk)
 			old, xfer, ok, err := w.getRow(rk)
 			if err != nil {
 				return err

@@ -62,7 +62,7 @@ func (s *Store) checkTx(w *wtx) error {
 			name string
 			b    *bolt.Bucket
 		}{
-			{"pending", w.b.pending}, {"claimed", w.b.claimed}, {"tombs", w.b.tombs},
+			{"byshard", w.b.byShard}, {"pending", w.b.pending}, {"claimed", w.b.claimed}, {"tombs", w.b.tombs},
 			{"dead", w.b.dead}, {"dlq", w.b.dlq}, {"transfer", w.b.transfer},
 		}
 	)
@@ -85,7 +85,7 @@ func (s *Store) checkTx(w *wtx) error {
 			return err
 		}
 		if want := shards.ShardOf(row.DispatchKey, s.opts.ShardCount); row.Shard != want {
-			return fmt.Errorf("row %q stored under shard %d, its shard is %d", row.DispatchKey, row.Shard, want)
+			return fmt.Errorf("row %q records shard %d, its shard is %d", row.DispatchKey, row.Shard, want)
 		}
 		xfer := has(w.b.transfer, k)
 		if xfer && row.Status == outbox.StatusClaimed {
@@ -100,6 +100,7 @@ func (s *Store) checkTx(w *wtx) error {
 			b    *bolt.Bucket
 			key  []byte
 		}{
+			{"byshard", w.b.byShard, keys.byShard},
 			{"pending", w.b.pending, keys.pending}, {"claimed", w.b.claimed, keys.claimed},
 			{"tombs", w.b.tombs, keys.tomb}, {"dead", w.b.dead, keys.dead}, {"dlq", w.b.dlq, keys.dlq},
 		} {
@@ -119,10 +120,10 @@ func (s *Store) checkTx(w *wtx) error {
 		switch row.Status {
 		case outbox.StatusPending:
 			add(shWant, sk, shCountsLen, shPending)
-			add(nssWant, nsShardKey(row.Shard, row.Namespace), nssCountsLen, nssPending)
+			add(nssWant, nsShardKey(row.Namespace, row.Shard), nssCountsLen, nssPending)
 		case outbox.StatusClaimed:
 			add(shWant, sk, shCountsLen, shClaimed)
-			add(nssWant, nsShardKey(row.Shard, row.Namespace), nssCountsLen, nssClaimed)
+			add(nssWant, nsShardKey(row.Namespace, row.Shard), nssCountsLen, nssClaimed)
 		default:
 			add(shWant, sk, shCountsLen, shTerminal)
 		}

@@ -11,16 +11,17 @@ import (
 
 // On-disk layout (format version 1). Every bucket is top level.
 //
-//	rows      shard(4) ‖ dispatch_key            → encoded row (see encodeRow)
+//	rows      dispatch_key                       → encoded row (see encodeRow)
+//	byshard   shard(4) ‖ time(12) ‖ dispatch_key → 1   every row; time = CreatedAt
 //	pending   route ‖ time(12) ‖ dispatch_key    → 1   pending, not in transfer; time = VisibleAfter
 //	claimed   time(12) ‖ dispatch_key            → 1   claimed rows; time = ClaimedAt
 //	tombs     time(12) ‖ dispatch_key            → 1   done/cancelled; time = FinishedAt
 //	dead      time(12) ‖ dispatch_key            → 1   failed; time = FinishedAt
 //	dlq       str(namespace) ‖ dispatch_key      → 1   failed, paged by key per namespace
-//	transfer  shard(4) ‖ dispatch_key            → 1   rows marked in-transfer (handoff)
+//	transfer  dispatch_key                       → 1   rows marked in-transfer (handoff)
 //	routes    route                              → uvarint: entries of route in "pending"
 //	ns        namespace                          → counts: pending, claimed, done, failed, cancelled
-//	nsshard   shard(4) ‖ namespace               → counts: pending, claimed
+//	nsshard   str(namespace) ‖ shard(4)          → counts: pending, claimed
 //	shards    shard(4)                           → counts: pending, claimed, terminal, in-transfer
 //	config    key                                → opaque bytes (cluster config entries)
 //	meta      "format" → uvarint, "shard_count" → uint32
@@ -31,8 +32,15 @@ import (
 // big-endian: sorts like the instant, for any year.
 // Counter entries whose counts are all zero are deleted, so iterating a
 // counter bucket costs what is non-zero.
+//
+// Rows are keyed by dispatch_key alone, so keys a producer writes together
+// ("{workflow_id}:{ordinal}") stay together in the B+tree and a commit
+// rewrites few leaf pages; a shard's rows are found through byshard, whose
+// keys grow with time inside each shard's range (append-like), and which a
+// claim or settle never touches.
 var (
 	bucketRows     = []byte("rows")
+	bucketByShard  = []byte("byshard")
 	bucketPending  = []byte("pending")
 	bucketClaimed  = []byte("claimed")
 	bucketTombs    = []byte("tombs")
@@ -46,7 +54,7 @@ var (
 	bucketConfig   = []byte("config")
 	bucketMeta     = []byte("meta")
 
-	allBuckets = [][]byte{bucketRows, bucketPending, bucketClaimed, bucketTombs, bucketDead,
+	allBuckets = [][]byte{bucketRows, bucketByShard, bucketPending, bucketClaimed, bucketTombs, bucketDead,
 		bucketDLQ, bucketTransfer, bucketRoutes, bucketNS, bucketNSShard, bucketShards,
 		bucketConfig, bucketMeta}
 
@@ -109,8 +117,11 @@ func decodeTimeKey(b []byte) time.Time {
 
 func appendShard(b []byte, shard uint32) []byte { return binary.BigEndian.AppendUint32(b, shard) }
 
-func rowKey(shard uint32, dispatchKey string) []byte {
-	return append(appendShard(make([]byte, 0, 4+len(dispatchKey)), shard), dispatchKey...)
+func rowKey(dispatchKey string) []byte { return []byte(dispatchKey) }
+
+func byShardKey(shard uint32, createdAt time.Time, dispatchKey string) []byte {
+	b := make([]byte, 0, 4+timeKeyLen+len(dispatchKey))
+	return append(appendTimeKey(appendShard(b, shard), createdAt), dispatchKey...)
 }
 
 func routeKey(namespace, taskQueue string) []byte {
@@ -135,8 +146,11 @@ func dlqKey(namespace, dispatchKey string) []byte {
 	return append(appendStr(b, namespace), dispatchKey...)
 }
 
-func nsShardKey(shard uint32, namespace string) []byte {
-	return append(appendShard(make([]byte, 0, 4+len(namespace)), shard), namespace...)
+// nsShardKey is str(namespace) ‖ shard(4): one namespace's per-shard
+// counters are one contiguous key range (usually one page), so a batch
+// touches one page per namespace, not one per shard.
+func nsShardKey(namespace string, shard uint32) []byte {
+	return appendShard(appendStr(make([]byte, 0, 6+len(namespace)), namespace), shard)
 }
 
 // decodeRoute splits a routes-bucket key back into its scope.
@@ -159,9 +173,9 @@ const (
 	flagPayload              // Payload non-nil
 )
 
-// encodeRow encodes every Row field but DispatchKey and Shard, which live in
-// the rows key: version(1) status(1) flags(1) uvarint attempt, uvarint
-// ordinal, the non-zero times as (varint seconds, uvarint nanos), then
+// encodeRow encodes every Row field but DispatchKey, which is the rows key:
+// version(1) status(1) flags(1) uvarint attempt, uvarint ordinal, uvarint
+// shard, the non-zero times as (varint seconds, uvarint nanos), then
 // str(workflow_id, namespace, task_queue, activity_type, content_type,
 // last_error) and, if non-nil, str(payload).
 func encodeRow(dst []byte, r *outbox.Row) []byte {
@@ -184,6 +198,7 @@ func encodeRow(dst []byte, r *outbox.Row) []byte {
 	dst = append(dst, formatVersion, statusCode(r.Status), flags)
 	dst = binary.AppendUvarint(dst, uint64(r.Attempt))
 	dst = binary.AppendUvarint(dst, r.Ordinal)
+	dst = binary.AppendUvarint(dst, uint64(r.Shard))
 	for i, t := range [...]time.Time{r.VisibleAfter, r.ClaimedAt, r.CreatedAt, r.FinishedAt} {
 		if flags&(1<<i) != 0 {
 			dst = binary.AppendVarint(dst, t.Unix())
@@ -204,11 +219,7 @@ func encodeRow(dst []byte, r *outbox.Row) []byte {
 // outlives the transaction.
 func decodeRow(key, val []byte) (outbox.Row, error) {
 	var r outbox.Row
-	if len(key) < 4 {
-		return r, fmt.Errorf("row key %x: %w", key, errBadValue)
-	}
-	r.Shard = binary.BigEndian.Uint32(key)
-	r.DispatchKey = string(key[4:])
+	r.DispatchKey = string(key)
 	if len(val) < 3 || val[0] != formatVersion {
 		return r, fmt.Errorf("row %q: %w (header)", r.DispatchKey, errBadValue)
 	}
@@ -221,6 +232,7 @@ func decodeRow(key, val []byte) (outbox.Row, error) {
 	d := decoder{b: val[3:]}
 	r.Attempt = uint32(d.uvarint())
 	r.Ordinal = d.uvarint()
+	r.Shard = uint32(d.uvarint())
 	for i, t := range [...]*time.Time{&r.VisibleAfter, &r.ClaimedAt, &r.CreatedAt, &r.FinishedAt} {
 		if flags&(1<<i) != 0 {
 			sec := d.varint()

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/fairshard/fairshard/outbox"
-	"github.com/fairshard/fairshard/shards"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -44,7 +43,7 @@ func (s *Store) ExpireTombstones(ctx context.Context) (int, error) {
 					dks = append(dks, string(k[timeKeyLen:]))
 				}
 				for _, dk := range dks {
-					rk := rowKey(shards.ShardOf(dk, s.opts.ShardCount), dk)
+					rk := rowKey(dk)
 					old, xfer, ok, err := w.getRow(rk)
 					if err != nil {
 						return err

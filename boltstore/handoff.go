@@ -45,7 +45,7 @@ func (s *Store) ForeignShards(ctx context.Context) ([]uint32, error) {
 
 // BeginTransfer reads up to limit transferable rows of a non-owned shard
 // (pending and terminal rows not already in transfer; claimed rows are
-// skipped until they settle), ordered by dispatch_key, and marks them
+// skipped until they settle), oldest CreatedAt first, and marks them
 // in-transfer in the same transaction. It fails with ErrShardOwned if shard
 // is owned (or ≥ ShardCount) when the transaction runs. An empty result
 // means nothing is left to send.
@@ -62,16 +62,23 @@ func (s *Store) BeginTransfer(ctx context.Context, shard uint32, limit int) ([]o
 		}
 		prefix := appendShard(nil, shard)
 		var rks [][]byte
-		c := w.b.rows.Cursor()
-		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix) && len(rks) < limit; k, v = c.Next() {
-			row, err := decodeRow(k, v)
-			if err != nil {
-				return fmt.Errorf("%w: %w", ErrCorrupt, err)
+		c := w.b.byShard.Cursor()
+		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix) && len(rks) < limit; k, _ = c.Next() {
+			if len(k) < len(prefix)+timeKeyLen {
+				return fmt.Errorf("%w: byshard key %x", ErrCorrupt, k)
 			}
-			if row.Status == outbox.StatusClaimed || w.b.transfer.Get(k) != nil {
+			rk := rowKey(string(k[len(prefix)+timeKeyLen:]))
+			row, xfer, ok, err := w.getRow(rk)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return fmt.Errorf("%w: byshard entry for %q without a row", ErrCorrupt, rk)
+			}
+			if row.Status == outbox.StatusClaimed || xfer {
 				continue
 			}
-			rks = append(rks, append([]byte(nil), k...))
+			rks = append(rks, rk)
 			out = append(out, row)
 		}
 		for i, rk := range rks {
@@ -110,7 +117,7 @@ func (s *Store) endTransfer(ctx context.Context, what string, keys []string, del
 	err := s.submit(ctx, what, len(keys), func(w *wtx) error {
 		n = 0
 		for _, dk := range keys {
-			rk := rowKey(shards.ShardOf(dk, s.opts.ShardCount), dk)
+			rk := rowKey(dk)
 			row, xfer, ok, err := w.getRow(rk)
 			if err != nil {
 				return err
@@ -159,15 +166,15 @@ func (s *Store) Merge(ctx context.Context, rows []outbox.Row) (created, updated,
 	prep := make([]prepared, len(rows))
 	for i := range rows {
 		r := rows[i]
-		if err := validateRow(&r); err != nil {
-			return 0, 0, 0, fmt.Errorf("boltstore: merge row %d: %w", i, err)
+		if err := validateRow(i, &r); err != nil {
+			return 0, 0, 0, fmt.Errorf("boltstore: merge: %w", err)
 		}
 		if !r.Status.Valid() {
 			return 0, 0, 0, fmt.Errorf("boltstore: merge row %d: %w: dispatch_key %q: status %q", i, outbox.ErrInvalidRow, r.DispatchKey, r.Status)
 		}
 		normalizeIncoming(&r, now)
 		r.Shard = shards.ShardOf(r.DispatchKey, s.opts.ShardCount)
-		prep[i] = prepared{rk: rowKey(r.Shard, r.DispatchKey), row: r}
+		prep[i] = prepared{rk: rowKey(r.DispatchKey), row: r}
 	}
 	if len(rows) == 0 {
 		return 0, 0, 0, s.checkOpen("merge")

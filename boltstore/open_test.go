@@ -225,16 +225,20 @@ func TestCheckFindsTampering(t *testing.T) {
 			k, _ := tx.Bucket(bucketShards).Cursor().First()
 			return tx.Bucket(bucketShards).Delete(append([]byte(nil), k...))
 		}, "shard counter"},
-		{"row under the wrong shard", func(tx *bolt.Tx) error {
-			rk := rowKey(shardOf("a"), "a")
-			v := append([]byte(nil), tx.Bucket(bucketRows).Get(rk)...)
-			if err := tx.Bucket(bucketRows).Delete(rk); err != nil {
+		{"row records the wrong shard", func(tx *bolt.Tx) error {
+			r, err := decodeRow(rowKey("a"), tx.Bucket(bucketRows).Get(rowKey("a")))
+			if err != nil {
 				return err
 			}
-			return tx.Bucket(bucketRows).Put(rowKey(shardOf("a")+1, "a"), v)
-		}, "stored under shard"},
+			r.Shard++
+			return tx.Bucket(bucketRows).Put(rowKey("a"), encodeRow(nil, &r))
+		}, "records shard"},
+		{"byshard entry missing", func(tx *bolt.Tx) error {
+			k, _ := tx.Bucket(bucketByShard).Cursor().First()
+			return tx.Bucket(bucketByShard).Delete(append([]byte(nil), k...))
+		}, "byshard index entry missing"},
 		{"undecodable row", func(tx *bolt.Tx) error {
-			return tx.Bucket(bucketRows).Put(rowKey(shardOf("a"), "a"), []byte{1, 9})
+			return tx.Bucket(bucketRows).Put(rowKey("a"), []byte{1, 9})
 		}, "malformed"},
 	}
 	for _, tc := range cases {

@@ -3,29 +3,28 @@ package boltstore
 import (
 	"bytes"
 	"cmp"
+	"container/heap"
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/shards"
+	bolt "go.etcd.io/bbolt"
 )
 
-// validateRow checks what Append and Merge require of every row: a
-// dispatch_key, namespace and task_queue, within the byte limits.
-func validateRow(r *outbox.Row) error {
+// validateRow checks what Append and Merge require of row i:
+// outbox.ValidateForAppend (a dispatch_key, namespace and task_queue) plus
+// the byte limits that keep every index key under bbolt's key limit.
+func validateRow(i int, r *outbox.Row) error {
+	if err := outbox.ValidateForAppend(i, r); err != nil {
+		return err
+	}
 	switch {
-	case r.DispatchKey == "":
-		return fmt.Errorf("%w: empty dispatch_key", outbox.ErrInvalidRow)
 	case len(r.DispatchKey) > MaxDispatchKeyBytes:
-		return fmt.Errorf("%w: dispatch_key is %d bytes (max %d)", outbox.ErrInvalidRow, len(r.DispatchKey), MaxDispatchKeyBytes)
-	case r.Namespace == "":
-		return fmt.Errorf("%w: dispatch_key %q: empty namespace", outbox.ErrInvalidRow, r.DispatchKey)
-	case r.TaskQueue == "":
-		return fmt.Errorf("%w: dispatch_key %q: empty task_queue", outbox.ErrInvalidRow, r.DispatchKey)
+		return fmt.Errorf("%w: rows[%d].dispatch_key is %d bytes (max %d)", outbox.ErrInvalidRow, i, len(r.DispatchKey), MaxDispatchKeyBytes)
 	case len(r.Namespace) > MaxNameBytes || len(r.TaskQueue) > MaxNameBytes:
-		return fmt.Errorf("%w: dispatch_key %q: namespace or task_queue longer than %d bytes", outbox.ErrInvalidRow, r.DispatchKey, MaxNameBytes)
+		return fmt.Errorf("%w: rows[%d] (key %q): namespace or task_queue longer than %d bytes", outbox.ErrInvalidRow, i, r.DispatchKey, MaxNameBytes)
 	}
 	return nil
 }
@@ -50,8 +49,8 @@ func (s *Store) Append(ctx context.Context, rows []outbox.Row) ([]outbox.AppendO
 	prep := make([]prepared, len(rows))
 	for i := range rows {
 		r := rows[i]
-		if err := validateRow(&r); err != nil {
-			return nil, fmt.Errorf("boltstore: append row %d: %w", i, err)
+		if err := validateRow(i, &r); err != nil {
+			return nil, fmt.Errorf("boltstore: append: %w", err)
 		}
 		r.Status = outbox.StatusPending
 		if r.Attempt == 0 {
@@ -65,7 +64,7 @@ func (s *Store) Append(ctx context.Context, rows []outbox.Row) ([]outbox.AppendO
 		}
 		r.ClaimedAt, r.FinishedAt = time.Time{}, time.Time{}
 		r.Shard = shards.ShardOf(r.DispatchKey, s.opts.ShardCount)
-		prep[i] = prepared{rk: rowKey(r.Shard, r.DispatchKey), row: r, enc: encodeRow(nil, &r)}
+		prep[i] = prepared{rk: rowKey(r.DispatchKey), row: r, enc: encodeRow(nil, &r)}
 	}
 	outcomes := make([]outbox.AppendOutcome, len(rows))
 	if len(rows) == 0 {
@@ -127,7 +126,7 @@ func scanRoute(w *wtx, route []byte, p *outbox.ClaimParams, owned *ownedSet, sha
 		if !owned.has(shard) {
 			continue
 		}
-		rk := rowKey(shard, dk)
+		rk := rowKey(dk)
 		row, _, ok, err := w.getRow(rk)
 		if err != nil {
 			return out, err
@@ -144,11 +143,103 @@ func scanRoute(w *wtx, route []byte, p *outbox.ClaimParams, owned *ownedSet, sha
 	return out, nil
 }
 
+// routeHead is one route's cursor in the unscoped claim's k-way merge,
+// positioned on its next claimable entry (key copied; tail = time ‖ key).
+type routeHead struct {
+	c     *bolt.Cursor
+	route []byte
+	key   []byte
+}
+
+func (h *routeHead) tail() []byte { return h.key[len(h.route):] }
+
+type routeHeap []*routeHead
+
+func (h routeHeap) Len() int           { return len(h) }
+func (h routeHeap) Less(i, j int) bool { return bytes.Compare(h[i].tail(), h[j].tail()) < 0 }
+func (h routeHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *routeHeap) Push(x any)        { *h = append(*h, x.(*routeHead)) }
+func (h *routeHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// advance moves h from cursor key k to the first entry that is in its route,
+// visible at now and of an owned shard; false when the route has none left.
+func (h *routeHead) advance(k []byte, now time.Time, owned *ownedSet, shardCount uint32) (bool, error) {
+	for ; k != nil && bytes.HasPrefix(k, h.route); k, _ = h.c.Next() {
+		tail := k[len(h.route):]
+		if len(tail) < timeKeyLen {
+			return false, fmt.Errorf("%w: pending index key %x", ErrCorrupt, k)
+		}
+		if decodeTimeKey(tail).After(now) {
+			return false, nil
+		}
+		if owned.all || owned.has(shards.ShardOf(string(tail[timeKeyLen:]), shardCount)) {
+			h.key = append(h.key[:0], k...)
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// mergeRoutes is the unscoped claim: a k-way merge of every route's range
+// of the pending index by (VisibleAfter, DispatchKey), which the index keys'
+// tails encode, so only the rows taken (and held ones stepped over) are
+// read. Cost: one seek per route holding pending rows, plus
+// O(Limit · log routes).
+func mergeRoutes(w *wtx, p *outbox.ClaimParams, owned *ownedSet, shardCount uint32) ([]claimCand, error) {
+	var h routeHeap
+	c := w.b.routes.Cursor()
+	for r, _ := c.First(); r != nil; r, _ = c.Next() {
+		head := &routeHead{c: w.b.pending.Cursor(), route: append([]byte(nil), r...)}
+		k, _ := head.c.Seek(head.route)
+		ok, err := head.advance(k, p.Now, owned, shardCount)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			h = append(h, head)
+		}
+	}
+	heap.Init(&h)
+	var out []claimCand
+	for len(out) < p.Limit && h.Len() > 0 {
+		head := h[0]
+		dk := string(head.tail()[timeKeyLen:])
+		rk := rowKey(dk)
+		row, _, ok, err := w.getRow(rk)
+		if err != nil {
+			return nil, err
+		}
+		if !ok || row.Status != outbox.StatusPending {
+			return nil, fmt.Errorf("%w: pending index entry for %q without a pending row", ErrCorrupt, dk)
+		}
+		if _, held := p.ExcludeWorkflows[row.WorkflowID]; !held {
+			out = append(out, claimCand{rk: rk, row: row})
+		}
+		// Each head owns its cursor and nothing is written during the
+		// merge, so the cursor still sits on head.key.
+		k, _ := head.c.Next()
+		more, err := head.advance(k, p.Now, owned, shardCount)
+		if err != nil {
+			return nil, err
+		}
+		if more {
+			heap.Fix(&h, 0)
+		} else {
+			heap.Pop(&h)
+		}
+	}
+	return out, nil
+}
+
 // Claim implements outbox.Store. Only rows of owned shards that are not in
 // transfer are claimed. A scoped claim is one cursor seek into the route's
-// range of the pending index; an unscoped claim reads up to Limit
-// candidates from each route holding pending rows and keeps the first Limit
-// by (VisibleAfter, DispatchKey). Rows of held workflows (ExcludeWorkflows)
+// range of the pending index; an unscoped claim merges the ranges of every
+// route holding pending rows (see mergeRoutes). Rows of held workflows (ExcludeWorkflows)
 // are skipped, not counted: a route whose visible head is held costs a scan
 // of the held rows.
 func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) ([]outbox.Row, error) {
@@ -160,52 +251,60 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) ([]outbox.Row, 
 	}
 	var out []outbox.Row
 	err := s.submit(ctx, "claim", p.Limit, func(w *wtx) error {
-		out = out[:0]
-		owned := s.owned.Load()
-		var cands []claimCand
 		var err error
-		if p.Scope != nil {
-			cands, err = scanRoute(w, routeKey(p.Scope.Namespace, p.Scope.TaskQueue), &p, owned, s.opts.ShardCount, p.Limit, nil)
-			if err != nil {
-				return err
-			}
-		} else {
-			var routes [][]byte
-			c := w.b.routes.Cursor()
-			for k, _ := c.First(); k != nil; k, _ = c.Next() {
-				routes = append(routes, append([]byte(nil), k...))
-			}
-			for _, r := range routes {
-				if cands, err = scanRoute(w, r, &p, owned, s.opts.ShardCount, p.Limit, cands); err != nil {
-					return err
-				}
-			}
-			slices.SortFunc(cands, func(a, b claimCand) int {
-				if c := a.row.VisibleAfter.Compare(b.row.VisibleAfter); c != 0 {
-					return c
-				}
-				return cmp.Compare(a.row.DispatchKey, b.row.DispatchKey)
-			})
-			if len(cands) > p.Limit {
-				cands = cands[:p.Limit]
-			}
-		}
-		for i := range cands {
-			old := cands[i].row
-			nw := old
-			nw.Status = outbox.StatusClaimed
-			nw.ClaimedAt = p.Now
-			if err := w.write(cands[i].rk, &old, false, &nw, false, nil); err != nil {
-				return err
-			}
-			out = append(out, nw)
-		}
-		return nil
+		out, err = s.claimTx(w, p)
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// claimTx is one claim inside the writer's transaction w.
+func (s *Store) claimTx(w *wtx, p outbox.ClaimParams) ([]outbox.Row, error) {
+	if p.Limit <= 0 {
+		return nil, nil
+	}
+	if p.Now.IsZero() {
+		p.Now = s.now()
+	}
+	owned := s.owned.Load()
+	var cands []claimCand
+	var err error
+	if p.Scope != nil {
+		cands, err = scanRoute(w, routeKey(p.Scope.Namespace, p.Scope.TaskQueue), &p, owned, s.opts.ShardCount, p.Limit, nil)
+		if err != nil {
+			return nil, err
+		}
+	} else if cands, err = mergeRoutes(w, &p, owned, s.opts.ShardCount); err != nil {
+		return nil, err
+	}
+	out := make([]outbox.Row, 0, len(cands))
+	for i := range cands {
+		old := cands[i].row
+		nw := old
+		nw.Status = outbox.StatusClaimed
+		nw.ClaimedAt = p.Now
+		if err := w.write(cands[i].rk, &old, false, &nw, false, nil); err != nil {
+			return nil, err
+		}
+		out = append(out, nw)
+	}
+	return out, nil
+}
+
+// ClaimBatch runs every claim run makes in ONE group commit (one fsync),
+// which is what a planner sweep over many routes needs: without it each
+// scoped claim is its own commit. It implements backpressure.BatchClaimer:
+// the claims take effect together when ClaimBatch returns nil and not at all
+// when it returns an error; run may be called more than once (when another
+// operation of the same group commit fails, the commit is retried without
+// it), so run must start from scratch each time.
+func (s *Store) ClaimBatch(ctx context.Context, run func(claim func(outbox.ClaimParams) ([]outbox.Row, error)) error) error {
+	return s.submit(ctx, "claim batch", 256, func(w *wtx) error {
+		return run(func(p outbox.ClaimParams) ([]outbox.Row, error) { return s.claimTx(w, p) })
+	})
 }
 
 // RearmStale implements outbox.Store: it walks the claimed index (ordered by
@@ -232,7 +331,7 @@ func (s *Store) RearmStale(ctx context.Context, p outbox.RearmParams) ([]outbox.
 			if _, skip := p.ExcludeKeys[dk]; skip {
 				continue
 			}
-			rks = append(rks, rowKey(shards.ShardOf(dk, s.opts.ShardCount), dk))
+			rks = append(rks, rowKey(dk))
 		}
 		for _, rk := range rks {
 			old, _, ok, err := w.getRow(rk)
@@ -240,7 +339,7 @@ func (s *Store) RearmStale(ctx context.Context, p outbox.RearmParams) ([]outbox.
 				return err
 			}
 			if !ok || old.Status != outbox.StatusClaimed {
-				return fmt.Errorf("%w: claimed index entry for %q without a claimed row", ErrCorrupt, rk[4:])
+				return fmt.Errorf("%w: claimed index entry for %q without a claimed row", ErrCorrupt, rk)
 			}
 			nw := old
 			nw.Status = outbox.StatusPending
@@ -280,7 +379,7 @@ func (s *Store) RearmAllClaimed(ctx context.Context, visibleAfter time.Time) (in
 // settled row loses any transfer mark: its state changed, so the handoff
 // must resend it (CompleteTransfer deletes only rows still marked).
 func (s *Store) settle(ctx context.Context, what, dispatchKey string, change func(r *outbox.Row) bool) error {
-	rk := rowKey(shards.ShardOf(dispatchKey, s.opts.ShardCount), dispatchKey)
+	rk := rowKey(dispatchKey)
 	return s.submit(ctx, what, 1, func(w *wtx) error {
 		old, xfer, ok, err := w.getRow(rk)
 		if err != nil || !ok {

@@ -19,7 +19,7 @@ import (
 // tombstone, in transfer or not), or an error wrapping outbox.ErrNotFound.
 func (s *Store) Get(ctx context.Context, dispatchKey string) (outbox.Row, error) {
 	var row outbox.Row
-	rk := rowKey(shards.ShardOf(dispatchKey, s.opts.ShardCount), dispatchKey)
+	rk := rowKey(dispatchKey)
 	err := s.view(ctx, "get "+dispatchKey, func(_ *bolt.Tx, b buckets) error {
 		v := b.rows.Get(rk)
 		if v == nil {
@@ -116,7 +116,7 @@ func ownedCount(b buckets, owned *ownedSet, namespace string, total func(counts)
 		return 0, err
 	}
 	for _, shard := range fs {
-		sc, err := getCounts(b.nsShard, nsShardKey(shard, namespace), nssCountsLen)
+		sc, err := getCounts(b.nsShard, nsShardKey(namespace, shard), nssCountsLen)
 		if err != nil {
 			return 0, err
 		}
@@ -126,8 +126,9 @@ func ownedCount(b buckets, owned *ownedSet, namespace string, total func(counts)
 }
 
 // CountClaimedByNamespace implements outbox.Store in one read transaction:
-// one counter read per asked namespace, plus one pass over the per-namespace
-// counters of each non-owned shard still holding claimed rows.
+// one counter read per asked namespace; while some non-owned shard still
+// holds claimed rows (after an ownership change), also one pass over each
+// asked namespace's per-shard counters (one page, usually).
 func (s *Store) CountClaimedByNamespace(ctx context.Context, namespaces []string) (map[string]int, error) {
 	out := make(map[string]int, len(namespaces))
 	err := s.view(ctx, "count claimed by namespace", func(_ *bolt.Tx, b buckets) error {
@@ -142,20 +143,27 @@ func (s *Store) CountClaimedByNamespace(ctx context.Context, namespaces []string
 		if err != nil {
 			return err
 		}
-		for _, shard := range fs {
-			prefix := appendShard(nil, shard)
-			c := b.nsShard.Cursor()
+		if len(fs) == 0 {
+			return nil
+		}
+		owned := s.owned.Load()
+		c := b.nsShard.Cursor()
+		for ns, n := range out {
+			prefix := appendStr(nil, ns)
 			for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-				n, asked := out[string(k[4:])]
-				if !asked {
+				if len(k) != len(prefix)+4 {
+					return fmt.Errorf("%w: nsshard key %x", ErrCorrupt, k)
+				}
+				if owned.has(binary.BigEndian.Uint32(k[len(prefix):])) {
 					continue
 				}
 				sc, err := decodeCounts(v, nssCountsLen)
 				if err != nil {
 					return fmt.Errorf("%w: nsshard counters %x", ErrCorrupt, k)
 				}
-				out[string(k[4:])] = n - int(sc[nssClaimed])
+				n -= int(sc[nssClaimed])
 			}
+			out[ns] = n
 		}
 		return nil
 	})

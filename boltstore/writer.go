@@ -57,13 +57,25 @@ func (s *Store) submit(ctx context.Context, what string, rows int, apply func(w 
 	}
 }
 
+// commitLinger is the longest the writer waits for callers it has just
+// answered to come back before committing a smaller batch. Under steady
+// concurrency without it, callers split into two groups that alternate
+// (one waits on the commit while the other queues), halving every batch;
+// lingering merges them. It applies only when the last two commits held
+// more than one op, so a lone caller never waits.
+const commitLinger = 250 * time.Microsecond
+
 // run is the writer goroutine: take one op, drain whatever else is queued
-// (up to MaxBatchRows), commit them together, answer each.
+// (up to MaxBatchRows), linger briefly for recently answered callers,
+// commit them together, answer each.
 func (s *Store) run() {
 	defer close(s.writerDone)
 	// A bad page faults; turn that into a panic that commit recovers.
 	debug.SetPanicOnFault(true)
 	batch := make([]*op, 0, 256)
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
+	prev, prevPrev := 0, 0
 	for {
 		select {
 		case o := <-s.queue:
@@ -83,6 +95,24 @@ func (s *Store) run() {
 				break drain
 			}
 		}
+		// Callers seen in the last two commits are probably coming back.
+		if want := prev + prevPrev; prev > 1 && prevPrev > 1 && len(batch) < want && rows < s.opts.MaxBatchRows {
+			linger.Reset(commitLinger)
+		wait:
+			for len(batch) < want && rows < s.opts.MaxBatchRows {
+				select {
+				case o := <-s.queue:
+					batch = append(batch, o)
+					rows += o.rows
+				case <-linger.C:
+					break wait
+				case <-s.closing:
+					break wait
+				}
+			}
+			linger.Stop()
+		}
+		prevPrev, prev = prev, len(batch)
 		s.commit(batch)
 		clear(batch)
 	}

@@ -2,7 +2,6 @@ package boltstore
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
 
 	"github.com/fairshard/fairshard/outbox"
@@ -11,12 +10,12 @@ import (
 
 // buckets holds one transaction's handles on every bucket.
 type buckets struct {
-	rows, pending, claimed, tombs, dead, dlq, transfer, routes, ns, nsShard, shards, config, meta *bolt.Bucket
+	rows, byShard, pending, claimed, tombs, dead, dlq, transfer, routes, ns, nsShard, shards, config, meta *bolt.Bucket
 }
 
 func openBuckets(tx *bolt.Tx) (buckets, error) {
 	var b buckets
-	ptrs := []**bolt.Bucket{&b.rows, &b.pending, &b.claimed, &b.tombs, &b.dead, &b.dlq,
+	ptrs := []**bolt.Bucket{&b.rows, &b.byShard, &b.pending, &b.claimed, &b.tombs, &b.dead, &b.dlq,
 		&b.transfer, &b.routes, &b.ns, &b.nsShard, &b.shards, &b.config, &b.meta}
 	for i, name := range allBuckets {
 		bk := tx.Bucket(name)
@@ -28,6 +27,11 @@ func openBuckets(tx *bolt.Tx) (buckets, error) {
 	return b, nil
 }
 
+type nsShard struct {
+	ns    string
+	shard uint32
+}
+
 // wtx is one write transaction of the writer goroutine. Every row change
 // goes through write, which keeps all indexes in step with the row and
 // accumulates counter deltas; flush applies the deltas once per commit, so a
@@ -36,10 +40,10 @@ type wtx struct {
 	tx *bolt.Tx
 	b  buckets
 
-	dNS      map[string]counts // namespace → delta (nsCountsLen)
-	dNSShard map[string]counts // nsShardKey → delta (nssCountsLen)
-	dShard   map[uint32]counts // shard → delta (shCountsLen)
-	dRoute   map[string]int64  // routeKey → delta of its "pending" entries
+	dNS      map[string]counts  // namespace → delta (nsCountsLen)
+	dNSShard map[nsShard]counts // (namespace, shard) → delta (nssCountsLen)
+	dShard   map[uint32]counts  // shard → delta (shCountsLen)
+	dRoute   map[string]int64   // routeKey → delta of its "pending" entries
 
 	// statusDelta feeds the fairshard_store_rows gauge after commit.
 	statusDelta [nsCountsLen]int64
@@ -52,11 +56,16 @@ func newWtx(tx *bolt.Tx) (*wtx, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Mostly-append indexes (keys lead with a time that grows): fuller pages,
+	// fewer splits.
+	for _, bk := range []*bolt.Bucket{b.byShard, b.pending, b.claimed, b.tombs, b.dead} {
+		bk.FillPercent = 0.9
+	}
 	return &wtx{
 		tx:       tx,
 		b:        b,
 		dNS:      make(map[string]counts),
-		dNSShard: make(map[string]counts),
+		dNSShard: make(map[nsShard]counts),
 		dShard:   make(map[uint32]counts),
 		dRoute:   make(map[string]int64),
 	}, nil
@@ -78,6 +87,7 @@ func (w *wtx) getRow(rk []byte) (row outbox.Row, xfer, ok bool, err error) {
 
 // indexKeys are the secondary-index entries one row state owns.
 type indexKeys struct {
+	byShard []byte
 	route   []byte // routes key, set iff pending != nil
 	pending []byte
 	claimed []byte
@@ -91,6 +101,7 @@ func keysOf(r *outbox.Row, xfer bool) indexKeys {
 	if r == nil {
 		return k
 	}
+	k.byShard = byShardKey(r.Shard, r.CreatedAt, r.DispatchKey)
 	switch r.Status {
 	case outbox.StatusPending:
 		if !xfer {
@@ -165,6 +176,7 @@ func (w *wtx) write(rk []byte, old *outbox.Row, oldXfer bool, nw *outbox.Row, ne
 		b    *bolt.Bucket
 		o, n []byte
 	}{
+		{w.b.byShard, ok.byShard, nk.byShard},
 		{w.b.pending, ok.pending, nk.pending},
 		{w.b.claimed, ok.claimed, nk.claimed},
 		{w.b.tombs, ok.tomb, nk.tomb},
@@ -219,7 +231,7 @@ func (w *wtx) count(r *outbox.Row, xfer bool, d int64) {
 	}
 
 	if r.Status == outbox.StatusPending || r.Status == outbox.StatusClaimed {
-		k := string(nsShardKey(r.Shard, r.Namespace))
+		k := nsShard{r.Namespace, r.Shard}
 		nc := w.dNSShard[k]
 		if nc == nil {
 			nc = make(counts, nssCountsLen)
@@ -242,8 +254,8 @@ func (w *wtx) flush() error {
 		}
 	}
 	for k, d := range w.dNSShard {
-		if err := addCounts(w.b.nsShard, []byte(k), d); err != nil {
-			return fmt.Errorf("namespace %q shard %d counters: %w", k[4:], binary.BigEndian.Uint32([]byte(k)), err)
+		if err := addCounts(w.b.nsShard, nsShardKey(k.ns, k.shard), d); err != nil {
+			return fmt.Errorf("namespace %q shard %d counters: %w", k.ns, k.shard, err)
 		}
 	}
 	for shard, d := range w.dShard {

@@ -454,7 +454,10 @@ func (c *Cluster) Leave(ctx context.Context) error {
 // (peers detect the loss by probing; call Leave first for a graceful exit),
 // closes every Subscribe channel and ConfigWatch, flushes pending config
 // persistence and unregisters the metrics. It is idempotent and returns
-// after every goroutine of this Cluster has exited.
+// after every goroutine of this Cluster has exited. memberlist does not wait
+// for a probe in flight: one of its goroutines may outlive Shutdown by up to
+// ProbeInterval (1 s with DefaultConfig, 100 ms with FastConfig), which
+// matters to goroutine-leak checks in tests.
 func (c *Cluster) Shutdown() error {
 	c.lifeMu.Lock()
 	defer c.lifeMu.Unlock()

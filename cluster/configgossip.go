@@ -68,9 +68,15 @@ func (v Version) String() string { return fmt.Sprintf("%d@%s", v.Clock, v.Node) 
 //
 // Entries returned by this package are the caller's copies.
 type Entry struct {
-	Key     string
-	Value   []byte
+	// Key names the entry: UTF-8, 1..MaxConfigKeyBytes bytes. The node
+	// layer uses prefixes such as "ns/" per namespace.
+	Key string
+	// Value is the opaque value, ≤ MaxConfigValueBytes bytes; empty in a
+	// tombstone.
+	Value []byte
+	// Deleted marks a tombstone.
 	Deleted bool
+	// Version orders writes of Key: last writer wins.
 	Version Version
 }
 

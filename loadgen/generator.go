@@ -156,6 +156,10 @@ type wireRow struct {
 // down or draining costs no rows; a batch that fails twice is given up
 // (Report.GaveUp).
 func (g *Generator) Run(ctx context.Context) (Report, error) {
+	// Requests run under reqCtx, which only the caller cancels: a batch in
+	// flight when Duration ends is finished and counted, so every row the
+	// cluster stored is reported as appended.
+	reqCtx := ctx
 	if g.cfg.Duration > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, g.cfg.Duration)
@@ -169,7 +173,7 @@ func (g *Generator) Run(ctx context.Context) (Report, error) {
 		defer t.Stop()
 		tick = t.C
 	}
-	eg, ctx := errgroup.WithContext(ctx)
+	var eg errgroup.Group
 	for w := range g.cfg.Concurrency {
 		eg.Go(func() error {
 			rng := rand.New(rand.NewPCG(uint64(w), uint64(start.UnixNano())))
@@ -191,7 +195,7 @@ func (g *Generator) Run(ctx context.Context) (Report, error) {
 					}
 					size = int(min(int64(size), int64(g.cfg.Rows)-first))
 				}
-				g.send(ctx, rng, (w+n)%len(g.cfg.Nodes), first, size)
+				g.send(reqCtx, rng, (w+n)%len(g.cfg.Nodes), first, size)
 			}
 		})
 	}

@@ -20,13 +20,16 @@ import (
 // Append request limits (issue: 1,000 rows and 10 MiB per request, 1 MiB
 // per payload).
 const (
-	MaxBatchRows     = 1000
-	MaxRequestBytes  = 10 << 20
-	MaxPayloadBytes  = 1 << 20
-	MaxKeyBytes      = 512
-	MaxLabelBytes    = 256
-	MaxDelay         = 30 * 24 * time.Hour
-	maxContentLength = 256
+	MaxBatchRows    = 1000
+	MaxRequestBytes = 10 << 20
+	MaxPayloadBytes = 1 << 20
+	MaxKeyBytes     = 512
+	MaxLabelBytes   = 256
+	// MaxWorkflowIDBytes keeps "hold/{workflow_id}" within the gossiped
+	// config's 128-byte key limit, so every workflow can be held.
+	MaxWorkflowIDBytes = 128 - len(prefixHold)
+	MaxDelay           = 30 * 24 * time.Hour
+	maxContentLength   = 256
 )
 
 // nameRE is the rule for namespace and task_queue: short names of letters,
@@ -133,7 +136,7 @@ func (in *appendRow) toRow(i int, now time.Time) (outbox.Row, error) {
 		if *in.WorkflowID == "" {
 			return row, fieldError(f("workflow_id"), "is empty")
 		}
-		if err := checkText(f("workflow_id"), *in.WorkflowID, MaxLabelBytes); err != nil {
+		if err := checkText(f("workflow_id"), *in.WorkflowID, MaxWorkflowIDBytes); err != nil {
 			return row, err
 		}
 		row.WorkflowID = *in.WorkflowID

@@ -219,8 +219,8 @@ func (n *Node) handleDeleteTarget(w http.ResponseWriter, r *http.Request) {
 
 func holdKey(r *http.Request) (string, error) {
 	wf := r.PathValue("wf")
-	if wf == "" || len(prefixHold)+len(wf) > 128 {
-		return "", fieldError("workflow_id", "must be 1-%d bytes", 128-len(prefixHold))
+	if wf == "" || len(wf) > MaxWorkflowIDBytes {
+		return "", fieldError("workflow_id", "must be 1-%d bytes", MaxWorkflowIDBytes)
 	}
 	return prefixHold + wf, nil
 }

@@ -151,6 +151,10 @@ func (n *Node) Name() string { return n.name }
 // node's API.
 func (n *Node) APIAddr() string { return n.apiAddr }
 
+// GossipAddr returns the ip:port peers use to reach this node's gossip
+// (what --join takes).
+func (n *Node) GossipAddr() string { return n.cl.GossipAddr() }
+
 // Registry returns the node's metrics registry (served on /metrics).
 func (n *Node) Registry() *prometheus.Registry { return n.reg }
 

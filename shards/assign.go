@@ -64,11 +64,12 @@ type Table struct {
 //
 // With unlimited quotas the table is plain rendezvous hashing, which moves
 // only the shards a joining member takes or a leaving member held. The
-// quotas cost some extra movement: measured, one join or leave moves about
-// ideal + sqrt(S) shards in the worst case (ideal = S/(N+1) on a join, the
-// leaver's shards on a leave). That stays within 1.25 × ideal while
-// N ≤ sqrt(S)/4 (8 members at S = 1024, 16 at S = 4096) and grows past it
-// for larger clusters; see docs/BENCHMARKS.md for the measured figures.
+// quotas cost some extra movement: measured, one join or leave moves at
+// most about ideal + 1.5·sqrt(S) shards, whatever N (ideal = S/(N+1) on a
+// join, the leaver's shards on a leave), so the ratio to ideal grows like
+// 1 + N/sqrt(S). It stays within 1.25 × ideal for N ≤ sqrt(S)/6 (5 members
+// at S = 1024, 10 at S = 4096) and grows past it for larger clusters
+// (about 3.5× at 64 members and S = 1024); see docs/BENCHMARKS.md.
 //
 // # Cost
 //

@@ -66,9 +66,12 @@ type Harness struct {
 
 // Node is one node of a Harness. Cluster is nil while the node is down.
 type Node struct {
+	// Index is the node's position in the harness, from 0.
 	Index int
-	Name  string
-	IP    string
+	// Name is the node name, "node-<Index>".
+	Name string
+	// IP is the node's own loopback address.
+	IP string
 	// Port is the gossip port; fixed after the first start so a restarted
 	// node comes back on the same address.
 	Port int

@@ -48,7 +48,7 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	case "check":
 		return check(args, stdout, stderr)
 	case "demo":
-		return demo(args, environ, stdout, stderr)
+		return demoCmd(args, stdout, stderr)
 	case "load":
 		return load(args, stdout, stderr)
 	case "target":
@@ -82,7 +82,7 @@ func parseServeFlags(args, environ []string, stderr io.Writer) (node.Config, []s
 	if fs.NArg() > 0 {
 		return cfg, nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
-	unknown, err := applyEnv(fs, environ)
+	unknown, err := node.ApplyEnv(fs, environ)
 	if err != nil {
 		return cfg, unknown, err
 	}

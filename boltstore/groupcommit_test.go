@@ -1,0 +1,117 @@
+package boltstore
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fairshard/fairshard/outbox"
+)
+
+// blockWriter parks the writer goroutine inside a transaction until the
+// returned release func is called, so a test can queue ops that will all
+// land in the writer's next batch.
+func blockWriter(t *testing.T, s *Store) (release func()) {
+	t.Helper()
+	entered, gate := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- s.submit(ctx, "blocker", 1, func(w *wtx) error {
+			select {
+			case <-entered:
+			default:
+				close(entered)
+			}
+			<-gate
+			return nil
+		})
+	}()
+	<-entered
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			close(gate)
+			if err := <-done; err != nil {
+				t.Errorf("blocker: %v", err)
+			}
+		})
+	}
+	t.Cleanup(release)
+	return release
+}
+
+func histogramCount(t *testing.T, reg *prometheus.Registry, name string) (count uint64, sum float64) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	must(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			h := mf.GetMetric()[0].GetHistogram()
+			return h.GetSampleCount(), h.GetSampleSum()
+		}
+	}
+	t.Fatalf("metric %s not found", name)
+	return 0, 0
+}
+
+func TestGroupCommitCoalescesConcurrentAppends(t *testing.T) {
+	s, b := newTestStore(t)
+	release := blockWriter(t, s)
+	commitsBefore, _ := histogramCount(t, b.reg, "fairshard_store_batch_ops")
+	const producers = 50
+	var wg sync.WaitGroup
+	errs := make(chan error, producers)
+	for p := range producers {
+		wg.Go(func() {
+			out, err := s.Append(ctx, []outbox.Row{row(fmt.Sprintf("p%d", p), "ns", "q")})
+			if err == nil && out[0] != outbox.AppendCreated {
+				err = fmt.Errorf("outcome %v", out)
+			}
+			errs <- err
+		})
+	}
+	eventually(t, 5*time.Second, func() bool { return len(s.queue) == producers })
+	release()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		must(t, err)
+	}
+	commits, ops := histogramCount(t, b.reg, "fairshard_store_batch_ops")
+	// The blocker's commit plus one commit for all 50 appends.
+	if got := commits - commitsBefore; got != 2 {
+		t.Fatalf("%d commits for 50 queued appends, want 2 (blocker + one group commit)", got)
+	}
+	if ops != producers+1 {
+		t.Fatalf("batch ops sum %v, want %d", ops, producers+1)
+	}
+}
+
+func TestGroupCommitIsolatesAFailingOp(t *testing.T) {
+	s, b := newTestStore(t)
+	mustAppend(t, s, row(keyOnShard("owned-by-nobody", 2), "ns", "q"))
+	s.SetOwnedShards([]uint32{2}) // BeginTransfer(2) will fail inside the batch
+	release := blockWriter(t, s)
+	var wg sync.WaitGroup
+	var appendErr1, appendErr2, transferErr error
+	wg.Go(func() { _, appendErr1 = s.Append(ctx, []outbox.Row{row("before", "ns", "q")}) })
+	eventually(t, 5*time.Second, func() bool { return len(s.queue) == 1 })
+	wg.Go(func() { _, transferErr = s.BeginTransfer(ctx, 2, 10) })
+	eventually(t, 5*time.Second, func() bool { return len(s.queue) == 2 })
+	wg.Go(func() { _, appendErr2 = s.Append(ctx, []outbox.Row{row("after", "ns", "q")}) })
+	eventually(t, 5*time.Second, func() bool { return len(s.queue) == 3 })
+	release()
+	wg.Wait()
+	if !errors.Is(transferErr, ErrShardOwned) {
+		t.Fatalf("failing op: %v, want ErrShardOwned", transferErr)
+	}
+	must(t, appendErr1)
+	must(t, appendErr2)
+	mustGet(t, s, "before")
+	mustGet(t, s, "after")
+	_ = b
+}

@@ -1,0 +1,524 @@
+// Package demo runs `fairshard demo`: a local cluster of real nodes on
+// loopback (real gossip, real bbolt files under a temp dir, real HTTP), a
+// built-in delivery target and multi-tenant load, with a live view and a
+// closing summary. Part-way through it adds a node and later stops one
+// gracefully, so shards and rows visibly move.
+package demo
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/fairshard/fairshard/loadgen"
+	"github.com/fairshard/fairshard/node"
+)
+
+// Options shape a demo run.
+type Options struct {
+	// Nodes is the initial cluster size (≥ 2). Defaults to 3.
+	Nodes int
+	// Duration is how long load runs. Defaults to 36 s (the whole demo,
+	// drain included, stays under a minute).
+	Duration time.Duration
+	// Rate is the offered load in rows/s. Defaults to 1500.
+	Rate float64
+	// Keep leaves the cluster running after the summary until ctx ends,
+	// printing its URLs.
+	Keep bool
+	// Dir holds the nodes' data dirs; a temp dir (removed after) when empty.
+	Dir string
+	// Out receives the view and the summary.
+	Out io.Writer
+	// TTY redraws the view in place each second; otherwise plain periodic
+	// lines are printed (for logs and pipes).
+	TTY bool
+	// Log receives the nodes' logs; nil discards.
+	Log *slog.Logger
+}
+
+// namespaces of the demo load: a noisy tenant over four task queues, a
+// quiet one, and one with a small quota.
+var namespaces = []struct {
+	name   string
+	weight int
+	queues int
+	quota  uint32 // 0: the default
+}{
+	{"noisy", 12, 4, 64},
+	{"quiet", 1, 1, 0},
+	{"small", 2, 1, 4},
+}
+
+// Summary is what the demo measured.
+type Summary struct {
+	Appended       int64
+	Delivered      int
+	Lost           int
+	DeliveredTwice int
+	HandedOff      float64
+	Namespaces     []loadgen.NamespaceReport
+	Quotas         map[string]uint32
+}
+
+type member struct {
+	name string
+	n    *node.Node
+	url  string
+	dir  string
+	stop bool
+}
+
+type demoRun struct {
+	opts    Options
+	dir     string
+	recv    *loadgen.Receiver
+	target  string
+	mu      sync.Mutex
+	members []*member
+	events  []string
+	// lastDelivered is each namespace's delivered count at the last render.
+	lastDelivered map[string]int
+}
+
+// Run runs the demo until the load ends and every appended row is delivered
+// (or 30 s more pass), then prints the summary. It returns an error when a
+// row was lost.
+func Run(ctx context.Context, opts Options) (Summary, error) {
+	if opts.Nodes < 2 {
+		opts.Nodes = 3
+	}
+	if opts.Duration <= 0 {
+		opts.Duration = 36 * time.Second
+	}
+	if opts.Rate <= 0 {
+		opts.Rate = 1500
+	}
+	if opts.Out == nil {
+		opts.Out = io.Discard
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	d := &demoRun{opts: opts, dir: opts.Dir}
+	if d.dir == "" {
+		tmp, err := os.MkdirTemp("", "fairshard-demo-")
+		if err != nil {
+			return Summary{}, err
+		}
+		defer os.RemoveAll(tmp)
+		d.dir = tmp
+	}
+	// The delivery target: holds each request 20 ms, like a real service.
+	d.recv = loadgen.NewReceiver(20 * time.Millisecond)
+	tln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return Summary{}, fmt.Errorf("demo target: %w", err)
+	}
+	tsrv := &http.Server{Handler: d.recv, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = tsrv.Serve(tln) }()
+	defer tsrv.Close()
+	d.target = "http://" + tln.Addr().String() + "/deliver/{namespace}/{task_queue}"
+
+	defer d.closeAll()
+	for i := range opts.Nodes {
+		if err := d.addNode(ctx, i+1); err != nil {
+			return Summary{}, err
+		}
+	}
+	if err := d.configure(ctx); err != nil {
+		return Summary{}, err
+	}
+	fmt.Fprintf(opts.Out, "fairshard demo: %d nodes on loopback, data under %s, load %.0f rows/s for %v\n",
+		opts.Nodes, d.dir, opts.Rate, opts.Duration)
+
+	appended := sync.Map{}
+	var nsCfg []loadgen.Namespace
+	for _, ns := range namespaces {
+		nsCfg = append(nsCfg, loadgen.Namespace{Name: ns.name, Weight: ns.weight, TaskQueues: ns.queues})
+	}
+	gen, err := loadgen.NewGenerator(loadgen.Config{
+		Nodes: d.urls(), Namespaces: nsCfg, Rate: opts.Rate, Duration: opts.Duration,
+		BatchSize: 50, Concurrency: 4, KeyPrefix: "demo-",
+		OnAppended: func(key, _, _ string) { appended.Store(key, true) },
+	})
+	if err != nil {
+		return Summary{}, err
+	}
+	loadDone := make(chan loadgen.Report, 1)
+	go func() {
+		rep, _ := gen.Run(ctx)
+		loadDone <- rep
+	}()
+
+	start := time.Now()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	added, stopped := false, false
+	var rep loadgen.Report
+	loadRunning := true
+	var lastDelivered int64
+	drainDeadline := time.Time{}
+	for {
+		select {
+		case <-ctx.Done():
+			return Summary{}, ctx.Err()
+		case rep = <-loadDone:
+			loadRunning = false
+			drainDeadline = time.Now().Add(30 * time.Second)
+			d.event("load finished: %d rows appended", rep.Appended)
+			continue
+		case <-tick.C:
+		}
+		el := time.Since(start)
+		if !added && el >= opts.Duration/3 {
+			added = true
+			if err := d.addNode(ctx, opts.Nodes+1); err != nil {
+				d.event("adding a node failed: %v", err)
+			} else {
+				d.event("node n%d joined: shards move to it", opts.Nodes+1)
+			}
+		}
+		if !stopped && el >= 2*opts.Duration/3 {
+			stopped = true
+			go d.stopNode(1)
+		}
+		delivered := d.recv.Delivered()
+		d.render(el, delivered-lastDelivered, gen.Appended())
+		lastDelivered = delivered
+		if !loadRunning {
+			n := 0
+			appended.Range(func(k, _ any) bool { n++; return true })
+			if d.recv.Distinct() >= n || time.Now().After(drainDeadline) {
+				break
+			}
+		}
+	}
+	sum := d.summarize(rep, &appended)
+	d.printSummary(sum)
+	if opts.Keep {
+		fmt.Fprintln(opts.Out, "\n--keep: the cluster keeps running; Ctrl-C to stop it.")
+		for _, m := range d.live() {
+			fmt.Fprintf(opts.Out, "  %s  API %s  metrics %s/metrics\n", m.name, m.url, m.url)
+		}
+		fmt.Fprintf(opts.Out, "  target %s\n", strings.TrimSuffix(d.target, "/deliver/{namespace}/{task_queue}"))
+		<-ctx.Done()
+	}
+	if sum.Lost > 0 {
+		return sum, fmt.Errorf("demo: %d rows lost", sum.Lost)
+	}
+	return sum, nil
+}
+
+func (d *demoRun) event(format string, args ...any) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	msg := fmt.Sprintf(format, args...)
+	d.events = append(d.events, msg)
+	if !d.opts.TTY {
+		fmt.Fprintf(d.opts.Out, "event: %s\n", msg)
+	}
+}
+
+func (d *demoRun) addNode(ctx context.Context, i int) error {
+	cfg := node.DefaultConfig()
+	cfg.NodeName = fmt.Sprintf("n%d", i)
+	cfg.DataDir = filepath.Join(d.dir, cfg.NodeName)
+	cfg.HTTPAddr = fmt.Sprintf("127.0.0.%d:0", i)
+	cfg.GossipAddr = fmt.Sprintf("127.0.0.%d:0", i)
+	cfg.GossipProfile = "fast"
+	cfg.DefaultTarget = d.target
+	cfg.HandoffInterval = time.Second
+	cfg.ShutdownGrace = 15 * time.Second
+	if live := d.live(); len(live) > 0 {
+		cfg.Join = []string{live[0].n.GossipAddr()}
+	}
+	n, err := node.New(cfg, d.opts.Log.With("node", cfg.NodeName))
+	if err != nil {
+		return fmt.Errorf("demo: create %s: %w", cfg.NodeName, err)
+	}
+	if err := n.Start(ctx); err != nil {
+		_ = n.Close()
+		return fmt.Errorf("demo: start %s: %w", cfg.NodeName, err)
+	}
+	d.mu.Lock()
+	d.members = append(d.members, &member{name: cfg.NodeName, n: n, url: "http://" + n.APIAddr(), dir: cfg.DataDir})
+	d.mu.Unlock()
+	return nil
+}
+
+func (d *demoRun) stopNode(idx int) {
+	d.mu.Lock()
+	if idx >= len(d.members) {
+		d.mu.Unlock()
+		return
+	}
+	m := d.members[idx]
+	m.stop = true
+	d.mu.Unlock()
+	d.event("stopping %s gracefully: it drains and hands its rows off", m.name)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := m.n.Shutdown(ctx); err != nil {
+		d.event("%s stopped with: %v", m.name, err)
+		return
+	}
+	d.event("%s left the cluster", m.name)
+}
+
+func (d *demoRun) live() []*member {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []*member
+	for _, m := range d.members {
+		if !m.stop {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func (d *demoRun) urls() []string {
+	var out []string
+	for _, m := range d.live() {
+		out = append(out, m.url)
+	}
+	return out
+}
+
+func (d *demoRun) closeAll() {
+	d.mu.Lock()
+	ms := d.members
+	d.mu.Unlock()
+	for _, m := range ms {
+		_ = m.n.Close()
+	}
+}
+
+func (d *demoRun) configure(ctx context.Context) error {
+	for _, ns := range namespaces {
+		if ns.quota == 0 {
+			continue
+		}
+		body := fmt.Sprintf(`{"max_in_flight":%d}`, ns.quota)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPut, d.members[0].url+"/v1/namespaces/"+ns.name, strings.NewReader(body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return fmt.Errorf("demo: set quota of %s: %w", ns.name, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("demo: set quota of %s: HTTP %d", ns.name, resp.StatusCode)
+		}
+	}
+	return nil
+}
+
+type clusterView struct {
+	Members []struct {
+		Name               string  `json:"name"`
+		State              string  `json:"state"`
+		OwnedShards        int     `json:"owned_shards"`
+		OwnedShardFraction float64 `json:"owned_shard_fraction"`
+	} `json:"members"`
+	Version uint64 `json:"ownership_version"`
+}
+
+type nsView struct {
+	Namespace string `json:"namespace"`
+	Pending   int    `json:"pending"`
+	Claimed   int    `json:"claimed"`
+	Ceiling   uint32 `json:"ceiling"`
+	Quota     uint32 `json:"max_in_flight"`
+}
+
+func getJSON(url string, v any) error {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return errors.New(resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+func (d *demoRun) render(el time.Duration, deliveredPerSec, appended int64) {
+	var b strings.Builder
+	live := d.live()
+	var cv clusterView
+	if len(live) > 0 {
+		_ = getJSON(live[0].url+"/v1/cluster", &cv)
+	}
+	// Per-namespace numbers summed over the live nodes.
+	type agg struct {
+		pending, claimed int
+		ceiling, quota   uint32
+	}
+	sums := map[string]*agg{}
+	for _, m := range live {
+		var out struct {
+			Namespaces []nsView `json:"namespaces"`
+		}
+		if getJSON(m.url+"/v1/namespaces", &out) != nil {
+			continue
+		}
+		for _, v := range out.Namespaces {
+			a := sums[v.Namespace]
+			if a == nil {
+				a = &agg{}
+				sums[v.Namespace] = a
+			}
+			a.pending += v.Pending
+			a.claimed += v.Claimed
+			a.ceiling += v.Ceiling
+			a.quota = v.Quota
+		}
+	}
+	recv := map[string]loadgen.NamespaceReport{}
+	for _, r := range d.recv.Namespaces() {
+		recv[r.Namespace] = r
+	}
+	if d.opts.TTY {
+		b.WriteString("\033[H\033[2J")
+		fmt.Fprintf(&b, "fairshard demo  t=%4.0fs  appended=%d  delivered=%d  (%d/s)  ownership v%d\n\n",
+			el.Seconds(), appended, d.recv.Delivered(), deliveredPerSec, cv.Version)
+		fmt.Fprintf(&b, "%-6s %-8s %7s %9s\n", "NODE", "STATE", "SHARDS", "FRACTION")
+		for _, m := range cv.Members {
+			fmt.Fprintf(&b, "%-6s %-8s %7d %9.3f\n", m.Name, m.State, m.OwnedShards, m.OwnedShardFraction)
+		}
+		fmt.Fprintf(&b, "\n%-8s %8s %16s %10s %9s %9s\n", "NAMESPACE", "PENDING", "CLAIMED/CEILING", "QUOTA", "DELIV/S", "P99 MS")
+	}
+	var line []string
+	for _, ns := range namespaces {
+		a := sums[ns.name]
+		if a == nil {
+			a = &agg{}
+		}
+		r := recv[ns.name]
+		dps := d.rate(ns.name, r.Delivered)
+		if d.opts.TTY {
+			fmt.Fprintf(&b, "%-8s %8d %7d/%-8d %10d %9.0f %9.1f\n", ns.name, a.pending, a.claimed, a.ceiling, a.quota, dps, r.Latency.P99)
+		} else {
+			line = append(line, fmt.Sprintf("%s pending=%d claimed=%d/%d delivered/s=%.0f p99=%.0fms", ns.name, a.pending, a.claimed, a.ceiling, dps, r.Latency.P99))
+		}
+	}
+	if d.opts.TTY {
+		d.mu.Lock()
+		ev := d.events
+		if len(ev) > 6 {
+			ev = ev[len(ev)-6:]
+		}
+		d.mu.Unlock()
+		b.WriteString("\nevents:\n")
+		for _, e := range ev {
+			b.WriteString("  " + e + "\n")
+		}
+	} else {
+		var nodes []string
+		for _, m := range cv.Members {
+			nodes = append(nodes, fmt.Sprintf("%s:%s:%d(%.2f)", m.Name, m.State, m.OwnedShards, m.OwnedShardFraction))
+		}
+		fmt.Fprintf(&b, "t=%.0fs appended=%d delivered=%d (%d/s) nodes=[%s] | %s\n",
+			el.Seconds(), appended, d.recv.Delivered(), deliveredPerSec, strings.Join(nodes, " "), strings.Join(line, " | "))
+	}
+	fmt.Fprint(d.opts.Out, b.String())
+}
+
+func (d *demoRun) rate(ns string, delivered int) float64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.lastDelivered == nil {
+		d.lastDelivered = map[string]int{}
+	}
+	r := float64(delivered - d.lastDelivered[ns])
+	d.lastDelivered[ns] = delivered
+	return r
+}
+
+func (d *demoRun) summarize(rep loadgen.Report, appended *sync.Map) Summary {
+	sum := Summary{Appended: rep.Appended, Delivered: d.recv.Distinct(), Quotas: map[string]uint32{}}
+	keys := d.recv.Keys()
+	appended.Range(func(k, _ any) bool {
+		if keys[k.(string)] == 0 {
+			sum.Lost++
+		}
+		return true
+	})
+	for _, n := range keys {
+		if n > 1 {
+			sum.DeliveredTwice++
+		}
+	}
+	sum.Namespaces = d.recv.Namespaces()
+	for _, ns := range namespaces {
+		sum.Quotas[ns.name] = ns.quota
+	}
+	d.mu.Lock()
+	ms := d.members
+	d.mu.Unlock()
+	for _, m := range ms {
+		sum.HandedOff += counterValue(m.n, "fairshard_handoff_rows_sent_total")
+	}
+	return sum
+}
+
+func counterValue(n *node.Node, name string) float64 {
+	mfs, err := n.Registry().Gather()
+	if err != nil {
+		return 0
+	}
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			total += metricValue(m)
+		}
+	}
+	return total
+}
+
+func metricValue(m *dto.Metric) float64 {
+	switch {
+	case m.GetCounter() != nil:
+		return m.GetCounter().GetValue()
+	case m.GetGauge() != nil:
+		return m.GetGauge().GetValue()
+	}
+	return 0
+}
+
+func (d *demoRun) printSummary(s Summary) {
+	out := d.opts.Out
+	fmt.Fprintf(out, "\n== fairshard demo summary ==\n")
+	fmt.Fprintf(out, "appended        %d\n", s.Appended)
+	fmt.Fprintf(out, "delivered       %d (distinct dispatch_keys)\n", s.Delivered)
+	fmt.Fprintf(out, "lost            %d\n", s.Lost)
+	fmt.Fprintf(out, "delivered twice %d\n", s.DeliveredTwice)
+	fmt.Fprintf(out, "rows handed off %.0f\n\n", s.HandedOff)
+	fmt.Fprintf(out, "%-8s %9s %14s %8s %8s %8s %8s\n", "NAMESPACE", "DELIVERED", "MAX CONC/QUOTA", "P50 MS", "P90 MS", "P99 MS", "MAX MS")
+	for _, r := range s.Namespaces {
+		q := "default"
+		if s.Quotas[r.Namespace] > 0 {
+			q = fmt.Sprint(s.Quotas[r.Namespace])
+		}
+		fmt.Fprintf(out, "%-8s %9d %14s %8.1f %8.1f %8.1f %8.1f\n", r.Namespace, r.Delivered,
+			fmt.Sprintf("%d/%s", r.MaxInFlight, q), r.Latency.P50, r.Latency.P90, r.Latency.P99, r.Latency.Max)
+	}
+}

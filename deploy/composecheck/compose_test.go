@@ -1,0 +1,109 @@
+package composecheck
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/compose-spec/compose-go/v2/cli"
+	"github.com/compose-spec/compose-go/v2/types"
+
+	"github.com/fairshard/fairshard/node"
+)
+
+const composeFile = "../../docker-compose.yml"
+
+func load(t *testing.T, profiles ...string) *types.Project {
+	t.Helper()
+	opts, err := cli.NewProjectOptions([]string{composeFile},
+		cli.WithWorkingDirectory("../.."),
+		cli.WithProfiles(profiles),
+		cli.WithResolvedPaths(true),
+		cli.WithInterpolation(true),
+		// Give optional variables a value so interpolation is exercised.
+		cli.WithEnv([]string{"FAIRSHARD_API_TOKEN=", "FAIRSHARD_GOSSIP_KEY="}),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := opts.LoadProject(context.Background())
+	if err != nil {
+		t.Fatalf("docker-compose.yml does not load: %v", err)
+	}
+	return p
+}
+
+func TestComposeFileIsValid(t *testing.T) {
+	p := load(t, "demo")
+	for _, want := range []string{"node", "prometheus", "grafana", "target", "load"} {
+		if _, err := p.GetService(want); err != nil {
+			t.Fatalf("service %q missing: %v", want, err)
+		}
+	}
+	base := load(t)
+	if _, err := base.GetService("load"); err == nil {
+		t.Fatal("the load generator must only run under --profile demo")
+	}
+}
+
+// The node service must scale: no fixed container name or host port, its
+// own data slot per replica, a /readyz healthcheck and a drain-long stop
+// grace period.
+func TestNodeServiceScales(t *testing.T) {
+	p := load(t)
+	n, err := p.GetService("node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.ContainerName != "" {
+		t.Fatalf("container_name %q prevents --scale", n.ContainerName)
+	}
+	for _, port := range n.Ports {
+		if port.Published != "" {
+			t.Fatalf("published host port %q prevents --scale", port.Published)
+		}
+	}
+	if dir := n.Environment["FAIRSHARD_DATA_DIR"]; dir == nil || !strings.Contains(*dir, "{slot}") {
+		t.Fatalf("FAIRSHARD_DATA_DIR must use a {slot} so replicas never share a data dir, got %v", dir)
+	}
+	if join := n.Environment["FAIRSHARD_JOIN"]; join == nil || !strings.HasPrefix(*join, "node:") {
+		t.Fatalf("replicas must join through the service DNS name, FAIRSHARD_JOIN = %v", join)
+	}
+	if n.HealthCheck == nil || !strings.Contains(strings.Join(n.HealthCheck.Test, " "), "/readyz") {
+		t.Fatalf("healthcheck must probe /readyz, got %+v", n.HealthCheck)
+	}
+	if n.StopGracePeriod == nil || *n.StopGracePeriod < types.Duration(30e9) {
+		t.Fatalf("stop_grace_period %v is too short to drain", n.StopGracePeriod)
+	}
+}
+
+// Every FAIRSHARD_* variable the file sets must be one the binary accepts.
+func TestComposeEnvironmentIsKnown(t *testing.T) {
+	known := node.KnownEnv()
+	p := load(t, "demo")
+	for _, s := range p.Services {
+		for name := range s.Environment {
+			if strings.HasPrefix(name, node.EnvPrefix) && !slices.Contains(known, name) {
+				t.Errorf("service %s sets %s, which fairshard does not accept (known: %v)", s.Name, name, known)
+			}
+		}
+	}
+}
+
+// Files the compose file mounts must exist.
+func TestMountedFilesExist(t *testing.T) {
+	for _, f := range []string{
+		"deploy/prometheus/prometheus.yml",
+		"deploy/grafana/provisioning/datasources/prometheus.yml",
+		"deploy/grafana/provisioning/dashboards/fairshard.yml",
+		"deploy/grafana/dashboards/fairshard.json",
+		"Dockerfile",
+	} {
+		if _, err := os.Stat(filepath.Join("../..", f)); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}

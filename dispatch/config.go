@@ -1,0 +1,338 @@
+package dispatch
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fairshard/fairshard/outbox"
+)
+
+// Defaults of the Config tunables. A zero field in Config means "use the
+// default"; the field docs repeat each value.
+const (
+	// DefaultPollInterval is the fallback sweep period when nothing wakes
+	// the dispatcher (DESIGN "short interval").
+	DefaultPollInterval = 20 * time.Millisecond
+	// DefaultWakeDebounce is the shortest gap between the end of one sweep
+	// and the start of a sweep triggered by Wake. It merges a burst of
+	// appends and settles into one sweep.
+	DefaultWakeDebounce = 2 * time.Millisecond
+	// DefaultBatchSize is the most rows (all namespaces together) one sweep
+	// claims.
+	DefaultBatchSize = 256
+	// DefaultMaxInFlight is the most rows this process delivers at once,
+	// all namespaces together; a sweep claims at most the difference.
+	DefaultMaxInFlight = 4096
+	// DefaultDeliveryTimeout bounds one HTTP delivery attempt.
+	DefaultDeliveryTimeout = 10 * time.Second
+	// DefaultVisibilitySlack is added to DeliveryTimeout to get the default
+	// VisibilityTimeout.
+	DefaultVisibilitySlack = 30 * time.Second
+	// DefaultRearmInterval is how often the reaper looks for stale claims.
+	DefaultRearmInterval = time.Second
+	// DefaultSettleTimeout bounds one settle (Complete, Retry or Fail) call
+	// to the store.
+	DefaultSettleTimeout = 5 * time.Second
+	// DefaultMaxConnsPerHost bounds the connections (dialling, active and
+	// idle) to one target host:port.
+	DefaultMaxConnsPerHost = 64
+	// DefaultLastErrorMax bounds a row's last_error (bytes).
+	DefaultLastErrorMax = 512
+
+	// DefaultRetryBase is the first retry's backoff.
+	DefaultRetryBase = 500 * time.Millisecond
+	// DefaultRetryFactor multiplies the backoff per attempt.
+	DefaultRetryFactor = 2.0
+	// DefaultRetryCap is the largest backoff, and the largest Retry-After
+	// honoured.
+	DefaultRetryCap = 5 * time.Minute
+	// DefaultMaxAttempts is how many delivery attempts a row gets before it
+	// is failed (dead letter).
+	DefaultMaxAttempts = 10
+	// DefaultRetryJitter is the backoff's jitter fraction: ±20 %.
+	DefaultRetryJitter = 0.2
+)
+
+// RetryPolicy shapes the backoff of retryable delivery failures and when a
+// row gives up. The backoff before attempt n+1, after attempt n failed, is
+//
+//	d = min(Cap, Base × Factor^(n−1))
+//
+// then jittered: drawn uniformly from [d×(1−Jitter), d×(1+Jitter)] and
+// capped at Cap again. A Retry-After header on the response replaces the
+// backoff (capped at Cap, not jittered). A retryable failure of attempt
+// n ≥ MaxAttempts fails the row instead (dead letter).
+//
+// A zero field means "use the default" (for Config.Retry: the package
+// defaults; for a per-namespace override: the node's Config.Retry).
+type RetryPolicy struct {
+	// Base is the first backoff (after attempt 1). Defaults to 500 ms.
+	Base time.Duration
+	// Factor multiplies the backoff per attempt; ≥ 1. Defaults to 2.
+	Factor float64
+	// Cap is the largest backoff and the largest Retry-After honoured; ≥
+	// Base. Defaults to 5 min.
+	Cap time.Duration
+	// MaxAttempts is the number of delivery attempts a row gets, counting
+	// the first; ≥ 1. Defaults to 10.
+	MaxAttempts uint32
+	// Jitter is the fraction in (0, 1] by which a backoff is spread either
+	// way (0.2 = ±20 %; 1 = "full jitter" over [0, 2d]). Defaults to 0.2; a
+	// negative value disables jitter.
+	Jitter float64
+}
+
+// DefaultRetryPolicy returns the package's default retry policy: 500 ms ×2
+// up to 5 min, ±20 % jitter, 10 attempts.
+func DefaultRetryPolicy() RetryPolicy {
+	return RetryPolicy{
+		Base:        DefaultRetryBase,
+		Factor:      DefaultRetryFactor,
+		Cap:         DefaultRetryCap,
+		MaxAttempts: DefaultMaxAttempts,
+		Jitter:      DefaultRetryJitter,
+	}
+}
+
+// withDefaults fills zero fields from base.
+func (p RetryPolicy) withDefaults(base RetryPolicy) RetryPolicy {
+	if p.Base == 0 {
+		p.Base = base.Base
+	}
+	if p.Factor == 0 {
+		p.Factor = base.Factor
+	}
+	if p.Cap == 0 {
+		p.Cap = base.Cap
+	}
+	if p.MaxAttempts == 0 {
+		p.MaxAttempts = base.MaxAttempts
+	}
+	if p.Jitter == 0 {
+		p.Jitter = base.Jitter
+	}
+	return p
+}
+
+// validate checks a filled policy; field names are prefixed with where.
+func (p RetryPolicy) validate(where string) error {
+	switch {
+	case p.Base <= 0:
+		return fmt.Errorf("%w: %s.Base must be > 0, got %v", ErrInvalidConfig, where, p.Base)
+	case p.Factor < 1:
+		return fmt.Errorf("%w: %s.Factor must be ≥ 1, got %v", ErrInvalidConfig, where, p.Factor)
+	case p.Cap < p.Base:
+		return fmt.Errorf("%w: %s.Cap (%v) must be ≥ Base (%v)", ErrInvalidConfig, where, p.Cap, p.Base)
+	case p.MaxAttempts < 1:
+		return fmt.Errorf("%w: %s.MaxAttempts must be ≥ 1, got %d", ErrInvalidConfig, where, p.MaxAttempts)
+	case p.Jitter > 1:
+		return fmt.Errorf("%w: %s.Jitter must be ≤ 1 (a fraction), got %v", ErrInvalidConfig, where, p.Jitter)
+	}
+	return nil
+}
+
+// Config wires a Dispatcher: its dependencies, hooks and tunables. Store,
+// Planner and Targets are required; every other field is optional. A zero
+// tunable means "use the default" (the field doc names it); New fills the
+// defaults, then validates, and reports the first bad field by name.
+//
+// Clock: Now must be the same clock as the Planner's (the planner stamps
+// ClaimedAt with it, the reaper compares ClaimedAt with it).
+type Config struct {
+	// Store is the node's outbox store (required). The dispatcher claims
+	// through Planner over this store, settles rows on it and re-arms
+	// stale claims with RearmStale.
+	Store outbox.Store
+	// Planner plans and performs each sweep's fair claim (required);
+	// *backpressure.Planner satisfies it. Do not give the same planner to a
+	// second sweeping dispatcher (two concurrent sweeps can together exceed
+	// a ceiling).
+	Planner Planner
+	// Targets resolves a route's delivery target (required). A route with
+	// no target is left out of sweeps: its rows wait, they are not failed.
+	Targets Targets
+
+	// Held returns the workflow ids whose rows must stay pending (held
+	// workflows). It is called once per sweep; the returned map must not be
+	// modified afterwards. nil holds nothing.
+	Held func() map[string]struct{}
+	// Paused reports whether a namespace is paused: its routes are left out
+	// of sweeps. nil pauses nothing.
+	Paused func(namespace string) bool
+	// RetryPolicyFor returns a per-namespace retry policy override; zero
+	// fields of the override are taken from Retry. ok = false (or a nil
+	// hook) uses Retry. An override that fails validation is logged and
+	// Retry is used instead.
+	RetryPolicyFor func(namespace string) (policy RetryPolicy, ok bool)
+	// Now is the clock for row instants (claim, visible_after, finished_at,
+	// the reaper's cut-offs). Defaults to time.Now. Loop timing (poll,
+	// debounce, HTTP timeouts) always uses the real clock.
+	Now func() time.Time
+	// Logger receives structured logs; nil discards.
+	Logger *slog.Logger
+	// Registerer receives the dispatcher's metrics (see metrics.go); nil
+	// keeps them unregistered.
+	Registerer prometheus.Registerer
+	// Transport sends the deliveries. nil builds one shared *http.Transport
+	// bounded by MaxConnsPerHost, reused across rows and closed (idle
+	// connections) when Run returns. An injected Transport is used as is
+	// and never closed by the dispatcher.
+	Transport http.RoundTripper
+
+	// PollInterval is the fallback sweep period (jittered by ±10 %) when
+	// nothing wakes the dispatcher. Defaults to 20 ms.
+	PollInterval time.Duration
+	// WakeDebounce is the shortest gap between the end of a sweep and a
+	// sweep triggered by Wake. Defaults to 2 ms; must be < PollInterval.
+	WakeDebounce time.Duration
+	// BatchSize is the most rows one sweep claims, all namespaces together.
+	// Defaults to 256.
+	BatchSize int
+	// MaxInFlight is the most rows this process delivers at once; a sweep
+	// claims at most MaxInFlight − in flight. Defaults to 4096.
+	MaxInFlight int
+	// DeliveryTimeout bounds one delivery attempt (connect, request,
+	// response headers and body excerpt). A Target's own Timeout may
+	// shorten it, never lengthen it. Defaults to 10 s.
+	DeliveryTimeout time.Duration
+	// VisibilityTimeout is how long a claim may stay unsettled before the
+	// reaper re-arms it to pending. Must be > DeliveryTimeout (river's rule
+	// "RescueStuckJobsAfter cannot be less than JobTimeout"). Defaults to
+	// DeliveryTimeout + 30 s.
+	VisibilityTimeout time.Duration
+	// RearmInterval is how often the reaper runs. Defaults to 1 s.
+	RearmInterval time.Duration
+	// SettleTimeout bounds one settle call to the store (Complete, Retry,
+	// Fail). Settles are not cancelled by a hard stop, so a delivery that
+	// finished is still recorded. Defaults to 5 s.
+	SettleTimeout time.Duration
+	// Retry is the node's retry policy. Zero fields default as documented
+	// on RetryPolicy (500 ms ×2, cap 5 min, 10 attempts, ±20 % jitter).
+	Retry RetryPolicy
+	// MaxConnsPerHost bounds the connections to one target host:port;
+	// further deliveries wait for a free connection (inside their
+	// DeliveryTimeout). Defaults to 64. Ignored when Transport is set.
+	MaxConnsPerHost int
+	// LastErrorMax bounds a row's last_error, and so the response body
+	// excerpt kept in it (bytes). Defaults to 512.
+	LastErrorMax int
+}
+
+// DefaultConfig returns a Config holding only the default tunables (no
+// dependencies): a starting point for flags and for tests that override a
+// few fields.
+func DefaultConfig() Config {
+	c := Config{}
+	c.fillDefaults()
+	return c
+}
+
+// fillDefaults replaces zero tunables by their defaults.
+func (c *Config) fillDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.PollInterval, DefaultPollInterval)
+	def(&c.WakeDebounce, DefaultWakeDebounce)
+	def(&c.DeliveryTimeout, DefaultDeliveryTimeout)
+	def(&c.VisibilityTimeout, c.DeliveryTimeout+DefaultVisibilitySlack)
+	def(&c.RearmInterval, DefaultRearmInterval)
+	def(&c.SettleTimeout, DefaultSettleTimeout)
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.MaxConnsPerHost == 0 {
+		c.MaxConnsPerHost = DefaultMaxConnsPerHost
+	}
+	if c.LastErrorMax == 0 {
+		c.LastErrorMax = DefaultLastErrorMax
+	}
+	c.Retry = c.Retry.withDefaults(DefaultRetryPolicy())
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// validate checks a filled Config.
+func (c *Config) validate() error {
+	positive := []struct {
+		name string
+		d    time.Duration
+	}{
+		{"PollInterval", c.PollInterval},
+		{"WakeDebounce", c.WakeDebounce},
+		{"DeliveryTimeout", c.DeliveryTimeout},
+		{"VisibilityTimeout", c.VisibilityTimeout},
+		{"RearmInterval", c.RearmInterval},
+		{"SettleTimeout", c.SettleTimeout},
+	}
+	for _, p := range positive {
+		if p.d <= 0 {
+			return fmt.Errorf("%w: Config.%s must be > 0, got %v", ErrInvalidConfig, p.name, p.d)
+		}
+	}
+	switch {
+	case c.Store == nil:
+		return fmt.Errorf("%w: Config.Store is required", ErrInvalidConfig)
+	case c.Planner == nil:
+		return fmt.Errorf("%w: Config.Planner is required", ErrInvalidConfig)
+	case c.Targets == nil:
+		return fmt.Errorf("%w: Config.Targets is required", ErrInvalidConfig)
+	case c.WakeDebounce >= c.PollInterval:
+		return fmt.Errorf("%w: Config.WakeDebounce (%v) must be < PollInterval (%v)", ErrInvalidConfig, c.WakeDebounce, c.PollInterval)
+	case c.VisibilityTimeout <= c.DeliveryTimeout:
+		return fmt.Errorf("%w: Config.VisibilityTimeout (%v) must be > DeliveryTimeout (%v): a claim must outlive its delivery attempt",
+			ErrInvalidConfig, c.VisibilityTimeout, c.DeliveryTimeout)
+	case c.BatchSize < 1:
+		return fmt.Errorf("%w: Config.BatchSize must be ≥ 1 row, got %d", ErrInvalidConfig, c.BatchSize)
+	case c.MaxInFlight < 1:
+		return fmt.Errorf("%w: Config.MaxInFlight must be ≥ 1 row, got %d", ErrInvalidConfig, c.MaxInFlight)
+	case c.MaxConnsPerHost < 1:
+		return fmt.Errorf("%w: Config.MaxConnsPerHost must be ≥ 1, got %d", ErrInvalidConfig, c.MaxConnsPerHost)
+	case c.LastErrorMax < 16:
+		return fmt.Errorf("%w: Config.LastErrorMax must be ≥ 16 bytes, got %d", ErrInvalidConfig, c.LastErrorMax)
+	}
+	return c.Retry.validate("Config.Retry")
+}
+
+// RegisterFlags registers the tunables on fs under the "dispatch." prefix,
+// with the defaults as flag defaults, writing into c. Dependencies and hooks
+// are not flags; cmd/node sets them.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	d := DefaultConfig()
+	fs.DurationVar(&c.PollInterval, "dispatch.poll-interval", d.PollInterval, "fallback sweep period when nothing wakes the dispatcher")
+	fs.DurationVar(&c.WakeDebounce, "dispatch.wake-debounce", d.WakeDebounce, "shortest gap between a sweep and a wake-triggered sweep")
+	fs.IntVar(&c.BatchSize, "dispatch.batch-size", d.BatchSize, "most rows one sweep claims (all namespaces)")
+	fs.IntVar(&c.MaxInFlight, "dispatch.max-in-flight", d.MaxInFlight, "most rows this node delivers at once")
+	fs.DurationVar(&c.DeliveryTimeout, "dispatch.delivery-timeout", d.DeliveryTimeout, "timeout of one HTTP delivery attempt")
+	fs.DurationVar(&c.VisibilityTimeout, "dispatch.visibility-timeout", 0, "age at which an unsettled claim is re-armed (0: delivery-timeout + 30s)")
+	fs.DurationVar(&c.RearmInterval, "dispatch.rearm-interval", d.RearmInterval, "how often stale claims are re-armed")
+	fs.DurationVar(&c.SettleTimeout, "dispatch.settle-timeout", d.SettleTimeout, "timeout of one settle call to the store")
+	fs.DurationVar(&c.Retry.Base, "dispatch.retry-base", d.Retry.Base, "first retry backoff")
+	fs.Float64Var(&c.Retry.Factor, "dispatch.retry-factor", d.Retry.Factor, "backoff multiplier per attempt")
+	fs.DurationVar(&c.Retry.Cap, "dispatch.retry-cap", d.Retry.Cap, "largest backoff and largest Retry-After honoured")
+	fs.Func("dispatch.max-attempts", fmt.Sprintf("delivery attempts before a row is dead-lettered (default %d)", d.Retry.MaxAttempts), func(s string) error {
+		var n uint32
+		if _, err := fmt.Sscanf(s, "%d", &n); err != nil {
+			return fmt.Errorf("dispatch.max-attempts: %w", err)
+		}
+		c.Retry.MaxAttempts = n
+		return nil
+	})
+	fs.Float64Var(&c.Retry.Jitter, "dispatch.retry-jitter", d.Retry.Jitter, "backoff jitter fraction (0.2 = ±20%; negative disables)")
+	fs.IntVar(&c.MaxConnsPerHost, "dispatch.max-conns-per-host", d.MaxConnsPerHost, "connections per target host")
+	fs.IntVar(&c.LastErrorMax, "dispatch.last-error-max", d.LastErrorMax, "bytes of last_error kept per row")
+}

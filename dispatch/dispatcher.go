@@ -1,0 +1,497 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fairshard/fairshard/backpressure"
+	"github.com/fairshard/fairshard/outbox"
+)
+
+// Dispatcher claims rows fairly through the planner, delivers each claimed
+// row to its route's target over HTTP and settles it on the store. It is
+// safe for concurrent use. A Dispatcher runs once: build it with New, run
+// it with Run, stop it gracefully with Drain and hard by cancelling Run's
+// context.
+type Dispatcher struct {
+	cfg          Config
+	store        outbox.Store
+	client       *http.Client
+	ownTransport *http.Transport // built by New, closed when Run returns; nil if injected
+	m            *metrics
+	log          *slog.Logger
+	// startedAt is the clock reading at New: claims older than it were
+	// made by an earlier run of this node (RearmAllOnStart).
+	startedAt time.Time
+
+	wake chan struct{} // 1-buffered: Wake's coalescing signal
+
+	// sweepMu serialises sweeps (two concurrent sweeps could together
+	// exceed a ceiling; backpressure package doc). It also guards knownNS.
+	sweepMu sync.Mutex
+	knownNS map[string]uint32 // namespace → last reported per-node ceiling
+
+	// deliveryCtx parents every delivery attempt; cancelled only by a hard
+	// stop (Run's ctx ending) or when Run returns.
+	deliveryCtx      context.Context
+	cancelDeliveries context.CancelFunc
+	deliveries       sync.WaitGroup // delivery goroutines
+
+	// limited is set when the last sweep left work behind for want of
+	// headroom or budget: settles then wake the loop.
+	limited        atomic.Bool
+	startRearmDone atomic.Bool
+	warnedPolicy   sync.Map // namespace → struct{}: invalid override logged once
+
+	mu            sync.Mutex
+	claimsStopped bool               // Drain or Run's end: SweepOnce claims nothing more
+	runStarted    bool               // Run was called
+	stopClaims    context.CancelFunc // ends Run's loops; set by Run
+	loopsDone     chan struct{}      // closed when Run's loops exited and no sweep is launching
+	inflight      map[string]int     // dispatch_key → deliveries running (normally 1)
+	inflightNS    map[string]int     // namespace → deliveries running
+	nInflight     int
+	idle          chan struct{} // closed (and cleared) when nInflight drops to 0
+	waiting       []outbox.ClaimScope
+}
+
+// New validates cfg (after filling defaults) and builds a Dispatcher. It
+// registers the metrics on cfg.Registerer. Errors wrap ErrInvalidConfig
+// and name the bad field, or report a metrics registration conflict.
+// Nothing runs until Run (or SweepOnce) is called.
+func New(cfg Config) (*Dispatcher, error) {
+	cfg.fillDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	d := &Dispatcher{
+		cfg:        cfg,
+		store:      cfg.Store,
+		m:          m,
+		log:        cfg.Logger,
+		startedAt:  cfg.Now(),
+		wake:       make(chan struct{}, 1),
+		knownNS:    map[string]uint32{},
+		loopsDone:  make(chan struct{}),
+		inflight:   map[string]int{},
+		inflightNS: map[string]int{},
+	}
+	rt := cfg.Transport
+	if rt == nil {
+		d.ownTransport = &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			DialContext:           (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext,
+			ForceAttemptHTTP2:     true,
+			MaxIdleConns:          0, // no global cap; per host below
+			MaxIdleConnsPerHost:   cfg.MaxConnsPerHost,
+			MaxConnsPerHost:       cfg.MaxConnsPerHost,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   10 * time.Second,
+			ExpectContinueTimeout: time.Second,
+		}
+		rt = d.ownTransport
+	}
+	d.client = &http.Client{
+		Transport: rt,
+		// Redirects are not followed: a 3xx is an answer (a permanent
+		// failure), never a reason to POST the payload elsewhere.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	d.deliveryCtx, d.cancelDeliveries = context.WithCancel(context.Background())
+	return d, nil
+}
+
+// Run re-arms the claims this node held before it stopped
+// (RearmAllOnStart), then sweeps until ctx ends or Drain is called: a sweep
+// runs on every jittered PollInterval tick and, debounced by WakeDebounce,
+// after Wake. Claimed rows are delivered concurrently, without waiting
+// for them. A reaper re-arms stale claims every RearmInterval.
+//
+// Stopping:
+//   - graceful: Drain stops claiming and waits for the in-flight rows;
+//     Run returns once they are settled (or abandoned by a hard stop);
+//   - hard: cancelling ctx stops claiming and cancels in-flight deliveries
+//     at once; their rows stay claimed and are re-armed by the visibility
+//     timeout (or by RearmAllOnStart on the next start). Deliveries that
+//     already have an answer are still settled (SettleTimeout).
+//
+// Run returns nil after every goroutine it started has exited; nil at once
+// if Drain was called before it (so a stop racing the start is benign);
+// ErrStopped at once if Run was called before. Store errors never end Run:
+// they are logged, counted and retried next tick.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	d.mu.Lock()
+	if d.runStarted {
+		d.mu.Unlock()
+		return ErrStopped
+	}
+	if d.claimsStopped { // drained before it ran: nothing to do
+		d.runStarted = true
+		d.mu.Unlock()
+		return nil
+	}
+	claimCtx, stopClaims := context.WithCancel(ctx)
+	d.runStarted, d.stopClaims = true, stopClaims
+	d.mu.Unlock()
+	stopHard := context.AfterFunc(ctx, d.cancelDeliveries)
+	defer stopHard()
+	defer stopClaims()
+
+	if _, err := d.RearmAllOnStart(claimCtx); err != nil && claimCtx.Err() == nil {
+		// The reaper retries the start pass on its next tick.
+		d.m.sweepErrors.Inc()
+		d.log.Warn("dispatch: re-arm of claims left from before start failed; retrying on the next re-arm tick", "error", err)
+	}
+	var loops sync.WaitGroup
+	loops.Go(func() { d.sweepLoop(claimCtx) })
+	loops.Go(func() { d.reapLoop(claimCtx) })
+	loops.Wait()
+
+	// Claims have stopped; wait for a SweepOnce called from outside to
+	// finish launching, then let nothing launch again.
+	d.sweepMu.Lock()
+	d.mu.Lock()
+	d.claimsStopped = true
+	close(d.loopsDone)
+	d.mu.Unlock()
+	d.sweepMu.Unlock()
+
+	d.deliveries.Wait()
+	d.cancelDeliveries()
+	if d.ownTransport != nil {
+		d.ownTransport.CloseIdleConnections()
+	}
+	return nil
+}
+
+// Drain is the graceful stop: it stops claiming (Run's loops end; later
+// SweepOnce calls claim nothing), then waits until no delivery is in flight
+// or ctx ends. It returns nil when every claimed row has been settled (or
+// abandoned by a hard stop), or an error wrapping ctx.Err() naming how many
+// deliveries are still running; those keep running until they finish or
+// Run's context is cancelled. Drain is safe to call more than once and
+// before Run (Run then returns nil at once). Without Run, Drain also waits
+// for the delivery goroutines of SweepOnce calls and closes idle
+// connections.
+func (d *Dispatcher) Drain(ctx context.Context) error {
+	d.mu.Lock()
+	d.claimsStopped = true
+	running, stop := d.runStarted, d.stopClaims
+	d.mu.Unlock()
+	if running {
+		stop()
+		select {
+		case <-d.loopsDone:
+		case <-ctx.Done():
+			return fmt.Errorf("dispatch: drain: sweep loop still running: %w", ctx.Err())
+		}
+	} else {
+		// A SweepOnce in progress may still be launching its rows.
+		d.sweepMu.Lock()
+		d.sweepMu.Unlock() //nolint:staticcheck // empty critical section: a barrier
+	}
+	select {
+	case <-d.idleCh():
+	case <-ctx.Done():
+		return fmt.Errorf("dispatch: drain: %d deliveries still in flight: %w", d.InFlight(), ctx.Err())
+	}
+	if !running {
+		d.deliveries.Wait()
+		d.cancelDeliveries()
+		if d.ownTransport != nil {
+			d.ownTransport.CloseIdleConnections()
+		}
+	}
+	return nil
+}
+
+// Wake asks for a sweep soon (after WakeDebounce) instead of at the next
+// poll tick. It never blocks; wakes that arrive while one is pending merge
+// into it. The node calls it after an append lands; the dispatcher calls it
+// itself when a settle frees headroom that a sweep was short of.
+func (d *Dispatcher) Wake() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Eligible reports whether a route may be claimed now: its namespace is not
+// paused and it has a delivery target. The dispatcher applies it to every
+// sweep itself (it filters the store's pending-route listing), so the
+// node's PlannerConfig.Eligible may stay nil; the node may also use it to
+// say why a namespace's rows wait.
+func (d *Dispatcher) Eligible(route outbox.ClaimScope) bool {
+	if d.cfg.Paused != nil && d.cfg.Paused(route.Namespace) {
+		return false
+	}
+	_, ok := d.cfg.Targets.Target(route)
+	return ok
+}
+
+// RoutesWithoutTarget returns the routes that had visible pending rows but
+// no delivery target at the last sweep, sorted by (namespace, task_queue).
+// Their rows wait pending. The slice is the caller's.
+func (d *Dispatcher) RoutesWithoutTarget() []outbox.ClaimScope {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.waiting)
+}
+
+// InFlight returns how many rows this process is delivering right now.
+func (d *Dispatcher) InFlight() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.nInflight
+}
+
+// SweepOnce runs one sweep: it asks the planner for up to
+// min(BatchSize, MaxInFlight − in flight) rows, excluding held workflows
+// and ineligible routes (paused namespaces, routes without target), hands
+// every claimed row to its own delivery goroutine without waiting, and
+// updates the sweep metrics. It returns the planner's report; on a store
+// error it returns the error too (wrapped by the planner with the step and
+// route), after delivering the rows already claimed. After Drain (or once
+// Run has returned) it claims nothing and returns a zero Sweep.
+//
+// Run calls it on every tick; tests and tools may call it directly (wait
+// for its deliveries with Drain). Sweeps are serialised.
+func (d *Dispatcher) SweepOnce(ctx context.Context) (backpressure.Sweep, error) {
+	d.sweepMu.Lock()
+	defer d.sweepMu.Unlock()
+	d.mu.Lock()
+	stopped := d.claimsStopped
+	budget := min(d.cfg.BatchSize, d.cfg.MaxInFlight-d.nInflight)
+	d.mu.Unlock()
+	if stopped {
+		return backpressure.Sweep{}, nil
+	}
+	if budget <= 0 {
+		d.limited.Store(true) // the next settle wakes us
+		return backpressure.Sweep{}, nil
+	}
+	var held map[string]struct{}
+	if d.cfg.Held != nil {
+		held = d.cfg.Held()
+	}
+	fs := &filteredStore{ClaimStore: d.store, d: d}
+	var planned backpressure.ClaimStore = fs
+	if bc, ok := d.store.(backpressure.BatchClaimer); ok {
+		// Keep the store's one-transaction sweep visible to the planner.
+		planned = &filteredBatchStore{filteredStore: fs, BatchClaimer: bc}
+	}
+	start := time.Now()
+	sw, err := d.cfg.Planner.Sweep(ctx, planned, budget, held)
+	d.m.sweepDur.Observe(time.Since(start).Seconds())
+	d.launch(sw.Rows)
+	d.report(sw, budget, fs)
+	if err != nil {
+		if ctx.Err() == nil {
+			d.m.sweepErrors.Inc()
+			d.log.Warn("dispatch: sweep failed; retrying on the next tick",
+				"error", err, "num_rows_claimed", len(sw.Rows))
+		}
+		return sw, err
+	}
+	return sw, nil
+}
+
+// filteredStore is the store as the planner sees it: PendingRoutes leaves
+// out ineligible routes and records those that wait for a target.
+type filteredStore struct {
+	backpressure.ClaimStore
+	d       *Dispatcher
+	listed  bool
+	waiting []outbox.ClaimScope
+}
+
+// filteredBatchStore is a filteredStore over a store that claims a whole
+// sweep in one transaction (backpressure.BatchClaimer).
+type filteredBatchStore struct {
+	*filteredStore
+	backpressure.BatchClaimer
+}
+
+func (f *filteredStore) PendingRoutes(ctx context.Context, now time.Time) ([]outbox.ClaimScope, error) {
+	routes, err := f.ClaimStore.PendingRoutes(ctx, now)
+	if err != nil {
+		return nil, err
+	}
+	f.listed = true
+	out := make([]outbox.ClaimScope, 0, len(routes))
+	for _, r := range routes {
+		if f.d.cfg.Paused != nil && f.d.cfg.Paused(r.Namespace) {
+			continue
+		}
+		if _, ok := f.d.cfg.Targets.Target(r); !ok {
+			f.waiting = append(f.waiting, r)
+			continue
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// report turns a sweep into metrics and the wake-on-settle decision.
+// Called with sweepMu held.
+func (d *Dispatcher) report(sw backpressure.Sweep, budget int, fs *filteredStore) {
+	limited := len(sw.Rows) >= budget
+	seen := make(map[string]bool, len(sw.Namespaces))
+	for _, ns := range sw.Namespaces {
+		seen[ns.Namespace] = true
+		d.knownNS[ns.Namespace] = ns.Ceiling
+		if ns.Claimed > 0 {
+			d.m.claimed.WithLabelValues(ns.Namespace).Add(float64(ns.Claimed))
+		}
+		d.m.claimedNow.WithLabelValues(ns.Namespace).Set(float64(ns.ClaimedBefore + ns.Claimed))
+		d.m.ceiling.WithLabelValues(ns.Namespace).Set(float64(ns.Ceiling))
+		d.m.headroom.WithLabelValues(ns.Namespace).Set(float64(ns.Headroom()))
+		if ns.AtCeiling() {
+			d.m.atCeiling.WithLabelValues(ns.Namespace).Inc()
+			limited = true
+		}
+	}
+	d.mu.Lock()
+	// A namespace with no visible pending rows is not in the report: its
+	// claimed rows are this process's own deliveries.
+	for ns, ceiling := range d.knownNS {
+		if seen[ns] {
+			continue
+		}
+		n := d.inflightNS[ns]
+		d.m.claimedNow.WithLabelValues(ns).Set(float64(n))
+		d.m.headroom.WithLabelValues(ns).Set(float64(max(int(ceiling)-n, 0)))
+	}
+	if fs.listed {
+		d.waiting = fs.waiting
+		d.m.routesNoTarget.Set(float64(len(fs.waiting)))
+	}
+	d.mu.Unlock()
+	d.limited.Store(limited)
+	if len(sw.Rows) > 0 && len(sw.Rows) >= budget && budget == d.cfg.BatchSize {
+		// A full batch: more may be claimable right away.
+		d.Wake()
+	}
+}
+
+// launch registers rows as in flight and starts one delivery goroutine per
+// row. Called with sweepMu held and claims not stopped.
+func (d *Dispatcher) launch(rows []outbox.Row) {
+	if len(rows) == 0 {
+		return
+	}
+	d.mu.Lock()
+	for i := range rows {
+		d.inflight[rows[i].DispatchKey]++
+		d.inflightNS[rows[i].Namespace]++
+	}
+	d.nInflight += len(rows)
+	d.mu.Unlock()
+	d.m.inFlight.Add(float64(len(rows)))
+	d.deliveries.Add(len(rows))
+	for _, row := range rows {
+		go func() {
+			defer d.deliveries.Done()
+			d.deliverAndSettle(row)
+			d.finish(&row)
+		}()
+	}
+}
+
+// finish removes a row from the in-flight set and wakes the loop if the
+// last sweep was short of headroom.
+func (d *Dispatcher) finish(row *outbox.Row) {
+	d.mu.Lock()
+	if d.inflight[row.DispatchKey]--; d.inflight[row.DispatchKey] <= 0 {
+		delete(d.inflight, row.DispatchKey)
+	}
+	if d.inflightNS[row.Namespace]--; d.inflightNS[row.Namespace] <= 0 {
+		delete(d.inflightNS, row.Namespace)
+	}
+	d.nInflight--
+	if d.nInflight == 0 && d.idle != nil {
+		close(d.idle)
+		d.idle = nil
+	}
+	d.mu.Unlock()
+	d.m.inFlight.Dec()
+	if d.limited.Load() {
+		d.Wake()
+	}
+}
+
+// idleCh returns a channel closed once no delivery is in flight.
+func (d *Dispatcher) idleCh() <-chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.nInflight == 0 {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	if d.idle == nil {
+		d.idle = make(chan struct{})
+	}
+	return d.idle
+}
+
+// inflightKeys snapshots the dispatch_keys being delivered (the reaper's
+// exclusions).
+func (d *Dispatcher) inflightKeys() map[string]struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[string]struct{}, len(d.inflight))
+	for k := range d.inflight {
+		out[k] = struct{}{}
+	}
+	return out
+}
+
+// sweepLoop sweeps once at start, then on every jittered poll tick and,
+// debounced, on Wake, until ctx ends.
+func (d *Dispatcher) sweepLoop(ctx context.Context) {
+	timer := time.NewTimer(d.pollJitter())
+	defer timer.Stop()
+	debounce := time.NewTimer(time.Hour)
+	debounce.Stop() // armed only after a Wake (Go ≥ 1.23: no stale tick)
+	for {
+		_, _ = d.SweepOnce(ctx) // errors are logged and counted inside
+		lastEnd := time.Now()
+		timer.Reset(d.pollJitter())
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		case <-d.wake:
+			if gap := d.cfg.WakeDebounce - time.Since(lastEnd); gap > 0 {
+				debounce.Reset(gap)
+				select {
+				case <-ctx.Done():
+					return
+				case <-debounce.C:
+				}
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// pollJitter returns PollInterval spread by ±10 %, so nodes do not sweep
+// in lock step.
+func (d *Dispatcher) pollJitter() time.Duration {
+	return time.Duration(float64(d.cfg.PollInterval) * (0.9 + 0.2*rand.Float64()))
+}

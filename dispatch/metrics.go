@@ -1,0 +1,137 @@
+package dispatch
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the dispatcher's Prometheus series. Labels are namespace
+// only: never dispatch_key, workflow_id or shard (PITFALLS, client_golang).
+// Namespaces are tenants from the cluster config, so the label set is
+// bounded by the number of configured tenants.
+type metrics struct {
+	claimed   *prometheus.CounterVec // fairshard_rows_claimed_total{namespace}
+	delivered *prometheus.CounterVec // fairshard_rows_delivered_total{namespace}
+	retried   *prometheus.CounterVec // fairshard_rows_retried_total{namespace}
+	failed    *prometheus.CounterVec // fairshard_rows_failed_total{namespace}
+	rearmed   prometheus.Counter     // fairshard_rows_rearmed_total
+
+	claimedNow   *prometheus.GaugeVec   // fairshard_claimed_rows{namespace}
+	ceiling      *prometheus.GaugeVec   // fairshard_namespace_ceiling{namespace}
+	headroom     *prometheus.GaugeVec   // fairshard_namespace_headroom{namespace}
+	atCeiling    *prometheus.CounterVec // fairshard_sweeps_at_ceiling_total{namespace}
+	deliveryDur  *prometheus.HistogramVec
+	enqueueToDel *prometheus.HistogramVec
+
+	sweepDur       prometheus.Histogram
+	sweepErrors    prometheus.Counter
+	settleErrors   prometheus.Counter
+	inFlight       prometheus.Gauge
+	routesNoTarget prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	ns := []string{"namespace"}
+	m := &metrics{
+		claimed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fairshard_rows_claimed_total",
+			Help: "Rows this node claimed for delivery, by namespace.",
+		}, ns),
+		delivered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fairshard_rows_delivered_total",
+			Help: "Rows delivered (target answered 2xx) and settled done, by namespace.",
+		}, ns),
+		retried: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fairshard_rows_retried_total",
+			Help: "Delivery attempts that failed retryably and were put back to pending with backoff, by namespace.",
+		}, ns),
+		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fairshard_rows_failed_total",
+			Help: "Rows failed for good (dead letters: permanent error or attempts exhausted), by namespace.",
+		}, ns),
+		rearmed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fairshard_rows_rearmed_total",
+			Help: "Stale claims re-armed to pending (visibility timeout passed, or left over from before a restart).",
+		}),
+		claimedNow: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fairshard_claimed_rows",
+			Help: "Rows of the namespace claimed on this node, as of the last sweep (CLAIMED only, never pending).",
+		}, ns),
+		ceiling: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fairshard_namespace_ceiling",
+			Help: "This node's per-node ceiling of the namespace: ceil(quota × owned/total) rows.",
+		}, ns),
+		headroom: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fairshard_namespace_headroom",
+			Help: "Per-node ceiling minus claimed rows of the namespace after the last sweep (rows, ≥ 0).",
+		}, ns),
+		atCeiling: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fairshard_sweeps_at_ceiling_total",
+			Help: "Sweeps that ended with the namespace at its per-node ceiling (no headroom left).",
+		}, ns),
+		// 1 ms to 30 s: the largest bucket is above the default 10 s
+		// delivery timeout, so timed-out attempts land in a real bucket.
+		deliveryDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "fairshard_delivery_duration_seconds",
+			Help:    "Duration of one HTTP delivery attempt (seconds), whatever its outcome.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, ns),
+		// 5 ms to 6 h: a row that exhausts the default retry policy spends
+		// about half an hour in backoff; 6 h covers long target outages.
+		enqueueToDel: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "fairshard_enqueue_to_delivery_seconds",
+			Help:    "Time from a row's created_at to its settle as done (seconds), retries included.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 21600},
+		}, ns),
+		// 100 µs to 5 s: a healthy sweep is a few ms; seconds mean the
+		// store is struggling.
+		sweepDur: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "fairshard_sweep_duration_seconds",
+			Help:    "Duration of one claim sweep (seconds), store reads and claims included.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5},
+		}),
+		sweepErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fairshard_sweep_errors_total",
+			Help: "Sweeps and re-arm passes that failed on a store error (retried on the next tick).",
+		}),
+		settleErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fairshard_settle_errors_total",
+			Help: "Settle calls (complete, retry, fail) the store rejected; the row stays claimed until re-armed. Hopefully 0.",
+		}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fairshard_deliveries_in_flight",
+			Help: "Rows this process is delivering right now.",
+		}),
+		routesNoTarget: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fairshard_routes_without_target",
+			Help: "Routes with visible pending rows but no delivery target configured, as of the last sweep; their rows wait.",
+		}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	var (
+		errs []error
+		done []prometheus.Collector
+	)
+	for _, c := range []prometheus.Collector{
+		m.claimed, m.delivered, m.retried, m.failed, m.rearmed,
+		m.claimedNow, m.ceiling, m.headroom, m.atCeiling, m.deliveryDur, m.enqueueToDel,
+		m.sweepDur, m.sweepErrors, m.settleErrors, m.inFlight, m.routesNoTarget,
+	} {
+		if err := reg.Register(c); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		done = append(done, c)
+	}
+	if err := errors.Join(errs...); err != nil {
+		for _, c := range done { // leave the registry as it was
+			reg.Unregister(c)
+		}
+		return nil, fmt.Errorf("dispatch: register metrics: %w", err)
+	}
+	return m, nil
+}

@@ -1,0 +1,224 @@
+package dispatch
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fairshard/fairshard/outbox"
+)
+
+func TestConfigDefaults(t *testing.T) {
+	c := DefaultConfig()
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"PollInterval", c.PollInterval, 20 * time.Millisecond},
+		{"WakeDebounce", c.WakeDebounce, 2 * time.Millisecond},
+		{"BatchSize", c.BatchSize, 256},
+		{"MaxInFlight", c.MaxInFlight, 4096},
+		{"DeliveryTimeout", c.DeliveryTimeout, 10 * time.Second},
+		{"VisibilityTimeout", c.VisibilityTimeout, 40 * time.Second},
+		{"RearmInterval", c.RearmInterval, time.Second},
+		{"SettleTimeout", c.SettleTimeout, 5 * time.Second},
+		{"MaxConnsPerHost", c.MaxConnsPerHost, 64},
+		{"LastErrorMax", c.LastErrorMax, 512},
+		{"Retry", c.Retry, RetryPolicy{Base: 500 * time.Millisecond, Factor: 2, Cap: 5 * time.Minute, MaxAttempts: 10, Jitter: 0.2}},
+	}
+	for _, ch := range checks {
+		if ch.got != ch.want {
+			t.Errorf("default %s = %v, want %v", ch.name, ch.got, ch.want)
+		}
+	}
+	// The visibility timeout follows a custom delivery timeout.
+	c2 := Config{DeliveryTimeout: 3 * time.Second}
+	c2.fillDefaults()
+	if c2.VisibilityTimeout != 33*time.Second {
+		t.Errorf("VisibilityTimeout with DeliveryTimeout 3s = %v, want 33s", c2.VisibilityTimeout)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	tg := static("http://127.0.0.1:1")
+	base := func() Config {
+		c := testConfig(tg)
+		c.Store, c.Planner = newStore(t), testPlanner()
+		return c
+	}
+	cases := []struct {
+		name   string
+		mutate func(*Config)
+		field  string // must appear in the error
+	}{
+		{"store required", func(c *Config) { c.Store = nil }, "Config.Store"},
+		{"planner required", func(c *Config) { c.Planner = nil }, "Config.Planner"},
+		{"targets required", func(c *Config) { c.Targets = nil }, "Config.Targets"},
+		{"visibility not above delivery timeout", func(c *Config) { c.DeliveryTimeout, c.VisibilityTimeout = 5*time.Second, 5*time.Second }, "Config.VisibilityTimeout"},
+		{"negative poll interval", func(c *Config) { c.PollInterval = -time.Millisecond }, "Config.PollInterval"},
+		{"debounce not below poll", func(c *Config) { c.PollInterval, c.WakeDebounce = 10*time.Millisecond, 10*time.Millisecond }, "Config.WakeDebounce"},
+		{"negative batch", func(c *Config) { c.BatchSize = -1 }, "Config.BatchSize"},
+		{"negative max in flight", func(c *Config) { c.MaxInFlight = -1 }, "Config.MaxInFlight"},
+		{"negative conns", func(c *Config) { c.MaxConnsPerHost = -3 }, "Config.MaxConnsPerHost"},
+		{"tiny last error", func(c *Config) { c.LastErrorMax = 8 }, "Config.LastErrorMax"},
+		{"retry factor below 1", func(c *Config) { c.Retry.Factor = 0.5 }, "Config.Retry.Factor"},
+		{"retry cap below base", func(c *Config) { c.Retry.Base, c.Retry.Cap = time.Second, time.Millisecond }, "Config.Retry.Cap"},
+		{"jitter above 1", func(c *Config) { c.Retry.Jitter = 1.5 }, "Config.Retry.Jitter"},
+		{"negative base", func(c *Config) { c.Retry.Base = -time.Second }, "Config.Retry.Base"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := base()
+			tc.mutate(&c)
+			d, err := New(c)
+			if err == nil {
+				t.Fatalf("New accepted a bad config: %+v", d.cfg)
+			}
+			if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.field) {
+				t.Fatalf("error %q: want ErrInvalidConfig naming %s", err, tc.field)
+			}
+		})
+	}
+	t.Run("valid config registers metrics once", func(t *testing.T) {
+		c := base()
+		reg := prometheus.NewPedanticRegistry()
+		c.Registerer = reg
+		if _, err := New(c); err != nil {
+			t.Fatalf("New: %v", err)
+		}
+		if _, err := New(c); err == nil || !strings.Contains(err.Error(), "register metrics") {
+			t.Fatalf("second New on the same registry: %v, want a registration error", err)
+		}
+		if _, err := reg.Gather(); err != nil {
+			t.Fatalf("Gather after a failed New: %v", err)
+		}
+	})
+}
+
+func TestRegisterFlags(t *testing.T) {
+	var c Config
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c.RegisterFlags(fs)
+	if err := fs.Parse([]string{"-dispatch.batch-size=64", "-dispatch.max-attempts=3", "-dispatch.retry-base=1s"}); err != nil {
+		t.Fatal(err)
+	}
+	if c.BatchSize != 64 || c.Retry.MaxAttempts != 3 || c.Retry.Base != time.Second || c.PollInterval != DefaultPollInterval {
+		t.Fatalf("flags gave %+v", c)
+	}
+	if err := fs.Parse([]string{"-dispatch.max-attempts=lots"}); err == nil {
+		t.Fatal("a non-numeric max-attempts was accepted")
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	p := DefaultRetryPolicy()
+	cases := []struct {
+		name    string
+		attempt uint32
+		u       float64
+		want    time.Duration
+	}{
+		{"first retry, no jitter draw at middle", 1, 0.5, 500 * time.Millisecond},
+		{"second doubles", 2, 0.5, time.Second},
+		{"fifth", 5, 0.5, 8 * time.Second},
+		{"jitter low end is -20%", 1, 0, 400 * time.Millisecond},
+		{"jitter high end is +20%", 1, 1, 600 * time.Millisecond},
+		{"capped at 5 min", 12, 0.5, 5 * time.Minute},
+		{"cap holds after jitter", 30, 1, 5 * time.Minute},
+		{"huge attempt does not overflow", 4_000_000_000, 0.5, 5 * time.Minute},
+		{"attempt 0 treated as 1", 0, 0.5, 500 * time.Millisecond},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := p.backoff(tc.attempt, tc.u); got != tc.want {
+				t.Fatalf("backoff(%d, %v) = %v, want %v", tc.attempt, tc.u, got, tc.want)
+			}
+		})
+	}
+	noJitter := p
+	noJitter.Jitter = -1
+	if got := noJitter.backoff(1, 0); got != 500*time.Millisecond {
+		t.Fatalf("negative jitter: backoff = %v, want exactly 500ms", got)
+	}
+	for range 1000 {
+		if d := p.randBackoff(3); d < 1600*time.Millisecond || d > 2400*time.Millisecond {
+			t.Fatalf("randBackoff(3) = %v, outside 2s ±20%%", d)
+		}
+	}
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	now := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	cases := []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"", 0, false},
+		{"3", 3 * time.Second, true},
+		{" 120 ", 2 * time.Minute, true},
+		{"0", 0, true},
+		{now.Add(7 * time.Second).Format(http.TimeFormat), 7 * time.Second, true},
+		{now.Add(-time.Hour).Format(http.TimeFormat), 0, true},
+		{"-5", 0, false},
+		{"soon", 0, false},
+		{"1.5", 0, false},
+	}
+	for _, tc := range cases {
+		got, ok := parseRetryAfter(tc.in, now)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("parseRetryAfter(%q) = %v, %v; want %v, %v", tc.in, got, ok, tc.want, tc.ok)
+		}
+	}
+	if got, ok := parseRetryAfter("99999999999999999999", now); !ok || got <= 0 {
+		t.Errorf("an enormous delta-seconds gave %v, %v; want a huge positive duration", got, ok)
+	}
+}
+
+func TestClassifyStatus(t *testing.T) {
+	want := map[int]outcomeKind{
+		200: outcomeDone, 201: outcomeDone, 204: outcomeDone, 299: outcomeDone,
+		408: outcomeRetry, 425: outcomeRetry, 429: outcomeRetry, 500: outcomeRetry, 502: outcomeRetry, 503: outcomeRetry, 599: outcomeRetry,
+		100: outcomeFail, 301: outcomeFail, 302: outcomeFail, 304: outcomeFail, 400: outcomeFail, 401: outcomeFail, 403: outcomeFail,
+		404: outcomeFail, 409: outcomeFail, 410: outcomeFail, 422: outcomeFail,
+	}
+	for code, k := range want {
+		if got := classifyStatus(code); got != k {
+			t.Errorf("classifyStatus(%d) = %d, want %d", code, got, k)
+		}
+	}
+}
+
+func TestExpandURL(t *testing.T) {
+	r := outbox.ClaimScope{Namespace: "acme corp", TaskQueue: "q/1?x"}
+	cases := map[string]string{
+		"http://t/deliver":                         "http://t/deliver",
+		"http://t/{namespace}/{task_queue}":        "http://t/acme%20corp/q%2F1%3Fx",
+		"http://t/x?ns={namespace}":                "http://t/x?ns=acme%20corp",
+		"http://t/{namespace}/{namespace}/{other}": "http://t/acme%20corp/acme%20corp/{other}",
+	}
+	for in, want := range cases {
+		if got := expandURL(in, r); got != want {
+			t.Errorf("expandURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestTruncateAndExcerpt(t *testing.T) {
+	if got := truncateUTF8("héllo", 2); got != "h" {
+		t.Errorf("truncate in the middle of é = %q, want %q", got, "h")
+	}
+	if got := truncateUTF8("abc", 10); got != "abc" {
+		t.Errorf("short string changed: %q", got)
+	}
+	if got := cleanExcerpt([]byte("  bad\r\nthing\x00\xff ")); got != "bad  thing \uFFFD" {
+		t.Errorf("cleanExcerpt = %q", got)
+	}
+}
