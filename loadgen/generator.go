@@ -60,6 +60,12 @@ type Config struct {
 	// OnAppended, if set, is called with each acknowledged row's key,
 	// namespace and status ("created", "duplicate", "accepted").
 	OnAppended func(key, namespace, status string)
+	// OnFailed, if set, is called for each failed request with the node it
+	// went to, the keys of its batch and the error. A failed request may
+	// still have stored its rows (e.g. the node died before answering), so
+	// a key that failed and was then retried elsewhere may exist twice
+	// across a crash: at-least-once.
+	OnFailed func(node string, keys []string, err error)
 }
 
 // Report is a finished run's outcome.
@@ -256,6 +262,13 @@ func (g *Generator) send(ctx context.Context, rng *rand.Rand, nodeIdx int, first
 		g.errs.Add(1)
 		msg := err.Error()
 		g.lastErr.Store(&msg)
+		if g.cfg.OnFailed != nil {
+			keys := make([]string, len(rows))
+			for i := range rows {
+				keys[i] = rows[i].DispatchKey
+			}
+			g.cfg.OnFailed(node, keys, err)
+		}
 		if attempt == 0 {
 			time.Sleep(100 * time.Millisecond) // brief pause before the one retry
 		}

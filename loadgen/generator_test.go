@@ -51,6 +51,7 @@ func TestGeneratorRetriesFailedBatchOnNextNode(t *testing.T) {
 
 	var mu sync.Mutex
 	keys := map[string]string{}
+	failed := map[string]int{}
 	g, err := NewGenerator(Config{
 		Nodes:       []string{bad.URL, good.URL},
 		Rows:        1000,
@@ -60,6 +61,16 @@ func TestGeneratorRetriesFailedBatchOnNextNode(t *testing.T) {
 		OnAppended: func(key, _, status string) {
 			mu.Lock()
 			keys[key] = status
+			mu.Unlock()
+		},
+		OnFailed: func(node string, batch []string, err error) {
+			if node != bad.URL || err == nil || len(batch) != 50 {
+				t.Errorf("OnFailed(%s, %d keys, %v); want the refusing node, a batch of 50 and its error", node, len(batch), err)
+			}
+			mu.Lock()
+			for _, k := range batch {
+				failed[k]++
+			}
 			mu.Unlock()
 		},
 	})
@@ -78,8 +89,13 @@ func TestGeneratorRetriesFailedBatchOnNextNode(t *testing.T) {
 	if rep.GaveUp != 0 || g.GaveUp() != 0 {
 		t.Fatalf("gave up %d rows; want 0 (the retry goes to the healthy node)", rep.GaveUp)
 	}
-	if rep.Errors == 0 {
-		t.Fatal("no request errors counted, yet half the batches went to a refusing node")
+	if rep.Errors == 0 || int(rep.Errors)*50 != len(failed) {
+		t.Fatalf("%d request errors counted, OnFailed saw %d keys; want errors > 0 and 50 keys each", rep.Errors, len(failed))
+	}
+	for k := range failed {
+		if _, ok := keys[k]; !ok {
+			t.Fatalf("key %s failed once and was never acknowledged by the retry", k)
+		}
 	}
 }
 

@@ -812,15 +812,36 @@ func logNodeTimings(t *testing.T, c *testCluster, p *proc) {
 
 // ---- load ----
 
-// ledger records every row the cluster acknowledged (key → namespace).
+// ledger records every row the cluster acknowledged (key → namespace),
+// and the keys of append requests that failed (and were retried).
 type ledger struct {
 	mu   sync.Mutex
 	keys map[string]string
 	// byStatus counts acknowledgements by append status.
 	byStatus map[string]int
+	// failed holds keys whose append request failed at least once.
+	failed map[string]bool
 }
 
-func newLedger() *ledger { return &ledger{keys: map[string]string{}, byStatus: map[string]int{}} }
+func newLedger() *ledger {
+	return &ledger{keys: map[string]string{}, byStatus: map[string]int{}, failed: map[string]bool{}}
+}
+
+// onFailed is a loadgen.Config.OnFailed callback.
+func (l *ledger) onFailed(_ string, keys []string, _ error) {
+	l.mu.Lock()
+	for _, k := range keys {
+		l.failed[k] = true
+	}
+	l.mu.Unlock()
+}
+
+// wasRetried reports whether key's append request failed at least once.
+func (l *ledger) wasRetried(key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.failed[key]
+}
 
 // onAppended is a loadgen.Config.OnAppended callback.
 func (l *ledger) onAppended(key, ns, status string) {
@@ -855,7 +876,7 @@ func (c *testCluster) generator(l *ledger, cfg loadgen.Config) *loadgen.Generato
 	}
 	cfg.Client = c.client
 	if l != nil {
-		cfg.OnAppended = l.onAppended
+		cfg.OnAppended, cfg.OnFailed = l.onAppended, l.onFailed
 	}
 	g, err := loadgen.NewGenerator(cfg)
 	if err != nil {
