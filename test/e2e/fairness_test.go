@@ -79,7 +79,7 @@ func TestFairness(t *testing.T) {
 	smallTook := c.waitDelivered(small, recv, time.Minute)
 	// The small namespace is measured; let the big backlog drain at full
 	// speed.
-	c.setNamespace("big", map[string]any{"max_in_flight": 1024})
+	c.setNamespace("big", map[string]any{"max_in_flight": 128})
 	bigTook := c.waitDelivered(big, recv, 2*time.Minute)
 	loadedLat := recv.Latency("small").Summary()
 	bigLat := recv.Latency("big").Summary()

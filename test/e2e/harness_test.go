@@ -135,6 +135,14 @@ func (p *proc) running() bool {
 	}
 }
 
+// exitStatus returns the last process's exit code (-1: killed by a
+// signal or still running).
+func (p *proc) exitStatus() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.exitCode
+}
+
 // launch starts the process, joining the gossip addresses in join.
 func (p *proc) launch(join []string) error {
 	p.mu.Lock()
@@ -241,9 +249,7 @@ func (p *proc) stop(t *testing.T, timeout time.Duration) int {
 			t.Fatalf("stop %s: still running %v after SIGTERM; killed", p.name, timeout)
 		}
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.exitCode
+	return p.exitStatus()
 }
 
 // ---- cluster ----
@@ -371,18 +377,18 @@ func asOutsider() nodeOpt { return func(p *proc) { p.outsider = true } }
 
 // startNode starts a node named name on its own 127.0.0.N with free API and
 // gossip ports and its own data dir, joining every running member, and
-// waits until it answers /readyz.
+// waits until it answers /readyz. A port taken by another process between
+// the harness's check and the node's bind gets the node new ports (up to
+// three tries).
 func (c *testCluster) startNode(name string, opts ...nodeOpt) *proc {
 	c.t.Helper()
 	ip := allocIP(c.t)
 	p := &proc{
-		c:          c,
-		name:       name,
-		ip:         ip,
-		httpAddr:   net.JoinHostPort(ip, strconv.Itoa(freeTCPPort(c.t, ip, false))),
-		gossipAddr: net.JoinHostPort(ip, strconv.Itoa(freeTCPPort(c.t, ip, true))),
-		dataDir:    filepath.Join(c.dir, name, "data"),
-		logPath:    filepath.Join(c.dir, name+".log"),
+		c:       c,
+		name:    name,
+		ip:      ip,
+		dataDir: filepath.Join(c.dir, name, "data"),
+		logPath: filepath.Join(c.dir, name+".log"),
 	}
 	for _, o := range opts {
 		o(p)
@@ -390,8 +396,18 @@ func (c *testCluster) startNode(name string, opts ...nodeOpt) *proc {
 	c.mu.Lock()
 	c.procs = append(c.procs, p)
 	c.mu.Unlock()
-	c.launch(p)
-	return p
+	for try := 1; ; try++ {
+		p.httpAddr = net.JoinHostPort(ip, strconv.Itoa(freeTCPPort(c.t, ip, false)))
+		p.gossipAddr = net.JoinHostPort(ip, strconv.Itoa(freeTCPPort(c.t, ip, true)))
+		err := c.launch(p)
+		if err == nil {
+			return p
+		}
+		if try == 3 || !strings.Contains(tailFile(p.logPath, 20), "address already in use") {
+			c.t.Fatal(err)
+		}
+		c.t.Logf("e2e: %s lost a port race; retrying with new ports", name)
+	}
 }
 
 // restart starts a stopped or killed node again with the same name,
@@ -401,11 +417,13 @@ func (c *testCluster) restart(p *proc) {
 	if p.running() {
 		c.t.Fatalf("restart %s: still running", p.name)
 	}
-	c.launch(p)
+	if err := c.launch(p); err != nil {
+		c.t.Fatal(err)
+	}
 }
 
-func (c *testCluster) launch(p *proc) {
-	c.t.Helper()
+// launch starts p joining every running member and waits for /readyz.
+func (c *testCluster) launch(p *proc) error {
 	var join []string
 	for _, q := range c.members() {
 		if q != p {
@@ -413,25 +431,28 @@ func (c *testCluster) launch(p *proc) {
 		}
 	}
 	if err := p.launch(join); err != nil {
-		c.t.Fatalf("e2e: %v", err)
+		return fmt.Errorf("e2e: %w", err)
 	}
-	c.waitReady(p, 20*time.Second)
+	return c.waitReady(p, 20*time.Second)
 }
 
-// waitReady polls /readyz until it answers 200; it fails at once if the
-// process exits.
-func (c *testCluster) waitReady(p *proc, timeout time.Duration) {
-	c.t.Helper()
-	eventually(c.t, timeout, p.name+" /readyz", func() (bool, string) {
+// waitReady polls /readyz until it answers 200. It returns an error at
+// once if the process exits, or after timeout.
+func (c *testCluster) waitReady(p *proc, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
 		if !p.running() {
-			c.t.Fatalf("%s exited (code %d) before it was ready; log:\n%s", p.name, p.exitCode, tailFile(p.logPath, 40))
+			return fmt.Errorf("%s exited (code %d) before it was ready; log:\n%s", p.name, p.exitStatus(), tailFile(p.logPath, 40))
 		}
 		code, body, err := c.do(http.MethodGet, p.baseURL()+"/readyz", nil, nil)
-		if err != nil {
-			return false, err.Error()
+		if err == nil && code == http.StatusOK {
+			return nil
 		}
-		return code == http.StatusOK, fmt.Sprintf("HTTP %d %s", code, body)
-	})
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready after %v: HTTP %d %s %v; log:\n%s", p.name, timeout, code, body, err, tailFile(p.logPath, 40))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // members returns the running nodes expected to be members (outsiders
@@ -901,19 +922,19 @@ func runLoad(t *testing.T, g *loadgen.Generator) loadgen.Report {
 func startLoad(t *testing.T, g *loadgen.Generator) func() loadgen.Report {
 	t.Helper()
 	ch := make(chan loadgen.Report, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
 		rep, _ := g.Run(ctx)
 		ch <- rep
 	}()
 	var once sync.Once
 	var rep loadgen.Report
 	wait := func() loadgen.Report {
-		once.Do(func() { rep = <-ch })
+		once.Do(func() { rep = <-ch; cancel() })
 		return rep
 	}
-	t.Cleanup(func() { wait() })
+	// A test that ends early stops the load before its nodes are killed.
+	t.Cleanup(func() { cancel(); wait() })
 	return wait
 }
 
@@ -925,14 +946,27 @@ func (c *testCluster) waitDelivered(l *ledger, recv *loadgen.Receiver, timeout t
 	start := time.Now()
 	want := l.snapshot()
 	deadline := time.Now().Add(timeout)
+	// Cheap polls first, then one full scan, then only the keys still
+	// missing (the receiver's lock is shared with the deliveries being
+	// measured).
+	for recv.Distinct() < len(want) && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	got := recv.Keys()
+	var missing []string
+	for k := range want {
+		if got[k] == 0 {
+			missing = append(missing, k)
+		}
+	}
 	for {
-		got := recv.Keys()
-		var missing []string
-		for k := range want {
-			if got[k] == 0 {
-				missing = append(missing, k)
+		still := missing[:0]
+		for _, k := range missing {
+			if recv.Count(k) == 0 {
+				still = append(still, k)
 			}
 		}
+		missing = still
 		if len(missing) == 0 {
 			return time.Since(start)
 		}
