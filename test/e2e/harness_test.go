@@ -327,6 +327,16 @@ func (c *testCluster) cleanup() {
 	for _, p := range procs {
 		p.kill()
 	}
+	// A node falsely suspected or declared dead (CPU starvation on a busy
+	// machine) changes ownership mid-scenario: say so, it explains odd
+	// figures.
+	for _, p := range procs {
+		if b, err := os.ReadFile(p.logPath); err == nil {
+			if n := strings.Count(string(b), "Suspect "); n > 0 {
+				c.t.Logf("note: %s's log has %d memberlist suspicion lines", p.name, n)
+			}
+		}
+	}
 	if c.t.Failed() {
 		for _, p := range procs {
 			c.t.Logf("---- tail of %s's log (%s) ----\n%s", p.name, p.logPath, tailFile(p.logPath, 60))
@@ -647,6 +657,21 @@ func (c *testCluster) waitMembers(n int, timeout time.Duration) time.Duration {
 		return true, ""
 	})
 	return time.Since(start)
+}
+
+// ownershipVersions returns each running member's ownership_version (a
+// per-node counter: it moves when that node's view of the members does).
+func (c *testCluster) ownershipVersions() map[string]uint64 {
+	c.t.Helper()
+	out := map[string]uint64{}
+	for _, p := range c.members() {
+		v, err := c.clusterView(p)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		out[p.name] = v.OwnershipVersion
+	}
+	return out
 }
 
 // fractions returns each member's owned shard fraction as node p sees it.
