@@ -179,8 +179,9 @@ type Config struct {
 	// keeps them unregistered.
 	Registerer prometheus.Registerer
 	// Transport sends the deliveries. nil builds one shared *http.Transport
-	// bounded by MaxConnsPerHost, reused across rows and closed (idle
-	// connections) when Run returns. An injected Transport is used as is
+	// bounded by MaxConnsPerHost, reused across rows, honouring the
+	// HTTP_PROXY/HTTPS_PROXY/NO_PROXY environment, its idle connections
+	// closed when Run returns. An injected Transport is used as is
 	// and never closed by the dispatcher.
 	Transport http.RoundTripper
 

@@ -59,7 +59,7 @@ type result struct {
 func (d *Dispatcher) deliverAndSettle(row outbox.Row) {
 	target, ok := d.cfg.Targets.Target(row.Route())
 	var res result
-	if !ok {
+	if !ok || !usableURL(target.URL) {
 		res = result{kind: outcomeWait}
 	} else {
 		res = d.deliver(row, target)
@@ -80,9 +80,10 @@ func (d *Dispatcher) deliver(row outbox.Row, t Target) result {
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, expandURL(t.URL, row.Route()), bytes.NewReader(row.Payload))
 	if err != nil {
-		// A bad target URL is a configuration error the operator can fix:
-		// retry rather than dead-letter every row of the route.
-		return result{kind: outcomeRetry, lastError: fmt.Sprintf("target URL of route %s: %v", row.Route(), err)}
+		// The expanded target URL does not parse: a configuration error the
+		// operator can fix, so the row waits rather than use up attempts.
+		d.log.Warn("dispatch: target URL unusable; row back to pending", "namespace", row.Namespace, "task_queue", row.TaskQueue, "error", err)
+		return result{kind: outcomeWait}
 	}
 	ct := row.ContentType
 	if ct == "" {
@@ -158,8 +159,9 @@ func (d *Dispatcher) settle(row outbox.Row, res result) {
 			d.m.enqueueToDel.WithLabelValues(ns).Observe(max(now.Sub(row.CreatedAt), 0).Seconds())
 		}
 	case outcomeWait:
-		// The route lost its target after the claim: back to pending, same
-		// attempt, last_error kept; the sweep filter now skips the route.
+		// The route lost its (usable) target after the claim: back to
+		// pending, same attempt, last_error kept; the sweep filter now skips
+		// the route.
 		err = d.store.Retry(ctx, outbox.RetryParams{DispatchKey: row.DispatchKey, NextAttempt: attempt, VisibleAfter: now, LastError: row.LastError})
 		d.log.Info("dispatch: route lost its delivery target; row back to pending",
 			"dispatch_key", row.DispatchKey, "namespace", ns, "task_queue", row.TaskQueue)

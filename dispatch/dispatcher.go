@@ -54,7 +54,8 @@ type Dispatcher struct {
 	mu            sync.Mutex
 	claimsStopped bool               // Drain or Run's end: SweepOnce claims nothing more
 	runStarted    bool               // Run was called
-	stopClaims    context.CancelFunc // ends Run's loops; set by Run
+	loopsStarted  bool               // Run started its loops (it was not drained first)
+	stopClaims    context.CancelFunc // ends Run's loops; set with loopsStarted
 	loopsDone     chan struct{}      // closed when Run's loops exited and no sweep is launching
 	inflight      map[string]int     // dispatch_key → deliveries running (normally 1)
 	inflightNS    map[string]int     // namespace → deliveries running
@@ -143,7 +144,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		return nil
 	}
 	claimCtx, stopClaims := context.WithCancel(ctx)
-	d.runStarted, d.stopClaims = true, stopClaims
+	d.runStarted, d.loopsStarted, d.stopClaims = true, true, stopClaims
 	d.mu.Unlock()
 	stopHard := context.AfterFunc(ctx, d.cancelDeliveries)
 	defer stopHard()
@@ -188,7 +189,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 func (d *Dispatcher) Drain(ctx context.Context) error {
 	d.mu.Lock()
 	d.claimsStopped = true
-	running, stop := d.runStarted, d.stopClaims
+	running, stop := d.loopsStarted, d.stopClaims
 	d.mu.Unlock()
 	if running {
 		stop()
@@ -229,7 +230,8 @@ func (d *Dispatcher) Wake() {
 }
 
 // Eligible reports whether a route may be claimed now: its namespace is not
-// paused and it has a delivery target. The dispatcher applies it to every
+// paused and it has a usable delivery target (an absolute http or https
+// URL). The dispatcher applies it to every
 // sweep itself (it filters the store's pending-route listing), so the
 // node's PlannerConfig.Eligible may stay nil; the node may also use it to
 // say why a namespace's rows wait.
@@ -237,13 +239,23 @@ func (d *Dispatcher) Eligible(route outbox.ClaimScope) bool {
 	if d.cfg.Paused != nil && d.cfg.Paused(route.Namespace) {
 		return false
 	}
-	_, ok := d.cfg.Targets.Target(route)
-	return ok
+	return d.hasTarget(route)
+}
+
+// hasTarget reports whether the route has a usable target: configured, with
+// an absolute http or https URL. A route whose target URL is malformed
+// waits like one without target (a configuration error must not burn
+// the rows' attempts).
+func (d *Dispatcher) hasTarget(route outbox.ClaimScope) bool {
+	t, ok := d.cfg.Targets.Target(route)
+	return ok && usableURL(t.URL)
 }
 
 // RoutesWithoutTarget returns the routes that had visible pending rows but
-// no delivery target at the last sweep, sorted by (namespace, task_queue).
-// Their rows wait pending. The slice is the caller's.
+// no usable delivery target (none configured, or a URL that is not an
+// absolute http(s) URL) at the last sweep, sorted by (namespace,
+// task_queue). Their rows wait pending. Paused namespaces are not listed.
+// The slice is the caller's.
 func (d *Dispatcher) RoutesWithoutTarget() []outbox.ClaimScope {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -335,7 +347,7 @@ func (f *filteredStore) PendingRoutes(ctx context.Context, now time.Time) ([]out
 		if f.d.cfg.Paused != nil && f.d.cfg.Paused(r.Namespace) {
 			continue
 		}
-		if _, ok := f.d.cfg.Targets.Target(r); !ok {
+		if !f.d.hasTarget(r) {
 			f.waiting = append(f.waiting, r)
 			continue
 		}
@@ -398,8 +410,8 @@ func (d *Dispatcher) launch(rows []outbox.Row) {
 		d.inflightNS[rows[i].Namespace]++
 	}
 	d.nInflight += len(rows)
-	d.mu.Unlock()
 	d.m.inFlight.Add(float64(len(rows)))
+	d.mu.Unlock()
 	d.deliveries.Add(len(rows))
 	for _, row := range rows {
 		go func() {
@@ -421,12 +433,12 @@ func (d *Dispatcher) finish(row *outbox.Row) {
 		delete(d.inflightNS, row.Namespace)
 	}
 	d.nInflight--
+	d.m.inFlight.Dec() // before idle is signalled, so waiters see 0
 	if d.nInflight == 0 && d.idle != nil {
 		close(d.idle)
 		d.idle = nil
 	}
 	d.mu.Unlock()
-	d.m.inFlight.Dec()
 	if d.limited.Load() {
 		d.Wake()
 	}

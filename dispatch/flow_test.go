@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
@@ -20,13 +21,21 @@ import (
 // holds each request 200 ms never has more than 3 concurrent requests at
 // the target (measured there), and its backlog of 30 rows drains.
 func TestQuotaCapsConcurrencyAtTarget(t *testing.T) {
+	for _, st := range storeKinds {
+		t.Run(st.name, func(t *testing.T) { testQuotaCaps(t, st) })
+	}
+}
+
+func testQuotaCaps(t *testing.T, st storeKind) {
 	tg := newTarget(t, func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-time.After(200 * time.Millisecond):
 		case <-r.Context().Done():
 		}
 	})
-	d, b := setup(t, testConfig(static(tg.URL())))
+	cfg := testConfig(static(tg.URL()))
+	cfg.Store, _ = st.open(t)
+	d, b := setup(t, cfg)
 	b.quotas.Store("slow", uint32(3))
 	now := time.Now()
 	var rows []outbox.Row
@@ -61,13 +70,20 @@ func TestQuotaCapsConcurrencyAtTarget(t *testing.T) {
 
 // TestBurstyNamespaceDoesNotDelayQuiet: while a bursty namespace's 10,000
 // rows over 8 task queues drain, each row of a quiet namespace is claimed
-// by the first sweep that starts after its append (the seed's "quiet
-// tenant gets a slot every sweep"), and so reaches its target within a
-// couple of sweeps. The assertion counts sweeps; the wall-clock figure is
-// reported and only loosely bounded, because a sweep's duration is the
-// store's: memstore scans every row, about 25 ms per sweep with 10,000
-// rows, 85 ms under -race on the shared 2-core machine.
+// at the latest by the first sweep that starts after its append returned
+// (the seed's "quiet tenant gets a slot every sweep"), and so reaches its
+// target within a couple of sweeps. The assertion counts sweeps; the wall-clock figure is
+// reported and bounded by 20 poll intervals plus a delivery (widened under
+// -race), because a sweep's duration is the store's: memstore scans every
+// row, about 25 ms per sweep with 10,000 rows, 85-150 ms under -race on the
+// shared 2-core machine.
 func TestBurstyNamespaceDoesNotDelayQuiet(t *testing.T) {
+	for _, st := range storeKinds {
+		t.Run(st.name, func(t *testing.T) { testBurstyQuiet(t, st) })
+	}
+}
+
+func testBurstyQuiet(t *testing.T, st storeKind) {
 	if testing.Short() {
 		t.Skip("10,000-row burst")
 	}
@@ -80,6 +96,7 @@ func TestBurstyNamespaceDoesNotDelayQuiet(t *testing.T) {
 		return Target{URL: bursty.URL()}, true
 	})
 	cfg := testConfig(targets)
+	cfg.Store, _ = st.open(t)
 	cp := &countingPlanner{Planner: testPlanner(), claimed: map[string]int64{}}
 	cfg.Planner = cp
 	d, b := setup(t, cfg)
@@ -98,36 +115,48 @@ func TestBurstyNamespaceDoesNotDelayQuiet(t *testing.T) {
 	eventually(t, 20*time.Second, func() bool { return bursty.total() >= 500 }, "bursty namespace flowing")
 
 	const quietRows = 8
-	var lat []time.Duration
-	var waited []int64
+	var lat, appendTook []time.Duration
+	var waited, untilReceipt []int64
 	for i := range quietRows {
 		key := fmt.Sprintf("quiet-%d", i)
-		startedBefore := cp.started.Load()
-		appended := time.Now()
-		mustAppend(t, b.store, mkRow(key, "quiet", "q", appended))
+		appendStart := time.Now()
+		mustAppend(t, b.store, mkRow(key, "quiet", "q", appendStart))
+		appended := time.Now() // the row is stored: from here on it is the dispatcher's
+		startedBy := cp.started.Load()
 		d.Wake()
-		eventually(t, 10*time.Second, func() bool { return quiet.count(key) == 1 }, "quiet row %s delivered", key)
+		eventually(t, 20*time.Second, func() bool { return quiet.count(key) == 1 }, "quiet row %s delivered", key)
+		untilReceipt = append(untilReceipt, cp.started.Load()-startedBy)
 		reqs := quiet.requests()
 		lat = append(lat, reqs[len(reqs)-1].at.Sub(appended))
+		appendTook = append(appendTook, appended.Sub(appendStart))
 		in, _ := cp.claimedIn(key)
-		waited = append(waited, in-startedBefore)
+		waited = append(waited, in-startedBy)
 	}
 	burstDone := bursty.total()
-	sweeps := cp.started.Load()
+	sweeps, longest := cp.started.Load(), cp.longestSweep()
 	stop()
 
 	slices.Sort(lat)
+	slices.Sort(appendTook)
 	p50, worst := lat[len(lat)/2], lat[len(lat)-1]
-	t.Logf("quiet rows with a %d-row burst draining: claimed %v sweeps after append; append→receipt p50 %v, max %v; "+
-		"bursty delivered %d meanwhile; %d sweeps in all", burst, waited, p50, worst, burstDone, sweeps)
-	for i, w := range waited {
-		// w = 1: claimed by the first sweep started after the append; 2:
-		// the sweep in progress at the append had listed routes already.
-		if w < 1 || w > 2 {
-			t.Errorf("quiet row %d was claimed %d sweeps after its append, want the next sweep (≤ 2)", i, w)
+	t.Logf("quiet rows behind a %d-row burst: claimed by sweep +%v and received before sweep +%v (counted from the last sweep "+
+		"started when the append returned); stored→receipt p50 %v, max %v; Append took up to %v; longest sweep %v; "+
+		"bursty delivered %d meanwhile; %d sweeps in all",
+		burst, waited, untilReceipt, p50, worst, appendTook[len(appendTook)-1], longest, burstDone, sweeps)
+	for i := range waited {
+		// ≤ 0: claimed by the sweep in progress when the append returned;
+		// 1: by the next one, the first to start after the row was stored.
+		if waited[i] > 1 {
+			t.Errorf("quiet row %d was claimed %d sweeps after the first sweep that could see it, want that sweep", i, waited[i])
+		}
+		if untilReceipt[i] > 4 {
+			t.Errorf("quiet row %d reached its target only after %d more sweeps had started, want a few (≤ 4)", i, untilReceipt[i])
 		}
 	}
-	if bound := 50 * cfg.PollInterval; worst > bound {
+	// Wall clock: 20 poll intervals plus the sweeps a row may wait
+	// through (the rest of the running one and the next: their duration is
+	// the store's, and the machine's load) plus a delivery.
+	if bound := 20*cfg.PollInterval + 3*longest + 100*time.Millisecond; worst > bound {
 		t.Errorf("quiet row took %v (> %v) to be delivered behind a bursty namespace", worst, bound)
 	}
 	if burstDone >= burst {
@@ -379,5 +408,62 @@ func TestMaxInFlightBoundsClaims(t *testing.T) {
 	sort.Strings(keys)
 	for _, k := range keys {
 		wantStatus(t, b.store, k, outbox.StatusDone)
+	}
+}
+
+// TestUnusableTargetURLWaits: a target URL that is not an absolute http(s)
+// URL is a configuration error: the route waits like one without target,
+// its rows keep their attempts.
+func TestUnusableTargetURLWaits(t *testing.T) {
+	tg := newTarget(t, nil)
+	urls := map[string]string{"relative": "/hooks", "ftp": "ftp://x/y", "empty": "", "good": tg.URL() + "/{task_queue}"}
+	d, b := setup(t, testConfig(TargetsFunc(func(r outbox.ClaimScope) (Target, bool) {
+		return Target{URL: urls[r.TaskQueue]}, true
+	})))
+	defer drain(t, d)
+	now := time.Now()
+	for q := range urls {
+		mustAppend(t, b.store, mkRow("k-"+q, "ns", q, now))
+	}
+	sweep(t, d)
+	wantStatus(t, b.store, "k-good", outbox.StatusDone)
+	for _, q := range []string{"relative", "ftp", "empty"} {
+		if r := wantStatus(t, b.store, "k-"+q, outbox.StatusPending); r.Attempt != 1 {
+			t.Fatalf("row of route with %s URL: attempt %d, want 1", q, r.Attempt)
+		}
+	}
+	if got := d.RoutesWithoutTarget(); len(got) != 3 {
+		t.Fatalf("RoutesWithoutTarget = %v, want the 3 routes with unusable URLs", got)
+	}
+}
+
+// batchStore is a store that offers backpressure.BatchClaimer (as
+// boltstore does) and counts its use.
+type batchStore struct {
+	outbox.Store
+	batches atomic.Int64
+}
+
+func (s *batchStore) ClaimBatch(ctx context.Context, run func(claim func(outbox.ClaimParams) ([]outbox.Row, error)) error) error {
+	s.batches.Add(1)
+	return run(func(p outbox.ClaimParams) ([]outbox.Row, error) { return s.Claim(ctx, p) })
+}
+
+// TestBatchClaimerPassedThrough: the dispatcher's route filter keeps a
+// store's one-transaction sweep visible to the planner.
+func TestBatchClaimerPassedThrough(t *testing.T) {
+	tg := newTarget(t, nil)
+	bs := &batchStore{Store: newStore(t)}
+	cfg := testConfig(static(tg.URL()))
+	cfg.Store = bs
+	d, b := setup(t, cfg)
+	defer drain(t, d)
+	now := time.Now()
+	mustAppend(t, b.store, mkRow("a", "ns", "q1", now), mkRow("b", "ns", "q2", now), mkRow("c", "other", "q", now))
+	if sw := sweep(t, d); len(sw.Rows) != 3 {
+		t.Fatalf("sweep claimed %d rows, want 3", len(sw.Rows))
+	}
+	if n := bs.batches.Load(); n != 1 {
+		t.Fatalf("ClaimBatch called %d times for one sweep, want 1", n)
 	}
 }

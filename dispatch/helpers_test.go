@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fairshard/fairshard/backpressure"
+	"github.com/fairshard/fairshard/boltstore"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/outbox/memstore"
 )
@@ -27,11 +29,47 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// newStore is the store factory every test uses; swap it (or add a second
-// factory and loop) to run the dispatcher tests against another Store.
+// storeKind is a Store implementation the tests and benchmarks can run on.
+type storeKind struct {
+	name string
+	// open returns a fresh store and a restart function that simulates a
+	// node restart: it closes the store and opens it again from its data
+	// (memstore has no disk: restart returns the same instance).
+	open func(tb testing.TB) (store outbox.Store, restart func() outbox.Store)
+}
+
+// storeKinds are the stores end-to-end tests and the benchmark loop over.
+var storeKinds = []storeKind{
+	{"memstore", func(tb testing.TB) (outbox.Store, func() outbox.Store) {
+		s := memstore.New(64)
+		tb.Cleanup(func() { _ = s.Close() })
+		return s, func() outbox.Store { return s }
+	}},
+	{"boltstore", func(tb testing.TB) (outbox.Store, func() outbox.Store) {
+		path := filepath.Join(tb.TempDir(), "outbox.db")
+		open := func() outbox.Store {
+			s, err := boltstore.Open(path, boltstore.Options{ShardCount: 64})
+			if err != nil {
+				tb.Fatalf("boltstore.Open(%s): %v", path, err)
+			}
+			tb.Cleanup(func() { _ = s.Close() })
+			return s
+		}
+		cur := open()
+		return cur, func() outbox.Store {
+			if err := cur.(*boltstore.Store).Close(); err != nil {
+				tb.Fatalf("boltstore.Close: %v", err)
+			}
+			cur = open()
+			return cur
+		}
+	}},
+}
+
+// newStore is the store most tests use: the in-memory reference store.
+// Point it at another storeKind to run every test against that Store.
 var newStore = func(tb testing.TB) outbox.Store {
-	s := memstore.New(64)
-	tb.Cleanup(func() { _ = s.Close() })
+	s, _ := storeKinds[0].open(tb)
 	return s
 }
 
@@ -131,20 +169,30 @@ func testPlanner() *backpressure.Planner {
 // the store's speed.
 type countingPlanner struct {
 	Planner
-	started atomic.Int64
-	mu      sync.Mutex
-	claimed map[string]int64 // dispatch_key → number of the sweep that claimed it
+	started  atomic.Int64
+	mu       sync.Mutex
+	claimed  map[string]int64 // dispatch_key → number of the sweep that claimed it
+	maxSweep time.Duration    // longest sweep so far
 }
 
 func (p *countingPlanner) Sweep(ctx context.Context, s backpressure.ClaimStore, batch int, held map[string]struct{}) (backpressure.Sweep, error) {
 	n := p.started.Add(1)
+	start := time.Now()
 	sw, err := p.Planner.Sweep(ctx, s, batch, held)
+	took := time.Since(start)
 	p.mu.Lock()
+	p.maxSweep = max(p.maxSweep, took)
 	for _, r := range sw.Rows {
 		p.claimed[r.DispatchKey] = n
 	}
 	p.mu.Unlock()
 	return sw, err
+}
+
+func (p *countingPlanner) longestSweep() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.maxSweep
 }
 
 func (p *countingPlanner) claimedIn(key string) (int64, bool) {

@@ -164,8 +164,14 @@ func TestGracefulDrainWaitsForInFlight(t *testing.T) {
 // abandons in-flight deliveries at once; their rows stay claimed, and the
 // next dispatcher on the same store re-arms and delivers exactly them.
 func TestHardStopCancelsAndRestartRedelivers(t *testing.T) {
+	for _, st := range storeKinds {
+		t.Run(st.name, func(t *testing.T) { testHardStopRestart(t, st) })
+	}
+}
+
+func testHardStopRestart(t *testing.T, st storeKind) {
 	tg, _ := blockingTarget(t)
-	store := newStore(t)
+	store, restart := st.open(t)
 	cfg := testConfig(static(tg.URL()))
 	cfg.Store = store
 	cfg.DeliveryTimeout = 30 * time.Second // a hard stop must not wait for it
@@ -191,8 +197,9 @@ func TestHardStopCancelsAndRestartRedelivers(t *testing.T) {
 	}
 	mustAppend(t, store, mkRow("fresh", "ns", "q", time.Now()))
 
-	// The node restarts: a new dispatcher over the same store, a healthy
-	// target.
+	// The node restarts: the store is reopened from its data (boltstore:
+	// the same file), a new dispatcher runs over it, the target is healthy.
+	store = restart()
 	tg2 := newTarget(t, nil)
 	cfg2 := testConfig(static(tg2.URL()))
 	cfg2.Store = store
@@ -260,5 +267,8 @@ func TestRunStopStress(t *testing.T) {
 	}
 	if err := d.Run(t.Context()); !errors.Is(err, ErrStopped) {
 		t.Fatalf("second Run: %v, want ErrStopped", err)
+	}
+	if err := d.Drain(t.Context()); err != nil {
+		t.Fatalf("Drain after a drained Run: %v", err)
 	}
 }

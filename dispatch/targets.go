@@ -49,6 +49,13 @@ type Planner interface {
 
 var _ Planner = (*backpressure.Planner)(nil)
 
+// usableURL reports whether a target URL (template) is an absolute http or
+// https URL with a host.
+func usableURL(raw string) bool {
+	u, err := url.Parse(raw)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}
+
 // expandURL substitutes the route's placeholders in a target URL template.
 func expandURL(tmpl string, route outbox.ClaimScope) string {
 	if !strings.Contains(tmpl, "{") {

@@ -10,12 +10,17 @@ import (
 	"github.com/fairshard/fairshard/cluster"
 )
 
-// Start serves the API, joins the cluster and starts the background loops
-// (dispatcher, ownership watcher, config watcher, handoff, tombstone GC,
-// stats). It returns once they are launched; ctx bounds the initial join
-// attempt only. The node is ready (GET /readyz) once its first ownership
-// snapshot has been applied to the store.
+// Start serves the API, starts joining the cluster and starts the
+// background loops (dispatcher, ownership watcher, config watcher, handoff,
+// tombstone GC, stats). It returns once they are launched, without waiting
+// for the join: the join loop tries --join at once and keeps re-joining
+// missing seeds until Close, whatever becomes of ctx. ctx only stops a
+// Start that has not begun (its error is returned). The node is ready (GET
+// /readyz) once its first ownership snapshot has been applied to the store.
 func (n *Node) Start(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("start %s: %w", n.name, err)
+	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	n.runCancel = cancel
 	n.dispCtx, n.dispStop = context.WithCancel(runCtx)
@@ -39,7 +44,9 @@ func (n *Node) Start(ctx context.Context) error {
 			}
 		}
 	})
-	if err := n.cl.Start(ctx); err != nil {
+	// The join loop lives as long as the node: a caller's short start-up
+	// context must not end it (it would stop re-joining seeds forever).
+	if err := n.cl.Start(runCtx); err != nil {
 		cancel()
 		return fmt.Errorf("join cluster: %w", err)
 	}
@@ -110,9 +117,9 @@ func (n *Node) Ready() bool { return n.ready.Load() && !n.draining.Load() }
 
 // Shutdown stops the node gracefully, in this order: refuse new appends;
 // stop claiming and let in-flight deliveries finish; mark this node leaving
-// (peers stop counting it as an owner) and hand off every row it holds
-// while the cluster is reachable; leave the gossip; stop serving; close the
-// store. ctx bounds the whole stop; whatever was not handed off when it
+// (peers stop counting it as an owner), refuse rows from peers and wait for
+// the writes in progress, then hand off every row it holds while the
+// cluster is reachable; leave the gossip; stop serving; close the store. ctx bounds the whole stop; whatever was not handed off when it
 // ends stays on disk and moves when the node returns.
 func (n *Node) Shutdown(ctx context.Context) error {
 	n.draining.Store(true)
@@ -131,9 +138,15 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("mark leaving: %w", err))
 	}
 	n.applySnapshot(n.cl.Snapshot())
+	// From here on rows sent here could outlive the last handoff pass:
+	// refuse them (peers hold them and hand them to the new owners) and
+	// let the writes already admitted finish first.
+	if err := n.intake.close(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("close intake: %w", err))
+	}
 	left, err := n.drainHandoff(ctx)
 	if err != nil {
-		errs = append(errs, fmt.Errorf("handoff on shutdown: %d rows left on disk: %w", left, err))
+		errs = append(errs, fmt.Errorf("handoff on shutdown: %d shards still hold rows on disk: %w", left, err))
 	}
 	if err := n.cl.Leave(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("leave cluster: %w", err))

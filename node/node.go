@@ -51,6 +51,7 @@ type Node struct {
 	apiAddr string
 
 	handoffWake chan struct{}
+	intake      intakeGate
 	draining    atomic.Bool
 	ready       atomic.Bool
 
@@ -150,6 +151,11 @@ func (n *Node) Name() string { return n.name }
 // APIAddr returns the host:port other nodes and clients use for this
 // node's API.
 func (n *Node) APIAddr() string { return n.apiAddr }
+
+// ListenAddr returns the host:port the HTTP listener is bound to. It
+// differs from APIAddr when --advertise-http names another address (a
+// proxy, a NAT mapping); with --http-addr port 0 it tells the chosen port.
+func (n *Node) ListenAddr() string { return n.ln.Addr().String() }
 
 // GossipAddr returns the ip:port peers use to reach this node's gossip
 // (what --join takes).
