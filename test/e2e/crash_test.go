@@ -14,9 +14,12 @@ import (
 // same name and data dir. Every acknowledged row is delivered. Only rows
 // that were in flight at the kill may be delivered twice:
 //
-//   - deliveries in flight on the killed node: their number is bounded by
-//     the rows it could have had claimed, the sum of its per-node ceilings
-//     (a claim never exceeds the ceiling), and each is a row of its shards;
+//   - rows the killed node had claimed and the target had answered, but
+//     whose done it had not committed yet: re-armed on restart, delivered
+//     again. Their number is bounded by the rows it could have had claimed,
+//     the sum of its per-node ceilings (a claim never exceeds the ceiling),
+//     and each is a row of its shards. (A delivery cut off by the kill is
+//     not counted by the target: loadgen.Receiver ignores abandoned ones.)
 //   - appends in flight to the killed node: the node may have stored a
 //     batch and died before answering, the generator then retried it on a
 //     survivor, which may own the shard by then. These keys are known
