@@ -532,15 +532,6 @@ func (c *testCluster) do(method, u string, body, out any) (int, []byte, error) {
 	return resp.StatusCode, data, nil
 }
 
-// mustGet GETs path on p and decodes the 200 answer into out.
-func (c *testCluster) mustGet(p *proc, path string, out any) {
-	c.t.Helper()
-	code, body, err := c.do(http.MethodGet, p.baseURL()+path, nil, out)
-	if err != nil || code != http.StatusOK {
-		c.t.Fatalf("GET %s on %s: HTTP %d %s: %v", path, p.name, code, body, err)
-	}
-}
-
 // clusterView is GET /v1/cluster.
 type clusterView struct {
 	Node             string `json:"node"`
@@ -1038,7 +1029,7 @@ type rowView struct {
 	Node        string `json:"node"`
 }
 
-// checkExactlyDelivered asserts that the receiver saw only keys of l (no
+// checkNoStrays asserts that the receiver saw only keys of l (no
 // stray delivery) and returns the keys delivered more than once.
 func checkNoStrays(t *testing.T, l *ledger, recv *loadgen.Receiver) map[string]int {
 	t.Helper()
@@ -1087,5 +1078,3 @@ func consistently(t *testing.T, d time.Duration, what string, cond func() (bool,
 	}
 }
 
-// ms formats a duration in milliseconds for logs.
-func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
