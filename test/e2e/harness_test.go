@@ -1077,4 +1077,3 @@ func consistently(t *testing.T, d time.Duration, what string, cond func() (bool,
 		time.Sleep(100 * time.Millisecond)
 	}
 }
-
