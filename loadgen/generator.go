@@ -60,15 +60,25 @@ type Config struct {
 	// OnAppended, if set, is called with each acknowledged row's key,
 	// namespace and status ("created", "duplicate", "accepted").
 	OnAppended func(key, namespace, status string)
+	// OnFailed, if set, is called for each failed request with the node it
+	// went to, the keys of its batch and the error. A failed request may
+	// still have stored its rows (e.g. the node died before answering), so
+	// a key that failed and was then retried elsewhere may exist twice
+	// across a crash: at-least-once.
+	OnFailed func(node string, keys []string, err error)
 }
 
 // Report is a finished run's outcome.
 type Report struct {
-	Appended   int64            `json:"appended"`
-	ByStatus   map[string]int64 `json:"by_status"`
-	Errors     int64            `json:"errors"`
-	Elapsed    time.Duration    `json:"elapsed_ns"`
-	RowsPerSec float64          `json:"appended_per_sec"`
+	Appended int64            `json:"appended"`
+	ByStatus map[string]int64 `json:"by_status"`
+	// Errors counts failed requests (each retried once on the next node).
+	Errors int64 `json:"errors"`
+	// GaveUp counts rows whose request failed twice: they were not
+	// acknowledged (though a timed-out request may still have stored them).
+	GaveUp     int64         `json:"gave_up"`
+	Elapsed    time.Duration `json:"elapsed_ns"`
+	RowsPerSec float64       `json:"appended_per_sec"`
 	// AppendLatency is the per-request latency of POST /v1/rows.
 	AppendLatency Summary `json:"append_latency"`
 }
@@ -79,6 +89,7 @@ type Generator struct {
 	next     atomic.Int64
 	appended atomic.Int64
 	errs     atomic.Int64
+	gaveUp   atomic.Int64
 	mu       sync.Mutex
 	byStatus map[string]int64
 	lat      Latencies
@@ -127,6 +138,9 @@ func (g *Generator) Appended() int64 { return g.appended.Load() }
 // Errors returns failed requests so far.
 func (g *Generator) Errors() int64 { return g.errs.Load() }
 
+// GaveUp returns rows given up so far (their request failed twice).
+func (g *Generator) GaveUp() int64 { return g.gaveUp.Load() }
+
 // LastError returns the most recent request error, or "".
 func (g *Generator) LastError() string {
 	if p := g.lastErr.Load(); p != nil {
@@ -144,7 +158,9 @@ type wireRow struct {
 
 // Run appends until Rows or Duration is reached or ctx ends, and reports.
 // Failed requests are counted and retried once with the same keys (an
-// append is idempotent), then given up.
+// append is idempotent) on the next node of Nodes, so one node that is
+// down or draining costs no rows; a batch that fails twice is given up
+// (Report.GaveUp).
 func (g *Generator) Run(ctx context.Context) (Report, error) {
 	// Requests run under reqCtx, which only the caller cancels: a batch in
 	// flight when Duration ends is finished and counted, so every row the
@@ -185,14 +201,13 @@ func (g *Generator) Run(ctx context.Context) (Report, error) {
 					}
 					size = int(min(int64(size), int64(g.cfg.Rows)-first))
 				}
-				node := g.cfg.Nodes[(w+n)%len(g.cfg.Nodes)]
-				g.send(reqCtx, rng, node, first, size)
+				g.send(reqCtx, rng, (w+n)%len(g.cfg.Nodes), first, size)
 			}
 		})
 	}
 	_ = eg.Wait()
 	elapsed := time.Since(start)
-	rep := Report{Appended: g.appended.Load(), Errors: g.errs.Load(), Elapsed: elapsed, ByStatus: map[string]int64{}, AppendLatency: g.lat.Summary()}
+	rep := Report{Appended: g.appended.Load(), Errors: g.errs.Load(), GaveUp: g.gaveUp.Load(), Elapsed: elapsed, ByStatus: map[string]int64{}, AppendLatency: g.lat.Summary()}
 	g.mu.Lock()
 	for k, v := range g.byStatus {
 		rep.ByStatus[k] = v
@@ -204,7 +219,7 @@ func (g *Generator) Run(ctx context.Context) (Report, error) {
 	return rep, nil
 }
 
-func (g *Generator) send(ctx context.Context, rng *rand.Rand, node string, first int64, size int) {
+func (g *Generator) send(ctx context.Context, rng *rand.Rand, nodeIdx int, first int64, size int) {
 	rows := make([]wireRow, size)
 	pad := ""
 	if g.cfg.PayloadBytes > 40 {
@@ -223,6 +238,7 @@ func (g *Generator) send(ctx context.Context, rng *rand.Rand, node string, first
 	}
 	body, _ := json.Marshal(map[string]any{"rows": rows})
 	for attempt := range 2 {
+		node := g.cfg.Nodes[(nodeIdx+attempt)%len(g.cfg.Nodes)]
 		t0 := time.Now()
 		statuses, err := g.post(ctx, node, body)
 		if err == nil {
@@ -246,10 +262,18 @@ func (g *Generator) send(ctx context.Context, rng *rand.Rand, node string, first
 		g.errs.Add(1)
 		msg := err.Error()
 		g.lastErr.Store(&msg)
+		if g.cfg.OnFailed != nil {
+			keys := make([]string, len(rows))
+			for i := range rows {
+				keys[i] = rows[i].DispatchKey
+			}
+			g.cfg.OnFailed(node, keys, err)
+		}
 		if attempt == 0 {
 			time.Sleep(100 * time.Millisecond) // brief pause before the one retry
 		}
 	}
+	g.gaveUp.Add(int64(size))
 }
 
 func (g *Generator) post(ctx context.Context, node string, body []byte) ([]string, error) {

@@ -83,6 +83,14 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	status := int(r.status.Load())
+	if req.Context().Err() != nil {
+		// The sender gave up (timeout, hard stop): it will not record this
+		// delivery as done, so neither do we.
+		r.mu.Lock()
+		st.inFlight--
+		r.mu.Unlock()
+		return
+	}
 	now := time.Now()
 	r.mu.Lock()
 	st.inFlight--

@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -67,11 +68,11 @@ func decodeAppend(w http.ResponseWriter, r *http.Request, now time.Time) ([]outb
 		if errors.As(err, &mbe) {
 			return nil, tooLarge("body", "request body exceeds %d bytes", MaxRequestBytes)
 		}
-		return nil, &APIError{Status: http.StatusBadRequest, Code: CodeInvalidJSON, Message: "body: " + err.Error()}
+		return nil, &APIError{Status: http.StatusBadRequest, Code: CodeInvalidJSON, Field: "body", Message: "body: " + err.Error()}
 	}
 	var req appendRequest
 	if err := strictUnmarshal(body, &req); err != nil {
-		return nil, &APIError{Status: http.StatusBadRequest, Code: CodeInvalidJSON, Field: "body", Message: "body: " + err.Error()}
+		return nil, jsonError("", "body", err)
 	}
 	switch {
 	case req.Rows == nil:
@@ -85,8 +86,8 @@ func decodeAppend(w http.ResponseWriter, r *http.Request, now time.Time) ([]outb
 	for i, raw := range req.Rows {
 		var in appendRow
 		if err := strictUnmarshal(raw, &in); err != nil {
-			return nil, &APIError{Status: http.StatusBadRequest, Code: CodeInvalidJSON, Field: fmt.Sprintf("rows[%d]", i),
-				Message: fmt.Sprintf("rows[%d]: %v", i, err)}
+			row := fmt.Sprintf("rows[%d]", i)
+			return nil, jsonError(row+".", row, err)
 		}
 		row, err := in.toRow(i, now)
 		if err != nil {
@@ -96,6 +97,27 @@ func decodeAppend(w http.ResponseWriter, r *http.Request, now time.Time) ([]outb
 	}
 	return rows, nil
 }
+
+// jsonError turns a decoding error into an invalid_json APIError naming
+// the field it is about: prefix+name for a value of the wrong type or an
+// unknown field, else whole (the JSON text itself is bad).
+func jsonError(prefix, whole string, err error) *APIError {
+	field := whole
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &te) && te.Field != "":
+		field = prefix + te.Field
+	case strings.HasPrefix(err.Error(), unknownFieldPrefix):
+		if name, uerr := strconv.Unquote(strings.TrimPrefix(err.Error(), unknownFieldPrefix)); uerr == nil {
+			field = prefix + name
+		}
+	}
+	return &APIError{Status: http.StatusBadRequest, Code: CodeInvalidJSON, Field: field, Message: field + ": " + err.Error()}
+}
+
+// unknownFieldPrefix starts encoding/json's DisallowUnknownFields error
+// (it has no error type of its own).
+const unknownFieldPrefix = "json: unknown field "
 
 // strictUnmarshal decodes exactly one JSON value, rejecting unknown fields
 // and trailing data.
@@ -200,7 +222,11 @@ func (in *appendRow) toRow(i int, now time.Time) (outbox.Row, error) {
 		row.ContentType = "application/octet-stream"
 	}
 	if len(row.Payload) > MaxPayloadBytes {
-		return row, tooLarge(f("payload"), "is %d bytes, the limit is %d", len(row.Payload), MaxPayloadBytes)
+		field := "payload"
+		if in.PayloadBase64 != nil {
+			field = "payload_base64"
+		}
+		return row, tooLarge(f(field), "is %d bytes (decoded), the limit is %d", len(row.Payload), MaxPayloadBytes)
 	}
 	if in.ContentType != nil {
 		ct := strings.TrimSpace(*in.ContentType)

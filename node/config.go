@@ -36,6 +36,9 @@ type Config struct {
 	// Join lists host:port seeds; a DNS name resolving to several addresses
 	// joins them all.
 	Join []string
+	// JoinWait bounds how long Start waits for a seed to answer before the
+	// node serves alone (it owns no shard while it waits). Defaults to 10 s.
+	JoinWait time.Duration
 	// Shards is the cluster's shard count, fixed for the cluster's life.
 	// Defaults to 1024.
 	Shards uint32
@@ -119,6 +122,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		c.Join = splitList(s)
 		return nil
 	})
+	fs.DurationVar(&c.JoinWait, "join-wait", 10*time.Second, "how long start-up waits for a seed to answer before serving alone (owning nothing meanwhile)")
 	fs.Func("shards", "cluster shard count, fixed per cluster (default 1024)", uintFlag(&c.Shards))
 	c.Shards = 1024
 	fs.Func("default-max-in-flight", "quota (rows) of a namespace without a quota record (default 1024)", uintFlag(&c.DefaultMaxInFlight))
@@ -215,6 +219,9 @@ func (c *Config) Validate() error {
 		if _, _, err := net.SplitHostPort(j); err != nil {
 			bad("join", "%q is not host:port", j)
 		}
+	}
+	if len(c.Join) > 0 && c.JoinWait <= 0 {
+		bad("join-wait", "must be positive")
 	}
 	if c.Shards == 0 {
 		bad("shards", "must be at least 1")

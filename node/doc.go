@@ -11,8 +11,10 @@
 // fails clearly), binds the HTTP listener and creates the memberlist node.
 // Start serves, joins and launches the loops. Shutdown drains in this order:
 // refuse appends → stop claiming and finish in-flight deliveries → mark the
-// node leaving (it owns nothing) → hand off every row it holds → leave the
-// gossip → stop serving → close the store. Close stops at once.
+// node leaving (it owns nothing) → refuse rows from peers and wait for the
+// writes in progress → hand off every row it holds (at once when no other
+// member owns their shards: they stay on disk) → leave the gossip → stop
+// serving → close the store. Close stops at once.
 //
 // # What it does not own
 //

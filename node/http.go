@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +23,11 @@ import (
 // routes builds the HTTP API: public /v1 (bearer token when configured),
 // node-to-node /internal/v1 (cluster secret), and open /metrics, /healthz,
 // /readyz. Unknown paths and methods get JSON errors too.
+//
+// In GET /v1/rows/{dispatch_key} the key is best sent as one escaped path
+// segment (url.PathEscape: '/' as %2F): plain slashes work, except where
+// they form empty or dot segments ("a//b", "x/./y"), which the router
+// cleans before matching.
 func (n *Node) routes() http.Handler {
 	mux := http.NewServeMux()
 	pub := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, n.auth(n.cfg.APIToken, h)) }
@@ -101,14 +107,16 @@ func (m *muxErrorWriter) Write(b []byte) (int, error) {
 	return m.ResponseWriter.Write(b)
 }
 
-// auth requires "Authorization: Bearer <token>" when token is set.
+// auth requires "Authorization: Bearer <token>" when token is set. The
+// scheme name is case-insensitive (RFC 9110 §11.1), the token is not.
 func (n *Node) auth(token string, h http.HandlerFunc) http.Handler {
 	if token == "" {
 		return h
 	}
-	want := []byte("Bearer " + token)
+	want := []byte(token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+		scheme, cred, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(strings.TrimLeft(cred, " ")), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="fairshard"`)
 			writeError(w, &APIError{Status: http.StatusUnauthorized, Code: CodeUnauthorized, Message: "missing or wrong bearer token"})
 			return
@@ -145,11 +153,12 @@ func pathName(r *http.Request, param string) (string, error) {
 func (n *Node) handleAppend(w http.ResponseWriter, r *http.Request) {
 	code := http.StatusOK
 	defer func() { n.m.appendRequests.WithLabelValues(strconv.Itoa(code)).Inc() }()
-	if n.draining.Load() {
+	if n.draining.Load() || !n.intake.enter() {
 		code = http.StatusServiceUnavailable
 		writeError(w, &APIError{Status: code, Code: CodeUnavailable, Message: "node is draining; append through another node"})
 		return
 	}
+	defer n.intake.exit()
 	rows, err := decodeAppend(w, r, time.Now().UTC())
 	if err != nil {
 		code = err.(*APIError).Status
@@ -254,7 +263,17 @@ func (n *Node) appendLocal(ctx context.Context, rows []outbox.Row, idx []int, re
 	return nil
 }
 
+// errLeaving answers node-to-node writes refused by a leaving node: the
+// sender keeps the rows and hands them to the new owner later.
+var errLeaving = &APIError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+	Message: "node is leaving the cluster: it takes no more rows"}
+
 func (n *Node) handleInternalAppend(w http.ResponseWriter, r *http.Request) {
+	if !n.intake.enter() {
+		writeError(w, errLeaving)
+		return
+	}
+	defer n.intake.exit()
 	var req internalAppendReq
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<20)
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
@@ -275,6 +294,11 @@ func (n *Node) handleInternalAppend(w http.ResponseWriter, r *http.Request) {
 }
 
 func (n *Node) handleInternalHandoff(w http.ResponseWriter, r *http.Request) {
+	if !n.intake.enter() {
+		writeError(w, errLeaving)
+		return
+	}
+	defer n.intake.exit()
 	var req internalAppendReq
 	r.Body = http.MaxBytesReader(w, r.Body, 256<<20)
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
@@ -325,7 +349,10 @@ func (n *Node) handleGetRow(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, name := range order {
 		var v RowView
-		err := n.peers.call(r.Context(), http.MethodGet, addrs[name], "/internal/v1/rows/"+url.PathEscape(key), nil, &v)
+		// Bounded per peer, so one unreachable peer cannot stall the lookup.
+		cctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		err := n.peers.call(cctx, http.MethodGet, addrs[name], "/internal/v1/rows/"+url.PathEscape(key), nil, &v)
+		cancel()
 		if err == nil {
 			writeJSON(w, http.StatusOK, v)
 			return

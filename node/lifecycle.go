@@ -10,12 +10,17 @@ import (
 	"github.com/fairshard/fairshard/cluster"
 )
 
-// Start serves the API, joins the cluster and starts the background loops
-// (dispatcher, ownership watcher, config watcher, handoff, tombstone GC,
-// stats). It returns once they are launched; ctx bounds the initial join
-// attempt only. The node is ready (GET /readyz) once its first ownership
-// snapshot has been applied to the store.
+// Start serves the API, starts joining the cluster and starts the
+// background loops (dispatcher, ownership watcher, config watcher, handoff,
+// tombstone GC, stats). It returns once they are launched, without waiting
+// for the join: the join loop tries --join at once and keeps re-joining
+// missing seeds until Close, whatever becomes of ctx. ctx only stops a
+// Start that has not begun (its error is returned). The node is ready (GET
+// /readyz) once its first ownership snapshot has been applied to the store.
 func (n *Node) Start(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("start %s: %w", n.name, err)
+	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	n.runCancel = cancel
 	n.dispCtx, n.dispStop = context.WithCancel(runCtx)
@@ -25,7 +30,11 @@ func (n *Node) Start(ctx context.Context) error {
 			n.log.Error("http server stopped", "err", err)
 		}
 	})
-	// Ownership must be applied before the dispatcher claims anything.
+	// Ownership must be applied before the dispatcher claims anything. A
+	// node with seeds owns nothing until it has joined them: until then its
+	// view ("I own every shard") would let it claim rows a live owner holds
+	// too (e.g. rows it had handed off just before a crash).
+	n.awaitingJoin.Store(len(n.cfg.Join) > 0)
 	snaps, unsubscribe := n.cl.Subscribe("node")
 	n.applySnapshot(n.cl.Snapshot())
 	n.wg.Go(func() {
@@ -39,9 +48,14 @@ func (n *Node) Start(ctx context.Context) error {
 			}
 		}
 	})
-	if err := n.cl.Start(ctx); err != nil {
+	// The join loop lives as long as the node: a caller's short start-up
+	// context must not end it (it would stop re-joining seeds forever).
+	if err := n.cl.Start(runCtx); err != nil {
 		cancel()
 		return fmt.Errorf("join cluster: %w", err)
+	}
+	if n.awaitingJoin.Load() {
+		n.awaitFirstJoin(ctx)
 	}
 	n.applySnapshot(n.cl.Snapshot())
 
@@ -70,14 +84,48 @@ func (n *Node) Start(ctx context.Context) error {
 	return nil
 }
 
+// awaitFirstJoin joins the seeds before the node claims anything, retrying
+// for up to JoinWait. If no seed answers by then (a whole cluster starting
+// at once, or this node is the first), the node serves alone and the
+// cluster's rejoin loop keeps trying. ctx cuts the wait short.
+func (n *Node) awaitFirstJoin(ctx context.Context) {
+	defer func() {
+		n.awaitingJoin.Store(false)
+		n.applySnapshot(n.cl.Recompute())
+	}()
+	wctx, cancel := context.WithTimeout(ctx, n.cfg.JoinWait)
+	defer cancel()
+	for {
+		contacted, err := n.cl.Join(wctx, n.cfg.Join...)
+		if err == nil && contacted > 0 {
+			n.log.Info("joined cluster", "seeds_contacted", contacted)
+			return
+		}
+		select {
+		case <-wctx.Done():
+			n.log.Warn("no seed answered; serving alone until one does", "join", n.cfg.Join, "waited", n.cfg.JoinWait, "err", err)
+			return
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
 // applySnapshot scopes the store's claims to the shards this node owns now,
-// updates the metrics and wakes the handoff loop and the dispatcher.
+// updates the metrics and wakes the handoff loop and the dispatcher. Views
+// are applied in version order: an older snapshot that loses a race with a
+// newer one is ignored. Before the first join the node owns nothing.
 func (n *Node) applySnapshot(s *cluster.OwnershipSnapshot) {
 	if s == nil {
 		return
 	}
+	n.snapMu.Lock()
+	defer n.snapMu.Unlock()
+	if s.Version < n.appliedVersion {
+		return
+	}
+	n.appliedVersion = s.Version
 	owned := s.Owned
-	if owned == nil {
+	if owned == nil || n.awaitingJoin.Load() {
 		owned = []uint32{}
 	}
 	n.store.SetOwnedShards(owned)
@@ -110,9 +158,9 @@ func (n *Node) Ready() bool { return n.ready.Load() && !n.draining.Load() }
 
 // Shutdown stops the node gracefully, in this order: refuse new appends;
 // stop claiming and let in-flight deliveries finish; mark this node leaving
-// (peers stop counting it as an owner) and hand off every row it holds
-// while the cluster is reachable; leave the gossip; stop serving; close the
-// store. ctx bounds the whole stop; whatever was not handed off when it
+// (peers stop counting it as an owner), refuse rows from peers and wait for
+// the writes in progress, then hand off every row it holds while the
+// cluster is reachable; leave the gossip; stop serving; close the store. ctx bounds the whole stop; whatever was not handed off when it
 // ends stays on disk and moves when the node returns.
 func (n *Node) Shutdown(ctx context.Context) error {
 	n.draining.Store(true)
@@ -131,9 +179,15 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("mark leaving: %w", err))
 	}
 	n.applySnapshot(n.cl.Snapshot())
+	// From here on rows sent here could outlive the last handoff pass:
+	// refuse them (peers hold them and hand them to the new owners) and
+	// let the writes already admitted finish first.
+	if err := n.intake.close(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("close intake: %w", err))
+	}
 	left, err := n.drainHandoff(ctx)
 	if err != nil {
-		errs = append(errs, fmt.Errorf("handoff on shutdown: %d rows left on disk: %w", left, err))
+		errs = append(errs, fmt.Errorf("handoff on shutdown: %d shards still hold rows on disk: %w", left, err))
 	}
 	if err := n.cl.Leave(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("leave cluster: %w", err))

@@ -51,8 +51,18 @@ type Node struct {
 	apiAddr string
 
 	handoffWake chan struct{}
+	intake      intakeGate
 	draining    atomic.Bool
 	ready       atomic.Bool
+	// awaitingJoin is true from Start until the first join of the seeds
+	// succeeded or JoinWait passed; the node owns no shard meanwhile.
+	awaitingJoin atomic.Bool
+	// snapMu orders applySnapshot calls; appliedVersion is the newest
+	// ownership version applied to the store.
+	snapMu         sync.Mutex
+	appliedVersion uint64
+	// handoffMu serialises handoff passes (the loop's and Shutdown's).
+	handoffMu sync.Mutex
 
 	runCancel context.CancelFunc
 	dispCtx   context.Context
@@ -113,7 +123,7 @@ func New(cfg Config, log *slog.Logger) (*Node, error) {
 		Logger:   log,
 	})
 	n.disp, err = dispatch.New(dispatch.Config{
-		Store:   store,
+		Store:   heldClaimsStore{store},
 		Planner: planner,
 		Targets: dispatch.TargetsFunc(func(r outbox.ClaimScope) (dispatch.Target, bool) {
 			t, ok := n.rc.target(r)
@@ -150,6 +160,11 @@ func (n *Node) Name() string { return n.name }
 // APIAddr returns the host:port other nodes and clients use for this
 // node's API.
 func (n *Node) APIAddr() string { return n.apiAddr }
+
+// ListenAddr returns the host:port the HTTP listener is bound to. It
+// differs from APIAddr when --advertise-http names another address (a
+// proxy, a NAT mapping); with --http-addr port 0 it tells the chosen port.
+func (n *Node) ListenAddr() string { return n.ln.Addr().String() }
 
 // GossipAddr returns the ip:port peers use to reach this node's gossip
 // (what --join takes).
@@ -282,4 +297,17 @@ func (n *Node) clusterConfig(httpBound *net.TCPAddr) (*cluster.Config, error) {
 		return store.SaveConfigEntry(context.Background(), e.Key, b)
 	}
 	return c, nil
+}
+
+// heldClaimsStore is the store as the dispatcher sees it: a namespace's
+// claimed count is every claimed row held on this node, owned shard or not.
+// Right after an ownership change, rows of a shard just lost are still being
+// delivered here and must keep counting against this node's ceiling, or the
+// node would claim past it (docs/DECISIONS.md). Everything else, the
+// one-transaction ClaimBatch included, is the store's own.
+type heldClaimsStore struct{ *boltstore.Store }
+
+// CountClaimedByNamespace counts claimed rows held here, all shards.
+func (s heldClaimsStore) CountClaimedByNamespace(ctx context.Context, namespaces []string) (map[string]int, error) {
+	return s.CountClaimedHeld(ctx, namespaces)
 }

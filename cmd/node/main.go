@@ -59,7 +59,7 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "usage: fairshard [serve|version|check DATA_DIR|demo|load|target|probe URL] [flags]; fairshard serve --help lists the flags")
 		return 0
 	default:
-		fmt.Fprintf(stderr, "fairshard: unknown command %q (want serve, version, check, demo or load)\n", cmd)
+		fmt.Fprintf(stderr, "fairshard: unknown command %q (want serve, version, check, demo, load, target, probe or help)\n", cmd)
 		return 2
 	}
 }
@@ -132,8 +132,17 @@ func serve(args, environ []string, stderr io.Writer) int {
 	log.Info("signal received: draining; a second signal exits at once", "grace", cfg.ShutdownGrace)
 	hard := make(chan os.Signal, 1)
 	signal.Notify(hard, syscall.SIGINT, syscall.SIGTERM)
+	drained := make(chan struct{})
+	defer func() {
+		signal.Stop(hard)
+		close(drained)
+	}()
 	go func() {
-		<-hard
+		select {
+		case <-hard:
+		case <-drained: // stopped gracefully: nothing left to cut short
+			return
+		}
 		log.Warn("second signal: exiting now; rows not handed off stay on disk")
 		_ = n.Close()
 		os.Exit(1)

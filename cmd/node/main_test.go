@@ -1,0 +1,433 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fairshard/fairshard/boltstore"
+	"github.com/fairshard/fairshard/cluster/clustertest"
+	"github.com/fairshard/fairshard/node"
+	"github.com/fairshard/fairshard/outbox"
+	"go.uber.org/goleak"
+)
+
+// runCmd runs the binary's run in-process and returns its exit code,
+// stdout and stderr.
+func runCmd(t *testing.T, environ []string, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := run(args, environ, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+// wantClean requires output without a Go panic or stack trace (a
+// message saying that a library panicked and was contained is fine).
+func wantClean(t *testing.T, out string) {
+	t.Helper()
+	for _, bad := range []string{"panic: ", "goroutine ", ".go:"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("output contains %q (a panic or stack trace?):\n%s", bad, out)
+		}
+	}
+}
+
+func TestEnvName(t *testing.T) {
+	for flagName, env := range map[string]string{
+		"node-name":             "FAIRSHARD_NODE_NAME",
+		"data-dir":              "FAIRSHARD_DATA_DIR",
+		"default-max-in-flight": "FAIRSHARD_DEFAULT_MAX_IN_FLIGHT",
+		"log-level":             "FAIRSHARD_LOG_LEVEL",
+	} {
+		if got := node.EnvName(flagName); got != env {
+			t.Errorf("EnvName(%q) = %q, want %q", flagName, got, env)
+		}
+	}
+}
+
+// TestEveryDocumentedSettingHasAFlag: the names the issue fixes (scripts,
+// compose files and docs rely on them) are all flags, so each has its
+// FAIRSHARD_* variable.
+func TestEveryDocumentedSettingHasAFlag(t *testing.T) {
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	var cfg node.Config
+	cfg.RegisterFlags(fs)
+	for _, name := range []string{"node-name", "data-dir", "http-addr", "advertise-http", "gossip-addr", "advertise-gossip",
+		"join", "shards", "default-max-in-flight", "default-target", "api-token", "gossip-key", "log-level", "log-format",
+		"cluster-secret", "poll-interval", "batch-size", "delivery-timeout", "visibility-timeout", "retry-base",
+		"retry-factor", "retry-cap", "max-attempts", "handoff-interval", "handoff-batch", "shutdown-grace", "tombstone-retention"} {
+		if fs.Lookup(name) == nil {
+			t.Errorf("no flag --%s (env %s)", name, node.EnvName(name))
+		}
+	}
+	d := node.DefaultConfig()
+	if d.DataDir != "./data" || d.HTTPAddr != ":8080" || d.GossipAddr != "0.0.0.0:7946" || d.Shards != 1024 ||
+		d.DefaultMaxInFlight != 1024 || d.LogLevel != "info" || d.LogFormat != "text" || d.DefaultTarget != "" || d.APIToken != "" {
+		t.Errorf("defaults differ from the documented ones: %+v", d)
+	}
+}
+
+// TestEnvMapping: every FAIRSHARD_* variable sets its flag, flags win,
+// unknown FAIRSHARD_* variables are reported and others ignored.
+func TestEnvMapping(t *testing.T) {
+	key := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 16))
+	environ := []string{
+		"FAIRSHARD_NODE_NAME=from-env",
+		"FAIRSHARD_DATA_DIR=/tmp/env-data",
+		"FAIRSHARD_JOIN=10.0.0.1:7946, 10.0.0.2:7946",
+		"FAIRSHARD_SHARDS=64",
+		"FAIRSHARD_DEFAULT_MAX_IN_FLIGHT=9",
+		"FAIRSHARD_DEFAULT_TARGET=http://t:9/{namespace}",
+		"FAIRSHARD_API_TOKEN=tok",
+		"FAIRSHARD_GOSSIP_KEY=" + key,
+		"FAIRSHARD_POLL_INTERVAL=5ms",
+		"FAIRSHARD_LOG_FORMAT=json",
+		"FAIRSHARD_HTTP_ADDR=:1111",
+		"FAIRSHARD_BOGUS=1",
+		"FAIRSHARD_NODENAME=typo",
+		"HOME=/root",
+		"NOT_FAIRSHARD_X=1",
+		"FAIRSHARD_NOVALUE",
+	}
+	cfg, unknown, err := parseServeFlags([]string{"--http-addr", "127.0.0.1:2222", "--log-format=text"}, environ, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := node.DefaultConfig()
+	want.NodeName, want.DataDir, want.Join, want.Shards = "from-env", "/tmp/env-data", []string{"10.0.0.1:7946", "10.0.0.2:7946"}, 64
+	want.DefaultMaxInFlight, want.DefaultTarget, want.APIToken, want.ClusterSecret = 9, "http://t:9/{namespace}", "tok", "tok"
+	want.GossipKey, want.PollInterval = bytes.Repeat([]byte{7}, 16), 5*time.Millisecond
+	want.HTTPAddr, want.LogFormat = "127.0.0.1:2222", "text" // flags win
+	if err := want.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(cfg, want) {
+		t.Errorf("config from env and flags:\n got %+v\nwant %+v", cfg, want)
+	}
+	if fmt.Sprint(unknown) != "[FAIRSHARD_BOGUS FAIRSHARD_NODENAME]" {
+		t.Errorf("unknown variables %v, want [FAIRSHARD_BOGUS FAIRSHARD_NODENAME]", unknown)
+	}
+}
+
+// TestInvalidConfigExits2: a bad flag or variable exits 2 with a message
+// naming the flag (or variable), before anything starts.
+func TestInvalidConfigExits2(t *testing.T) {
+	for _, c := range []struct {
+		environ []string
+		args    []string
+		want    []string
+	}{
+		{nil, []string{"serve", "--shards", "0"}, []string{"--shards"}},
+		{nil, []string{"--log-format", "xml", "--log-level", "loud"}, []string{"--log-format", "--log-level"}},
+		{nil, []string{"--shards", "-1"}, []string{"-shards"}},
+		{nil, []string{"--gossip-key", "c2hvcnQ="}, []string{"-gossip-key", "want 16, 24 or 32"}},
+		{nil, []string{"--nope"}, []string{"-nope"}},
+		{nil, []string{"serve", "extra"}, []string{"unexpected arguments"}},
+		{nil, []string{"--advertise-gossip", "host.example:7946"}, []string{"--advertise-gossip"}},
+		{nil, []string{"--visibility-timeout", "5s", "--delivery-timeout", "10s"}, []string{"--visibility-timeout"}},
+		{nil, []string{"--join", "nohostport"}, []string{"--join"}},
+		{[]string{"FAIRSHARD_SHARDS=abc"}, nil, []string{"FAIRSHARD_SHARDS"}},
+		{[]string{"FAIRSHARD_POLL_INTERVAL=fast"}, nil, []string{"FAIRSHARD_POLL_INTERVAL"}},
+		{[]string{"FAIRSHARD_LOG_LEVEL=loud"}, nil, []string{"--log-level"}},
+	} {
+		code, _, stderr := runCmd(t, c.environ, c.args...)
+		if code != 2 {
+			t.Errorf("%v %v: exit %d, want 2; stderr:\n%s", c.environ, c.args, code, stderr)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("%v %v: stderr does not mention %q:\n%s", c.environ, c.args, w, stderr)
+			}
+		}
+		wantClean(t, stderr)
+	}
+}
+
+func TestHelpVersionAndUnknownCommand(t *testing.T) {
+	code, _, stderr := runCmd(t, nil, "serve", "--help")
+	if code != 0 || !strings.Contains(stderr, "-node-name") || !strings.Contains(stderr, "FAIRSHARD_NODE_NAME") {
+		t.Errorf("serve --help: exit %d, want 0 and the flags and their variables:\n%s", code, stderr)
+	}
+	code, stdout, _ := runCmd(t, nil, "version")
+	if code != 0 || stdout != "fairshard dev\n" {
+		t.Errorf("version: exit %d, %q; want 0, \"fairshard dev\\n\"", code, stdout)
+	}
+	code, stdout, _ = runCmd(t, nil, "help")
+	if code != 0 || !strings.Contains(stdout, "check DATA_DIR") {
+		t.Errorf("help: exit %d, %q", code, stdout)
+	}
+	code, _, stderr = runCmd(t, nil, "frobnicate")
+	if code != 2 || !strings.Contains(stderr, `"frobnicate"`) || !strings.Contains(stderr, "probe") {
+		t.Errorf("unknown command: exit %d, stderr %q; want 2, naming it and every command", code, stderr)
+	}
+}
+
+// newStoreFile creates a data dir holding a store with one row.
+func newStoreFile(t *testing.T) (dir string) {
+	t.Helper()
+	dir = t.TempDir()
+	s, err := boltstore.Open(filepath.Join(dir, node.DataFileName), boltstore.Options{ShardCount: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []outbox.Row
+	for i := range 200 {
+		rows = append(rows, outbox.Row{DispatchKey: fmt.Sprintf("k-%d", i), Namespace: "ns", TaskQueue: "q", Payload: bytes.Repeat([]byte("p"), 500)})
+	}
+	if _, err := s.Append(context.Background(), rows); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestCheck: `fairshard check DATA_DIR` exits 0 on a consistent store and
+// 1 with a clear message (no panic) on a missing, locked, mismatched or
+// corrupt one; 2 on bad usage.
+func TestCheck(t *testing.T) {
+	dir := newStoreFile(t)
+	code, stdout, stderr := runCmd(t, nil, "check", dir)
+	if code != 0 || !strings.Contains(stdout, "ok") {
+		t.Fatalf("check of a good store: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+
+	for _, args := range [][]string{{"check"}, {"check", "a", "b"}, {"check", "--shards", "x", dir}} {
+		if code, _, _ := runCmd(t, nil, args...); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+
+	code, _, stderr = runCmd(t, nil, "check", filepath.Join(t.TempDir(), "missing"))
+	if code != 1 || !strings.Contains(stderr, "no such file") {
+		t.Errorf("check of a missing dir: exit %d, stderr %q", code, stderr)
+	}
+
+	code, _, stderr = runCmd(t, nil, "check", "--shards", "16", dir)
+	if code != 1 || !strings.Contains(stderr, "shard") {
+		t.Errorf("check with another shard count: exit %d, stderr %q; want 1 naming the shard count", code, stderr)
+	}
+	wantClean(t, stderr)
+
+	// Locked: a running node (here: the store opened in this process)
+	// holds the file lock.
+	s, err := boltstore.Open(filepath.Join(dir, node.DataFileName), boltstore.Options{ShardCount: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = runCmd(t, nil, "check", dir)
+	_ = s.Close()
+	if code != 1 || !strings.Contains(stderr, "in use by another process") {
+		t.Errorf("check of a locked store: exit %d, stderr %q", code, stderr)
+	}
+	wantClean(t, stderr)
+
+	// Corrupt: not a bbolt file at all, a truncated file, and a real file
+	// with garbage over its data pages.
+	garbage := t.TempDir()
+	writeFile(t, filepath.Join(garbage, node.DataFileName), bytes.Repeat([]byte("garbage!"), 4096))
+	truncated := newStoreFile(t)
+	truncate(t, filepath.Join(truncated, node.DataFileName), 5000)
+	clobbered := newStoreFile(t)
+	clobber(t, filepath.Join(clobbered, node.DataFileName), 4*4096)
+	for name, d := range map[string]string{"garbage": garbage, "truncated": truncated, "clobbered pages": clobbered} {
+		code, stdout, stderr := runCmd(t, nil, "check", d)
+		if code != 1 || !strings.Contains(stderr, "corrupt") {
+			t.Errorf("check of a %s file: exit %d, stdout %q, stderr %q; want 1 saying corrupt", name, code, stdout, stderr)
+		}
+		wantClean(t, stderr)
+	}
+}
+
+func writeFile(t *testing.T, path string, b []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func truncate(t *testing.T, path string, size int64) {
+	t.Helper()
+	if err := os.Truncate(path, size); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// clobber overwrites everything after the first off bytes (the meta pages
+// and the first pages stay) with a repeating pattern.
+func clobber(t *testing.T, path string, off int64) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Size() <= off {
+		t.Fatalf("%s is only %d bytes", path, st.Size())
+	}
+	if _, err := f.WriteAt(bytes.Repeat([]byte{0xA5}, int(st.Size()-off)), off); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestProbe(t *testing.T) {
+	ok := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	defer ok.Close()
+	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(503) }))
+	defer bad.Close()
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close()
+
+	if code, _, stderr := runCmd(t, nil, "probe", ok.URL); code != 0 {
+		t.Errorf("probe of a 200: exit %d, %s", code, stderr)
+	}
+	if code, _, stderr := runCmd(t, nil, "probe", bad.URL); code != 1 || !strings.Contains(stderr, "503") {
+		t.Errorf("probe of a 503: exit %d, stderr %q", code, stderr)
+	}
+	if code, _, stderr := runCmd(t, nil, "probe", gone.URL); code != 1 || stderr == "" {
+		t.Errorf("probe of a closed server: exit %d, stderr %q", code, stderr)
+	}
+	for _, args := range [][]string{{"probe"}, {"probe", "a", "b"}} {
+		if code, _, _ := runCmd(t, nil, args...); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+}
+
+func TestParseNamespaces(t *testing.T) {
+	got, err := parseNamespaces("a:2:3, b ,c.d:1")
+	if err != nil || fmt.Sprint(got) != "[{a 2 3} {b 1 1} {c.d 1 1}]" {
+		t.Errorf("parseNamespaces = %v, %v", got, err)
+	}
+	for _, bad := range []string{"bad name:1", "a:0", "a:x", "a:1:0", "a:1:2:3"} {
+		if _, err := parseNamespaces(bad); err == nil {
+			t.Errorf("parseNamespaces(%q) accepted", bad)
+		}
+	}
+	if code, _, stderr := runCmd(t, nil, "load", "--namespaces", "a:0"); code != 2 || !strings.Contains(stderr, "--namespaces") {
+		t.Errorf("load with a bad --namespaces: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// freeAddr returns a free host:port on a fresh loopback IP.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(clustertest.TakeIP(), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// TestServeStartsAndStopsOnSIGTERM runs `fairshard serve` in-process from
+// flags and FAIRSHARD_* variables: it reports the unknown variable, serves,
+// is ready, and on SIGTERM drains and exits 0 (then `check` passes on its
+// data dir).
+func TestServeStartsAndStopsOnSIGTERM(t *testing.T) {
+	httpAddr := freeAddr(t)
+	gossipIP, _, _ := net.SplitHostPort(freeAddr(t))
+	dir := t.TempDir()
+	environ := []string{"FAIRSHARD_NODE_NAME=env-node", "FAIRSHARD_DATA_DIR=" + dir, "FAIRSHARD_BOGUS=1"}
+	args := []string{"serve", "--http-addr", httpAddr, "--gossip-addr", gossipIP + ":0", "--gossip-profile", "fast",
+		"--shutdown-grace", "5s", "--log-format", "json"}
+	var stderr syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- run(args, environ, io.Discard, &stderr) }()
+
+	base := "http://" + httpAddr
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if code, _, _ := runCmd(t, nil, "probe", base+"/readyz"); code == 0 {
+			break
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("serve exited %d before it was ready:\n%s", code, stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve not ready after 10 s:\n%s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	resp, err := http.Get(base + "/v1/cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		Node string `json:"node"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&c)
+	resp.Body.Close()
+	if c.Node != "env-node" {
+		t.Errorf("node name %q, want env-node from FAIRSHARD_NODE_NAME", c.Node)
+	}
+	if !strings.Contains(stderr.String(), "FAIRSHARD_BOGUS") {
+		t.Errorf("the unknown variable FAIRSHARD_BOGUS was not reported:\n%s", stderr.String())
+	}
+
+	// Registered by serve's signal.NotifyContext: it stops the node
+	// instead of killing the test binary.
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("serve exited %d after SIGTERM, want 0:\n%s", code, stderr.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("serve did not stop within 15 s of SIGTERM:\n%s", stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "draining") || !strings.Contains(stderr.String(), "stopped gracefully") {
+		t.Errorf("no drain and graceful stop in the log:\n%s", stderr.String())
+	}
+	if code, _, errOut := runCmd(t, nil, "check", dir); code != 0 {
+		t.Errorf("check of the stopped node's data dir: exit %d: %s", code, errOut)
+	}
+}
+
+func TestMain(m *testing.M) {
+	// serve, check and probe run in-process: nothing they start may
+	// outlive them.
+	goleak.VerifyTestMain(m)
+}

@@ -1,0 +1,1079 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fairshard/fairshard/loadgen"
+)
+
+// Timings every node runs with: fast gossip and short loops, so a scenario
+// takes seconds (DESIGN: tests use shorter timings than the LAN profile).
+var baseNodeFlags = []string{
+	"--gossip-profile", "fast",
+	"--poll-interval", "10ms",
+	"--handoff-interval", "500ms",
+	"--delivery-timeout", "5s",
+	"--retry-base", "50ms",
+	"--retry-cap", "1s",
+	"--shutdown-grace", "20s",
+	"--quota-ttl", "500ms",
+	"--log-level", "info",
+}
+
+// ---- addresses ----
+
+// nextIP numbers the loopback addresses of the nodes: 127.0.0.N, N ≥ 2
+// (127.0.0.1 is the delivery target's). Every node of the whole run gets
+// its own address; a restarted node keeps its address and ports.
+var nextIP atomic.Int32
+
+func init() { nextIP.Store(1) }
+
+func allocIP(t *testing.T) string {
+	n := nextIP.Add(1)
+	if n > 254 {
+		t.Fatal("e2e: out of 127.0.0.N addresses")
+	}
+	return fmt.Sprintf("127.0.0.%d", n)
+}
+
+// freeTCPPort returns a port free on ip now; with udpToo it is free for UDP
+// as well (memberlist binds both on the gossip port).
+func freeTCPPort(t *testing.T, ip string, udpToo bool) int {
+	t.Helper()
+	for range 50 {
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+		if err != nil {
+			t.Fatalf("e2e: listen on %s: %v", ip, err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		if udpToo {
+			u, err := net.ListenPacket("udp", net.JoinHostPort(ip, strconv.Itoa(port)))
+			if err != nil {
+				_ = l.Close()
+				continue
+			}
+			_ = u.Close()
+		}
+		_ = l.Close()
+		return port
+	}
+	t.Fatalf("e2e: no free port on %s", ip)
+	return 0
+}
+
+// ---- processes ----
+
+// live holds every running node process of the run, so TestMain can kill
+// what a crashed test left behind.
+var live sync.Map // *proc → struct{}
+
+func killLeftovers() {
+	live.Range(func(k, _ any) bool {
+		k.(*proc).kill()
+		return true
+	})
+}
+
+// proc is one fairshard node: its fixed identity (name, addresses, data
+// dir, log) and its current process, if running.
+type proc struct {
+	c          *testCluster
+	name       string
+	ip         string
+	httpAddr   string
+	gossipAddr string
+	dataDir    string
+	logPath    string
+	extra      []string // flags of this node only
+	// outsider nodes are not expected to be members (another shard count).
+	outsider bool
+
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	done     chan struct{} // closed when the current process has exited
+	exitCode int
+	starts   int
+}
+
+// baseURL is the node's API root, e.g. http://127.0.0.3:41234.
+func (p *proc) baseURL() string { return "http://" + p.httpAddr }
+
+func (p *proc) running() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done == nil {
+		return false
+	}
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// exitStatus returns the last process's exit code (-1: killed by a
+// signal or still running).
+func (p *proc) exitStatus() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.exitCode
+}
+
+// launch starts the process, joining the gossip addresses in join.
+func (p *proc) launch(join []string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	args := []string{"serve",
+		"--node-name", p.name,
+		"--data-dir", p.dataDir,
+		"--http-addr", p.httpAddr,
+		"--gossip-addr", p.gossipAddr,
+		"--shards", strconv.Itoa(int(p.c.opts.Shards)),
+		"--default-target", p.c.targetURL,
+		"--default-max-in-flight", strconv.Itoa(p.c.opts.DefaultMaxInFlight),
+	}
+	args = append(args, baseNodeFlags...)
+	args = append(args, p.c.opts.Flags...)
+	args = append(args, p.extra...)
+	if len(join) > 0 {
+		args = append(args, "--join", strings.Join(join, ","))
+	}
+	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	p.starts++
+	fmt.Fprintf(logf, "=== e2e: start #%d of %s at %s: fairshard %s\n", p.starts, p.name, time.Now().Format(time.RFC3339Nano), strings.Join(args, " "))
+	cmd := exec.Command(fairshardBin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = childEnv()
+	cmd.SysProcAttr = childProcAttr()
+	if err := cmd.Start(); err != nil {
+		_ = logf.Close()
+		return fmt.Errorf("start %s: %w", p.name, err)
+	}
+	done := make(chan struct{})
+	p.cmd, p.done, p.exitCode = cmd, done, -1
+	live.Store(p, struct{}{})
+	go func() {
+		err := cmd.Wait()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode() // -1 when killed by a signal
+		} else if err != nil {
+			code = -2
+		}
+		_ = logf.Close()
+		p.mu.Lock()
+		p.exitCode = code
+		p.mu.Unlock()
+		live.Delete(p)
+		close(done)
+	}()
+	return nil
+}
+
+// childEnv is this process's environment without FAIRSHARD_* variables,
+// so a developer's shell settings cannot change a scenario.
+func childEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "FAIRSHARD_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+func (p *proc) signal(sig syscall.Signal) (chan struct{}, bool) {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil || done == nil {
+		return nil, false
+	}
+	select {
+	case <-done:
+		return done, false
+	default:
+	}
+	_ = cmd.Process.Signal(sig)
+	return done, true
+}
+
+// kill sends SIGKILL (a crash: no drain, no leave) and waits for the exit.
+func (p *proc) kill() {
+	if done, ok := p.signal(syscall.SIGKILL); ok {
+		<-done
+	}
+}
+
+// stop sends SIGTERM (a graceful stop: drain, hand off, leave) and waits up
+// to timeout for the exit; it returns the exit code (-1: killed by signal).
+func (p *proc) stop(t *testing.T, timeout time.Duration) int {
+	t.Helper()
+	done, ok := p.signal(syscall.SIGTERM)
+	if done == nil {
+		t.Fatalf("stop %s: never started", p.name)
+	}
+	if ok {
+		select {
+		case <-done:
+		case <-time.After(timeout):
+			p.kill()
+			t.Fatalf("stop %s: still running %v after SIGTERM; killed", p.name, timeout)
+		}
+	}
+	return p.exitStatus()
+}
+
+// ---- cluster ----
+
+// clusterOpts are the settings every node of a testCluster shares.
+type clusterOpts struct {
+	// Shards is --shards. Defaults to 1024.
+	Shards uint32
+	// DefaultMaxInFlight is --default-max-in-flight. Defaults to 1024.
+	DefaultMaxInFlight int
+	// TargetDelay is how long the delivery target holds each request.
+	// Defaults to 20 ms.
+	TargetDelay time.Duration
+	// Flags are extra serve flags for every node.
+	Flags []string
+}
+
+// testCluster is a set of node processes and the delivery target they all
+// use (--default-target). Build with newCluster; everything it starts is
+// stopped in t.Cleanup.
+type testCluster struct {
+	t      *testing.T
+	dir    string
+	opts   clusterOpts
+	client *http.Client
+
+	target    *httptest.Server
+	targetURL string
+	recv      atomic.Pointer[loadgen.Receiver]
+
+	mu    sync.Mutex
+	procs []*proc
+}
+
+// newCluster starts the delivery target (a loadgen.Receiver behind a
+// swappable pointer, see resetReceiver) and returns an empty cluster.
+func newCluster(t *testing.T, opts clusterOpts) *testCluster {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("e2e: runs real processes; skipped with -short")
+	}
+	if fairshardBin == "" {
+		t.Fatal("e2e: binary not built (TestMain)")
+	}
+	if opts.Shards == 0 {
+		opts.Shards = 1024
+	}
+	if opts.DefaultMaxInFlight == 0 {
+		opts.DefaultMaxInFlight = 1024
+	}
+	if opts.TargetDelay == 0 {
+		opts.TargetDelay = 20 * time.Millisecond
+	}
+	c := &testCluster{t: t, dir: t.TempDir(), opts: opts}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 64
+	c.client = &http.Client{Timeout: 30 * time.Second, Transport: tr}
+	c.recv.Store(loadgen.NewReceiver(opts.TargetDelay))
+	c.target = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c.recv.Load().ServeHTTP(w, r)
+	}))
+	c.target.Config.ReadHeaderTimeout = 10 * time.Second
+	c.target.Start()
+	c.targetURL = c.target.URL + "/deliver/{namespace}/{task_queue}"
+	t.Cleanup(c.cleanup)
+	return c
+}
+
+// cleanup kills every node still running, prints the tail of each node's
+// log when the test failed, and stops the target.
+func (c *testCluster) cleanup() {
+	c.mu.Lock()
+	procs := slices.Clone(c.procs)
+	c.mu.Unlock()
+	for _, p := range procs {
+		p.kill()
+	}
+	// A node falsely suspected or declared dead (CPU starvation on a busy
+	// machine) changes ownership mid-scenario: say so, it explains odd
+	// figures.
+	for _, p := range procs {
+		if b, err := os.ReadFile(p.logPath); err == nil {
+			if n := strings.Count(string(b), "Suspect "); n > 0 {
+				c.t.Logf("note: %s's log has %d memberlist suspicion lines", p.name, n)
+			}
+		}
+	}
+	if c.t.Failed() {
+		for _, p := range procs {
+			c.t.Logf("---- tail of %s's log (%s) ----\n%s", p.name, p.logPath, tailFile(p.logPath, 60))
+		}
+	}
+	c.target.CloseClientConnections()
+	c.target.Close()
+	c.client.CloseIdleConnections()
+}
+
+// tailFile returns the last n lines of the file (at most 64 KiB of it).
+func tailFile(path string, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return "(" + err.Error() + ")"
+	}
+	defer f.Close()
+	st, _ := f.Stat()
+	off := max(st.Size()-64<<10, 0)
+	b, _ := io.ReadAll(io.NewSectionReader(f, off, st.Size()-off))
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// receiver is the delivery target's current recorder.
+func (c *testCluster) receiver() *loadgen.Receiver { return c.recv.Load() }
+
+// resetReceiver swaps in a fresh recorder (same delay) and returns it:
+// deliveries from then on are counted from zero.
+func (c *testCluster) resetReceiver() *loadgen.Receiver {
+	r := loadgen.NewReceiver(c.opts.TargetDelay)
+	c.recv.Store(r)
+	return r
+}
+
+// nodeOpt adjusts one node before it starts.
+type nodeOpt func(*proc)
+
+// withFlags adds serve flags for this node only.
+func withFlags(flags ...string) nodeOpt { return func(p *proc) { p.extra = append(p.extra, flags...) } }
+
+// asOutsider marks a node that must not become a member (e.g. another
+// shard count): convergence checks ignore it.
+func asOutsider() nodeOpt { return func(p *proc) { p.outsider = true } }
+
+// startNode starts a node named name on its own 127.0.0.N with free API and
+// gossip ports and its own data dir, joining every running member, and
+// waits until it answers /readyz. A port taken by another process between
+// the harness's check and the node's bind gets the node new ports (up to
+// three tries).
+func (c *testCluster) startNode(name string, opts ...nodeOpt) *proc {
+	c.t.Helper()
+	ip := allocIP(c.t)
+	p := &proc{
+		c:       c,
+		name:    name,
+		ip:      ip,
+		dataDir: filepath.Join(c.dir, name, "data"),
+		logPath: filepath.Join(c.dir, name+".log"),
+	}
+	for _, o := range opts {
+		o(p)
+	}
+	c.mu.Lock()
+	c.procs = append(c.procs, p)
+	c.mu.Unlock()
+	for try := 1; ; try++ {
+		p.httpAddr = net.JoinHostPort(ip, strconv.Itoa(freeTCPPort(c.t, ip, false)))
+		p.gossipAddr = net.JoinHostPort(ip, strconv.Itoa(freeTCPPort(c.t, ip, true)))
+		err := c.launch(p)
+		if err == nil {
+			return p
+		}
+		if try == 3 || !strings.Contains(tailFile(p.logPath, 20), "address already in use") {
+			c.t.Fatal(err)
+		}
+		c.t.Logf("e2e: %s lost a port race; retrying with new ports", name)
+	}
+}
+
+// restart starts a stopped or killed node again with the same name,
+// addresses and data dir, and waits for /readyz.
+func (c *testCluster) restart(p *proc) {
+	c.t.Helper()
+	if p.running() {
+		c.t.Fatalf("restart %s: still running", p.name)
+	}
+	if err := c.launch(p); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// launch starts p joining every running member and waits for /readyz.
+func (c *testCluster) launch(p *proc) error {
+	var join []string
+	for _, q := range c.members() {
+		if q != p {
+			join = append(join, q.gossipAddr)
+		}
+	}
+	if err := p.launch(join); err != nil {
+		return fmt.Errorf("e2e: %w", err)
+	}
+	return c.waitReady(p, 20*time.Second)
+}
+
+// waitReady polls /readyz until it answers 200. It returns an error at
+// once if the process exits, or after timeout.
+func (c *testCluster) waitReady(p *proc, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if !p.running() {
+			return fmt.Errorf("%s exited (code %d) before it was ready; log:\n%s", p.name, p.exitStatus(), tailFile(p.logPath, 40))
+		}
+		code, body, err := c.do(http.MethodGet, p.baseURL()+"/readyz", nil, nil)
+		if err == nil && code == http.StatusOK {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready after %v: HTTP %d %s %v; log:\n%s", p.name, timeout, code, body, err, tailFile(p.logPath, 40))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// members returns the running nodes expected to be members (outsiders
+// excluded), in start order.
+func (c *testCluster) members() []*proc {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*proc
+	for _, p := range c.procs {
+		if !p.outsider && p.running() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// urls returns the API base URLs of the running members.
+func (c *testCluster) urls() []string {
+	var out []string
+	for _, p := range c.members() {
+		out = append(out, p.baseURL())
+	}
+	return out
+}
+
+// ---- HTTP ----
+
+// do sends body (a []byte as is, anything else as JSON; nil: none) and
+// decodes a JSON answer into out when out is non-nil and the status is
+// 2xx. It returns the status and the raw answer.
+func (c *testCluster) do(method, u string, body, out any) (int, []byte, error) {
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		js, err := json.Marshal(b)
+		if err != nil {
+			return 0, nil, err
+		}
+		rd = bytes.NewReader(js)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return 0, nil, err
+	}
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp.StatusCode, data, err
+	}
+	if out != nil && resp.StatusCode/100 == 2 {
+		if err := json.Unmarshal(data, out); err != nil {
+			return resp.StatusCode, data, fmt.Errorf("%s %s: decode %q: %w", method, u, data, err)
+		}
+	}
+	return resp.StatusCode, data, nil
+}
+
+// clusterView is GET /v1/cluster.
+type clusterView struct {
+	Node             string `json:"node"`
+	ShardCount       uint32 `json:"shard_count"`
+	OwnershipVersion uint64 `json:"ownership_version"`
+	Members          []struct {
+		Name               string  `json:"name"`
+		APIAddr            string  `json:"api_addr"`
+		State              string  `json:"state"`
+		OwnedShards        int     `json:"owned_shards"`
+		OwnedShardFraction float64 `json:"owned_shard_fraction"`
+	} `json:"members"`
+	Handoff struct {
+		ShardsPending int `json:"shards_pending"`
+	} `json:"handoff"`
+}
+
+// memberSet is "name:state,…" sorted.
+func (v clusterView) memberSet() string {
+	var s []string
+	for _, m := range v.Members {
+		s = append(s, m.Name+":"+m.State)
+	}
+	sort.Strings(s)
+	return strings.Join(s, ",")
+}
+
+func (c *testCluster) clusterView(p *proc) (clusterView, error) {
+	var v clusterView
+	code, body, err := c.do(http.MethodGet, p.baseURL()+"/v1/cluster", nil, &v)
+	if err == nil && code != http.StatusOK {
+		err = fmt.Errorf("GET /v1/cluster on %s: HTTP %d %s", p.name, code, body)
+	}
+	return v, err
+}
+
+// shardTable is GET /v1/shards reduced to the owner of each shard.
+func (c *testCluster) shardTable(p *proc) ([]string, error) {
+	var v struct {
+		Shards []struct {
+			Shard uint32 `json:"shard"`
+			Owner string `json:"owner"`
+		} `json:"shards"`
+	}
+	code, body, err := c.do(http.MethodGet, p.baseURL()+"/v1/shards", nil, &v)
+	if err == nil && code != http.StatusOK {
+		err = fmt.Errorf("GET /v1/shards on %s: HTTP %d %s", p.name, code, body)
+	}
+	out := make([]string, len(v.Shards))
+	for i, s := range v.Shards {
+		out[i] = s.Owner
+	}
+	return out, err
+}
+
+// waitConverged waits until every running member reports exactly the
+// running members, all active, and the same shard table, in which every
+// member owns shards. It returns how long that took.
+func (c *testCluster) waitConverged(timeout time.Duration) time.Duration {
+	c.t.Helper()
+	start := time.Now()
+	eventually(c.t, timeout, "membership and ownership converge", func() (bool, string) {
+		ms := c.members()
+		var want []string
+		for _, p := range ms {
+			want = append(want, p.name+":active")
+		}
+		sort.Strings(want)
+		wantSet := strings.Join(want, ",")
+		var table []string
+		for _, p := range ms {
+			v, err := c.clusterView(p)
+			if err != nil {
+				return false, err.Error()
+			}
+			if got := v.memberSet(); got != wantSet {
+				return false, fmt.Sprintf("%s sees members %s, want %s", p.name, got, wantSet)
+			}
+			tb, err := c.shardTable(p)
+			if err != nil {
+				return false, err.Error()
+			}
+			if table == nil {
+				table = tb
+			} else if !slices.Equal(table, tb) {
+				return false, fmt.Sprintf("%s's shard table differs from %s's", p.name, ms[0].name)
+			}
+		}
+		for _, p := range ms {
+			if !slices.Contains(table, p.name) {
+				return false, p.name + " owns no shard"
+			}
+		}
+		return true, ""
+	})
+	return time.Since(start)
+}
+
+// waitMembers waits until every running member lists exactly n members
+// (any state) and returns how long that took.
+func (c *testCluster) waitMembers(n int, timeout time.Duration) time.Duration {
+	c.t.Helper()
+	start := time.Now()
+	eventually(c.t, timeout, fmt.Sprintf("every member sees %d members", n), func() (bool, string) {
+		for _, p := range c.members() {
+			v, err := c.clusterView(p)
+			if err != nil {
+				return false, err.Error()
+			}
+			if len(v.Members) != n {
+				return false, fmt.Sprintf("%s sees %s", p.name, v.memberSet())
+			}
+		}
+		return true, ""
+	})
+	return time.Since(start)
+}
+
+// ownershipVersions returns each running member's ownership_version (a
+// per-node counter: it moves when that node's view of the members does).
+func (c *testCluster) ownershipVersions() map[string]uint64 {
+	c.t.Helper()
+	out := map[string]uint64{}
+	for _, p := range c.members() {
+		v, err := c.clusterView(p)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		out[p.name] = v.OwnershipVersion
+	}
+	return out
+}
+
+// fractions returns each member's owned shard fraction as node p sees it.
+func (c *testCluster) fractions(p *proc) map[string]float64 {
+	c.t.Helper()
+	v, err := c.clusterView(p)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, m := range v.Members {
+		out[m.Name] = m.OwnedShardFraction
+	}
+	return out
+}
+
+// ---- namespaces ----
+
+// namespaceView is GET /v1/namespaces/{ns}: one node's counts.
+type namespaceView struct {
+	Namespace          string  `json:"namespace"`
+	MaxInFlight        uint32  `json:"max_in_flight"`
+	MaxInFlightDefault bool    `json:"max_in_flight_default"`
+	Paused             bool    `json:"paused"`
+	Node               string  `json:"node"`
+	Pending            int     `json:"pending"`
+	Claimed            int     `json:"claimed"`
+	DeadLetters        int     `json:"dead_letters"`
+	OwnedShardFraction float64 `json:"owned_shard_fraction"`
+	Ceiling            uint32  `json:"ceiling"`
+	Headroom           int     `json:"headroom"`
+}
+
+func (c *testCluster) namespace(p *proc, ns string) (namespaceView, error) {
+	var v namespaceView
+	code, body, err := c.do(http.MethodGet, p.baseURL()+"/v1/namespaces/"+ns, nil, &v)
+	if err == nil && code != http.StatusOK {
+		err = fmt.Errorf("GET /v1/namespaces/%s on %s: HTTP %d %s", ns, p.name, code, body)
+	}
+	return v, err
+}
+
+// setNamespace PUTs settings (e.g. {"max_in_flight": 8} or {"paused":
+// true}) through the first member and waits until every member applies
+// them (the config travels by gossip).
+func (c *testCluster) setNamespace(ns string, settings map[string]any) {
+	c.t.Helper()
+	ms := c.members()
+	code, body, err := c.do(http.MethodPut, ms[0].baseURL()+"/v1/namespaces/"+ns, settings, nil)
+	if err != nil || code != http.StatusOK {
+		c.t.Fatalf("PUT /v1/namespaces/%s %v: HTTP %d %s: %v", ns, settings, code, body, err)
+	}
+	eventually(c.t, 10*time.Second, "namespace "+ns+" settings reach every node", func() (bool, string) {
+		for _, p := range c.members() {
+			v, err := c.namespace(p, ns)
+			if err != nil {
+				return false, err.Error()
+			}
+			if q, ok := settings["max_in_flight"]; ok && fmt.Sprint(v.MaxInFlight) != fmt.Sprint(q) {
+				return false, fmt.Sprintf("%s: max_in_flight %d, want %v", p.name, v.MaxInFlight, q)
+			}
+			if pz, ok := settings["paused"]; ok && v.Paused != pz.(bool) {
+				return false, fmt.Sprintf("%s: paused %v, want %v", p.name, v.Paused, pz)
+			}
+		}
+		return true, ""
+	})
+}
+
+// backlog sums a namespace's pending, claimed and dead-letter rows over
+// every running member.
+func (c *testCluster) backlog(ns string) (pending, claimed, dead int, err error) {
+	for _, p := range c.members() {
+		v, e := c.namespace(p, ns)
+		if e != nil {
+			return 0, 0, 0, e
+		}
+		pending += v.Pending
+		claimed += v.Claimed
+		dead += v.DeadLetters
+	}
+	return pending, claimed, dead, nil
+}
+
+// waitSettled waits until no member holds a pending or claimed row of the
+// namespaces (every row is done or a dead letter) and asserts there is no
+// dead letter.
+func (c *testCluster) waitSettled(timeout time.Duration, namespaces ...string) {
+	c.t.Helper()
+	eventually(c.t, timeout, "every row settled", func() (bool, string) {
+		for _, ns := range namespaces {
+			pending, claimed, dead, err := c.backlog(ns)
+			if err != nil {
+				return false, err.Error()
+			}
+			if dead != 0 {
+				c.t.Fatalf("namespace %s: %d dead letters", ns, dead)
+			}
+			if pending+claimed != 0 {
+				return false, fmt.Sprintf("namespace %s: %d pending, %d claimed", ns, pending, claimed)
+			}
+		}
+		return true, ""
+	})
+}
+
+// ---- metrics ----
+
+var labelRE = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"`)
+
+// metric sums the samples of the metric name on p whose labels include
+// every label of match (nil: all samples).
+func (c *testCluster) metric(p *proc, name string, match map[string]string) (float64, error) {
+	code, body, err := c.do(http.MethodGet, p.baseURL()+"/metrics", nil, nil)
+	if err != nil {
+		return 0, err
+	}
+	if code != http.StatusOK {
+		return 0, fmt.Errorf("GET /metrics on %s: HTTP %d", p.name, code)
+	}
+	return sumMetric(string(body), name, match), nil
+}
+
+func sumMetric(text, name string, match map[string]string) float64 {
+	sum := 0.0
+	for _, line := range strings.Split(text, "\n") {
+		if line == "" || line[0] == '#' || !strings.HasPrefix(line, name) {
+			continue
+		}
+		rest := line[len(name):]
+		labels := map[string]string{}
+		if strings.HasPrefix(rest, "{") {
+			end := strings.LastIndex(rest, "}")
+			if end < 0 {
+				continue
+			}
+			for _, m := range labelRE.FindAllStringSubmatch(rest[1:end], -1) {
+				labels[m[1]] = m[2]
+			}
+			rest = rest[end+1:]
+		} else if !strings.HasPrefix(rest, " ") {
+			continue // a longer name with this prefix
+		}
+		ok := true
+		for k, v := range match {
+			if labels[k] != v {
+				ok = false
+			}
+		}
+		if !ok {
+			continue
+		}
+		f, err := strconv.ParseFloat(strings.Fields(rest)[0], 64)
+		if err == nil {
+			sum += f
+		}
+	}
+	return sum
+}
+
+// mustMetric is metric that fails the test on error.
+func (c *testCluster) mustMetric(p *proc, name string, match map[string]string) float64 {
+	c.t.Helper()
+	v, err := c.metric(p, name, match)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return v
+}
+
+// logNodeTimings logs the mean of p's sweep, delivery, commit and
+// enqueue-to-delivery histograms (diagnostics for the report).
+func logNodeTimings(t *testing.T, c *testCluster, p *proc) {
+	t.Helper()
+	var parts []string
+	for _, name := range []string{"sweep_duration", "delivery_duration", "store_commit_duration", "enqueue_to_delivery"} {
+		full := "fairshard_" + name + "_seconds"
+		sum := c.mustMetric(p, full+"_sum", nil)
+		cnt := c.mustMetric(p, full+"_count", nil)
+		parts = append(parts, fmt.Sprintf("%s mean %.1f ms (n=%.0f)", name, 1000*sum/max(cnt, 1), cnt))
+	}
+	t.Logf("%s: %s", p.name, strings.Join(parts, "; "))
+}
+
+// ---- load ----
+
+// ledger records every row the cluster acknowledged (key → namespace),
+// and the keys of append requests that failed (and were retried).
+type ledger struct {
+	mu   sync.Mutex
+	keys map[string]string
+	// byStatus counts acknowledgements by append status.
+	byStatus map[string]int
+	// failed holds keys whose append request failed at least once.
+	failed map[string]bool
+}
+
+func newLedger() *ledger {
+	return &ledger{keys: map[string]string{}, byStatus: map[string]int{}, failed: map[string]bool{}}
+}
+
+// onFailed is a loadgen.Config.OnFailed callback.
+func (l *ledger) onFailed(_ string, keys []string, _ error) {
+	l.mu.Lock()
+	for _, k := range keys {
+		l.failed[k] = true
+	}
+	l.mu.Unlock()
+}
+
+// wasRetried reports whether key's append request failed at least once.
+func (l *ledger) wasRetried(key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.failed[key]
+}
+
+// onAppended is a loadgen.Config.OnAppended callback.
+func (l *ledger) onAppended(key, ns, status string) {
+	l.mu.Lock()
+	l.keys[key] = ns
+	l.byStatus[status]++
+	l.mu.Unlock()
+}
+
+func (l *ledger) len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.keys)
+}
+
+func (l *ledger) snapshot() map[string]string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[string]string, len(l.keys))
+	for k, v := range l.keys {
+		out[k] = v
+	}
+	return out
+}
+
+// generator builds a loadgen.Generator over the running members that
+// records acknowledged rows in l; cfg.Nodes defaults to every member.
+func (c *testCluster) generator(l *ledger, cfg loadgen.Config) *loadgen.Generator {
+	c.t.Helper()
+	if len(cfg.Nodes) == 0 {
+		cfg.Nodes = c.urls()
+	}
+	cfg.Client = c.client
+	if l != nil {
+		cfg.OnAppended, cfg.OnFailed = l.onAppended, l.onFailed
+	}
+	g, err := loadgen.NewGenerator(cfg)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return g
+}
+
+// runLoad runs g to completion and returns its report.
+func runLoad(t *testing.T, g *loadgen.Generator) loadgen.Report {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := g.Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+// startLoad runs g in the background; the returned func waits for it.
+func startLoad(t *testing.T, g *loadgen.Generator) func() loadgen.Report {
+	t.Helper()
+	ch := make(chan loadgen.Report, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	go func() {
+		rep, _ := g.Run(ctx)
+		ch <- rep
+	}()
+	var once sync.Once
+	var rep loadgen.Report
+	wait := func() loadgen.Report {
+		once.Do(func() { rep = <-ch; cancel() })
+		return rep
+	}
+	// A test that ends early stops the load before its nodes are killed.
+	t.Cleanup(func() { cancel(); wait() })
+	return wait
+}
+
+// waitDelivered waits until the receiver has seen every key of l at least
+// once and returns how long that took. On timeout it reports how many are
+// missing and where a few of them are.
+func (c *testCluster) waitDelivered(l *ledger, recv *loadgen.Receiver, timeout time.Duration) time.Duration {
+	c.t.Helper()
+	start := time.Now()
+	want := l.snapshot()
+	deadline := time.Now().Add(timeout)
+	// Cheap polls first, then one full scan, then only the keys still
+	// missing (the receiver's lock is shared with the deliveries being
+	// measured).
+	for recv.Distinct() < len(want) && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	got := recv.Keys()
+	var missing []string
+	for k := range want {
+		if got[k] == 0 {
+			missing = append(missing, k)
+		}
+	}
+	for {
+		still := missing[:0]
+		for _, k := range missing {
+			if recv.Count(k) == 0 {
+				still = append(still, k)
+			}
+		}
+		missing = still
+		if len(missing) == 0 {
+			return time.Since(start)
+		}
+		if time.Now().After(deadline) {
+			sort.Strings(missing)
+			var where []string
+			for _, k := range missing[:min(len(missing), 5)] {
+				where = append(where, k+" → "+c.locate(k))
+			}
+			c.t.Fatalf("after %v, %d of %d acknowledged rows were never delivered; e.g.\n  %s",
+				timeout, len(missing), len(want), strings.Join(where, "\n  "))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// locate describes where key is (GET /v1/rows/{key} through any member).
+func (c *testCluster) locate(key string) string {
+	for _, p := range c.members() {
+		code, body, err := c.do(http.MethodGet, p.baseURL()+"/v1/rows/"+url.PathEscape(key), nil, nil)
+		if err == nil {
+			var v struct {
+				Status  string `json:"status"`
+				Node    string `json:"node"`
+				Attempt int    `json:"attempt"`
+				Shard   int    `json:"shard"`
+			}
+			if code == http.StatusOK && json.Unmarshal(body, &v) == nil {
+				return fmt.Sprintf("%s on %s (shard %d, attempt %d)", v.Status, v.Node, v.Shard, v.Attempt)
+			}
+			return fmt.Sprintf("HTTP %d %s", code, bytes.TrimSpace(body))
+		}
+	}
+	return "no member answered"
+}
+
+// rowView is the part of GET /v1/rows/{key} the scenarios check.
+type rowView struct {
+	DispatchKey string `json:"dispatch_key"`
+	Namespace   string `json:"namespace"`
+	Status      string `json:"status"`
+	Attempt     int    `json:"attempt"`
+	Shard       uint32 `json:"shard"`
+	Node        string `json:"node"`
+}
+
+// checkNoStrays asserts that the receiver saw only keys of l (no
+// stray delivery) and returns the keys delivered more than once.
+func checkNoStrays(t *testing.T, l *ledger, recv *loadgen.Receiver) map[string]int {
+	t.Helper()
+	want := l.snapshot()
+	strays := 0
+	for k := range recv.Keys() {
+		if _, ok := want[k]; !ok {
+			strays++
+		}
+	}
+	if strays > 0 {
+		t.Errorf("%d delivered dispatch_keys were never acknowledged by an append", strays)
+	}
+	return recv.Duplicates()
+}
+
+// ---- polling ----
+
+// eventually polls cond every 50 ms until it returns true, failing the test
+// with cond's last explanation once timeout has passed.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, why := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s: %s", timeout, what, why)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// consistently polls cond every 100 ms for d and fails the test the first
+// time it returns false.
+func consistently(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if ok, why := cond(); !ok {
+			t.Fatalf("%s stopped holding: %s", what, why)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,11 @@
+//go:build linux
+
+package e2e
+
+import "syscall"
+
+// childProcAttr makes the kernel SIGKILL a node if this test process dies
+// (a timeout panic, a kill), so no node outlives the run.
+func childProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}
