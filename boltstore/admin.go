@@ -117,7 +117,8 @@ func (s *Store) redriveKeys(ctx context.Context, namespace string, keys []string
 // SaveConfigEntry durably stores value under key in the config bucket,
 // replacing any previous value. The cluster layer persists its gossiped
 // config through it; the store treats values as opaque bytes (copied).
-// key must be 1 … MaxDispatchKeyBytes bytes.
+// key must be 1 … MaxDispatchKeyBytes bytes (else an error wrapping
+// ErrInvalidOptions, nothing written).
 func (s *Store) SaveConfigEntry(ctx context.Context, key string, value []byte) error {
 	if key == "" || len(key) > MaxDispatchKeyBytes {
 		return fmt.Errorf("boltstore: save config entry: %w: key must be 1 to %d bytes", ErrInvalidOptions, MaxDispatchKeyBytes)
