@@ -130,6 +130,7 @@ func New(cfg Config, log *slog.Logger) (*Node, error) {
 			return dispatch.Target{URL: t.URL, Timeout: durationMS(t.TimeoutMS)}, ok
 		}),
 		Held:              n.rc.heldWorkflows,
+		RetryPolicyFor:    n.rc.retryPolicyFor,
 		Paused:            n.rc.paused,
 		Logger:            log,
 		Registerer:        n.reg,
