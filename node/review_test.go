@@ -76,3 +76,33 @@ func TestReviewBadInputs(t *testing.T) {
 		t.Fatalf("a refused retry override was stored: %v", v.Retry)
 	}
 }
+
+// Slot data dirs (docker compose replicas sharing a volume): two nodes at
+// once take different slots, and a node started later in a freed slot gets
+// the name bound to it, whatever name it was given.
+func TestSlotDataDirs(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	slotted := func(name string) func(*node.Config) {
+		return func(c *node.Config) {
+			c.DataDir = root + "/{slot}"
+			c.NodeName = name
+		}
+	}
+	a := startNode(t, slotted("first"))
+	b := startNode(t, slotted("second"))
+	if a.Name() != "first" || b.Name() != "second" {
+		t.Fatalf("names %q, %q; want first, second", a.Name(), b.Name())
+	}
+	a.appendRows(rowIn{"dispatch_key": "kept", "namespace": "held"})
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c := startNode(t, slotted("recreated-container"))
+	if c.Name() != "first" {
+		t.Fatalf("a node in the freed slot is named %q, want the slot's name first", c.Name())
+	}
+	if _, ok := c.getRow("kept"); !ok {
+		t.Fatal("the slot's rows did not come back with it")
+	}
+}
