@@ -91,6 +91,9 @@ type demoRun struct {
 	events  []string
 	// lastDelivered is each namespace's delivered count at the last render.
 	lastDelivered map[string]int
+	// bg holds the graceful stop running beside the view; closeAll waits
+	// for it so a node is never hard-closed mid-drain.
+	bg sync.WaitGroup
 }
 
 // Run runs the demo until the load ends and every appended row is delivered
@@ -193,7 +196,7 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 		}
 		if !stopped && el >= 2*opts.Duration/3 {
 			stopped = true
-			go d.stopNode(1)
+			d.bg.Go(func() { d.stopNode(1) })
 		}
 		delivered := d.recv.Delivered()
 		d.render(el, delivered-lastDelivered, gen.Appended())
@@ -299,6 +302,7 @@ func (d *demoRun) urls() []string {
 }
 
 func (d *demoRun) closeAll() {
+	d.bg.Wait()
 	d.mu.Lock()
 	ms := d.members
 	d.mu.Unlock()

@@ -2,8 +2,10 @@ package node
 
 import (
 	"encoding/json"
+
 	"errors"
 	"fmt"
+	"github.com/fairshard/fairshard/cluster"
 	"net/http"
 )
 
@@ -29,6 +31,7 @@ type APIError struct {
 	Message string `json:"message"`
 }
 
+// Error returns the message, which names the field when there is one.
 func (e *APIError) Error() string { return e.Message }
 
 func fieldError(field, format string, args ...any) *APIError {
@@ -51,7 +54,12 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // *APIError become a 500 whose message is err's text.
 func writeError(w http.ResponseWriter, err error) {
 	var ae *APIError
-	if !errors.As(err, &ae) {
+	if !errors.As(err, &ae) && errors.Is(err, cluster.ErrInvalidConfigEntry) {
+		// A value the gossiped config refuses (size, encoding) is the
+		// caller's input, not a server fault.
+		ae = &APIError{Status: http.StatusBadRequest, Code: CodeInvalidField, Message: err.Error()}
+	}
+	if ae == nil {
 		ae = &APIError{Status: http.StatusInternalServerError, Code: CodeInternal, Message: err.Error()}
 	}
 	writeJSON(w, ae.Status, map[string]*APIError{"error": ae})

@@ -239,11 +239,12 @@ func (in *appendRow) toRow(i int, now time.Time) (outbox.Row, error) {
 		row.ContentType = ct
 	}
 	if in.DelayMS != nil {
-		d := time.Duration(*in.DelayMS) * time.Millisecond
-		if *in.DelayMS < 0 || d > MaxDelay {
+		// Compare in milliseconds first: converting a huge value to a
+		// Duration would overflow and wrap into the past.
+		if *in.DelayMS < 0 || *in.DelayMS > MaxDelay.Milliseconds() {
 			return row, fieldError(f("delay_ms"), "must be between 0 and %d", MaxDelay.Milliseconds())
 		}
-		row.VisibleAfter = now.Add(d)
+		row.VisibleAfter = now.Add(time.Duration(*in.DelayMS) * time.Millisecond)
 	}
 	return row, nil
 }

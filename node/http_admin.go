@@ -8,16 +8,19 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fairshard/fairshard/boltstore"
-	"github.com/fairshard/fairshard/outbox"
 )
 
 // Limits of the admin API.
 const (
-	MaxQuota          = 1_000_000
-	MaxTargetTimeout  = 10 * time.Minute
+	MaxQuota         = 1_000_000
+	MaxTargetTimeout = 10 * time.Minute
+	// MaxTargetURLBytes keeps a target within the gossiped config's 1 KiB
+	// value limit, JSON envelope included.
+	MaxTargetURLBytes = 900
 	maxDeadLetterPage = 1000
 )
 
@@ -30,6 +33,8 @@ type namespaceView struct {
 	MaxInFlight        uint32 `json:"max_in_flight"`
 	MaxInFlightDefault bool   `json:"max_in_flight_default"`
 	Paused             bool   `json:"paused"`
+	// Retry is the namespace's retry policy override, if any.
+	Retry *retrySettings `json:"retry,omitempty"`
 	// Node is the node these counts come from.
 	Node               string  `json:"node"`
 	Pending            int     `json:"pending"`
@@ -47,7 +52,7 @@ type namespaceView struct {
 
 func (n *Node) namespaceView(ns string, st boltstore.NamespaceStats) namespaceView {
 	s, _ := n.rc.namespace(ns)
-	v := namespaceView{Namespace: ns, Paused: s.Paused, Node: n.name,
+	v := namespaceView{Namespace: ns, Paused: s.Paused, Retry: s.Retry, Node: n.name,
 		Pending: st.Pending, Claimed: st.Claimed, DeadLetters: st.Failed}
 	if s.MaxInFlight != nil {
 		v.MaxInFlight = *s.MaxInFlight
@@ -126,7 +131,7 @@ func (n *Node) handlePutNamespace(w http.ResponseWriter, r *http.Request) {
 	for k, raw := range body {
 		switch k {
 		case "max_in_flight":
-			if string(raw) == "null" {
+			if isNull(raw) {
 				s.MaxInFlight = nil
 				continue
 			}
@@ -147,8 +152,23 @@ func (n *Node) handlePutNamespace(w http.ResponseWriter, r *http.Request) {
 				writeError(w, fieldError("paused", "must be true or false"))
 				return
 			}
+		case "retry":
+			if isNull(raw) {
+				s.Retry = nil
+				continue
+			}
+			var rs retrySettings
+			if err := strictUnmarshal(raw, &rs); err != nil {
+				writeError(w, fieldError("retry", "must be an object with base_ms, factor, cap_ms, max_attempts: %v", err))
+				return
+			}
+			if err := rs.validate(); err != nil {
+				writeError(w, err)
+				return
+			}
+			s.Retry = &rs
 		default:
-			writeError(w, fieldError(k, "unknown field (want max_in_flight, paused)"))
+			writeError(w, fieldError(k, "unknown field (want max_in_flight, paused, retry)"))
 			return
 		}
 	}
@@ -166,19 +186,33 @@ type jsonRaw []byte
 
 func (j *jsonRaw) UnmarshalJSON(b []byte) error { *j = append((*j)[:0], b...); return nil }
 
-func (n *Node) handlePutTarget(w http.ResponseWriter, r *http.Request) {
-	ns, err := pathName(r, "ns")
-	if err != nil {
-		writeError(w, err)
-		return
+// routeFromPath reads and validates {ns} and {tq} of a target path.
+func routeFromPath(r *http.Request) (ns, tq string, err error) {
+	if ns, err = pathName(r, "ns"); err != nil {
+		return "", "", err
 	}
-	tq, err := pathName(r, "tq")
+	if tq, err = pathName(r, "tq"); err != nil {
+		return "", "", err
+	}
+	return ns, tq, nil
+}
+
+func (n *Node) handlePutTarget(w http.ResponseWriter, r *http.Request) {
+	ns, tq, err := routeFromPath(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	var t targetSettings
 	if err := decodeBody(w, r, &t); err != nil {
+		writeError(w, err)
+		return
+	}
+	if len(t.URL) > MaxTargetURLBytes {
+		writeError(w, fieldError("url", "is %d bytes, the limit is %d", len(t.URL), MaxTargetURLBytes))
+		return
+	}
+	if err := checkText("url", t.URL, MaxTargetURLBytes); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -200,12 +234,7 @@ func (n *Node) handlePutTarget(w http.ResponseWriter, r *http.Request) {
 }
 
 func (n *Node) handleDeleteTarget(w http.ResponseWriter, r *http.Request) {
-	ns, err := pathName(r, "ns")
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	tq, err := pathName(r, "tq")
+	ns, tq, err := routeFromPath(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -221,6 +250,9 @@ func holdKey(r *http.Request) (string, error) {
 	wf := r.PathValue("wf")
 	if wf == "" || len(wf) > MaxWorkflowIDBytes {
 		return "", fieldError("workflow_id", "must be 1-%d bytes", MaxWorkflowIDBytes)
+	}
+	if err := checkText("workflow_id", wf, MaxWorkflowIDBytes); err != nil {
+		return "", err
 	}
 	return prefixHold + wf, nil
 }
@@ -301,16 +333,18 @@ func (n *Node) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	all := viewsOf(local, n.name)
-	var unreachable []string
-	for _, m := range n.peerMembers() {
+	var mu sync.Mutex
+	q := url.Values{"after": {after}, "limit": {strconv.Itoa(limit)}}
+	unreachable := n.fanOut(r.Context(), func(ctx context.Context, m peerRef) error {
 		var resp deadLettersResp
-		q := url.Values{"after": {after}, "limit": {strconv.Itoa(limit)}}
-		if err := n.peers.call(r.Context(), http.MethodGet, m.addr, "/internal/v1/namespaces/"+ns+"/dead-letters?"+q.Encode(), nil, &resp); err != nil {
-			unreachable = append(unreachable, m.name)
-			continue
+		if err := n.peers.call(ctx, http.MethodGet, m.addr, "/internal/v1/namespaces/"+ns+"/dead-letters?"+q.Encode(), nil, &resp); err != nil {
+			return err
 		}
+		mu.Lock()
 		all = append(all, resp.Rows...)
-	}
+		mu.Unlock()
+		return nil
+	})
 	slices.SortFunc(all, func(a, b RowView) int { return strings.Compare(a.DispatchKey, b.DispatchKey) })
 	out := deadLettersResp{Rows: all}
 	if len(all) >= limit {
@@ -361,20 +395,51 @@ func (n *Node) handleRedrive(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	var unreachable []string
-	for _, m := range n.peerMembers() {
+	var mu sync.Mutex
+	unreachable := n.fanOut(r.Context(), func(ctx context.Context, m peerRef) error {
 		var resp redriveResp
-		if err := n.peers.call(r.Context(), http.MethodPost, m.addr, "/internal/v1/namespaces/"+ns+"/dead-letters/redrive", req, &resp); err != nil {
-			unreachable = append(unreachable, m.name)
-			continue
+		if err := n.peers.call(ctx, http.MethodPost, m.addr, "/internal/v1/namespaces/"+ns+"/dead-letters/redrive", req, &resp); err != nil {
+			return err
 		}
+		mu.Lock()
 		total += resp.Redriven
-	}
+		mu.Unlock()
+		return nil
+	})
 	n.disp.Wake()
 	writeJSON(w, http.StatusOK, map[string]any{"redriven": total, "unreachable_nodes": unreachable})
 }
 
 type peerRef struct{ name, addr string }
+
+// peerCallTimeout bounds one peer's part of a fanned-out admin call.
+const peerCallTimeout = 5 * time.Second
+
+// fanOut calls fn for every other member concurrently, each bounded by
+// peerCallTimeout, and returns the names of the members whose call failed,
+// sorted.
+func (n *Node) fanOut(ctx context.Context, fn func(ctx context.Context, m peerRef) error) []string {
+	var (
+		mu          sync.Mutex
+		wg          sync.WaitGroup
+		unreachable []string
+	)
+	for _, m := range n.peerMembers() {
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, peerCallTimeout)
+			defer cancel()
+			if err := fn(cctx, m); err != nil {
+				n.log.Warn("peer call failed", "peer", m.name, "err", err)
+				mu.Lock()
+				unreachable = append(unreachable, m.name)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	slices.Sort(unreachable)
+	return unreachable
+}
 
 func (n *Node) peerMembers() []peerRef {
 	var out []peerRef
@@ -429,5 +494,6 @@ func (n *Node) handleShards(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"shard_count": snap.ShardCount, "ownership_version": snap.Version, "shards": out})
 }
 
-var _ = context.Background
-var _ outbox.Status
+// isNull reports whether a decoded field was JSON null (the decoder may
+// hand a custom type either "null" or nothing for it).
+func isNull(raw jsonRaw) bool { return len(raw) == 0 || string(raw) == "null" }

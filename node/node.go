@@ -92,6 +92,15 @@ func New(cfg Config, log *slog.Logger) (*Node, error) {
 		return nil, err
 	}
 	n.store = store
+	if strings.Contains(cfg.DataDir, "{slot}") {
+		// A slot remembers the name of the node that first used it, so a
+		// recreated container (new hostname) rejoins as the same member.
+		if cfg.NodeName, err = slotNodeName(dir, cfg.NodeName); err != nil {
+			_ = store.Close()
+			return nil, err
+		}
+		n.cfg.NodeName = cfg.NodeName
+	}
 
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
@@ -130,6 +139,7 @@ func New(cfg Config, log *slog.Logger) (*Node, error) {
 			return dispatch.Target{URL: t.URL, Timeout: durationMS(t.TimeoutMS)}, ok
 		}),
 		Held:              n.rc.heldWorkflows,
+		RetryPolicyFor:    n.rc.retryPolicyFor,
 		Paused:            n.rc.paused,
 		Logger:            log,
 		Registerer:        n.reg,
@@ -200,6 +210,26 @@ func openStore(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*boltst
 		return s, dir, err
 	}
 	return nil, "", fmt.Errorf("data dir %s: every slot is in use", cfg.DataDir)
+}
+
+// slotNameFile, inside a slot data dir, holds the node name bound to it.
+const slotNameFile = "node-name"
+
+// slotNodeName returns the node name bound to a slot dir, binding name to
+// it on first use.
+func slotNodeName(dir, name string) (string, error) {
+	path := filepath.Join(dir, slotNameFile)
+	b, err := os.ReadFile(path)
+	if err == nil && len(strings.TrimSpace(string(b))) > 0 {
+		return strings.TrimSpace(string(b)), nil
+	}
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("read node name of slot %s: %w", dir, err)
+	}
+	if err := os.WriteFile(path, []byte(name+"\n"), 0o640); err != nil {
+		return "", fmt.Errorf("bind node name to slot %s: %w", dir, err)
+	}
+	return name, nil
 }
 
 func openIn(dir string, opts boltstore.Options) (*boltstore.Store, error) {

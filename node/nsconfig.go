@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fairshard/fairshard/cluster"
+	"github.com/fairshard/fairshard/dispatch"
 	"github.com/fairshard/fairshard/outbox"
 )
 
@@ -29,6 +30,48 @@ const (
 type namespaceSettings struct {
 	MaxInFlight *uint32 `json:"max_in_flight,omitempty"`
 	Paused      bool    `json:"paused,omitempty"`
+	// Retry overrides the node's retry policy for this namespace; zero
+	// fields keep the node's values.
+	Retry *retrySettings `json:"retry,omitempty"`
+}
+
+// retrySettings is a namespace's retry policy override (issue 6:
+// "overridable per namespace").
+type retrySettings struct {
+	BaseMS      int64   `json:"base_ms,omitempty"`
+	Factor      float64 `json:"factor,omitempty"`
+	CapMS       int64   `json:"cap_ms,omitempty"`
+	MaxAttempts uint32  `json:"max_attempts,omitempty"`
+}
+
+// validate checks an override's bounds; the error names the field.
+func (r *retrySettings) validate() error {
+	switch {
+	case r.BaseMS < 0 || r.BaseMS > time.Hour.Milliseconds():
+		return fieldError("retry.base_ms", "must be between 0 (node default) and %d", time.Hour.Milliseconds())
+	case r.Factor != 0 && (r.Factor < 1 || r.Factor > 10):
+		return fieldError("retry.factor", "must be 0 (node default) or between 1 and 10")
+	case r.CapMS < 0 || r.CapMS > (24*time.Hour).Milliseconds():
+		return fieldError("retry.cap_ms", "must be between 0 (node default) and %d", (24 * time.Hour).Milliseconds())
+	case r.CapMS > 0 && r.BaseMS > r.CapMS:
+		return fieldError("retry.cap_ms", "must be at least retry.base_ms")
+	case r.MaxAttempts > 1000:
+		return fieldError("retry.max_attempts", "must be between 0 (node default) and 1000")
+	}
+	return nil
+}
+
+// retryPolicyFor implements dispatch.Config.RetryPolicyFor from the
+// namespace's settings.
+func (rc *runtimeConfig) retryPolicyFor(ns string) (dispatch.RetryPolicy, bool) {
+	s, ok := rc.namespace(ns)
+	if !ok || s.Retry == nil {
+		return dispatch.RetryPolicy{}, false
+	}
+	return dispatch.RetryPolicy{
+		Base: durationMS(s.Retry.BaseMS), Factor: s.Retry.Factor,
+		Cap: durationMS(s.Retry.CapMS), MaxAttempts: s.Retry.MaxAttempts,
+	}, true
 }
 
 // targetSettings is a route's delivery target.

@@ -22,6 +22,7 @@ import (
 
 	"github.com/fairshard/fairshard/boltstore"
 	"github.com/fairshard/fairshard/cluster/clustertest"
+	"github.com/fairshard/fairshard/loadgen"
 	"github.com/fairshard/fairshard/node"
 	"github.com/fairshard/fairshard/outbox"
 	"go.uber.org/goleak"
@@ -315,12 +316,12 @@ func TestProbe(t *testing.T) {
 }
 
 func TestParseNamespaces(t *testing.T) {
-	got, err := parseNamespaces("a:2:3, b ,c.d:1")
+	got, err := loadgen.ParseNamespaces("a:2:3, b ,c.d:1", node.ValidName)
 	if err != nil || fmt.Sprint(got) != "[{a 2 3} {b 1 1} {c.d 1 1}]" {
 		t.Errorf("parseNamespaces = %v, %v", got, err)
 	}
 	for _, bad := range []string{"bad name:1", "a:0", "a:x", "a:1:0", "a:1:2:3"} {
-		if _, err := parseNamespaces(bad); err == nil {
+		if _, err := loadgen.ParseNamespaces(bad, node.ValidName); err == nil {
 			t.Errorf("parseNamespaces(%q) accepted", bad)
 		}
 	}

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -119,38 +118,6 @@ func target(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// parseNamespaces reads "name:weight[:taskqueues],…".
-func parseNamespaces(s string) ([]loadgen.Namespace, error) {
-	var out []loadgen.Namespace
-	for _, part := range strings.Split(s, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
-		fields := strings.Split(part, ":")
-		ns := loadgen.Namespace{Name: fields[0], Weight: 1, TaskQueues: 1}
-		if !node.ValidName(ns.Name) {
-			return nil, fmt.Errorf("namespace %q: must be 1-64 letters, digits, '-', '_' or '.'", ns.Name)
-		}
-		var err error
-		if len(fields) > 1 {
-			if ns.Weight, err = strconv.Atoi(fields[1]); err != nil || ns.Weight < 1 {
-				return nil, fmt.Errorf("namespace %q: weight %q is not a positive integer", ns.Name, fields[1])
-			}
-		}
-		if len(fields) > 2 {
-			if ns.TaskQueues, err = strconv.Atoi(fields[2]); err != nil || ns.TaskQueues < 1 {
-				return nil, fmt.Errorf("namespace %q: task queue count %q is not a positive integer", ns.Name, fields[2])
-			}
-		}
-		if len(fields) > 3 {
-			return nil, fmt.Errorf("namespace %q: want name:weight[:taskqueues]", part)
-		}
-		out = append(out, ns)
-	}
-	return out, nil
-}
-
 // load generates load against a running cluster and prints a report.
 func load(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fairshard load", flag.ContinueOnError)
@@ -170,7 +137,7 @@ func load(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	nss, err := parseNamespaces(*nsFlag)
+	nss, err := loadgen.ParseNamespaces(*nsFlag, node.ValidName)
 	if err != nil {
 		fmt.Fprintf(stderr, "fairshard load: --namespaces: %v\n", err)
 		return 2
