@@ -253,6 +253,16 @@ func (s *Store) Merge(ctx context.Context, rows []outbox.Row) (created, updated,
 				continue
 			}
 			if !mergeTakesIncoming(&old, &in) {
+				if xfer {
+					// The row came back while we were sending it away (the
+					// two views disagreed, or ownership flipped back). The
+					// sender has given its copy up, so ours must not be
+					// deleted by our own pending CompleteTransfer: drop the
+					// mark, keep the row.
+					if err := w.write(prep[i].rk, &old, true, &old, false, nil); err != nil {
+						return err
+					}
+				}
 				skipped++
 				continue
 			}

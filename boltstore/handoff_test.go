@@ -315,3 +315,39 @@ func TestBeginTransferSharedGroupAndWrap(t *testing.T) {
 		}
 	}
 }
+
+// A row handed back to us while we were sending it away (two views that
+// disagree, or ownership flipping back) must survive our own pending
+// CompleteTransfer: the other side has given its copy up. Found by review:
+// Merge used to skip the identical row and leave its in-transfer mark, so
+// CompleteTransfer deleted the last copy.
+func TestMergeBackWhileInTransferKeepsRow(t *testing.T) {
+	s, _ := newTestStore(t)
+	key := keyOnShard("bounce", 3)
+	mustAppend(t, s, row(key, "ns", "q"))
+	s.SetOwnedShards([]uint32{0, 1, 2})
+	sent, err := s.BeginTransfer(ctx, 3, 10)
+	if err != nil || len(sent) != 1 {
+		t.Fatalf("BeginTransfer: %d rows, %v", len(sent), err)
+	}
+	// The receiver bounces the same row straight back.
+	if _, _, _, err := s.Merge(ctx, sent); err != nil {
+		t.Fatal(err)
+	}
+	// The receiver's ack of our first send now arrives.
+	n, err := s.CompleteTransfer(ctx, []string{key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("CompleteTransfer deleted %d rows, want 0: the row came back", n)
+	}
+	if got := mustGet(t, s, key); got.Status != outbox.StatusPending {
+		t.Fatalf("row %q is %s, want pending and present", key, got.Status)
+	}
+	// And it is transferable again, not stuck marked.
+	if again, err := s.BeginTransfer(ctx, 3, 10); err != nil || len(again) != 1 {
+		t.Fatalf("second BeginTransfer: %d rows, %v; want the row again", len(again), err)
+	}
+	mustCheck(t, s)
+}

@@ -16,12 +16,15 @@ import (
 	"time"
 
 	"github.com/fairshard/fairshard/boltstore"
+	"github.com/fairshard/fairshard/cluster"
 	"github.com/fairshard/fairshard/loadgen"
 	"github.com/fairshard/fairshard/node"
 )
 
 // check runs the store's consistency check on DATA_DIR: bbolt's page check
-// plus every index and counter against a full recount. Exit 0: consistent;
+// plus every index and counter against a full recount. Like a node start, it
+// clears in-transfer marks a crashed handoff left (the next start would do
+// the same); it changes nothing else. Exit 0: consistent;
 // 1: inconsistent, corrupt or locked; 2: usage.
 func check(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fairshard check", flag.ContinueOnError)
@@ -36,6 +39,10 @@ func check(args []string, stdout, stderr io.Writer) int {
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()
+		return 2
+	}
+	if *shardCount == 0 || *shardCount > uint(cluster.MaxShardCount) {
+		fmt.Fprintf(stderr, "fairshard check: --shards must be between 1 and %d\n", cluster.MaxShardCount)
 		return 2
 	}
 	path := filepath.Join(fs.Arg(0), node.DataFileName)
