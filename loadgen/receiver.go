@@ -30,6 +30,7 @@ type Receiver struct {
 	deliveries map[string]int // dispatch_key → successful deliveries
 	namespaces map[string]*nsStats
 	total      atomic.Int64
+	last       atomic.Int64 // unix nanos of the latest successful delivery
 	start      time.Time
 }
 
@@ -104,6 +105,7 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	r.total.Add(1)
+	r.last.Store(now.UnixNano())
 	var p struct {
 		T int64 `json:"t"`
 	}
@@ -116,6 +118,15 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 // Delivered returns the number of successful deliveries (duplicates
 // included).
 func (r *Receiver) Delivered() int64 { return r.total.Load() }
+
+// LastDelivery returns when the latest successful delivery arrived (zero
+// before the first).
+func (r *Receiver) LastDelivery() time.Time {
+	if n := r.last.Load(); n > 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
 
 // Count returns how many times key was delivered successfully.
 func (r *Receiver) Count(key string) int {

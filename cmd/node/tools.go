@@ -187,6 +187,7 @@ func load(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 	}()
+	start := time.Now()
 	rep, _ := g.Run(ctx)
 	if recv != nil {
 		deadline := time.Now().Add(*wait)
@@ -203,7 +204,13 @@ func load(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "last error: %s\n", last)
 	}
 	if recv != nil {
-		fmt.Fprintf(stdout, "delivered %d (distinct %d, duplicates %d)\n", recv.Delivered(), recv.Distinct(), len(recv.Duplicates()))
+		took := recv.LastDelivery().Sub(start)
+		rate := 0.0
+		if took > 0 {
+			rate = float64(recv.Distinct()) / took.Seconds()
+		}
+		fmt.Fprintf(stdout, "delivered %d (distinct %d, duplicates %d) in %v from the first append: %.0f rows/s\n",
+			recv.Delivered(), recv.Distinct(), len(recv.Duplicates()), took.Round(time.Millisecond), rate)
 		for _, ns := range recv.Namespaces() {
 			fmt.Fprintf(stdout, "  %-12s delivered %-8d max concurrent %-5d append→delivery ms p50 %.1f p99 %.1f\n",
 				ns.Namespace, ns.Delivered, ns.MaxInFlight, ns.Latency.P50, ns.Latency.P99)
