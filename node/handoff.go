@@ -112,16 +112,22 @@ func (n *Node) handoffTo(ctx context.Context, owner, addr string, shards []uint3
 		}
 		var resp handoffResp
 		callCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		// Marked rows are invisible to ForeignShards: count their shards as
+		// pending until the batch is settled either way.
+		n.inTransferShards.Store(int64(nShards))
 		err := n.peers.call(callCtx, "POST", addr, "/internal/v1/handoff", internalAppendReq{Rows: viewsOf(batch, "")}, &resp)
 		cancel()
 		if err != nil {
+			defer n.inTransferShards.Store(0)
 			if _, aerr := n.store.AbortTransfer(context.Background(), keys); aerr != nil {
 				n.log.Error("abort transfer failed; marks clear on restart", "to", owner, "rows", len(batch), "err", aerr)
 			}
 			n.m.handoffErrors.Inc()
 			return moved, cmpErr(firstErr, fmt.Errorf("%d rows of %d shards to %s: %w", len(batch), nShards, owner, err))
 		}
-		if _, err := n.store.CompleteTransfer(context.Background(), keys); err != nil {
+		_, err = n.store.CompleteTransfer(context.Background(), keys)
+		n.inTransferShards.Store(0)
+		if err != nil {
 			return moved, cmpErr(firstErr, fmt.Errorf("delete %d rows handed off to %s: %w", len(batch), owner, err))
 		}
 		moved += len(batch)

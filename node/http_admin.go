@@ -470,13 +470,14 @@ func (n *Node) handleCluster(w http.ResponseWriter, r *http.Request) {
 			OwnedShards: owned, OwnedShardFraction: float64(owned) / float64(snap.ShardCount)})
 	}
 	foreign, _ := n.store.ForeignShards(r.Context())
+	pending := len(foreign) + int(n.inTransferShards.Load())
 	writeJSON(w, http.StatusOK, map[string]any{
 		"node":              n.name,
 		"shard_count":       snap.ShardCount,
 		"ownership_version": snap.Version,
 		"members":           members,
 		"handoff": map[string]any{
-			"shards_pending": len(foreign),
+			"shards_pending": pending,
 		},
 	})
 }

@@ -63,6 +63,9 @@ type Node struct {
 	appliedVersion uint64
 	// handoffMu serialises handoff passes (the loop's and Shutdown's).
 	handoffMu sync.Mutex
+	// inTransferShards counts the shards of the handoff batch on the wire
+	// (marked in-transfer, not yet deleted or unmarked); 0 between batches.
+	inTransferShards atomic.Int64
 
 	runCancel context.CancelFunc
 	dispCtx   context.Context
