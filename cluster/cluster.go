@@ -43,6 +43,10 @@ var (
 	// ErrLeft is returned by Join after Leave: a memberlist that left
 	// cannot join again (memberlist#140); build a new Cluster.
 	ErrLeft = errors.New("cluster: node has left")
+	// ErrNoPeers is returned by Join when every address given resolves to
+	// this node's own gossip address: there is nobody else to join yet
+	// (the first node of a cluster, or a DNS name listing only itself).
+	ErrNoPeers = errors.New("cluster: no address to join but this node's own")
 )
 
 // Cluster is one node's membership in a fairshard cluster: memberlist
@@ -304,7 +308,7 @@ func (c *Cluster) Join(ctx context.Context, addrs ...string) (int, error) {
 	targets, err := c.resolve(ctx, addrs)
 	if len(targets) == 0 {
 		if err == nil {
-			err = errors.New("no address to join (only this node's own)")
+			err = ErrNoPeers
 		}
 		return 0, fmt.Errorf("join %v: %w", addrs, err)
 	}

@@ -55,7 +55,9 @@ func (n *Node) Start(ctx context.Context) error {
 		return fmt.Errorf("join cluster: %w", err)
 	}
 	if n.awaitingJoin.Load() {
-		n.awaitFirstJoin(ctx)
+		if err := n.awaitFirstJoin(ctx); err != nil {
+			return err // the caller's Close stops what Start launched
+		}
 	}
 	n.applySnapshot(n.cl.Snapshot())
 
@@ -85,10 +87,13 @@ func (n *Node) Start(ctx context.Context) error {
 }
 
 // awaitFirstJoin joins the seeds before the node claims anything, retrying
-// for up to JoinWait. If no seed answers by then (a whole cluster starting
-// at once, or this node is the first), the node serves alone and the
-// cluster's rejoin loop keeps trying. ctx cuts the wait short.
-func (n *Node) awaitFirstJoin(ctx context.Context) {
+// for up to JoinWait. If every seed is this node itself (the first node of
+// a cluster), it returns at once; if no seed answers in time (a whole
+// cluster starting at once), the node serves alone and the cluster's
+// rejoin loop keeps trying. ctx cuts the wait short. A cluster that refuses
+// this node (another shard count or protocol version) is an error: a
+// misconfigured node must not serve a cluster of its own.
+func (n *Node) awaitFirstJoin(ctx context.Context) error {
 	defer func() {
 		n.awaitingJoin.Store(false)
 		n.applySnapshot(n.cl.Recompute())
@@ -97,14 +102,23 @@ func (n *Node) awaitFirstJoin(ctx context.Context) {
 	defer cancel()
 	for {
 		contacted, err := n.cl.Join(wctx, n.cfg.Join...)
-		if err == nil && contacted > 0 {
+		switch {
+		case err == nil && contacted > 0:
 			n.log.Info("joined cluster", "seeds_contacted", contacted)
-			return
+			return nil
+		case errors.Is(err, cluster.ErrNoPeers):
+			n.log.Info("no other seed yet: starting as the cluster's first node", "join", n.cfg.Join)
+			return nil
+		case errors.Is(err, cluster.ErrShardCountMismatch):
+			return fmt.Errorf("the cluster at %v refused this node: its --shards %d differs from the cluster's (every node must use the same shard count): %w",
+				n.cfg.Join, n.cfg.Shards, err)
+		case errors.Is(err, cluster.ErrProtocolMismatch):
+			return fmt.Errorf("the cluster at %v refused this node: it speaks another protocol version: %w", n.cfg.Join, err)
 		}
 		select {
 		case <-wctx.Done():
 			n.log.Warn("no seed answered; serving alone until one does", "join", n.cfg.Join, "waited", n.cfg.JoinWait, "err", err)
-			return
+			return nil
 		case <-time.After(250 * time.Millisecond):
 		}
 	}

@@ -110,6 +110,8 @@ type proc struct {
 	extra      []string // flags of this node only
 	// outsider nodes are not expected to be members (another shard count).
 	outsider bool
+	// refused nodes are expected to exit at start-up (see expectRefusal).
+	refused bool
 
 	mu       sync.Mutex
 	cmd      *exec.Cmd
@@ -385,6 +387,10 @@ func withFlags(flags ...string) nodeOpt { return func(p *proc) { p.extra = appen
 // shard count): convergence checks ignore it.
 func asOutsider() nodeOpt { return func(p *proc) { p.outsider = true } }
 
+// expectRefusal marks an outsider the cluster refuses at start-up: startNode
+// waits for its process to exit instead of for /readyz.
+func expectRefusal() nodeOpt { return func(p *proc) { p.outsider, p.refused = true, true } }
+
 // startNode starts a node named name on its own 127.0.0.N with free API and
 // gossip ports and its own data dir, joining every running member, and
 // waits until it answers /readyz. A port taken by another process between
@@ -442,6 +448,16 @@ func (c *testCluster) launch(p *proc) error {
 	}
 	if err := p.launch(join); err != nil {
 		return fmt.Errorf("e2e: %w", err)
+	}
+	if p.refused {
+		deadline := time.Now().Add(20 * time.Second)
+		for p.running() {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s still running 20s after start; it should have been refused; log:\n%s", p.name, tailFile(p.logPath, 40))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		return nil
 	}
 	return c.waitReady(p, 20*time.Second)
 }
