@@ -35,6 +35,10 @@ func (n *Node) routes() http.Handler {
 
 	pub("POST /v1/rows", n.handleAppend)
 	pub("GET /v1/rows/{key...}", n.handleGetRow)
+	pub("GET /v1/rows", func(w http.ResponseWriter, _ *http.Request) {
+		writeError(w, &APIError{Status: http.StatusNotFound, Code: CodeNotFound, Field: "dispatch_key",
+			Message: "dispatch_key: missing; GET /v1/rows/{dispatch_key}"})
+	})
 	pub("GET /v1/namespaces", n.handleListNamespaces)
 	pub("GET /v1/namespaces/{ns}", n.handleGetNamespace)
 	pub("PUT /v1/namespaces/{ns}", n.handlePutNamespace)

@@ -422,7 +422,7 @@ func (n *Node) fanOut(ctx context.Context, fn func(ctx context.Context, m peerRe
 	var (
 		mu          sync.Mutex
 		wg          sync.WaitGroup
-		unreachable []string
+		unreachable = []string{} // JSON [] rather than null
 	)
 	for _, m := range n.peerMembers() {
 		wg.Go(func() {

@@ -204,7 +204,10 @@ func load(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "last error: %s\n", last)
 	}
 	if recv != nil {
-		took := recv.LastDelivery().Sub(start)
+		var took time.Duration
+		if last := recv.LastDelivery(); !last.IsZero() {
+			took = last.Sub(start)
+		}
 		rate := 0.0
 		if took > 0 {
 			rate = float64(recv.Distinct()) / took.Seconds()
