@@ -37,8 +37,12 @@ func (n *Node) handoffLoop(ctx context.Context) {
 func (n *Node) handoffOnce(ctx context.Context) (int, error) {
 	// One pass at a time: Shutdown's drain must not race a pass of the loop
 	// whose rows are marked in-transfer (and so invisible to ForeignShards).
-	n.handoffMu.Lock()
-	defer n.handoffMu.Unlock()
+	select {
+	case n.handoffSem <- struct{}{}:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	defer func() { <-n.handoffSem }()
 	foreign, err := n.store.ForeignShards(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("list foreign shards: %w", err)

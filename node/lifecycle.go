@@ -4,19 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"time"
 
 	"github.com/fairshard/fairshard/cluster"
 )
 
-// Start serves the API, starts joining the cluster and starts the
-// background loops (dispatcher, ownership watcher, config watcher, handoff,
-// tombstone GC, stats). It returns once they are launched, without waiting
-// for the join: the join loop tries --join at once and keeps re-joining
-// missing seeds until Close, whatever becomes of ctx. ctx only stops a
-// Start that has not begun (its error is returned). The node is ready (GET
-// /readyz) once its first ownership snapshot has been applied to the store.
+// Start serves the API, joins the cluster and starts the background loops
+// (dispatcher, ownership watcher, config watcher, handoff, tombstone GC,
+// stats). With --join seeds it first waits, up to JoinWait, for a seed to
+// answer (awaitFirstJoin): the node owns no shard meanwhile, so it cannot
+// claim with a solo view. The cluster's join loop keeps re-joining missing
+// seeds until Close. ctx bounds that wait: if it ends first, Start returns
+// its error and the node never becomes ready; so does a cluster that refuses
+// the node (another --shards). After an error the caller must Close. The
+// node is ready (GET /readyz) once Start has returned nil.
 func (n *Node) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("start %s: %w", n.name, err)
@@ -78,7 +81,9 @@ func (n *Node) Start(ctx context.Context) error {
 			n.log.Error("dispatcher stopped", "err", err)
 		}
 	})
-	n.wg.Go(func() { n.handoffLoop(runCtx) })
+	handoffCtx, handoffStop := context.WithCancel(runCtx)
+	n.handoffStop = handoffStop
+	n.wg.Go(func() { n.handoffLoop(handoffCtx) })
 	n.wg.Go(func() { _ = n.store.RunTombstoneGC(runCtx, time.Minute) })
 	n.wg.Go(func() { n.statsLoop(runCtx) })
 	n.ready.Store(true)
@@ -87,37 +92,73 @@ func (n *Node) Start(ctx context.Context) error {
 }
 
 // awaitFirstJoin joins the seeds before the node claims anything, retrying
-// for up to JoinWait. If every seed is this node itself (the first node of
-// a cluster), it returns at once; if no seed answers in time (a whole
-// cluster starting at once), the node serves alone and the cluster's
-// rejoin loop keeps trying. ctx cuts the wait short. A cluster that refuses
-// this node (another shard count or protocol version) is an error: a
-// misconfigured node must not serve a cluster of its own.
-func (n *Node) awaitFirstJoin(ctx context.Context) error {
+// for up to JoinWait. If every seed is one of this node's own IP addresses
+// (the first node of a cluster), it returns at once; a DNS seed that lists
+// only this node is retried like an unanswered one (during a full restart
+// the name may not list the others yet). If no seed answers in time (a
+// whole cluster starting at once), the node serves alone and the cluster's
+// rejoin loop keeps trying. If ctx ends first, Start fails with ctx's error
+// and the node never owns a shard. A cluster that refuses this node
+// (another shard count or protocol version) is an error: a misconfigured
+// node must not serve a cluster of its own.
+//
+// memberlist's Join cannot be interrupted (it waits up to TCPTimeout per
+// address), so each attempt runs on its own goroutine and the wait is
+// bounded by JoinWait, not by the seeds; a join that lands later is picked
+// up by the ownership watcher.
+func (n *Node) awaitFirstJoin(ctx context.Context) (err error) {
 	defer func() {
 		n.awaitingJoin.Store(false)
-		n.applySnapshot(n.cl.Recompute())
+		if err == nil {
+			n.applySnapshot(n.cl.Recompute())
+		}
 	}()
 	wctx, cancel := context.WithTimeout(ctx, n.cfg.JoinWait)
 	defer cancel()
+	literalSeeds := true
+	for _, j := range n.cfg.Join {
+		if h, _, _ := net.SplitHostPort(j); net.ParseIP(h) == nil {
+			literalSeeds = false
+		}
+	}
+	type result struct {
+		contacted int
+		err       error
+	}
 	for {
-		contacted, err := n.cl.Join(wctx, n.cfg.Join...)
+		done := make(chan result, 1)
+		n.wg.Go(func() {
+			c, err := n.cl.Join(context.Background(), n.cfg.Join...)
+			done <- result{c, err}
+		})
+		var res result
+		select {
+		case res = <-done:
+		case <-wctx.Done():
+			res.err = wctx.Err()
+		}
 		switch {
-		case err == nil && contacted > 0:
-			n.log.Info("joined cluster", "seeds_contacted", contacted)
+		case res.err == nil && res.contacted > 0:
+			n.log.Info("joined cluster", "seeds_contacted", res.contacted)
 			return nil
-		case errors.Is(err, cluster.ErrNoPeers):
-			n.log.Info("no other seed yet: starting as the cluster's first node", "join", n.cfg.Join)
+		case errors.Is(res.err, cluster.ErrNoPeers) && literalSeeds:
+			n.log.Info("no other seed: starting as the cluster's first node", "join", n.cfg.Join)
 			return nil
-		case errors.Is(err, cluster.ErrShardCountMismatch):
+		case errors.Is(res.err, cluster.ErrShardCountMismatch):
 			return fmt.Errorf("the cluster at %v refused this node: its --shards %d differs from the cluster's (every node must use the same shard count): %w",
-				n.cfg.Join, n.cfg.Shards, err)
-		case errors.Is(err, cluster.ErrProtocolMismatch):
-			return fmt.Errorf("the cluster at %v refused this node: it speaks another protocol version: %w", n.cfg.Join, err)
+				n.cfg.Join, n.cfg.Shards, res.err)
+		case errors.Is(res.err, cluster.ErrProtocolMismatch):
+			return fmt.Errorf("the cluster at %v refused this node: it speaks another protocol version: %w", n.cfg.Join, res.err)
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("start %s: stopped while joining %v: %w", n.name, n.cfg.Join, ctx.Err())
 		}
 		select {
 		case <-wctx.Done():
-			n.log.Warn("no seed answered; serving alone until one does", "join", n.cfg.Join, "waited", n.cfg.JoinWait, "err", err)
+			if ctx.Err() != nil {
+				return fmt.Errorf("start %s: stopped while joining %v: %w", n.name, n.cfg.Join, ctx.Err())
+			}
+			n.log.Warn("no seed answered; serving alone until one does", "join", n.cfg.Join, "waited", n.cfg.JoinWait, "err", res.err)
 			return nil
 		case <-time.After(250 * time.Millisecond):
 		}
@@ -198,6 +239,9 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	// let the writes already admitted finish first.
 	if err := n.intake.close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("close intake: %w", err))
+	}
+	if n.handoffStop != nil {
+		n.handoffStop() // a pass of the loop in flight stops; the drain takes over
 	}
 	left, err := n.drainHandoff(ctx)
 	if err != nil {

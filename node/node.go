@@ -61,8 +61,11 @@ type Node struct {
 	// ownership version applied to the store.
 	snapMu         sync.Mutex
 	appliedVersion uint64
-	// handoffMu serialises handoff passes (the loop's and Shutdown's).
-	handoffMu sync.Mutex
+	// handoffSem serialises handoff passes (the loop's and Shutdown's); a
+	// pass holds its one slot. handoffStop ends the loop's passes when
+	// Shutdown takes over the handoff.
+	handoffSem  chan struct{}
+	handoffStop context.CancelFunc
 	// inTransferShards counts the shards of the handoff batch on the wire
 	// (marked in-transfer, not yet deleted or unmarked); 0 between batches.
 	inTransferShards atomic.Int64
@@ -86,7 +89,7 @@ func New(cfg Config, log *slog.Logger) (*Node, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	n := &Node{cfg: cfg, log: log, reg: prometheus.NewRegistry(), handoffWake: make(chan struct{}, 1)}
+	n := &Node{cfg: cfg, log: log, reg: prometheus.NewRegistry(), handoffWake: make(chan struct{}, 1), handoffSem: make(chan struct{}, 1)}
 	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	n.m = newNodeMetrics(n.reg)
 
@@ -128,6 +131,7 @@ func New(cfg Config, log *slog.Logger) (*Node, error) {
 	n.name = cl.Name()
 	n.apiAddr = ccfg.APIAddr
 	n.rc = newRuntimeConfig(cl, cfg.DefaultTarget)
+	n.rc.nodeRetry = dispatch.RetryPolicy{Base: cfg.RetryBase, Factor: cfg.RetryFactor, Cap: cfg.RetryCap, MaxAttempts: uint32(cfg.MaxAttempts)}
 	n.quota = backpressure.NewQuotaCache(n.rc, cfg.DefaultMaxInFlight, cfg.QuotaTTL)
 	planner := backpressure.NewPlanner(backpressure.PlannerConfig{
 		Quotas:   n.quota,

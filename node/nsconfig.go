@@ -68,10 +68,29 @@ func (rc *runtimeConfig) retryPolicyFor(ns string) (dispatch.RetryPolicy, bool) 
 	if !ok || s.Retry == nil {
 		return dispatch.RetryPolicy{}, false
 	}
-	return dispatch.RetryPolicy{
+	p := dispatch.RetryPolicy{
 		Base: durationMS(s.Retry.BaseMS), Factor: s.Retry.Factor,
 		Cap: durationMS(s.Retry.CapMS), MaxAttempts: s.Retry.MaxAttempts,
-	}, true
+	}
+	// Fields left out come from the node's policy; keep the merged policy
+	// valid (base ≤ cap) by moving the field the override did not set, so
+	// the rest of the override (max_attempts, say) is never dropped.
+	base, capd := cmpOr(p.Base, rc.nodeRetry.Base), cmpOr(p.Cap, rc.nodeRetry.Cap)
+	if capd > 0 && base > capd {
+		if p.Base == 0 {
+			p.Base = capd
+		} else {
+			p.Cap = base
+		}
+	}
+	return p, true
+}
+
+func cmpOr(a, b time.Duration) time.Duration {
+	if a != 0 {
+		return a
+	}
+	return b
 }
 
 // targetSettings is a route's delivery target.
@@ -94,6 +113,9 @@ type configKV interface {
 type runtimeConfig struct {
 	kv            configKV
 	defaultTarget string
+	// nodeRetry is the node's retry policy, which a namespace override's
+	// unset fields fall back to.
+	nodeRetry dispatch.RetryPolicy
 
 	mu       sync.Mutex
 	held     map[string]struct{}

@@ -1,6 +1,8 @@
 package node_test
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -104,5 +106,51 @@ func TestSlotDataDirs(t *testing.T) {
 	}
 	if _, ok := c.getRow("kept"); !ok {
 		t.Fatal("the slot's rows did not come back with it")
+	}
+}
+
+// An override that sets only cap_ms below the node's base (or only base_ms
+// above its cap) is kept whole: the unset field moves, and max_attempts
+// still applies. Found by the second review: the dispatcher used to drop the
+// whole override as invalid.
+func TestRetryOverrideKeptWhenMergedWithNodePolicy(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, nil) // node policy: base 500 ms (default)
+	tg := newTarget(t)
+	tg.SetStatus(http.StatusServiceUnavailable)
+	n.setTarget("capped", "default", tg.URL())
+	n.mustDo(http.MethodPut, "/v1/namespaces/capped", map[string]any{"retry": map[string]any{"max_attempts": 2, "cap_ms": 10}}, http.StatusOK, nil)
+	n.appendRows(rowIn{"dispatch_key": "capped-1", "namespace": "capped"})
+	row := n.waitStatus("capped-1", "failed", 10*time.Second)
+	if row.Attempt != 2 {
+		t.Fatalf("dead-lettered at attempt %d, want 2 (the override's max_attempts)", row.Attempt)
+	}
+}
+
+// Cancelling Start while it waits to join fails the start: the node never
+// owns a shard or reports ready with its solo view. Found by the second
+// review.
+func TestStartCancelledWhileJoiningFails(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.Join = []string{"127.0.0.1:1"} // nobody answers
+	cfg.JoinWait = 30 * time.Second
+	n, err := node.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = n.Start(ctx)
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Start = %v, want the context's error", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("Start took %v to notice its context ended", took)
+	}
+	if n.Ready() {
+		t.Fatal("a node whose start was cancelled reports ready")
 	}
 }
