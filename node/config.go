@@ -113,7 +113,7 @@ func DefaultConfig() Config {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	host, _ := os.Hostname()
 	fs.StringVar(&c.NodeName, "node-name", host, "unique node name in the cluster")
-	fs.StringVar(&c.DataDir, "data-dir", "./data", "directory of this node's bbolt outbox file")
+	fs.StringVar(&c.DataDir, "data-dir", "./data", "directory of this node's bbolt outbox file; with {slot} (e.g. /data/{slot}) the node takes the first free slot dir, and the node name bound to that slot wins over --node-name")
 	fs.StringVar(&c.HTTPAddr, "http-addr", ":8080", "HTTP API listen address")
 	fs.StringVar(&c.AdvertiseHTTP, "advertise-http", "", "host:port other nodes use for this node's API (default: derived)")
 	fs.StringVar(&c.GossipAddr, "gossip-addr", "0.0.0.0:7946", "gossip (memberlist) bind address, UDP and TCP")
