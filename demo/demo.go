@@ -112,6 +112,10 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 	if opts.Out == nil {
 		opts.Out = io.Discard
 	}
+	// The view and the events (from the graceful stop running beside it)
+	// write concurrently: one lock per Write keeps lines whole and the
+	// caller's writer race-free.
+	opts.Out = &lockedWriter{w: opts.Out}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
@@ -525,4 +529,16 @@ func (d *demoRun) printSummary(s Summary) {
 		fmt.Fprintf(out, "%-8s %9d %14s %8.1f %8.1f %8.1f %8.1f\n", r.Namespace, r.Delivered,
 			fmt.Sprintf("%d/%s", r.MaxInFlight, q), r.Latency.P50, r.Latency.P90, r.Latency.P99, r.Latency.Max)
 	}
+}
+
+// lockedWriter serialises Writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
