@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -120,22 +119,50 @@ type runtimeConfig struct {
 	mu       sync.Mutex
 	held     map[string]struct{}
 	heldDirt bool
+	decoded  map[string]decodedEntry // by config key; see lookupJSON
 }
 
 func newRuntimeConfig(kv configKV, defaultTarget string) *runtimeConfig {
-	return &runtimeConfig{kv: kv, defaultTarget: defaultTarget, heldDirt: true}
+	return &runtimeConfig{kv: kv, defaultTarget: defaultTarget, heldDirt: true, decoded: map[string]decodedEntry{}}
+}
+
+// decodedEntry is a config value decoded once per version.
+type decodedEntry struct {
+	version cluster.Version
+	value   any
+	ok      bool
+}
+
+// lookupJSON returns the JSON value under key decoded into T. Sweeps ask for
+// every pending route's settings and target, and deliveries for each row's
+// target: decoding is cached per entry version, so a value is decoded once
+// per change, not per call (the version makes the cache exact: nothing to
+// invalidate). ok is false when the key is absent, deleted or undecodable.
+func lookupJSON[T any](rc *runtimeConfig, key string) (T, bool) {
+	var zero T
+	e, ok := rc.kv.GetConfig(key)
+	if !ok || e.Deleted {
+		return zero, false
+	}
+	rc.mu.Lock()
+	d, hit := rc.decoded[key]
+	rc.mu.Unlock()
+	if hit && d.version == e.Version {
+		if !d.ok {
+			return zero, false
+		}
+		return d.value.(T), true
+	}
+	var v T
+	err := json.Unmarshal(e.Value, &v)
+	rc.mu.Lock()
+	rc.decoded[key] = decodedEntry{version: e.Version, value: v, ok: err == nil}
+	rc.mu.Unlock()
+	return v, err == nil
 }
 
 func (rc *runtimeConfig) namespace(ns string) (namespaceSettings, bool) {
-	e, ok := rc.kv.GetConfig(prefixNamespace + ns)
-	if !ok || e.Deleted {
-		return namespaceSettings{}, false
-	}
-	var s namespaceSettings
-	if err := json.Unmarshal(e.Value, &s); err != nil {
-		return namespaceSettings{}, false
-	}
-	return s, true
+	return lookupJSON[namespaceSettings](rc, prefixNamespace+ns)
 }
 
 // NamespaceQuota implements backpressure.QuotaSource: the namespace's
@@ -160,19 +187,16 @@ func (rc *runtimeConfig) paused(ns string) bool {
 }
 
 // target resolves a route's delivery target: its own, else the node
-// default with {namespace} and {task_queue} substituted.
+// default. URLs are returned as templates: the dispatcher substitutes
+// {namespace} and {task_queue} (dispatch.Target).
 func (rc *runtimeConfig) target(route outbox.ClaimScope) (targetSettings, bool) {
-	if e, ok := rc.kv.GetConfig(prefixTarget + route.Namespace + "/" + route.TaskQueue); ok && !e.Deleted {
-		var t targetSettings
-		if json.Unmarshal(e.Value, &t) == nil && t.URL != "" {
-			return t, true
-		}
+	if t, ok := lookupJSON[targetSettings](rc, prefixTarget+route.Namespace+"/"+route.TaskQueue); ok && t.URL != "" {
+		return t, true
 	}
 	if rc.defaultTarget == "" {
 		return targetSettings{}, false
 	}
-	u := strings.NewReplacer("{namespace}", url.PathEscape(route.Namespace), "{task_queue}", url.PathEscape(route.TaskQueue)).Replace(rc.defaultTarget)
-	return targetSettings{URL: u}, true
+	return targetSettings{URL: rc.defaultTarget}, true
 }
 
 // heldWorkflows returns the held set; the map is shared and must not be
