@@ -62,7 +62,12 @@ func (s *Store) Close() error {
 	return nil
 }
 
-func (s *Store) lock() error {
+// lock checks ctx, then takes the store's mutex unless the store is
+// closed. On a nil error the caller holds the mutex.
+func (s *Store) lock(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -80,10 +85,7 @@ func (s *Store) Append(ctx context.Context, rows []outbox.Row) ([]outbox.AppendO
 			return nil, err
 		}
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.lock(); err != nil {
+	if err := s.lock(ctx); err != nil {
 		return nil, err
 	}
 	defer s.mu.Unlock()
@@ -122,10 +124,7 @@ func byVisibleThenKey(a, b *outbox.Row) int {
 
 // Claim implements outbox.Store.
 func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) ([]outbox.Row, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.lock(); err != nil {
+	if err := s.lock(ctx); err != nil {
 		return nil, err
 	}
 	defer s.mu.Unlock()
@@ -160,10 +159,7 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) ([]outbox.Row, 
 
 // RearmStale implements outbox.Store.
 func (s *Store) RearmStale(ctx context.Context, p outbox.RearmParams) ([]outbox.Row, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.lock(); err != nil {
+	if err := s.lock(ctx); err != nil {
 		return nil, err
 	}
 	defer s.mu.Unlock()
@@ -231,10 +227,7 @@ func (s *Store) Fail(ctx context.Context, p outbox.FailParams) error {
 }
 
 func (s *Store) settle(ctx context.Context, key string, apply func(*outbox.Row)) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := s.lock(); err != nil {
+	if err := s.lock(ctx); err != nil {
 		return err
 	}
 	defer s.mu.Unlock()
@@ -245,10 +238,7 @@ func (s *Store) settle(ctx context.Context, key string, apply func(*outbox.Row))
 }
 
 func (s *Store) count(ctx context.Context, keep func(*outbox.Row) bool) (int, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, err
-	}
-	if err := s.lock(); err != nil {
+	if err := s.lock(ctx); err != nil {
 		return 0, err
 	}
 	defer s.mu.Unlock()
@@ -277,10 +267,7 @@ func (s *Store) CountClaimed(ctx context.Context, namespace string) (int, error)
 
 // CountClaimedByNamespace implements outbox.Store.
 func (s *Store) CountClaimedByNamespace(ctx context.Context, namespaces []string) (map[string]int, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.lock(); err != nil {
+	if err := s.lock(ctx); err != nil {
 		return nil, err
 	}
 	defer s.mu.Unlock()
@@ -301,10 +288,7 @@ func (s *Store) CountClaimedByNamespace(ctx context.Context, namespaces []string
 
 // PendingRoutes implements outbox.Store.
 func (s *Store) PendingRoutes(ctx context.Context, now time.Time) ([]outbox.ClaimScope, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.lock(); err != nil {
+	if err := s.lock(ctx); err != nil {
 		return nil, err
 	}
 	defer s.mu.Unlock()
@@ -329,10 +313,7 @@ func (s *Store) PendingRoutes(ctx context.Context, now time.Time) ([]outbox.Clai
 
 // Get implements outbox.Store.
 func (s *Store) Get(ctx context.Context, dispatchKey string) (outbox.Row, error) {
-	if err := ctx.Err(); err != nil {
-		return outbox.Row{}, err
-	}
-	if err := s.lock(); err != nil {
+	if err := s.lock(ctx); err != nil {
 		return outbox.Row{}, err
 	}
 	defer s.mu.Unlock()
