@@ -282,6 +282,9 @@ func (s *Store) Merge(ctx context.Context, rows []outbox.Row) (created, updated,
 	return created, updated, skipped, nil
 }
 
+// normalizeIncoming fills a row's defaults as Append and Merge store it:
+// attempt 1, created and visible now, no claim (an incoming claimed copy is
+// pending here), FinishedAt only on terminal rows.
 func normalizeIncoming(r *outbox.Row, now time.Time) {
 	if r.Status == outbox.StatusClaimed {
 		r.Status = outbox.StatusPending

@@ -52,17 +52,8 @@ func (s *Store) Append(ctx context.Context, rows []outbox.Row) ([]outbox.AppendO
 		if err := validateRow(i, &r); err != nil {
 			return nil, fmt.Errorf("boltstore: append: %w", err)
 		}
-		r.Status = outbox.StatusPending
-		if r.Attempt == 0 {
-			r.Attempt = 1
-		}
-		if r.CreatedAt.IsZero() {
-			r.CreatedAt = now
-		}
-		if r.VisibleAfter.IsZero() {
-			r.VisibleAfter = r.CreatedAt
-		}
-		r.ClaimedAt, r.FinishedAt = time.Time{}, time.Time{}
+		r.Status = outbox.StatusPending // appends always start pending
+		normalizeIncoming(&r, now)
 		r.Shard = shards.ShardOf(r.DispatchKey, s.opts.ShardCount)
 		prep[i] = prepared{rk: rowKey(r.DispatchKey), row: r, enc: encodeRow(nil, &r)}
 	}
