@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"slices"
@@ -122,7 +123,7 @@ func (n *Node) handlePutNamespace(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	var body map[string]jsonRaw
+	var body map[string]json.RawMessage
 	if err := decodeBody(w, r, &body); err != nil {
 		writeError(w, err)
 		return
@@ -181,10 +182,6 @@ func (n *Node) handlePutNamespace(w http.ResponseWriter, r *http.Request) {
 	stats, _ := n.store.NamespaceStats(r.Context())
 	writeJSON(w, http.StatusOK, n.namespaceView(ns, stats[ns]))
 }
-
-type jsonRaw []byte
-
-func (j *jsonRaw) UnmarshalJSON(b []byte) error { *j = append((*j)[:0], b...); return nil }
 
 // routeFromPath reads and validates {ns} and {tq} of a target path.
 func routeFromPath(r *http.Request) (ns, tq string, err error) {
@@ -497,4 +494,4 @@ func (n *Node) handleShards(w http.ResponseWriter, _ *http.Request) {
 
 // isNull reports whether a decoded field was JSON null (the decoder may
 // hand a custom type either "null" or nothing for it).
-func isNull(raw jsonRaw) bool { return len(raw) == 0 || string(raw) == "null" }
+func isNull(raw json.RawMessage) bool { return len(raw) == 0 || string(raw) == "null" }
