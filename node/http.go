@@ -297,6 +297,12 @@ func (n *Node) handleInternalAppend(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, resp)
 }
 
+// handleInternalHandoff is the receiving end of a transfer batch (a
+// handoff or drain from another node: see handoff.go): the rows are merged
+// into the store (outbox.Merge by row version) and the answer, sent once
+// they are durable, counts what was created, updated and skipped. Senders
+// bound a batch by --handoff-batch-bytes (≤ MaxHandoffBatchBytes) plus one
+// row, so the body limit is MaxHandoffBodyBytes.
 func (n *Node) handleInternalHandoff(w http.ResponseWriter, r *http.Request) {
 	if !n.intake.enter() {
 		writeError(w, errLeaving)
@@ -304,19 +310,19 @@ func (n *Node) handleInternalHandoff(w http.ResponseWriter, r *http.Request) {
 	}
 	defer n.intake.exit()
 	var req internalAppendReq
-	r.Body = http.MaxBytesReader(w, r.Body, 256<<20)
+	r.Body = http.MaxBytesReader(w, r.Body, MaxHandoffBodyBytes)
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		writeError(w, &APIError{Status: http.StatusBadRequest, Code: CodeInvalidJSON, Message: err.Error()})
 		return
 	}
-	created, updated, skipped, err := n.store.Merge(r.Context(), rowsOf(req.Rows))
+	res, err := n.store.Merge(r.Context(), rowsOf(req.Rows))
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	n.m.handoffReceived.Add(float64(len(req.Rows)))
 	n.disp.Wake()
-	writeJSON(w, http.StatusOK, handoffResp{Created: created, Updated: updated, Skipped: skipped})
+	writeJSON(w, http.StatusOK, res)
 }
 
 // ---- reads ----

@@ -9,6 +9,8 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/fairshard/fairshard/outbox"
 )
 
 // errPeerNotFound is returned by peer calls answered 404.
@@ -75,11 +77,9 @@ type internalAppendResp struct {
 	Outcomes []string `json:"outcomes"`
 }
 
-type handoffResp struct {
-	Created int `json:"created"`
-	Updated int `json:"updated"`
-	Skipped int `json:"skipped"`
-}
+// handoffResp is the answer to a transfer batch: outbox.MergeResult
+// (created, updated, skipped).
+type handoffResp = outbox.MergeResult
 
 type redriveReq struct {
 	Keys []string `json:"keys,omitempty"`
