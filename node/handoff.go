@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fairshard/fairshard/outbox"
+	"github.com/fairshard/fairshard/transfer"
 )
 
 // handoffLoop moves rows this node holds for shards it does not own to
@@ -116,14 +117,15 @@ type peerSink struct {
 	addr  string
 }
 
-// Merge sends rows to the peer's /internal/v1/handoff and returns its
-// merge counts. The call is bounded by 30 s (a batch is at most
-// --handoff-batch-bytes plus one row).
+// Merge sends rows to the peer's /internal/v1/handoff in the binary batch
+// encoding (transfer.EncodeBatch) and returns its merge counts. The call is
+// bounded by 30 s (a batch is at most --handoff-batch-bytes plus one row).
 func (p peerSink) Merge(ctx context.Context, rows []outbox.Row) (outbox.MergeResult, error) {
 	var resp handoffResp
 	callCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	err := p.peers.call(callCtx, http.MethodPost, p.addr, "/internal/v1/handoff", internalAppendReq{Rows: viewsOf(rows, "")}, &resp)
+	body := transfer.EncodeBatch(make([]byte, 0, transfer.EncodedSize(rows)), rows)
+	err := p.peers.callBody(callCtx, http.MethodPost, p.addr, "/internal/v1/handoff", transfer.ContentType, body, &resp)
 	return resp, err
 }
 
