@@ -36,8 +36,12 @@
 // page always holds at least one row, so a single row larger than the
 // budget still moves, alone or last in its batch.
 //
+// The wire: EncodeBatch and DecodeBatch are a batch's binary encoding
+// (ContentType), a copy of the fields with no base64 or escaping.
+//
 // What it does not own: which shards to move and where to (the node asks
-// its ownership view), the wire (the node's Sink is an HTTP client; the
-// receiving handler calls the local store's Merge), and the store's
-// transactions (boltstore and memstore implement Source and Sink).
+// its ownership view), the transport (the node's Sink is an HTTP client;
+// the receiving handler decodes the batch and calls the local store's
+// Merge), and the store's transactions (boltstore and memstore implement
+// Source and Sink).
 package transfer
