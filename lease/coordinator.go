@@ -40,9 +40,12 @@ type CoordinatorConfig struct {
 	// lease. The node sets its delivery timeout here.
 	Drain time.Duration
 	// LearningPeriod is how long a new coordinator of a namespace only
-	// confirms what nodes report they hold (default LeaseLength + Drain:
-	// by then every grant of the previous coordinator has expired and the
-	// rows claimed under it have finished). Negative: no learning.
+	// confirms what nodes report they hold (default LeaseLength, as
+	// DESIGN.md says: by then every grant of the previous coordinator has
+	// expired). Nodes that reach the new coordinator report their claimed
+	// rows, so that is exact for a crash or a move; a node that still runs
+	// rows but cannot reach the new coordinator is covered only with
+	// LeaseLength + Drain (docs/DECISIONS.md). Negative: no learning.
 	LearningPeriod time.Duration
 	// Coordinates reports whether this node coordinates namespace under
 	// its applied ownership view (it is the primary of
@@ -69,7 +72,7 @@ func (c *CoordinatorConfig) withDefaults() (CoordinatorConfig, error) {
 		out.RefreshInterval = min(DefaultRefreshInterval, out.LeaseLength)
 	}
 	if out.LearningPeriod == 0 {
-		out.LearningPeriod = out.LeaseLength + out.Drain
+		out.LearningPeriod = out.LeaseLength
 	}
 	if out.Epoch == nil {
 		out.Epoch = func() uint64 { return 0 }

@@ -115,7 +115,7 @@ func TestCoordinatorConfigValidation(t *testing.T) {
 	cfg := w.config()
 	cfg.LeaseLength, cfg.RefreshInterval, cfg.Drain = 0, 0, 3*time.Second
 	c := mustCoordinator(t, cfg).Config()
-	if c.LeaseLength != lease.DefaultLeaseLength || c.RefreshInterval != lease.DefaultRefreshInterval || c.LearningPeriod != lease.DefaultLeaseLength+3*time.Second {
+	if c.LeaseLength != lease.DefaultLeaseLength || c.RefreshInterval != lease.DefaultRefreshInterval || c.LearningPeriod != lease.DefaultLeaseLength {
 		t.Fatalf("defaults: %+v", c)
 	}
 }

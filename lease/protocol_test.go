@@ -85,7 +85,8 @@ var errDown = errors.New("coordinator unreachable")
 // only until it expires (counted from the send), the coordinator counts a
 // silent node's holding until its grant's expiry + Drain (≥ D rounds), and
 // a new coordinator confirms only what nodes report for LeaseLength +
-// Drain.
+// Drain (set here: the default, LeaseLength, assumes nodes cut off from
+// the new coordinator run no rows past their lease).
 //
 // Liveness, checked once the run has settled (no failure, loss or demand
 // change for D+3 rounds and the coordinator's learning over): a node with
@@ -103,6 +104,9 @@ func TestProtocolRounds(t *testing.T) {
 		cfg.LeaseLength = time.Duration(leaseRounds) * R
 		cfg.RefreshInterval = R
 		cfg.Drain = time.Duration(maxRun) * R
+		// Nodes here can be cut off from a new coordinator while their rows
+		// run: learning must cover the drain too (docs/DECISIONS.md).
+		cfg.LearningPeriod = cfg.LeaseLength + cfg.Drain
 		newTerm := func() *lease.Coordinator {
 			w.coordinate("ns", clk.Now(), q)
 			c, err := lease.NewCoordinator(cfg)
