@@ -2,7 +2,10 @@ package lease_test
 
 import (
 	"sync"
+	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 
 	"github.com/fairshard/fairshard/shards"
 )
@@ -28,3 +31,6 @@ func (c *clock) Advance(d time.Duration) {
 	c.now = c.now.Add(d)
 	c.mu.Unlock()
 }
+
+// Refresh runs calls on goroutines of its own; none may outlive it.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
