@@ -76,6 +76,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 // Demand is one namespace's demand on this node, as the node measures it
 // before a refresh.
 type Demand struct {
+	// Namespace (ValidNamespace); one entry per namespace.
 	Namespace string
 	// Wants is claimed + visible pending rows, at most the namespace's
 	// quota (rows).
@@ -87,9 +88,9 @@ type Demand struct {
 // Call is one batched lease call to make: Request to coordinator To. SentAt
 // is the time expiries are counted from; send it right away.
 type Call struct {
-	To      string
-	Request Request
-	SentAt  time.Time
+	To      string    // the coordinator's node name
+	Request Request   // the batched request to send it
+	SentAt  time.Time // when it was built (client clock)
 }
 
 // Calls builds this refresh's calls: one per coordinator (more only past
@@ -231,10 +232,10 @@ func (c *Client) CoordinatorChanges() uint64 {
 // GrantStatus is one namespace's grant on this node, for the API.
 type GrantStatus struct {
 	Namespace   string    `json:"namespace"`
-	Grant       uint32    `json:"grant"`
-	Expires     time.Time `json:"expires"`
-	Coordinator string    `json:"coordinator"`
-	Learning    bool      `json:"learning"`
+	Grant       uint32    `json:"grant"`       // this node's ceiling (rows)
+	Expires     time.Time `json:"expires"`     // when it falls to 0 without a refresh
+	Coordinator string    `json:"coordinator"` // the node that granted it
+	Learning    bool      `json:"learning"`    // granted by a learning coordinator
 }
 
 // Status returns the unexpired grants as of now, sorted by namespace.
@@ -257,8 +258,8 @@ type Transport func(ctx context.Context, to string, req Request) (Response, erro
 
 // CallResult is the outcome of one call of a Refresh.
 type CallResult struct {
-	To         string
-	Namespaces int
+	To         string // the coordinator called
+	Namespaces int    // how many namespaces the call asked about
 	// Latency is from send to applied answer, on the client's clock.
 	Latency time.Duration
 	// Err is the call's or the response's error (nil: applied).

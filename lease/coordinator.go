@@ -321,12 +321,11 @@ func (c *Coordinator) Expire(now time.Time) int {
 
 // NodeStatus is one node's record at the coordinator.
 type NodeStatus struct {
-	Node string `json:"node"`
-	// Wants and Has as last reported (rows; Wants capped at the quota).
-	Wants uint32 `json:"wants"`
-	Has   uint32 `json:"has"`
-	// Grant is the last grant (rows), valid until Expires.
-	Grant   uint32    `json:"grant"`
+	Node  string `json:"node"`  // the node's name
+	Wants uint32 `json:"wants"` // last reported, capped at the quota (rows)
+	Has   uint32 `json:"has"`   // last reported (rows)
+	Grant uint32 `json:"grant"` // last granted (rows), valid until Expires
+	// Expires is the grant's expiry on the coordinator's clock.
 	Expires time.Time `json:"expires"`
 }
 
@@ -336,12 +335,13 @@ type NamespaceStatus struct {
 	Namespace string `json:"namespace"`
 	// Since is when this node became the namespace's coordinator.
 	Since time.Time `json:"since"`
-	// Learning is true until LearningUntil.
+	// Learning is true until LearningUntil (Since + LearningPeriod).
 	Learning      bool      `json:"learning"`
 	LearningUntil time.Time `json:"learning_until"`
 	// Outstanding is Σ holdings: what the nodes may run at once (rows).
-	Outstanding uint64       `json:"outstanding"`
-	Nodes       []NodeStatus `json:"nodes"`
+	Outstanding uint64 `json:"outstanding"`
+	// Nodes are the nodes on record, sorted by name.
+	Nodes []NodeStatus `json:"nodes"`
 }
 
 // Status returns the coordinator's state of namespace as of now, and false

@@ -99,8 +99,8 @@ func (l Lease) Refresh() time.Duration { return time.Duration(l.RefreshMS) * tim
 // JSON path ("namespaces[3].namespace", "body"), Reason says what is wrong.
 // The node answers it with a 400 naming the field.
 type FieldError struct {
-	Field  string
-	Reason string
+	Field  string // JSON path of the offending field
+	Reason string // what is wrong with it
 }
 
 // Error implements error.
