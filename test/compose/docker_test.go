@@ -60,7 +60,7 @@ func engineMissing() string {
 	defer cancel()
 	out, err := exec.CommandContext(ctx, "docker", "version", "--format", "{{.Server.Version}}").CombinedOutput()
 	if err != nil {
-		return fmt.Sprintf("`docker version` found no daemon: %v: %s", err, lastLines(string(out), 2))
+		return fmt.Sprintf("`docker version` found no daemon: %v: %s", err, lastLines(strings.TrimSpace(string(out)), 1))
 	}
 	return ""
 }
