@@ -105,9 +105,10 @@ type ReplicaTable struct {
 // # Cost
 //
 // One Assign-sized deferred acceptance for the member set and one per
-// member removed, over preference lists sorted once: O(S·N·log N + N·DA).
-// About 2.7 MB and 60 ms of CPU for 100 members at S = 4096, 5 ms for 16
-// (docs/BENCHMARKS.md).
+// member removed, over preference lists sorted once: O(S·N·log N + N·DA)
+// time and O(S·N) memory. Measured at 100 members as about 15 Assign calls
+// of the same size (roughly 30 ms and 2.7 MB at S = 4096 on an idle
+// machine, 4–5 ms for 16 members; docs/BENCHMARKS.md).
 func ReplicaSets(members []string, shardCount uint32, factor int) *ReplicaTable {
 	owners := Assign(members, shardCount)
 	n := len(owners.members)
