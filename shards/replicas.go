@@ -52,9 +52,16 @@ type ReplicaTable struct {
 // Pass the same live member set and shard count the ownership table is
 // computed from, and the cluster-wide replication factor R, on every change
 // of that set; every node then computes the same sets from the same view,
-// with no history. It is CPU work of tens of milliseconds for large
-// clusters (see Cost): run it off the gossip callback, once per change, and
-// share the result; never per request.
+// with no history. Owners() of the result is Assign's table for the same
+// inputs, so one call gives both. It is CPU work of tens of milliseconds for
+// large clusters (see Cost): run it off the gossip callback, once per change,
+// and share the result; never per request.
+//
+// After a change, a node must sync the shards it holds in the new table and
+// did not in the old one (Held(self) of the new minus the old); it may drop
+// its copy of a shard only once the new set holds enough synced copies
+// (DESIGN.md "Shard sync"). [ReplicaTable.Diff] lists the shards whose set
+// changed at all.
 //
 // # Shape
 //
@@ -98,9 +105,12 @@ type ReplicaTable struct {
 // primary loses as small a share of its shards as possible. The remaining
 // positions go to members below a fill target of 1.125 × the ideal (or the
 // lowest level that has room for them), by shard-proposing deferred
-// acceptance in rendezvous-score order, as in Assign; a shard left short
-// is completed by moving a backup along an augmenting path under the cap,
-// so the cap holds for every input.
+// acceptance in rendezvous-score order, as in Assign. A shard left short
+// (its members below the target already in its set) is completed by moving
+// backups along an augmenting path under the cap, a failover backup only if
+// nothing else works; only if no path existed at all would it take a member
+// over the cap, which no test has produced (the cap is property-tested for
+// any member set of up to 24, any S ≤ 1024 and R ≤ 5).
 //
 // # Cost
 //
