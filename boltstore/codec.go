@@ -49,7 +49,7 @@ import (
 // (per-shard ranges would rewrite up to one page per shard, ShardCount
 // pages per commit: measured, that halved append throughput with 256
 // shards, because every page written costs fsync time). The price is paid
-// by the handoff: BeginTransfer reads the shard's group and skips the other
+// by the handoff: ReadShard reads the shard's group and skips the other
 // shards' entries by value (at most ~16 entries read per row returned).
 var (
 	bucketRows     = []byte("rows")
