@@ -29,7 +29,15 @@ func TestHandoffMovesLargeRows(t *testing.T) {
 	// starts (appending 500 MiB as JSON over HTTP would dominate the test,
 	// and appends are not what is tested here). No route has a target, so
 	// nothing is claimed.
+	// LAN gossip timing and a long grace: moving 500 MiB keeps both nodes
+	// busy (minutes under the race detector on a shared machine), and the
+	// fast test timing would declare a busy node dead mid-transfer.
+	slow := func(c *node.Config) {
+		c.GossipProfile = node.DefaultConfig().GossipProfile
+		c.ShutdownGrace = 5 * time.Minute
+	}
 	cfgA := testConfig(t)
+	slow(&cfgA)
 	s, err := boltstore.Open(filepath.Join(cfgA.DataDir, node.DataFileName), boltstore.Options{ShardCount: cfgA.Shards})
 	if err != nil {
 		t.Fatal(err)
@@ -53,10 +61,10 @@ func TestHandoffMovesLargeRows(t *testing.T) {
 		t.Fatalf("%s holds %d rows before the join, want %d", a.Name(), got, rows)
 	}
 	start := time.Now()
-	b := startNode(t, func(c *node.Config) { c.Join = []string{a.GossipAddr()} })
+	b := startNode(t, func(c *node.Config) { slow(c); c.Join = []string{a.GossipAddr()} })
 	waitConverged(t, []*tnode{a, b})
-	eventually(t, 60*time.Second, func() bool { return b.namespace("big").Pending > 0 }, "the join's handoff to start moving rows")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	eventually(t, 2*time.Minute, func() bool { return b.namespace("big").Pending > 0 }, "the join's handoff to start moving rows")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if err := a.Shutdown(ctx); err != nil {
 		t.Fatalf("Shutdown of %s: %v", a.Name(), err)
