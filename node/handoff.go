@@ -37,14 +37,20 @@ func (n *Node) handoffLoop(ctx context.Context) {
 // returns the rows moved and the first error; other owners still get their
 // turn.
 func (n *Node) handoffOnce(ctx context.Context) (int, error) {
-	// One pass at a time: Shutdown's drain must not race a pass of the loop
-	// whose rows are marked in-transfer (and so invisible to ForeignShards).
+	// One pass at a time: Shutdown's drain waits for a pass of the loop to
+	// finish its batch instead of interleaving with it.
 	select {
 	case n.handoffSem <- struct{}{}:
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
 	defer func() { <-n.handoffSem }()
+	// Marks whose release failed earlier are released first, whether or not
+	// any row moves in this pass: their shard may be owned here again (its
+	// rows must become claimable) or have no live owner.
+	if err := n.mover.RetryStranded(ctx); err != nil {
+		return 0, fmt.Errorf("release rows left in transfer: %w", err)
+	}
 	foreign, err := n.store.ForeignShards(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("list foreign shards: %w", err)

@@ -228,6 +228,17 @@ func (mv *Mover) Stranded() int {
 // retried by every later call.
 var ErrStranded = errors.New("transfer: rows left marked in-transfer")
 
+// RetryStranded retries every stranded release once (each with its
+// backoff) and returns an error wrapping ErrStranded while any still fails.
+// Move does this first anyway; a caller whose pass has nothing to move
+// (the shard is owned here again, or has no live owner) calls it so that
+// marks are released whether or not rows move.
+func (mv *Mover) RetryStranded(ctx context.Context) error {
+	mv.mu.Lock()
+	defer mv.mu.Unlock()
+	return mv.retryStrandedLocked(ctx)
+}
+
 // Flush retries every stranded release until all succeed, or ctx ends
 // (then it returns an error wrapping ErrStranded and ctx's error).
 func (mv *Mover) Flush(ctx context.Context) error {

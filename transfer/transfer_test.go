@@ -617,3 +617,40 @@ func mustGauge(t *testing.T, reg *prometheus.Registry, name string) prometheus.C
 	t.Fatalf("no metric %s", name)
 	return nil
 }
+
+// TestRetryStrandedReleasesAShardOwnedAgain: marks whose AbortTransfer kept
+// failing are released by RetryStranded even when nothing is left to move
+// (the shard is owned here again): its rows become claimable.
+func TestRetryStrandedReleasesAShardOwnedAgain(t *testing.T) {
+	store, dst := openStore(t), openStore(t)
+	keys := fill(t, store, 40, 10)
+	store.SetOwnedShards([]uint32{})
+	src := &faultSource{Store: store}
+	src.failAbort.Store(5)
+	sink := &faultSink{Sink: dst}
+	sink.failBefore.Store(1)
+	mv := newMover(t, src, transfer.MoverConfig{ReleaseAttempts: 2})
+	if _, err := mv.Move(ctx, sink, allShards()); !errors.Is(err, transfer.ErrStranded) {
+		t.Fatalf("move: %v, want the abort stranded", err)
+	}
+	store.SetOwnedShards(nil) // ownership came back
+	if rows, _ := store.Claim(ctx, outbox.ClaimParams{Limit: 100, Now: t0.Add(time.Hour)}); len(rows) != 0 {
+		t.Fatalf("claimed %d rows still marked in-transfer", len(rows))
+	}
+	if err := mv.RetryStranded(ctx); !errors.Is(err, transfer.ErrStranded) {
+		t.Fatalf("first retry: %v, want still stranded (2 of 5 failures left)", err)
+	}
+	if err := mv.RetryStranded(ctx); err != nil {
+		t.Fatalf("second retry: %v", err)
+	}
+	rows, err := store.Claim(ctx, outbox.ClaimParams{Limit: 100, Now: t0.Add(time.Hour)})
+	if err != nil || mv.Stranded() != 0 {
+		t.Fatalf("after the retries: claim %v, stranded %d", err, mv.Stranded())
+	}
+	if n, _ := store.MarkedRows(ctx); n != 0 {
+		t.Fatalf("%d rows still marked", n)
+	}
+	if len(rows) != len(keys) {
+		t.Fatalf("claimed %d rows after the release, want all %d", len(rows), len(keys))
+	}
+}
