@@ -35,9 +35,14 @@ func (s *Store) RunCollect(ctx context.Context) error {
 //     bounded time, whoever has not seen it; or
 //   - "cap": more than MaxTombstones are held; the oldest go first.
 //
-// A collected tombstone leaves the state (and the Persister, by Forget);
-// a peer that still holds it may send it back, and it is collected again.
-// The waiting on reports received TombstoneMinAge after the tombstone
+// A collected tombstone leaves the state (and the Persister, by Forget).
+// This node remembers it in memory (a ghost, outside the state) until its
+// TTL, and refuses it and any older copy of the key meanwhile: a peer
+// that has not collected it yet sends it back in every push/pull, and
+// without the ghost it would be taken in again, forever, since push/pull
+// runs more often than TombstoneMinAge. A ghost that refuses an older
+// value re-broadcasts the delete, so a peer holding a stale copy (one that
+// came back from a long absence) learns the delete after all. The waiting on reports received TombstoneMinAge after the tombstone
 // arrived is what makes "no k at all" safe: by then the tombstone's own
 // gossip has reached every live member, so none of them still carries an
 // older copy it could hand on. What is not covered: a member away longer
@@ -57,10 +62,10 @@ func (s *Store) Collect() map[string]int {
 		}
 		switch {
 		case now.UnixMilli()-r.e.DeletedAt >= ttl:
-			s.remove(k, r)
+			s.remove(k, r, false)
 			out["ttl"]++
 		case s.seenByAll(r, now):
-			s.remove(k, r)
+			s.remove(k, r, true)
 			out["acked"]++
 		default:
 			rest = append(rest, r)
@@ -74,8 +79,23 @@ func (s *Store) Collect() map[string]int {
 			return Compare(a.e, b.e)
 		})
 		for _, r := range rest[:over] {
-			s.remove(r.e.Key, r)
+			s.remove(r.e.Key, r, true)
 			out["cap"]++
+		}
+	}
+	for k, g := range s.ghosts {
+		if now.UnixMilli()-g.DeletedAt >= ttl {
+			delete(s.ghosts, k)
+		}
+	}
+	if over := len(s.ghosts) - maxGhosts(s.cfg.MaxTombstones); over > 0 {
+		gs := make([]Entry, 0, len(s.ghosts))
+		for _, g := range s.ghosts {
+			gs = append(gs, g)
+		}
+		slices.SortFunc(gs, func(a, b Entry) int { return Compare(a, b) })
+		for _, g := range gs[:over] {
+			delete(s.ghosts, g.Key)
 		}
 	}
 	s.m.sync(s)
@@ -114,11 +134,19 @@ func (s *Store) seenByAll(r *record, now time.Time) bool {
 	return true
 }
 
-// remove drops a tombstone from the map (s.mu held) and queues its
-// removal from the Persister.
-func (s *Store) remove(key string, r *record) {
+// maxGhosts bounds the ghosts kept (memory only, about 300 bytes each):
+// past it the oldest are forgotten, and a peer may send those tombstones
+// back once more, to be collected again.
+func maxGhosts(maxTombstones int) int { return 4 * maxTombstones }
+
+// remove drops a tombstone from the map (s.mu held), remembers it as a
+// ghost when asked, and queues its removal from the Persister.
+func (s *Store) remove(key string, r *record, ghost bool) {
 	delete(s.entries, key)
 	s.uncount(r)
+	if ghost {
+		s.ghosts[key] = r.e
+	}
 	if s.cfg.Persister != nil {
 		s.pending[key] = struct{}{}
 	}

@@ -28,12 +28,17 @@ type Store struct {
 
 	mu      sync.RWMutex
 	entries map[string]*record
-	clock   uint64               // hybrid logical clock (Version)
-	live    int                  // entries that are not tombstones
-	bytes   int                  // encoded bytes of live entries
-	tomb    int                  // tombstones
-	tbytes  int                  // encoded bytes of tombstones
-	pending map[string]struct{}  // keys whose persisted copy may be stale
+	clock   uint64              // hybrid logical clock (Version)
+	live    int                 // entries that are not tombstones
+	bytes   int                 // encoded bytes of live entries
+	tomb    int                 // tombstones
+	tbytes  int                 // encoded bytes of tombstones
+	pending map[string]struct{} // keys whose persisted copy may be stale
+	// ghosts remembers collected tombstones until their TTL, outside the
+	// state: a copy they supersede (the tombstone itself, sent back by a
+	// peer that has not collected it yet, or an older value) is refused,
+	// so a collected tombstone does not bounce between replicas for ever.
+	ghosts  map[string]Entry
 	known   map[string]time.Time // member name → last time it was live
 	current map[string]bool      // members live now
 	lastRep report               // the latest full state merged
@@ -74,6 +79,7 @@ func New(cfg Config) (*Store, error) {
 		persisted: make(map[string]Version),
 		entries:   make(map[string]*record),
 		pending:   make(map[string]struct{}),
+		ghosts:    make(map[string]Entry),
 		known:     make(map[string]time.Time),
 		current:   map[string]bool{cfg.Node: true},
 		persistCh: make(chan struct{}, 1),
@@ -89,7 +95,7 @@ func New(cfg Config) (*Store, error) {
 		if e.Deleted && e.DeletedAt == 0 {
 			e.DeletedAt = now.UnixMilli()
 		}
-		s.apply(e, now)
+		_, _ = s.apply(e, now)
 		// It came from the Persister. An expired tombstone is not taken
 		// in: RunPersist forgets what is stored but not held.
 		s.persisted[e.Key] = e.Version
@@ -255,10 +261,16 @@ func (s *Store) checkCaps(writes []Entry) error {
 // queued for persistence. It never blocks for long (memberlist callbacks
 // call it).
 func (s *Store) accept(es []Entry, source string, now time.Time) []Entry {
-	var won []Entry
+	var won, repair []Entry
 	s.mu.Lock()
 	for _, e := range es {
-		if !s.apply(e, now) {
+		ok, ghost := s.apply(e, now)
+		if ghost != nil && !e.Deleted {
+			// A peer still holds a value the collected delete superseded:
+			// tell it again, the state no longer carries the tombstone.
+			repair = append(repair, *ghost)
+		}
+		if !ok {
 			continue
 		}
 		won = append(won, e)
@@ -268,6 +280,11 @@ func (s *Store) accept(es []Entry, source string, now time.Time) []Entry {
 	}
 	s.m.sync(s)
 	s.mu.Unlock()
+	if s.cfg.Broadcast != nil {
+		for _, e := range repair {
+			s.cfg.Broadcast(e.Key, encodeEntryMsg(e))
+		}
+	}
 	if len(won) == 0 {
 		return nil
 	}
@@ -284,17 +301,24 @@ func (s *Store) accept(es []Entry, source string, now time.Time) []Entry {
 	return won
 }
 
-// apply merges e into the map under s.mu and reports whether it won. It
+// apply merges e into the map under s.mu and reports whether it won; when
+// a ghost (a collected tombstone) refused it, it returns that ghost. It
 // moves the clock past e's (witness) even when e loses. A tombstone older
 // than TombstoneTTL is not taken in: it counts as collected.
-func (s *Store) apply(e Entry, now time.Time) bool {
+func (s *Store) apply(e Entry, now time.Time) (bool, *Entry) {
 	s.clock = max(s.clock, e.Version.Clock)
+	if g, ok := s.ghosts[e.Key]; ok {
+		if Compare(e, g) <= 0 {
+			return false, &g
+		}
+		delete(s.ghosts, e.Key) // a newer write of the key: the ghost is done
+	}
 	cur := s.entries[e.Key]
 	if cur != nil && Compare(e, cur.e) <= 0 {
-		return false
+		return false, nil
 	}
 	if e.Deleted && now.UnixMilli()-e.DeletedAt >= s.cfg.TombstoneTTL.Milliseconds() {
-		return false
+		return false, nil
 	}
 	if cur != nil {
 		s.uncount(cur)
@@ -306,7 +330,7 @@ func (s *Store) apply(e Entry, now time.Time) bool {
 	}
 	s.entries[e.Key] = r
 	s.count(r)
-	return true
+	return true, nil
 }
 
 func (s *Store) count(r *record) {
@@ -384,6 +408,9 @@ type Stats struct {
 	LiveBytes, StateBytes int
 	// PersistPending counts keys whose change is not yet durable here.
 	PersistPending int
+	// Ghosts counts collected tombstones still remembered (outside the
+	// state) to refuse the copies they superseded.
+	Ghosts int
 	// LastStateFrom and LastStateAt tell the latest peer whose full state
 	// was merged, and when; empty before the first push/pull.
 	LastStateFrom string
@@ -398,6 +425,7 @@ func (s *Store) Stats() Stats {
 		Live: s.live, Tombstones: s.tomb, LiveBytes: s.bytes,
 		StateBytes:     s.stateBytes(),
 		PersistPending: len(s.pending),
+		Ghosts:         len(s.ghosts),
 		LastStateFrom:  s.lastRep.from, LastStateAt: s.lastRep.at,
 	}
 }

@@ -101,13 +101,25 @@ type fixture struct {
 	p   *memPersister
 	clk *clock
 	reg *prometheus.Registry
+
+	bmu        sync.Mutex
+	broadcasts []Entry // decoded Broadcast messages
 }
 
 func newFixture(t *testing.T, edit func(*Config)) *fixture {
 	t.Helper()
 	f := &fixture{p: newMemPersister(), clk: newClock(), reg: prometheus.NewPedanticRegistry()}
 	cfg := Config{Node: "node-1", Persister: f.p, Now: f.clk.Now, Registerer: f.reg,
-		PersistRetryMin: time.Millisecond, PersistRetryMax: 20 * time.Millisecond}
+		PersistRetryMin: time.Millisecond, PersistRetryMax: 20 * time.Millisecond,
+		Broadcast: func(_ string, msg []byte) {
+			d, err := decode(msg)
+			if err != nil || len(d.entries) != 1 {
+				panic(fmt.Sprintf("Broadcast handed a bad message: %v", err))
+			}
+			f.bmu.Lock()
+			f.broadcasts = append(f.broadcasts, d.entries[0])
+			f.bmu.Unlock()
+		}}
 	if edit != nil {
 		edit(&cfg)
 	}
@@ -394,17 +406,41 @@ func TestTombstonesAreCollectedOnceEveryMemberHasSeenThem(t *testing.T) {
 	}
 	eventually(t, func() bool { _, ok := f.p.get("hold/wf"); return !ok }, "collected tombstone not forgotten by the Persister")
 
-	// A peer that still has it sends it back: taken in again, collected
-	// again once everyone (now: a report without the key) has seen it.
+	// A peer that has not collected it yet sends it back: refused (the
+	// ghost), or it would bounce between replicas for ever.
 	_ = f.s.MergeRemoteState(encodeState("node-2", []Entry{del}, 0))
-	if f.s.Stats().Tombstones != 1 {
-		t.Fatal("tombstone sent back was not taken in")
+	if st := f.s.Stats(); st.Tombstones != 0 || st.Ghosts != 1 {
+		t.Fatalf("tombstone sent back: %+v, want refused by its ghost", st)
 	}
+	// A peer back from a long absence with the old value: refused too, and
+	// the delete is broadcast again for it.
+	f.broadcasts = nil
+	_ = f.s.MergeRemoteState(encodeState("node-3", []Entry{old}, 0))
+	if _, ok := f.s.Get(old.Key); ok {
+		t.Fatal("a stale value of a collected key came back")
+	}
+	if len(f.broadcasts) != 1 || f.broadcasts[0].Key != del.Key || !f.broadcasts[0].Deleted || f.broadcasts[0].Version != del.Version {
+		t.Fatalf("broadcast %+v, want the delete again", f.broadcasts)
+	}
+	// A newer write of the key is taken in and ends the ghost.
+	if _, err := f.s.Put(ctx, "hold/wf", []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	if st := f.s.Stats(); st.Live != 1 || st.Ghosts != 0 {
+		t.Fatalf("after a new write: %+v", st)
+	}
+	_, _ = f.s.Delete(ctx, "hold/wf")
 	f.clk.Add(2 * time.Minute)
 	_ = f.s.MergeRemoteState(encodeState("node-2", nil, 0))
 	_ = f.s.MergeRemoteState(encodeState("node-3", nil, 0))
 	if got := collect(); got["acked"] != 1 {
-		t.Fatalf("collected %v, want the returned tombstone acked again", got)
+		t.Fatalf("collected %v, want the second delete acked", got)
+	}
+	// Ghosts end with the TTL.
+	f.clk.Add(time.Hour)
+	collect()
+	if st := f.s.Stats(); st.Ghosts != 0 {
+		t.Fatalf("ghosts after the TTL: %d", st.Ghosts)
 	}
 	if got := testutil.ToFloat64(f.s.m.collected.WithLabelValues("acked")); got != 2 {
 		t.Fatalf("collected{acked} = %v", got)
