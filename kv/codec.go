@@ -1,7 +1,6 @@
 package kv
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -43,7 +42,8 @@ func appendEntry(b []byte, e Entry) []byte {
 	b = binary.AppendUvarint(b, e.Version.Clock)
 	b = appendString(b, e.Version.Node)
 	b = appendString(b, e.Key)
-	b = appendString(b, string(e.Value))
+	b = binary.AppendUvarint(b, uint64(len(e.Value)))
+	b = append(b, e.Value...)
 	if e.Deleted {
 		b = binary.AppendUvarint(b, uint64(e.DeletedAt))
 	}
@@ -58,7 +58,7 @@ func readEntry(r *reader) Entry {
 	e.Version.Node = r.string(MaxNodeBytes)
 	e.Key = r.string(MaxKeyBytes)
 	if v := r.bytes(MaxValueBytes); len(v) > 0 {
-		e.Value = bytes.Clone(v)
+		e.Value = v // aliases the message: apply copies what it keeps
 	}
 	if e.Deleted {
 		at := r.uvarint()
@@ -103,7 +103,9 @@ type decoded struct {
 }
 
 // decode decodes a message or state; it never panics on hostile input and
-// validates every entry.
+// validates every entry. Values alias b: a merge that keeps an entry copies
+// it (apply), so a steady-state push/pull, which keeps nothing, copies
+// nothing.
 func decode(b []byte) (decoded, error) {
 	var d decoded
 	r := reader{b: b}

@@ -265,6 +265,9 @@ func (s *Store) accept(es []Entry, source string, now time.Time) []Entry {
 	s.mu.Lock()
 	for _, e := range es {
 		ok, ghost := s.apply(e, now)
+		if ok {
+			e = s.entries[e.Key].e // the stored copy, not the message's bytes
+		}
 		if ghost != nil && !e.Deleted {
 			// A peer still holds a value the collected delete superseded:
 			// tell it again, the state no longer carries the tombstone.
@@ -323,6 +326,7 @@ func (s *Store) apply(e Entry, now time.Time) (bool, *Entry) {
 	if cur != nil {
 		s.uncount(cur)
 	}
+	e = e.Clone() // the caller's slice may alias a gossip message
 	r := &record{e: e, size: encodedSize(e)}
 	if e.Deleted {
 		r.acceptedAt = now
