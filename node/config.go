@@ -285,9 +285,12 @@ func (c *Config) Validate() error {
 	if c.TombstoneRetention <= 0 {
 		bad("tombstone-retention", "must be positive")
 	}
-	for flag, v := range map[string]int{"max-namespaces": c.MaxNamespaces, "max-targets": c.MaxTargets, "max-holds": c.MaxHolds} {
-		if v < 1 || v > kv.DefaultMaxEntries {
-			bad(flag, "%d is not between 1 and %d (the gossiped config's entry cap)", v, kv.DefaultMaxEntries)
+	for _, lim := range []struct {
+		flag string
+		v    int
+	}{{"max-namespaces", c.MaxNamespaces}, {"max-targets", c.MaxTargets}, {"max-holds", c.MaxHolds}} {
+		if lim.v < 1 || lim.v > kv.DefaultMaxEntries {
+			bad(lim.flag, "%d is not between 1 and %d (the gossiped config's entry cap)", lim.v, kv.DefaultMaxEntries)
 		}
 	}
 	switch strings.ToLower(c.LogLevel) {
