@@ -130,6 +130,7 @@ func (n *Node) awaitFirstJoin(ctx context.Context) (err error) {
 		contacted int
 		err       error
 	}
+	exchangeFailures := 0
 	for {
 		done := make(chan result, 1)
 		n.wg.Go(func() {
@@ -155,7 +156,13 @@ func (n *Node) awaitFirstJoin(ctx context.Context) (err error) {
 		case errors.Is(res.err, cluster.ErrProtocolMismatch):
 			return fmt.Errorf("the cluster at %v refused this node: it speaks another protocol version: %w", n.cfg.Join, res.err)
 		}
-		exchangeFailed := errors.Is(res.err, cluster.ErrStateExchange)
+		// Consecutive attempts whose seed answered but whose state exchange
+		// failed; one alone may be a seed caught shutting down.
+		if errors.Is(res.err, cluster.ErrStateExchange) {
+			exchangeFailures++
+		} else {
+			exchangeFailures = 0
+		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("start %s: stopped while joining %v: %w", n.name, n.cfg.Join, ctx.Err())
 		}
@@ -164,7 +171,7 @@ func (n *Node) awaitFirstJoin(ctx context.Context) (err error) {
 			if ctx.Err() != nil {
 				return fmt.Errorf("start %s: stopped while joining %v: %w", n.name, n.cfg.Join, ctx.Err())
 			}
-			if exchangeFailed {
+			if exchangeFailures >= 2 {
 				// Someone is there, but the push/pull with it fails: serving
 				// alone would own every shard beside a live cluster, without
 				// its config (pauses, quotas) — issue #13 item 4.
