@@ -83,9 +83,11 @@ type Entry struct {
 	Deleted bool
 	// Version orders writes of Key: last writer wins.
 	Version Version
-	// DeletedAt is when a tombstone was written, in Unix milliseconds by
-	// the deleting node's wall clock; 0 for a value. It dates the
-	// tombstone for the time bound of its collection (Config.TombstoneTTL).
+	// DeletedAt is when a tombstone was written, in Unix milliseconds: the
+	// deleting node's hybrid clock at the delete (Version.Clock), which is
+	// at least its wall clock and every clock it had seen; 0 for a value.
+	// It dates the tombstone for the time bound of its collection
+	// (Config.TombstoneTTL).
 	DeletedAt int64
 }
 

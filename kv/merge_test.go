@@ -172,6 +172,21 @@ func TestClockIsHybrid(t *testing.T) {
 	if e, _ := s2.Put(t.Context(), "k", []byte("4")); e.Version.Compare(ahead.Version) <= 0 {
 		t.Fatalf("restarted store wrote %s, not after %s", e.Version, ahead.Version)
 	}
+
+	// A node whose wall clock lags two days, but which has seen a peer's
+	// entry, dates its delete by its hybrid clock: the peer (TTL 24 h)
+	// takes the tombstone in instead of dropping it as expired.
+	lagging, _ := New(Config{Node: "slow", Now: func() time.Time { return now.Add(-48 * time.Hour) }})
+	peer, _ := New(Config{Node: "peer", Now: func() time.Time { return now }})
+	lagging.accept([]Entry{ahead}, "remote", lagging.cfg.Now())
+	d, err := lagging.Delete(t.Context(), "k")
+	if err != nil || uint64(d.DeletedAt) <= ahead.Version.Clock {
+		t.Fatalf("lagging delete = %+v, %v: want it dated after the clock it saw (%d)", d, err, ahead.Version.Clock)
+	}
+	peer.accept([]Entry{d}, "remote", now)
+	if st := peer.Stats(); st.Tombstones != 1 {
+		t.Fatalf("the peer dropped a fresh delete from a lagging node: %+v", st)
+	}
 }
 
 func TestCodec(t *testing.T) {

@@ -175,7 +175,7 @@ func (s *Store) Update(ctx context.Context, writes ...Write) ([]Entry, error) {
 			e.Value = nil
 		}
 		if e.Deleted {
-			e.Value, e.DeletedAt = nil, now.UnixMilli()
+			e.Value, e.DeletedAt = nil, now.UnixMilli() // dated by the clock below
 		}
 		e.Version.Node = s.cfg.Node
 		if err := e.Validate(); err != nil {
@@ -191,6 +191,12 @@ func (s *Store) Update(ctx context.Context, writes ...Write) ([]Entry, error) {
 	for i := range out {
 		s.clock = max(s.clock+1, uint64(now.UnixMilli()))
 		out[i].Version.Clock = s.clock
+		if out[i].Deleted {
+			// The hybrid clock, not the bare wall clock: a node whose wall
+			// clock lags still dates its delete no earlier than every clock
+			// it has seen, so peers do not take it for an expired one.
+			out[i].DeletedAt = int64(s.clock)
+		}
 	}
 	s.mu.Unlock()
 
