@@ -274,10 +274,11 @@ func (c *Cluster) publish(snap *OwnershipSnapshot) {
 }
 
 // replicaLists returns every shard's ordered replica list for table, or
-// nil while each list is the primary alone. Replication (issue #14) makes
-// this the call to the pure replica-set function of package shards (the
-// members, the shard count and the replication factor in, one list per
-// shard out).
+// nil while each list is the primary alone (replication factor 1, today).
+// Replication (issue #14) makes this the call to the pure replica-set
+// function of package shards, shards.ReplicaSets(active members, shard
+// count, factor), whose Replicas(shard) are the lists and whose primaries
+// are Assign's owners, i.e. this table.
 func replicaLists(table *shards.Table) [][]string { return nil }
 
 // epochsOf dates every shard's replica list: a shard whose list is the
