@@ -87,92 +87,174 @@ func (s *Store) ReadShard(ctx context.Context, p outbox.ShardRead) (outbox.Shard
 	if p.Mark {
 		what = fmt.Sprintf("mark rows of shard %d for transfer", p.Shard)
 	}
-	page := outbox.ShardPage{Next: p.After}
 	if p.MaxRows <= 0 {
-		return page, s.checkOpen(what)
+		return outbox.ShardPage{Next: p.After}, s.checkOpen(what)
 	}
-	group := byShardGroup(p.Shard)
-	if len(p.After) > 0 && (len(p.After) < len(group)+timeKeyLen || !bytes.HasPrefix(p.After, group)) {
-		return page, fmt.Errorf("boltstore: %s: %w: %x", what, outbox.ErrInvalidToken, p.After)
+	if err := checkToken(p); err != nil {
+		return outbox.ShardPage{Next: p.After}, fmt.Errorf("boltstore: %s: %w", what, err)
 	}
-	scan := func(b buckets, xferOf func(rk []byte) bool) (rks [][]byte, err error) {
-		page = outbox.ShardPage{Next: p.After, Done: true}
-		want := appendShard(nil, p.Shard)
-		size := 0
-		c := b.byShard.Cursor()
-		k, v := c.Seek(group)
-		if len(p.After) > 0 {
-			k, v = c.Seek(p.After)
-			if bytes.Equal(k, p.After) {
-				k, v = c.Next()
-			}
-		}
-		for ; k != nil && bytes.HasPrefix(k, group); k, v = c.Next() {
-			if len(k) < len(group)+timeKeyLen {
-				return nil, fmt.Errorf("%w: byshard key %x", ErrCorrupt, k)
-			}
-			if !bytes.Equal(v, want) {
-				continue
-			}
-			if len(page.Rows) >= p.MaxRows {
-				page.Done = false
-				break
-			}
-			rk := rowKey(string(k[len(group)+timeKeyLen:]))
-			if p.Mark && xferOf(rk) {
-				page.Next = append(page.Next[:0:0], k...)
-				continue
-			}
-			val := b.rows.Get(rk)
-			if val == nil {
-				return nil, fmt.Errorf("%w: byshard entry for %q without a row", ErrCorrupt, rk)
-			}
-			row, err := decodeRow(rk, val)
-			if err != nil {
-				return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
-			}
-			if p.Mark && row.Status == outbox.StatusClaimed {
-				page.Next = append(page.Next[:0:0], k...)
-				continue
-			}
-			n := outbox.RowBytes(&row)
-			if p.MaxBytes > 0 && len(page.Rows) > 0 && size+n > p.MaxBytes {
-				page.Done = false
-				break
-			}
-			size += n
-			page.Rows = append(page.Rows, row)
-			page.Next = append(page.Next[:0:0], k...)
-			rks = append(rks, rk)
-		}
-		return rks, nil
-	}
+	var page outbox.ShardPage
 	if !p.Mark {
 		err := s.view(ctx, what, func(_ *bolt.Tx, b buckets) error {
-			_, err := scan(b, nil)
+			var err error
+			page, _, err = scanShard(b, p, nil)
 			return err
 		})
-		return page, err
+		if err != nil {
+			return outbox.ShardPage{Next: p.After}, err
+		}
+		return page, nil
 	}
 	err := s.submit(ctx, what, p.MaxRows, func(w *wtx) error {
 		if p.Shard >= s.opts.ShardCount || s.owned.Load().has(p.Shard) {
 			return fmt.Errorf("boltstore: %s: %w", what, outbox.ErrShardOwned)
 		}
-		rks, err := scan(w.b, w.marked)
-		if err != nil {
-			return err
-		}
-		for i, rk := range rks {
-			if err := w.write(rk, &page.Rows[i], false, &page.Rows[i], true, nil); err != nil {
-				return err
-			}
-		}
-		return nil
+		var err error
+		page, err = markShard(w, p)
+		return err
 	})
 	if err != nil {
 		return outbox.ShardPage{Next: p.After}, err
 	}
 	return page, nil
+}
+
+// ReadShards is a marking ReadShard of several shards in ONE transaction
+// (one fsync), sharing one budget: reads[i] is read with what is left of
+// maxRows and maxBytes after the pages before it (each read's own MaxRows,
+// MaxBytes and Mark are ignored; every read marks). It stops once the
+// budget is spent and returns the pages of the reads it made, in order
+// (fewer than len(reads) when the budget ran out). A shard this node owns
+// (or ≥ ShardCount) is not read: its page is empty and Done. A node
+// draining a few rows from each of hundreds of shards pays one commit per
+// batch instead of one per shard. A bad token fails the whole call with
+// outbox.ErrInvalidToken, nothing marked.
+func (s *Store) ReadShards(ctx context.Context, reads []outbox.ShardRead, maxRows, maxBytes int) ([]outbox.ShardPage, error) {
+	const what = "mark rows of shards for transfer"
+	if maxRows <= 0 || len(reads) == 0 {
+		return nil, s.checkOpen(what)
+	}
+	for _, p := range reads {
+		if err := checkToken(p); err != nil {
+			return nil, fmt.Errorf("boltstore: %s: shard %d: %w", what, p.Shard, err)
+		}
+	}
+	var pages []outbox.ShardPage
+	err := s.submit(ctx, what, maxRows, func(w *wtx) error {
+		pages = pages[:0]
+		owned := s.owned.Load()
+		rows, size := 0, 0
+		for _, p := range reads {
+			if rows >= maxRows || (maxBytes > 0 && size >= maxBytes) {
+				break
+			}
+			if p.Shard >= s.opts.ShardCount || owned.has(p.Shard) {
+				pages = append(pages, outbox.ShardPage{Next: p.After, Done: true})
+				continue
+			}
+			p.Mark, p.MaxRows, p.MaxBytes = true, maxRows-rows, 0
+			if maxBytes > 0 {
+				p.MaxBytes = maxBytes - size
+			}
+			page, err := markShard(w, p)
+			if err != nil {
+				return err
+			}
+			rows += len(page.Rows)
+			for i := range page.Rows {
+				size += outbox.RowBytes(&page.Rows[i])
+			}
+			pages = append(pages, page)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return pages, nil
+}
+
+// checkToken verifies that p.After, if set, is a byshard key of p.Shard's
+// group.
+func checkToken(p outbox.ShardRead) error {
+	group := byShardGroup(p.Shard)
+	if len(p.After) > 0 && (len(p.After) < len(group)+timeKeyLen || !bytes.HasPrefix(p.After, group)) {
+		return fmt.Errorf("%w: %x is not a token of shard %d", outbox.ErrInvalidToken, p.After, p.Shard)
+	}
+	return nil
+}
+
+// markShard is a marking read inside the writer's transaction: scanShard,
+// then the page's rows are marked in-transfer.
+func markShard(w *wtx, p outbox.ShardRead) (outbox.ShardPage, error) {
+	page, rks, err := scanShard(w.b, p, w.marked)
+	if err != nil {
+		return page, err
+	}
+	for i, rk := range rks {
+		if err := w.write(rk, &page.Rows[i], false, &page.Rows[i], true, nil); err != nil {
+			return page, err
+		}
+	}
+	return page, nil
+}
+
+// scanShard reads one page of p.Shard from the byshard index (see
+// ReadShard); with p.Mark it steps over claimed rows and rows xferOf says
+// are marked. It returns the page and its rows' keys.
+func scanShard(b buckets, p outbox.ShardRead, xferOf func(rk []byte) bool) (outbox.ShardPage, [][]byte, error) {
+	page := outbox.ShardPage{Next: p.After, Done: true}
+	var rks [][]byte
+	group := byShardGroup(p.Shard)
+	want := appendShard(nil, p.Shard)
+	size := 0
+	c := b.byShard.Cursor()
+	k, v := c.Seek(group)
+	if len(p.After) > 0 {
+		k, v = c.Seek(p.After)
+		if bytes.Equal(k, p.After) {
+			k, v = c.Next()
+		}
+	}
+	for ; k != nil && bytes.HasPrefix(k, group); k, v = c.Next() {
+		if len(k) < len(group)+timeKeyLen {
+			return page, nil, fmt.Errorf("%w: byshard key %x", ErrCorrupt, k)
+		}
+		if !bytes.Equal(v, want) {
+			continue
+		}
+		if len(page.Rows) >= p.MaxRows {
+			page.Done = false
+			break
+		}
+		rk := rowKey(string(k[len(group)+timeKeyLen:]))
+		if p.Mark && xferOf(rk) {
+			page.Next = append(page.Next[:0:0], k...)
+			continue
+		}
+		val := b.rows.Get(rk)
+		if val == nil {
+			return page, nil, fmt.Errorf("%w: byshard entry for %q without a row", ErrCorrupt, rk)
+		}
+		row, err := decodeRow(rk, val)
+		if err != nil {
+			return page, nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+		}
+		if p.Mark && row.Status == outbox.StatusClaimed {
+			page.Next = append(page.Next[:0:0], k...)
+			continue
+		}
+		n := outbox.RowBytes(&row)
+		if p.MaxBytes > 0 && len(page.Rows) > 0 && size+n > p.MaxBytes {
+			page.Done = false
+			break
+		}
+		size += n
+		page.Rows = append(page.Rows, row)
+		page.Next = append(page.Next[:0:0], k...)
+		rks = append(rks, rk)
+	}
+	return page, rks, nil
 }
 
 // CompleteTransfer deletes the rows of keys that are still marked

@@ -35,6 +35,17 @@ type Source interface {
 	AbortTransfer(ctx context.Context, keys []string) (int, error)
 }
 
+// ShardsReader is an optional Source method: a marking read of several
+// shards in one call (one transaction, one fsync) against one shared
+// budget of maxRows rows and maxBytes bytes. It returns the pages of the
+// reads it made, in order, stopping once the budget is spent; a shard the
+// source owns yields an empty, Done page. A Mover uses it when its Source
+// has it, so a batch gathered from a few rows of each of hundreds of shards
+// costs one commit at the source instead of one per shard.
+type ShardsReader interface {
+	ReadShards(ctx context.Context, reads []outbox.ShardRead, maxRows, maxBytes int) ([]outbox.ShardPage, error)
+}
+
 // Sink is the receiving side: it merges copies of rows into its store
 // (outbox.NormalizeIncoming, then outbox.Merge per row) and returns only
 // once they are durable. A batch merged twice changes nothing the second
@@ -50,6 +61,10 @@ type SinkFunc func(ctx context.Context, rows []outbox.Row) (outbox.MergeResult, 
 func (f SinkFunc) Merge(ctx context.Context, rows []outbox.Row) (outbox.MergeResult, error) {
 	return f(ctx, rows)
 }
+
+// maxShardsPerRead bounds the shards of one ReadShards call (a batch of
+// 500 rows from 500 one-row shards is the worst case worth one commit).
+const maxShardsPerRead = 512
 
 // Defaults of Limits and MoverConfig.
 const (
@@ -288,7 +303,51 @@ func (mv *Mover) Move(ctx context.Context, dst Sink, shards []uint32) (Stats, er
 		next := map[uint32][]byte{} // resume tokens once this batch is acked
 		done := map[uint32]bool{}
 		var touched []uint32
-		for len(queue) > 0 && len(batch) < lim.MaxRows && size < lim.MaxBytes {
+		multi, useMulti := mv.src.(ShardsReader)
+		for useMulti && len(queue) > 0 && len(batch) < lim.MaxRows && size < lim.MaxBytes {
+			// One transaction for the next shards of the queue, from their
+			// resume tokens, against what is left of the batch's budget.
+			chunk := queue[:min(len(queue), maxShardsPerRead)]
+			reads := make([]outbox.ShardRead, len(chunk))
+			for i, shard := range chunk {
+				reads[i] = outbox.ShardRead{Shard: shard, After: mv.cursors[shard], Mark: true}
+			}
+			pages, err := multi.ReadShards(ctx, reads, lim.MaxRows-len(batch), lim.MaxBytes-size)
+			if err != nil {
+				if ctx.Err() != nil {
+					return st, errors.Join(firstErr, ctx.Err())
+				}
+				// One shard at a time for the rest of this batch, so one bad
+				// shard (a bad token) does not hold the others back.
+				firstErr = cmpErr(firstErr, fmt.Errorf("mark rows of %d shards for transfer: %w", len(reads), err))
+				useMulti = false
+				break
+			}
+			if len(pages) == 0 {
+				break // the budget was spent
+			}
+			for i, page := range pages {
+				shard := reads[i].Shard
+				touched = append(touched, shard)
+				next[shard] = page.Next
+				batch = append(batch, page.Rows...)
+				size += bytesOf(page.Rows)
+				if page.Done || len(page.Rows) == 0 {
+					done[shard] = true
+				}
+			}
+			// Shards read to their end leave the queue; the last one read
+			// may have more (the budget ran out in it), and so may the
+			// shards not reached: they stay, in order.
+			kept := queue[:0]
+			for _, shard := range queue {
+				if !done[shard] {
+					kept = append(kept, shard)
+				}
+			}
+			queue = kept
+		}
+		for !useMulti && len(queue) > 0 && len(batch) < lim.MaxRows && size < lim.MaxBytes {
 			shard := queue[0]
 			after, seen := next[shard]
 			if !seen {

@@ -243,6 +243,7 @@ type faultSource struct {
 	*boltstore.Store
 	failRead, failComplete, failAbort atomic.Int32
 	reads                             []outbox.ShardRead
+	multiCalls                        int
 	mu                                sync.Mutex
 }
 
@@ -268,6 +269,17 @@ func (f *faultSource) ReadShard(ctx context.Context, p outbox.ShardRead) (outbox
 		return outbox.ShardPage{}, errInjected
 	}
 	return f.Store.ReadShard(ctx, p)
+}
+
+func (f *faultSource) ReadShards(ctx context.Context, reads []outbox.ShardRead, maxRows, maxBytes int) ([]outbox.ShardPage, error) {
+	f.mu.Lock()
+	f.reads = append(f.reads, reads...)
+	f.multiCalls++
+	f.mu.Unlock()
+	if take(&f.failRead) {
+		return nil, errInjected
+	}
+	return f.Store.ReadShards(ctx, reads, maxRows, maxBytes)
 }
 
 func (f *faultSource) CompleteTransfer(ctx context.Context, keys []string) (int, error) {
@@ -652,5 +664,39 @@ func TestRetryStrandedReleasesAShardOwnedAgain(t *testing.T) {
 	}
 	if len(rows) != len(keys) {
 		t.Fatalf("claimed %d rows after the release, want all %d", len(rows), len(keys))
+	}
+}
+
+// TestMoveMarksManyShardsInOneCall: a batch gathered from a few rows of
+// every shard is marked with one ReadShards call (one commit at the
+// source), not one call per shard, and a shard owned again is skipped.
+func TestMoveMarksManyShardsInOneCall(t *testing.T) {
+	store, dst := openStore(t), openStore(t)
+	keys := fill(t, store, 48, 10) // ~3 rows in each of 16 shards
+	owned := shards.ShardOf(keys[0], shardCount)
+	store.SetOwnedShards([]uint32{owned})
+	src := &faultSource{Store: store}
+	mv := newMover(t, src, transfer.MoverConfig{})
+	st, err := mv.Move(ctx, dst, allShards())
+	if err != nil {
+		t.Fatal(err)
+	}
+	onOwned := 0
+	for _, k := range keys {
+		if shards.ShardOf(k, shardCount) == owned {
+			onOwned++
+		}
+	}
+	if st.Rows != len(keys)-onOwned || st.Batches != 1 {
+		t.Fatalf("moved %+v, want %d rows in one batch (all but the owned shard's)", st, len(keys)-onOwned)
+	}
+	if src.multiCalls != 1 {
+		t.Fatalf("%d ReadShards calls for one batch over %d shards, want 1", src.multiCalls, shardCount)
+	}
+	for _, k := range keys {
+		_, err := store.Get(ctx, k)
+		if shards.ShardOf(k, shardCount) == owned && err != nil {
+			t.Fatalf("row %q of the owned shard moved: %v", k, err)
+		}
 	}
 }

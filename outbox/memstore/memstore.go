@@ -454,6 +454,46 @@ func (s *Store) ReadShard(ctx context.Context, p outbox.ShardRead) (outbox.Shard
 		return outbox.ShardPage{}, err
 	}
 	defer s.mu.Unlock()
+	return s.readShardLocked(p)
+}
+
+// ReadShards is a marking ReadShard of several shards at once, sharing one
+// budget of maxRows rows and maxBytes bytes (see boltstore.Store.ReadShards):
+// it stops once the budget is spent and returns the pages it read; a shard
+// this node owns gets an empty, Done page.
+func (s *Store) ReadShards(ctx context.Context, reads []outbox.ShardRead, maxRows, maxBytes int) ([]outbox.ShardPage, error) {
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	var pages []outbox.ShardPage
+	rows, size := 0, 0
+	for _, p := range reads {
+		if rows >= maxRows || (maxBytes > 0 && size >= maxBytes) {
+			break
+		}
+		if p.Shard >= s.shardCount || s.ownsShardLocked(p.Shard) {
+			pages = append(pages, outbox.ShardPage{Next: p.After, Done: true})
+			continue
+		}
+		p.Mark, p.MaxRows, p.MaxBytes = true, maxRows-rows, 0
+		if maxBytes > 0 {
+			p.MaxBytes = maxBytes - size
+		}
+		page, err := s.readShardLocked(p)
+		if err != nil {
+			return nil, err
+		}
+		rows += len(page.Rows)
+		for i := range page.Rows {
+			size += outbox.RowBytes(&page.Rows[i])
+		}
+		pages = append(pages, page)
+	}
+	return pages, nil
+}
+
+func (s *Store) readShardLocked(p outbox.ShardRead) (outbox.ShardPage, error) {
 	page := outbox.ShardPage{Next: p.After}
 	if p.MaxRows <= 0 {
 		return page, nil

@@ -56,6 +56,13 @@ type ShardReader interface {
 	ShardCount() uint32
 }
 
+// MultiShardReader is a marking read of several shards in one call against
+// one shared budget (package transfer's ShardsReader). A store without it
+// fails the suite.
+type MultiShardReader interface {
+	ReadShards(ctx context.Context, reads []outbox.ShardRead, maxRows, maxBytes int) ([]outbox.ShardPage, error)
+}
+
 // Digester reads the per-shard digests a store maintains. A store without
 // it fails the suite.
 type Digester interface {
@@ -126,6 +133,7 @@ func RunStoreSuite(t *testing.T, newStore func(t *testing.T) outbox.Store) {
 		{"MergeIncomingCopies", testMergeIncoming},
 		{"MergeRedriveBeatsStaleDeadLetter", testMergeRedrive},
 		{"ShardReadPagesMarksAndTokens", testShardRead},
+		{"ShardReadsShareOneBudget", testShardReads},
 		{"ShardDigestsFollowEveryChange", testDigests},
 	}
 	for _, tc := range cases {
@@ -1196,5 +1204,61 @@ func testDigests(t *testing.T, s outbox.Store) {
 	verify("after CompleteTransfer")
 	if got, err := d.ShardDigest(ctx, 100000); err != nil || got.Rows != 0 || got.Sum != 0 {
 		t.Fatalf("digest of a shard holding nothing: %+v %v", got, err)
+	}
+}
+
+// testShardReads: a multi-shard marking read shares one budget of rows,
+// reads shards in order, skips owned ones (empty, Done pages) and marks
+// what it returns.
+func testShardReads(t *testing.T, s outbox.Store) {
+	sr := need[ShardReader](t, s, "ReadShard and friends (transfer source)")
+	mr := need[MultiShardReader](t, s, "ReadShards (multi-shard marking read)")
+	// Three rows on each of three shards.
+	byShard := map[uint32][]string{}
+	var order []uint32
+	full := func() bool {
+		return len(order) == 3 && len(byShard[order[0]]) == 3 && len(byShard[order[1]]) == 3 && len(byShard[order[2]]) == 3
+	}
+	for i := 0; !full(); i++ {
+		k := fmt.Sprintf("m%04d", i)
+		sh := shards.ShardOf(k, sr.ShardCount())
+		if _, seen := byShard[sh]; !seen {
+			if len(order) == 3 {
+				continue
+			}
+			order = append(order, sh)
+		}
+		if len(byShard[sh]) == 3 {
+			continue
+		}
+		byShard[sh] = append(byShard[sh], k)
+		mustAppend(t, s, Row(k, "ns", "q"))
+	}
+	reads := []outbox.ShardRead{{Shard: order[0]}, {Shard: order[1]}, {Shard: order[2]}}
+	// Owning order[1] only: its page is empty and Done.
+	sr.SetOwnedShards([]uint32{order[1]})
+	pages, err := mr.ReadShards(ctx, reads, 4, 0)
+	must(t, err)
+	if len(pages) != 3 {
+		t.Fatalf("%d pages, want 3 (the budget of 4 rows runs out in the third shard)", len(pages))
+	}
+	if !slices.Equal(keysOf(pages[0].Rows), byShard[order[0]]) || !pages[0].Done {
+		t.Fatalf("first page %v done=%v, want %v and done", keysOf(pages[0].Rows), pages[0].Done, byShard[order[0]])
+	}
+	if len(pages[1].Rows) != 0 || !pages[1].Done {
+		t.Fatalf("owned shard's page %v done=%v, want empty and done", keysOf(pages[1].Rows), pages[1].Done)
+	}
+	if !slices.Equal(keysOf(pages[2].Rows), byShard[order[2]][:1]) || pages[2].Done {
+		t.Fatalf("third page %v done=%v, want the first row and more", keysOf(pages[2].Rows), pages[2].Done)
+	}
+	// Marked: a second read from the start offers only the rest.
+	rest, err := mr.ReadShards(ctx, []outbox.ShardRead{{Shard: order[0]}, {Shard: order[2], After: pages[2].Next}}, 100, 0)
+	must(t, err)
+	if len(rest) != 2 || len(rest[0].Rows) != 0 || !slices.Equal(keysOf(rest[1].Rows), byShard[order[2]][1:]) {
+		t.Fatalf("second read: %d pages, %v then %v", len(rest), keysOf(rest[0].Rows), keysOf(rest[1].Rows))
+	}
+	// A zero budget reads nothing.
+	if none, err := mr.ReadShards(ctx, reads, 0, 0); err != nil || len(none) != 0 {
+		t.Fatalf("read with no budget: %d pages, %v", len(none), err)
 	}
 }
