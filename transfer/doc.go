@@ -31,6 +31,11 @@
 // on disk; the store clears them when it opens, and the rows are sent
 // again.
 //
+// Commits: a Source that also implements [ShardsReader] (boltstore and
+// memstore do) marks every shard of a batch in one call, so a batch costs
+// one commit to mark and one to delete at the source, however many shards
+// it spans.
+//
 // Batch bounds: a batch holds at most Limits.MaxRows rows and at most
 // Limits.MaxBytes bytes (as outbox.RowBytes counts them) plus one row: a
 // page always holds at least one row, so a single row larger than the
