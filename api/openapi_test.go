@@ -508,7 +508,7 @@ type example struct {
 }
 
 // readmeExamples extracts the curl commands of README.md's "## API"
-// section (shell code blocks), with the JSON answer written as comment
+// section (```sh code blocks), with the JSON answer written as comment
 // lines right under a command.
 func readmeExamples(t *testing.T) []example {
 	t.Helper()
@@ -525,7 +525,7 @@ func readmeExamples(t *testing.T) []example {
 		switch {
 		case strings.HasPrefix(l, "## "):
 			inAPI = strings.TrimSpace(l) == "## API"
-		case inAPI && strings.HasPrefix(l, "```") && !inCode:
+		case inAPI && strings.HasPrefix(l, "```sh") && !inCode:
 			inCode, block, blockStart = true, nil, i+2
 		case inAPI && strings.HasPrefix(l, "```") && inCode:
 			inCode = false

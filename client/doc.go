@@ -23,7 +23,7 @@
 // Any node of a cluster takes any call (appends are forwarded to the owner of
 // each row's shard), so the client spreads calls over Options.Nodes round
 // robin. A node that fails with a connection error, a timeout or an HTTP 502,
-// 503 or 504 is set aside for a cool-down (it doubles with each consecutive
+// 503, 504 or 429 is set aside for a cool-down (it doubles with each consecutive
 // failure, from 500 ms up to 30 s, and is lengthened by the node's
 // Retry-After), and the call is retried on another node.
 //
@@ -33,9 +33,10 @@
 // "duplicate"; Append documents it). Redrive (a POST) is retried only when
 // the connection was refused, i.e. the request cannot have reached a node.
 // Between attempts the client waits an exponential backoff with jitter
-// (RetryConfig); a Retry-After header on a 503 (or 429) may lengthen that
+// (RetryConfig); a Retry-After header on such an answer may lengthen that
 // wait, never shorten it, up to RetryConfig.MaxRetryAfter. Errors other than
-// those (400, 401, 404, 413, 500…) are returned at once.
+// those (400, 401, 404, 413, 500…) are returned at once. Options.Timeout
+// bounds each attempt (30 s by default), so a node that hangs is left too.
 //
 // # Errors
 //
