@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -70,6 +71,10 @@ type wireRow struct {
 
 // MarshalJSON encodes the row as POST /v1/rows takes it.
 func (r Row) MarshalJSON() ([]byte, error) {
+	return json.Marshal(r.wire())
+}
+
+func (r *Row) wire() wireRow {
 	w := wireRow{DispatchKey: r.DispatchKey, WorkflowID: r.WorkflowID, Namespace: r.Namespace,
 		TaskQueue: r.TaskQueue, ActivityType: r.ActivityType, Payload: r.Payload, ContentType: r.ContentType}
 	if r.WorkflowID != "" || r.Ordinal != 0 {
@@ -85,7 +90,7 @@ func (r Row) MarshalJSON() ([]byte, error) {
 		}
 		w.DelayMS = &ms
 	}
-	return json.Marshal(w)
+	return w
 }
 
 // AppendStatus is one row's outcome of an append.
@@ -133,38 +138,53 @@ func (c *Client) Append(ctx context.Context, rows ...Row) ([]AppendResult, error
 	if len(rows) == 0 {
 		return nil, fmt.Errorf("fairshard: append: no rows")
 	}
-	encoded := make([][]byte, len(rows))
-	for i, r := range rows {
-		b, err := json.Marshal(r)
-		if err != nil {
+	// Every row is encoded once into one buffer (ends[i] is where row i
+	// ends); requests are cut from it within the row and byte limits.
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	ends := make([]int, len(rows))
+	var w wireRow // one variable: boxing it for Encode allocates once
+	for i := range rows {
+		w = rows[i].wire()
+		if err := enc.Encode(&w); err != nil {
 			return nil, fmt.Errorf("fairshard: append: encode rows[%d]: %w", i, err)
 		}
-		encoded[i] = b
+		ends[i] = buf.Len()
 	}
+	encoded := buf.Bytes()
+	rowBytes := func(i int) []byte {
+		start := 0
+		if i > 0 {
+			start = ends[i-1]
+		}
+		return encoded[start:ends[i]]
+	}
+	const prefix, suffix = `{"rows":[`, `]}`
 	results := make([]AppendResult, 0, len(rows))
 	for first := 0; first < len(rows); {
-		end, size := first, len(`{"rows":[]}`)
+		end, size := first, len(prefix)+len(suffix)
 		for end < len(rows) && end-first < MaxBatchRows {
-			if end > first && size+len(encoded[end])+1 > MaxRequestBytes {
+			n := len(rowBytes(end)) + 1
+			if end > first && size+n > MaxRequestBytes {
 				break
 			}
-			size += len(encoded[end]) + 1
+			size += n
 			end++
 		}
-		var body strings.Builder
-		body.Grow(size)
-		body.WriteString(`{"rows":[`)
+		body := make([]byte, 0, size)
+		body = append(body, prefix...)
 		for i := first; i < end; i++ {
 			if i > first {
-				body.WriteByte(',')
+				body = append(body, ',')
 			}
-			body.Write(encoded[i])
+			body = append(body, rowBytes(i)...)
 		}
-		body.WriteString(`]}`)
+		body = append(body, suffix...)
 		var out struct {
 			Rows []AppendResult `json:"rows"`
 		}
-		err := c.do(ctx, call{method: http.MethodPost, path: "/v1/rows", body: []byte(body.String()), retry: idempotent, out: &out})
+		err := c.do(ctx, call{method: http.MethodPost, path: "/v1/rows", body: body, retry: idempotent, out: &out})
 		if err != nil {
 			return results, shiftRowIndex(err, first)
 		}
