@@ -910,6 +910,12 @@ func clientWalkthrough(t *testing.T, proxyURL string) {
 	if !bytes.Equal(row.Payload, []byte{0, 1, 2}) || row.ContentType != "application/x-test" || row.Namespace != "walk" {
 		t.Errorf("Get(walk-wf:0) = %+v", row)
 	}
+	if _, err := c.Append(ctx, client.Row{DispatchKey: "walk/a key?with#odd:chars"}); err != nil {
+		t.Fatal(err)
+	}
+	if row, err := c.Get(ctx, "walk/a key?with#odd:chars"); err != nil || row.DispatchKey != "walk/a key?with#odd:chars" {
+		t.Errorf("Get of a key with '/', ' ', '?', '#': %+v, %v", row, err)
+	}
 	if _, err := c.Get(ctx, "walk-missing"); !errors.Is(err, client.ErrNotFound) {
 		t.Errorf("Get(walk-missing): %v, want not_found", err)
 	}
