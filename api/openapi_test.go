@@ -381,7 +381,8 @@ func (v *validator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		reqIn = &openapi3filter.RequestValidationInput{Request: r, PathParams: params, Route: route, Options: v.opts}
 		if !invalid {
 			if err := openapi3filter.ValidateRequest(ctx, reqIn); err != nil {
-				v.problem("request %s (body %.300s) does not match api/openapi.yaml: %v", what, body, err)
+				v.problem("request %s (body %.300s) does not match api/openapi.yaml: %v\n"+
+					"If the request is right (the node takes it), describe it in api/openapi.yaml.", what, body, err)
 			}
 		}
 	} else if !invalid {
@@ -411,7 +412,9 @@ func (v *validator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			Header: resp.Header, Options: v.opts}
 		respIn.SetBodyBytes(data)
 		if err := openapi3filter.ValidateResponse(ctx, respIn); err != nil {
-			v.problem("answer to %s (HTTP %d, body %.400s) does not match api/openapi.yaml: %v", what, resp.StatusCode, data, err)
+			v.problem("answer to %s (HTTP %d, body %.400s) does not match api/openapi.yaml: %v\n"+
+				"If the node is right (a new field, status or error code), describe it in api/openapi.yaml: every answer field must be listed there.",
+				what, resp.StatusCode, data, err)
 		} else {
 			v.mu.Lock()
 			if v.answered[route.Operation.OperationID] == nil {
