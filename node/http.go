@@ -220,7 +220,7 @@ func (n *Node) handleAppend(w http.ResponseWriter, r *http.Request) {
 // cannot be reached are stored here and answered "accepted" (handoff moves
 // them later). It returns once every row is durable somewhere.
 func (n *Node) appendRouted(ctx context.Context, rows []outbox.Row) ([]appendResult, error) {
-	snap := n.cl.Snapshot()
+	snap := n.ownership()
 	results := make([]appendResult, len(rows))
 	var local []int
 	remote := map[string][]int{}
@@ -371,7 +371,7 @@ func (n *Node) handleGetRow(w http.ResponseWriter, r *http.Request) {
 	}
 	// Ask the owner first, then every other member (a row may be held on
 	// the node that accepted it while its owner was unreachable).
-	snap := n.cl.Snapshot()
+	snap := n.ownership()
 	var order []string
 	addrs := map[string]string{}
 	if owner, ok := snap.Owner(shards.ShardOf(key, n.cfg.Shards)); ok && owner.Name != n.name {
