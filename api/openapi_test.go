@@ -728,6 +728,20 @@ func TestSpecAgainstRealNode(t *testing.T) {
 		}
 		tv.mu.Unlock()
 
+		// A cluster capped at one held workflow: the second hold is 409.
+		capped := startNode(t, func(c *node.Config) { c.MaxHolds = 1 })
+		cv, cproxy := newValidator(t, doc, "http://"+capped.APIAddr())
+		send(t, cproxy.URL, http.MethodPut, "/v1/workflows/wf-a/hold", "", false)
+		if status, body := send(t, cproxy.URL, http.MethodPut, "/v1/workflows/wf-b/hold", "", false); status != http.StatusConflict {
+			t.Errorf("a hold past --max-holds 1: HTTP %d, want 409: %s", status, body)
+		}
+		cv.mu.Lock()
+		v.problems = append(v.problems, cv.problems...)
+		for c := range cv.codes {
+			v.codes[c] = true
+		}
+		cv.mu.Unlock()
+
 		rows := make([]string, 1001)
 		for i := range rows {
 			rows[i] = fmt.Sprintf(`{"dispatch_key":"big-%d"}`, i)

@@ -25,6 +25,11 @@ const (
 	CodeNotFound = "not_found"
 	// CodeMethodNotAllowed: the path exists but not with this method (405).
 	CodeMethodNotAllowed = "method_not_allowed"
+	// CodeLimitExceeded: the write would pass a documented cap of the
+	// gossiped config (--max-namespaces, --max-targets, --max-holds, or its
+	// total size); Error.Field names what is capped ("namespace", "target",
+	// "hold", "config"). Nothing changed (HTTP 409); not retried.
+	CodeLimitExceeded = "limit_exceeded"
 	// CodeUnavailable: the node cannot take the call now (draining, store
 	// failure); another node, or a retry, may (HTTP 503).
 	CodeUnavailable = "unavailable"
@@ -87,6 +92,7 @@ var (
 	ErrUnauthorized     = &Error{Code: CodeUnauthorized}
 	ErrNotFound         = &Error{Code: CodeNotFound}
 	ErrMethodNotAllowed = &Error{Code: CodeMethodNotAllowed}
+	ErrLimitExceeded    = &Error{Code: CodeLimitExceeded}
 	ErrUnavailable      = &Error{Code: CodeUnavailable}
 	ErrInternal         = &Error{Code: CodeInternal}
 )
