@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/shards"
 	"github.com/fairshard/fairshard/transfer"
@@ -31,7 +32,8 @@ import (
 // they form empty or dot segments ("a//b", "x/./y"), which the router
 // cleans before matching.
 func (n *Node) routes() http.Handler {
-	mux := http.NewServeMux()
+	mux := &routeMux{ServeMux: http.NewServeMux()}
+	defer func() { n.routePatterns = mux.patterns }()
 	pub := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, n.auth(n.cfg.APIToken, h)) }
 	internal := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, n.auth(n.cfg.ClusterSecret, h)) }
 
@@ -52,6 +54,10 @@ func (n *Node) routes() http.Handler {
 	pub("DELETE /v1/workflows/{wf}/hold", n.handleRelease)
 	pub("GET /v1/cluster", n.handleCluster)
 	pub("GET /v1/shards", n.handleShards)
+	pub("GET /v1/openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", api.ContentType)
+		_, _ = io.WriteString(w, api.OpenAPIYAML())
+	})
 
 	internal("POST /internal/v1/rows", n.handleInternalAppend)
 	internal("POST /internal/v1/handoff", n.handleInternalHandoff)
@@ -70,7 +76,33 @@ func (n *Node) routes() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
-	return jsonMuxErrors(mux)
+	return jsonMuxErrors(mux.ServeMux)
+}
+
+// routeMux is a ServeMux that remembers the patterns registered on it, so
+// Routes can list them (the OpenAPI test in api/ compares them with
+// api/openapi.yaml).
+type routeMux struct {
+	*http.ServeMux
+	patterns []string
+}
+
+func (m *routeMux) Handle(pattern string, h http.Handler) {
+	m.ServeMux.Handle(pattern, h)
+	m.patterns = append(m.patterns, pattern)
+}
+
+func (m *routeMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	m.Handle(pattern, http.HandlerFunc(h))
+}
+
+// Routes returns the patterns of every route the node serves, in
+// net/http.ServeMux syntax ("GET /v1/rows/{key...}"), node-to-node routes
+// included, sorted. Every public one must be described in api/openapi.yaml.
+func (n *Node) Routes() []string {
+	out := slices.Clone(n.routePatterns)
+	slices.Sort(out)
+	return out
 }
 
 // jsonMuxErrors turns the mux's own plain-text 404 and 405 answers into the

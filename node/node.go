@@ -50,6 +50,8 @@ type Node struct {
 	ln      net.Listener
 	srv     *http.Server
 	apiAddr string
+	// routePatterns are the HTTP routes (see Routes), set by routes().
+	routePatterns []string
 
 	handoffWake chan struct{}
 	intake      intakeGate
