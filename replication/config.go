@@ -1,0 +1,189 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fairshard/fairshard/outbox"
+	"github.com/fairshard/fairshard/transfer"
+)
+
+// Store is what replication needs from the node's local store
+// (boltstore.Store and memstore.Store implement it): appends and merges of
+// copies, reads by key and by shard page, the marks of a move (for
+// dropping a copy the node no longer replicates) and the per-shard
+// digests maintained in every write transaction.
+type Store interface {
+	// Append stores new rows (insert or ignore by dispatch_key), durably.
+	Append(ctx context.Context, rows []outbox.Row) ([]outbox.AppendOutcome, error)
+	// Get returns a row, live or tombstone, or an error wrapping
+	// outbox.ErrNotFound.
+	Get(ctx context.Context, dispatchKey string) (outbox.Row, error)
+	// Merge merges copies of rows by outbox.Merge, durably.
+	Merge(ctx context.Context, rows []outbox.Row) (outbox.MergeResult, error)
+	// ReadShard reads a page of a shard (outbox.ShardRead): a copy, or a
+	// marking read for a move.
+	ReadShard(ctx context.Context, p outbox.ShardRead) (outbox.ShardPage, error)
+	// CompleteTransfer deletes rows still marked; AbortTransfer unmarks
+	// them (see transfer.Source).
+	CompleteTransfer(ctx context.Context, keys []string) (int, error)
+	AbortTransfer(ctx context.Context, keys []string) (int, error)
+	// ForeignShards lists the shards outside the claim scope holding
+	// pending or terminal rows here (claimed rows finish first).
+	ForeignShards(ctx context.Context) ([]uint32, error)
+	// ShardDigest and ShardDigests return per-shard digests
+	// (outbox.ShardDigest); ShardDigests lists only shards holding rows.
+	ShardDigest(ctx context.Context, shard uint32) (outbox.ShardDigest, error)
+	ShardDigests(ctx context.Context) ([]outbox.ShardDigest, error)
+}
+
+// Gate admits requests that store rows on this node; a leaving node
+// closes it so that what it holds cannot grow while it drains. Enter
+// returns false once closed; every true is paired with Exit.
+type Gate interface {
+	Enter() bool
+	Exit()
+}
+
+// Defaults of Config.
+const (
+	// DefaultShipInterval is how long a state change may wait to be
+	// batched with others before it is shipped to the backups.
+	DefaultShipInterval = 5 * time.Millisecond
+	// DefaultShipBatch is the most rows per shipped batch.
+	DefaultShipBatch = 1000
+	// DefaultMaxPending is the most state changes queued for one backup;
+	// past it the queue is dropped and that backup's shards are repaired
+	// by digest comparison instead (the queue's memory stays bounded).
+	DefaultMaxPending = 200_000
+	// DefaultPollInterval is how often a primary compares its shards'
+	// digests and sync states with its backups'.
+	DefaultPollInterval = 2 * time.Second
+	// DefaultSyncRetry is how long a shard sync that failed waits before
+	// it is tried again (it is also tried on every membership change).
+	DefaultSyncRetry = 500 * time.Millisecond
+	// DefaultSyncConcurrency is how many shards sync at once.
+	DefaultSyncConcurrency = 8
+	// DefaultLeftoverInterval is how often copies of shards this node no
+	// longer replicates are checked and dropped.
+	DefaultLeftoverInterval = time.Second
+	// DefaultCallTimeout bounds one call to a peer.
+	DefaultCallTimeout = 30 * time.Second
+	// DefaultWriteTimeout bounds the fan-out of one append to the backups.
+	DefaultWriteTimeout = 10 * time.Second
+	// MaxFactor is the largest replication factor.
+	MaxFactor = 5
+)
+
+// Config configures a Replicator.
+type Config struct {
+	// Self is this node's name.
+	Self string
+	// ShardCount is the cluster's shard count.
+	ShardCount uint32
+	// Store is the node's local store (required).
+	Store Store
+	// Peers reaches the other members (required).
+	Peers Peers
+	// WriteCopies is the write-copies minimum: an append is answered only
+	// once every row is durable on that many members of its replica set.
+	// 0 means automatic: 2 when R ≥ 2 and the node is, or was, part of a
+	// multi-member cluster (Seeded, or it has seen another member), else
+	// 1, so a one-node cluster works. An explicit value is capped by R.
+	WriteCopies int
+	// Seeded is true when the node was started with seeds to join: it is
+	// meant to run in a multi-member cluster, so the automatic write-copies
+	// minimum is 2 (with R ≥ 2) even while it sees no other member.
+	Seeded bool
+	// Scope receives the claim scope whenever it changes: the shards this
+	// node is primary of and holds a synced copy of, ascending (required).
+	Scope func(owned []uint32)
+	// Wake, when set, is called after rows were stored here by a write or
+	// a merge (the dispatcher may have new work).
+	Wake func()
+	// Limits bound sync pages and shipped and moved batches (rows and
+	// bytes; transfer defaults).
+	Limits transfer.Limits
+	// ShipInterval, ShipBatch, MaxPending, PollInterval, SyncRetry,
+	// SyncConcurrency, LeftoverInterval, CallTimeout and WriteTimeout: see
+	// the defaults above.
+	ShipInterval     time.Duration
+	ShipBatch        int
+	MaxPending       int
+	PollInterval     time.Duration
+	SyncRetry        time.Duration
+	SyncConcurrency  int
+	LeftoverInterval time.Duration
+	CallTimeout      time.Duration
+	WriteTimeout     time.Duration
+	// Now is the clock (default time.Now): stamps forwarded rows.
+	Now func() time.Time
+	// Logger receives sync, repair and drop events (default: discard).
+	Logger *slog.Logger
+	// Registerer, when set, receives the replication metrics (and those of
+	// the transfer.Mover that drops copies).
+	Registerer prometheus.Registerer
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.Self == "" {
+		errs = append(errs, errors.New("Self is empty"))
+	}
+	if c.ShardCount == 0 {
+		errs = append(errs, errors.New("ShardCount is 0"))
+	}
+	if c.Store == nil {
+		errs = append(errs, errors.New("Store is nil"))
+	}
+	if c.Peers == nil {
+		errs = append(errs, errors.New("Peers is nil"))
+	}
+	if c.Scope == nil {
+		errs = append(errs, errors.New("Scope is nil"))
+	}
+	if c.WriteCopies < 0 || c.WriteCopies > MaxFactor {
+		errs = append(errs, fmt.Errorf("WriteCopies %d is not between 0 (automatic) and %d", c.WriteCopies, MaxFactor))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("replication: config: %w", errors.Join(errs...))
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.ShipInterval, DefaultShipInterval)
+	def(&c.PollInterval, DefaultPollInterval)
+	def(&c.SyncRetry, DefaultSyncRetry)
+	def(&c.LeftoverInterval, DefaultLeftoverInterval)
+	def(&c.CallTimeout, DefaultCallTimeout)
+	def(&c.WriteTimeout, DefaultWriteTimeout)
+	if c.ShipBatch <= 0 {
+		c.ShipBatch = DefaultShipBatch
+	}
+	if c.MaxPending <= 0 {
+		c.MaxPending = DefaultMaxPending
+	}
+	if c.SyncConcurrency <= 0 {
+		c.SyncConcurrency = DefaultSyncConcurrency
+	}
+	if c.Limits.MaxRows <= 0 {
+		c.Limits.MaxRows = transfer.DefaultMaxRows
+	}
+	if c.Limits.MaxBytes <= 0 {
+		c.Limits.MaxBytes = transfer.DefaultMaxBytes
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}

@@ -1,0 +1,308 @@
+package replication_test
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fairshard/fairshard/boltstore"
+	"github.com/fairshard/fairshard/outbox"
+	"github.com/fairshard/fairshard/replication"
+	"github.com/fairshard/fairshard/shards"
+)
+
+// A test cluster: real bbolt files, real HTTP between nodes (httptest
+// servers serving replication.Handler), views computed by
+// shards.ReplicaSets as the cluster package does.
+
+const testSecret = "s3cret"
+
+type tnode struct {
+	name  string
+	dir   string
+	store *boltstore.Store
+	repl  *replication.Replicator
+	srv   *httptest.Server
+	peers *replication.HTTPPeers
+	reg   *prometheus.Registry
+	now   func() time.Time
+
+	cancel context.CancelFunc
+	done   chan struct{}
+	up     bool
+
+	scopeMu sync.Mutex
+	scope   []uint32
+}
+
+type tcluster struct {
+	t       *testing.T
+	shards  uint32
+	factor  int
+	nodes   map[string]*tnode
+	version uint64
+	opts    func(*replication.Config)
+}
+
+func newTCluster(t *testing.T, shardCount uint32, factor int, names ...string) *tcluster {
+	t.Helper()
+	c := &tcluster{t: t, shards: shardCount, factor: factor, nodes: map[string]*tnode{}}
+	for _, n := range names {
+		c.add(n)
+	}
+	c.apply()
+	t.Cleanup(c.close)
+	return c
+}
+
+// add starts a node (a fresh data dir unless it existed) without applying
+// a new view.
+func (c *tcluster) add(name string) *tnode {
+	c.t.Helper()
+	n := c.nodes[name]
+	if n == nil {
+		n = &tnode{name: name, dir: c.t.TempDir(), now: time.Now}
+		c.nodes[name] = n
+	}
+	c.start(n)
+	return n
+}
+
+func (c *tcluster) start(n *tnode) {
+	c.t.Helper()
+	st, err := boltstore.Open(filepath.Join(n.dir, "fairshard.db"), boltstore.Options{ShardCount: c.shards})
+	if err != nil {
+		c.t.Fatalf("open store of %s: %v", n.name, err)
+	}
+	st.SetOwnedShards([]uint32{})
+	n.store = st
+	n.reg = prometheus.NewRegistry()
+	n.peers = replication.NewHTTPPeers(testSecret)
+	cfg := replication.Config{
+		Self: n.name, ShardCount: c.shards, Store: st, Peers: n.peers,
+		Scope: func(owned []uint32) {
+			st.SetOwnedShards(owned)
+			n.scopeMu.Lock()
+			n.scope = slices.Clone(owned)
+			n.scopeMu.Unlock()
+		},
+		Seeded:       true,
+		PollInterval: 100 * time.Millisecond, SyncRetry: 50 * time.Millisecond,
+		LeftoverInterval: 100 * time.Millisecond, CallTimeout: 5 * time.Second, WriteTimeout: 2 * time.Second,
+		Limits:     transferLimits(),
+		Now:        func() time.Time { return n.now() },
+		Registerer: n.reg,
+	}
+	if c.opts != nil {
+		c.opts(&cfg)
+	}
+	r, err := replication.New(cfg)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	n.repl = r
+	h := replication.Handler(r, nil)
+	n.srv = httptest.NewServer(authOnly(h))
+	ctx, cancel := context.WithCancel(context.Background())
+	n.cancel, n.done, n.up = cancel, make(chan struct{}), true
+	go func() {
+		defer close(n.done)
+		if err := r.Run(ctx); err != nil {
+			c.t.Errorf("%s: Run: %v", n.name, err)
+		}
+	}()
+}
+
+// kill stops a node at once (its server, loops and store), as a crash
+// would; wipe deletes its data dir too.
+func (c *tcluster) kill(name string, wipe bool) {
+	c.t.Helper()
+	n := c.nodes[name]
+	if !n.up {
+		return
+	}
+	n.up = false
+	n.srv.CloseClientConnections()
+	n.srv.Close()
+	n.cancel()
+	<-n.done
+	n.peers.Close()
+	if err := n.store.Close(); err != nil {
+		c.t.Errorf("close %s: %v", name, err)
+	}
+	if wipe {
+		n.dir = c.t.TempDir()
+	}
+}
+
+func (c *tcluster) close() {
+	for name := range c.nodes {
+		c.kill(name, false)
+	}
+}
+
+func (c *tcluster) live() []string {
+	var out []string
+	for name, n := range c.nodes {
+		if n.up {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// apply computes the view of the live nodes and applies it on each.
+func (c *tcluster) apply() {
+	c.applyTo(c.live(), c.live())
+}
+
+// applyTo applies the view of members to the nodes named in on.
+func (c *tcluster) applyTo(members, on []string) {
+	c.version++
+	table := shards.ReplicaSets(members, c.shards, c.factor)
+	sets := make([][]string, c.shards)
+	for s := range c.shards {
+		sets[s] = table.Replicas(s)
+	}
+	addrs := map[string]string{}
+	for _, m := range members {
+		addrs[m] = strings.TrimPrefix(c.nodes[m].srv.URL, "http://")
+	}
+	for _, name := range on {
+		c.nodes[name].repl.Apply(&replication.View{
+			Version: c.version, Self: name, ShardCount: c.shards, Factor: c.factor, Sets: sets, Addrs: addrs,
+		})
+	}
+}
+
+func (c *tcluster) view(name string) *replication.View { return c.nodes[name].repl.View() }
+
+// rowsFor makes n rows with keys prefix-i.
+func rowsFor(prefix string, n int, now time.Time) []outbox.Row {
+	rows := make([]outbox.Row, n)
+	for i := range rows {
+		rows[i] = outbox.Row{
+			DispatchKey: fmt.Sprintf("%s-%d", prefix, i), Namespace: "ns", TaskQueue: "q",
+			Payload: []byte(fmt.Sprintf(`{"i":%d}`, i)), ContentType: "application/json",
+			CreatedAt: now, VisibleAfter: now, Attempt: 1,
+		}
+	}
+	return rows
+}
+
+// holders returns the live nodes holding key.
+func (c *tcluster) holders(key string) []string {
+	c.t.Helper()
+	var out []string
+	for _, name := range c.live() {
+		if _, err := c.nodes[name].store.Get(context.Background(), key); err == nil {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, msg := cond()
+		if ok {
+			return
+		}
+		last = msg
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s: not true after %v: %s", what, timeout, last)
+}
+
+// converged reports whether every shard's replicas are live, synced and
+// agree on the digest, and no node holds a copy of a shard it does not
+// replicate.
+func (c *tcluster) converged() (bool, string) {
+	ctx := context.Background()
+	live := c.live()
+	v := c.view(live[0])
+	for s := range c.shards {
+		set := v.Sets[s]
+		var first outbox.ShardDigest
+		for i, m := range set {
+			n := c.nodes[m]
+			if !n.repl.Synced(s) {
+				return false, fmt.Sprintf("shard %d: %s not synced", s, m)
+			}
+			d, err := n.store.ShardDigest(ctx, s)
+			if err != nil {
+				return false, err.Error()
+			}
+			if i == 0 {
+				first = d
+			} else if d.Rows != first.Rows || d.Sum != first.Sum {
+				return false, fmt.Sprintf("shard %d: %s holds %d rows (%x), %s %d (%x)", s, set[0], first.Rows, first.Sum, m, d.Rows, d.Sum)
+			}
+		}
+		for _, name := range live {
+			if slices.Contains(set, name) {
+				continue
+			}
+			d, _ := c.nodes[name].store.ShardDigest(ctx, s)
+			if d.Rows != 0 {
+				return false, fmt.Sprintf("shard %d: %s (not a replica of %v) still holds %d rows", s, name, set, d.Rows)
+			}
+		}
+	}
+	return true, ""
+}
+
+func (n *tnode) scopeNow() []uint32 {
+	n.scopeMu.Lock()
+	defer n.scopeMu.Unlock()
+	return slices.Clone(n.scope)
+}
+
+// metric sums the samples of a metric of n's registry whose label values
+// include label ("" for any).
+func metric(t *testing.T, n *tnode, name, label string) float64 {
+	t.Helper()
+	mfs, err := n.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			match := label == ""
+			for _, lp := range m.GetLabel() {
+				if lp.GetValue() == label {
+					match = true
+				}
+			}
+			if !match {
+				continue
+			}
+			switch {
+			case m.Counter != nil:
+				sum += m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				sum += m.GetGauge().GetValue()
+			case m.Histogram != nil:
+				sum += float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return sum
+}

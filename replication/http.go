@@ -1,0 +1,481 @@
+package replication
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/fairshard/fairshard/outbox"
+	"github.com/fairshard/fairshard/transfer"
+)
+
+// The node-to-node routes, all POST, under PathPrefix. Row batches travel
+// in transfer's binary encoding (transfer.ContentType); the rest is JSON.
+// Errors are the API's JSON errors {"error":{"code","message"}}; a
+// forwarded write refused for want of copies is 503 with code
+// "insufficient_copies", one sent to a non-replica 409 "not_replica", and a
+// node that takes no rows (leaving) answers 503 "unavailable".
+const (
+	// PathPrefix starts every replication route.
+	PathPrefix = "/internal/v1/replication/"
+	// MaxBodyBytes bounds a request body (a batch is bounded by the
+	// sender's Limits.MaxBytes, at most 32 MiB, plus one row).
+	MaxBodyBytes = 64 << 20
+	// forwardBody bounds a forwarded append (the public append is ≤ 10 MiB).
+	forwardBody = 16 << 20
+)
+
+// Error codes of the replication routes' JSON errors.
+const (
+	CodeInsufficientCopies = "insufficient_copies"
+	CodeNotReplica         = "not_replica"
+	codeUnavailable        = "unavailable"
+	codeInvalid            = "invalid_field"
+	codeInternal           = "internal"
+	codeTooLarge           = "too_large"
+)
+
+// Handler serves the replication routes for r (mount it at PathPrefix,
+// behind the cluster secret's authentication). Routes that store rows
+// (forward, append, merge) go through gate: a closed gate answers 503.
+func Handler(r *Replicator, gate Gate) http.Handler {
+	mux := http.NewServeMux()
+	storing := func(h http.HandlerFunc) http.HandlerFunc {
+		return func(w http.ResponseWriter, req *http.Request) {
+			if gate != nil {
+				if !gate.Enter() {
+					writeErr(w, http.StatusServiceUnavailable, codeUnavailable, "node is leaving the cluster: it takes no more rows")
+					return
+				}
+				defer gate.Exit()
+			}
+			h(w, req)
+		}
+	}
+	mux.HandleFunc("POST "+PathPrefix+"forward", storing(func(w http.ResponseWriter, req *http.Request) {
+		rows, ok := readBatch(w, req, forwardBody)
+		if !ok {
+			return
+		}
+		out, err := r.AcceptForward(req.Context(), rows)
+		switch {
+		case errors.Is(err, ErrInsufficientCopies):
+			w.Header().Set("Retry-After", "1")
+			writeErr(w, http.StatusServiceUnavailable, CodeInsufficientCopies, err.Error())
+		case errors.Is(err, ErrNotReplica):
+			writeErr(w, http.StatusConflict, CodeNotReplica, err.Error())
+		case err != nil:
+			writeErr(w, http.StatusServiceUnavailable, codeUnavailable, err.Error())
+		default:
+			writeJSONBody(w, map[string]any{"outcomes": out})
+		}
+	}))
+	mux.HandleFunc("POST "+PathPrefix+"append", storing(func(w http.ResponseWriter, req *http.Request) {
+		rows, ok := readBatch(w, req, MaxBodyBytes)
+		if !ok {
+			return
+		}
+		out, err := r.AcceptAppend(req.Context(), rows)
+		if err != nil {
+			writeStoreErr(w, err)
+			return
+		}
+		writeJSONBody(w, map[string]any{"outcomes": out})
+	}))
+	mux.HandleFunc("POST "+PathPrefix+"merge", storing(func(w http.ResponseWriter, req *http.Request) {
+		rows, ok := readBatch(w, req, MaxBodyBytes)
+		if !ok {
+			return
+		}
+		res, err := r.AcceptMerge(req.Context(), rows)
+		if err != nil {
+			writeStoreErr(w, err)
+			return
+		}
+		writeJSONBody(w, res)
+	}))
+	mux.HandleFunc("POST "+PathPrefix+"states", func(w http.ResponseWriter, req *http.Request) {
+		var in statesReq
+		if !readJSON(w, req, &in) {
+			return
+		}
+		rep, err := r.States(req.Context(), in.Shards)
+		if err != nil {
+			writeStoreErr(w, err)
+			return
+		}
+		writeJSONBody(w, rep)
+	})
+	mux.HandleFunc("POST "+PathPrefix+"read", func(w http.ResponseWriter, req *http.Request) {
+		var in readReq
+		if !readJSON(w, req, &in) {
+			return
+		}
+		page, err := r.ReadShardCopy(req.Context(), outbox.ShardRead{Shard: in.Shard, After: in.After, MaxRows: in.MaxRows, MaxBytes: in.MaxBytes})
+		if err != nil {
+			writeStoreErr(w, err)
+			return
+		}
+		w.Header().Set("Content-Type", transfer.ContentType)
+		_, _ = w.Write(encodePage(page))
+	})
+	mux.HandleFunc("POST "+PathPrefix+"keys", func(w http.ResponseWriter, req *http.Request) {
+		var in keysReq
+		if !readJSON(w, req, &in) {
+			return
+		}
+		page, err := r.Keys(req.Context(), in.Shard, in.After, in.MaxKeys)
+		if err != nil {
+			writeStoreErr(w, err)
+			return
+		}
+		writeJSONBody(w, page)
+	})
+	mux.HandleFunc("POST "+PathPrefix+"rows", func(w http.ResponseWriter, req *http.Request) {
+		var in rowsReq
+		if !readJSON(w, req, &in) {
+			return
+		}
+		rows, examined, err := r.RowsByKey(req.Context(), in.Keys, in.MaxBytes)
+		if err != nil {
+			writeStoreErr(w, err)
+			return
+		}
+		w.Header().Set("Content-Type", transfer.ContentType)
+		b := binary.AppendUvarint(nil, uint64(examined))
+		_, _ = w.Write(transfer.EncodeBatch(b, rows))
+	})
+	mux.HandleFunc("POST "+PathPrefix+"missing", func(w http.ResponseWriter, req *http.Request) {
+		var in missingReq
+		if !readJSON(w, req, &in) {
+			return
+		}
+		rep, err := r.MissingOf(req.Context(), in.Keys)
+		if err != nil {
+			writeStoreErr(w, err)
+			return
+		}
+		writeJSONBody(w, rep)
+	})
+	return mux
+}
+
+type statesReq struct {
+	Shards []uint32 `json:"shards"`
+}
+
+type readReq struct {
+	Shard    uint32 `json:"shard"`
+	After    []byte `json:"after,omitempty"`
+	MaxRows  int    `json:"max_rows"`
+	MaxBytes int    `json:"max_bytes"`
+}
+
+type keysReq struct {
+	Shard   uint32 `json:"shard"`
+	After   []byte `json:"after,omitempty"`
+	MaxKeys int    `json:"max_keys"`
+}
+
+type rowsReq struct {
+	Keys     []string `json:"keys"`
+	MaxBytes int      `json:"max_bytes"`
+}
+
+type missingReq struct {
+	Keys []KeyVersion `json:"keys"`
+}
+
+// encodePage frames a shard page: uvarint len(next) ‖ next ‖ done byte ‖
+// the rows as transfer.EncodeBatch.
+func encodePage(p outbox.ShardPage) []byte {
+	b := make([]byte, 0, 16+len(p.Next)+transfer.EncodedSize(p.Rows))
+	b = binary.AppendUvarint(b, uint64(len(p.Next)))
+	b = append(b, p.Next...)
+	done := byte(0)
+	if p.Done {
+		done = 1
+	}
+	b = append(b, done)
+	return transfer.EncodeBatch(b, p.Rows)
+}
+
+func decodePage(b []byte) (outbox.ShardPage, error) {
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)-k) || len(b)-k-int(n) < 1 {
+		return outbox.ShardPage{}, errors.New("malformed shard page header")
+	}
+	b = b[k:]
+	p := outbox.ShardPage{Next: append([]byte(nil), b[:n]...)}
+	b = b[n:]
+	if b[0] > 1 {
+		return p, errors.New("malformed shard page: done flag")
+	}
+	p.Done = b[0] == 1
+	rows, err := transfer.DecodeBatch(b[1:], 0)
+	if err != nil {
+		return p, err
+	}
+	p.Rows = rows
+	return p, nil
+}
+
+func readBatch(w http.ResponseWriter, req *http.Request, limit int64) ([]outbox.Row, bool) {
+	if ct := req.Header.Get("Content-Type"); ct != transfer.ContentType {
+		writeErr(w, http.StatusUnsupportedMediaType, codeInvalid, fmt.Sprintf("body: content type %q, want %s", ct, transfer.ContentType))
+		return nil, false
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, limit))
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		writeErr(w, http.StatusRequestEntityTooLarge, codeTooLarge, fmt.Sprintf("body: batch exceeds %d bytes", limit))
+		return nil, false
+	case err != nil:
+		writeErr(w, http.StatusBadRequest, codeInvalid, "body: "+err.Error())
+		return nil, false
+	}
+	rows, err := transfer.DecodeBatch(body, 0)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, codeInvalid, "body: "+err.Error())
+		return nil, false
+	}
+	return rows, true
+}
+
+func readJSON(w http.ResponseWriter, req *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, req.Body, MaxBodyBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		writeErr(w, http.StatusBadRequest, "invalid_json", "body: "+err.Error())
+		return false
+	}
+	return true
+}
+
+func writeJSONBody(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeErr(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": code, "message": msg}})
+}
+
+// writeStoreErr answers a store error: invalid rows are the sender's
+// fault (400), anything else 503 (the sender retries).
+func writeStoreErr(w http.ResponseWriter, err error) {
+	if errors.Is(err, outbox.ErrInvalidRow) || errors.Is(err, outbox.ErrInvalidToken) {
+		writeErr(w, http.StatusBadRequest, codeInvalid, err.Error())
+		return
+	}
+	writeErr(w, http.StatusServiceUnavailable, codeUnavailable, err.Error())
+}
+
+// HTTPPeers implements Peers over the node-to-node API: HTTP/1.1 calls to
+// Handler on the member's API address, with "Authorization: Bearer
+// <Secret>" when Secret is set. The zero value is not usable: build with
+// NewHTTPPeers.
+type HTTPPeers struct {
+	client *http.Client
+	secret string
+}
+
+// NewHTTPPeers returns an HTTPPeers with its own connection pool (64 idle
+// connections per member) authenticating with secret ("" for none).
+func NewHTTPPeers(secret string) *HTTPPeers {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 64
+	tr.MaxIdleConns = 1024
+	return &HTTPPeers{client: &http.Client{Transport: tr}, secret: secret}
+}
+
+// Close drops idle connections.
+func (p *HTTPPeers) Close() { p.client.CloseIdleConnections() }
+
+// PeerError is a member's error answer.
+type PeerError struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *PeerError) Error() string {
+	return fmt.Sprintf("HTTP %d %s: %s", e.Status, e.Code, e.Message)
+}
+
+// Unwrap maps the answer's code to this package's errors.
+func (e *PeerError) Unwrap() error {
+	switch e.Code {
+	case CodeInsufficientCopies:
+		return ErrInsufficientCopies
+	case CodeNotReplica:
+		return ErrNotReplica
+	case codeUnavailable:
+		if e.Status == http.StatusServiceUnavailable {
+			return ErrRefused
+		}
+	}
+	return nil
+}
+
+func (p *HTTPPeers) post(ctx context.Context, addr, route, contentType string, body []byte) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+PathPrefix+route, bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", route, addr, err)
+	}
+	req.Header.Set("Content-Type", contentType)
+	if p.secret != "" {
+		req.Header.Set("Authorization", "Bearer "+p.secret)
+	}
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", route, addr, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxBodyBytes+1<<20))
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: read answer: %w", route, addr, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		var e struct {
+			Error struct{ Code, Message string } `json:"error"`
+		}
+		_ = json.Unmarshal(data, &e)
+		if e.Error.Message == "" {
+			e.Error.Message = fmt.Sprintf("%.200s", data)
+		}
+		return nil, fmt.Errorf("%s %s: %w", route, addr, &PeerError{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message})
+	}
+	return data, nil
+}
+
+func (p *HTTPPeers) postJSON(ctx context.Context, addr, route string, in, out any) error {
+	body, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	data, err := p.post(ctx, addr, route, "application/json", body)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("%s %s: decode answer: %w", route, addr, err)
+	}
+	return nil
+}
+
+func (p *HTTPPeers) postBatch(ctx context.Context, addr, route string, rows []outbox.Row, out any) error {
+	body := transfer.EncodeBatch(make([]byte, 0, transfer.EncodedSize(rows)), rows)
+	data, err := p.post(ctx, addr, route, transfer.ContentType, body)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("%s %s: decode answer: %w", route, addr, err)
+	}
+	return nil
+}
+
+// epoch is the base instant of forwarded rows' relative times.
+var epoch = time.Unix(0, 0).UTC()
+
+// Forward implements Peers: the rows travel with CreatedAt at the Unix
+// epoch and VisibleAfter at the epoch plus the row's delay.
+func (p *HTTPPeers) Forward(ctx context.Context, addr string, rows []outbox.Row) ([]Outcome, error) {
+	rel := make([]outbox.Row, len(rows))
+	for i := range rows {
+		rel[i] = rows[i]
+		rel[i].VisibleAfter = epoch.Add(max(rows[i].VisibleAfter.Sub(rows[i].CreatedAt), 0))
+		rel[i].CreatedAt = epoch
+		rel[i].Status = outbox.StatusPending // a new row (the coordinator's Append decides)
+	}
+	var out struct {
+		Outcomes []Outcome `json:"outcomes"`
+	}
+	err := p.postBatch(ctx, addr, "forward", rel, &out)
+	return out.Outcomes, err
+}
+
+// Append implements Peers.
+func (p *HTTPPeers) Append(ctx context.Context, addr string, rows []outbox.Row) ([]outbox.AppendOutcome, error) {
+	var out struct {
+		Outcomes []outbox.AppendOutcome `json:"outcomes"`
+	}
+	err := p.postBatch(ctx, addr, "append", rows, &out)
+	return out.Outcomes, err
+}
+
+// Merge implements Peers.
+func (p *HTTPPeers) Merge(ctx context.Context, addr string, rows []outbox.Row) (outbox.MergeResult, error) {
+	var out outbox.MergeResult
+	err := p.postBatch(ctx, addr, "merge", rows, &out)
+	return out, err
+}
+
+// States implements Peers.
+func (p *HTTPPeers) States(ctx context.Context, addr string, shards []uint32) (StatesReply, error) {
+	var out StatesReply
+	err := p.postJSON(ctx, addr, "states", statesReq{Shards: shards}, &out)
+	return out, err
+}
+
+// ReadShard implements Peers.
+func (p *HTTPPeers) ReadShard(ctx context.Context, addr string, r outbox.ShardRead) (outbox.ShardPage, error) {
+	body, err := json.Marshal(readReq{Shard: r.Shard, After: r.After, MaxRows: r.MaxRows, MaxBytes: r.MaxBytes})
+	if err != nil {
+		return outbox.ShardPage{}, err
+	}
+	data, err := p.post(ctx, addr, "read", "application/json", body)
+	if err != nil {
+		return outbox.ShardPage{Next: r.After}, err
+	}
+	page, err := decodePage(data)
+	if err != nil {
+		return outbox.ShardPage{Next: r.After}, fmt.Errorf("read %s: %w", addr, err)
+	}
+	return page, nil
+}
+
+// Keys implements Peers.
+func (p *HTTPPeers) Keys(ctx context.Context, addr string, shard uint32, after []byte, maxKeys int) (KeyPage, error) {
+	var out KeyPage
+	err := p.postJSON(ctx, addr, "keys", keysReq{Shard: shard, After: after, MaxKeys: maxKeys}, &out)
+	return out, err
+}
+
+// Rows implements Peers.
+func (p *HTTPPeers) Rows(ctx context.Context, addr string, keys []string, maxBytes int) ([]outbox.Row, int, error) {
+	body, err := json.Marshal(rowsReq{Keys: keys, MaxBytes: maxBytes})
+	if err != nil {
+		return nil, 0, err
+	}
+	data, err := p.post(ctx, addr, "rows", "application/json", body)
+	if err != nil {
+		return nil, 0, err
+	}
+	n, k := binary.Uvarint(data)
+	if k <= 0 {
+		return nil, 0, fmt.Errorf("rows %s: malformed answer", addr)
+	}
+	rows, err := transfer.DecodeBatch(data[k:], 0)
+	if err != nil {
+		return nil, 0, fmt.Errorf("rows %s: %w", addr, err)
+	}
+	return rows, int(n), nil
+}
+
+// Missing implements Peers.
+func (p *HTTPPeers) Missing(ctx context.Context, addr string, kvs []KeyVersion) (MissingReply, error) {
+	var out MissingReply
+	err := p.postJSON(ctx, addr, "missing", missingReq{Keys: kvs}, &out)
+	return out, err
+}

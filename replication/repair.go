@@ -1,0 +1,190 @@
+package replication
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/fairshard/fairshard/outbox"
+)
+
+// Repair (anti-entropy): every PollInterval, and at once after a
+// membership change, a primary asks each backup for its state of the
+// shards they share (States: digest and sync state). A shard whose digests
+// disagree in two polls in a row, with no state change of it still queued
+// for that backup, is repaired: the two exchange their key/version lists
+// and merge what differs, both ways (diff). A disagreement seen once is
+// usually replication lag; lost messages, crashes and partitions leave one
+// that persists. At most maxRepairsPerPoll shards are repaired per poll,
+// longest disagreement first, so a busy cluster (whose digests are often
+// caught mid-change) spends bounded effort on false alarms.
+//
+// The same polls tell the primary which of its shards are
+// under-replicated: fewer members than R, or a replica (itself included)
+// not synced.
+
+// maxRepairsPerPoll bounds the shard repairs one poll starts.
+const maxRepairsPerPoll = 32
+
+func (r *Replicator) pollLoop(ctx context.Context) error {
+	for {
+		r.pollRound(ctx)
+		if !sleep(ctx, r.cfg.PollInterval, r.pollWake) {
+			return nil
+		}
+	}
+}
+
+// markFullRepair is called when member's change queue was dropped: the
+// next poll compares its shards at once.
+func (r *Replicator) markFullRepair(member string) {
+	r.mu.Lock()
+	r.fullRepair[member] = true
+	r.mu.Unlock()
+	wake(r.pollWake)
+}
+
+type repairJob struct {
+	shard  uint32
+	peer   string
+	streak int
+}
+
+func (r *Replicator) pollRound(ctx context.Context) {
+	v := r.view.Load()
+	if v == nil || ctx.Err() != nil {
+		return
+	}
+	mine, err := r.localDigests(ctx)
+	if err != nil {
+		r.log.Warn("repair poll: read local digests", "err", err)
+		return
+	}
+	byPeer := map[string][]uint32{}
+	var primaries []uint32
+	for s := range r.cfg.ShardCount {
+		set := v.set(s)
+		if len(set) == 0 || set[0] != v.Self || v.Leaving {
+			continue
+		}
+		primaries = append(primaries, s)
+		for _, b := range set[1:] {
+			byPeer[b] = append(byPeer[b], s)
+		}
+	}
+	type answer struct {
+		peer string
+		rep  StatesReply
+		ok   bool
+	}
+	answers := make(chan answer, len(byPeer))
+	var wg sync.WaitGroup
+	for p, shards := range byPeer {
+		addr := v.Addrs[p]
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+			defer cancel()
+			rep, err := r.cfg.Peers.States(cctx, addr, shards)
+			if err == nil {
+				r.recordStates(p, rep)
+			}
+			answers <- answer{p, rep, err == nil}
+		})
+	}
+	wg.Wait()
+	close(answers)
+	got := map[string]StatesReply{}
+	for a := range answers {
+		if a.ok {
+			got[a.peer] = a.rep
+		}
+	}
+
+	// Digest comparisons: what to repair.
+	var jobs []repairJob
+	r.mu.Lock()
+	for p, shards := range byPeer {
+		rep, ok := got[p]
+		if !ok || !rep.Joined {
+			continue
+		}
+		delete(r.fullRepair, p)
+		for _, s := range shards {
+			key := syncKey{s, p}
+			st, _ := stateOf(rep, s)
+			d := mine[s]
+			if !r.synced[s] || (st.Rows == d.Rows && st.Sum == d.Sum) {
+				delete(r.mismatch, key)
+				continue
+			}
+			streak := r.mismatch[key] + 1
+			r.mismatch[key] = streak
+			if streak >= 2 {
+				jobs = append(jobs, repairJob{shard: s, peer: p, streak: streak})
+			}
+		}
+	}
+	r.updateUnderLocked(v, primaries, mine, got)
+	r.mu.Unlock()
+
+	slices.SortFunc(jobs, func(a, b repairJob) int { return b.streak - a.streak })
+	started := 0
+	for _, j := range jobs {
+		if started >= maxRepairsPerPoll || ctx.Err() != nil {
+			break
+		}
+		if r.ship.pendingFor(j.peer, j.shard) {
+			continue // its changes are on the way
+		}
+		started++
+		r.m.mismatches.Inc()
+		pulled, pushed, err := r.diff(ctx, v.Addrs[j.peer], j.shard)
+		if err != nil {
+			r.log.Info("repair incomplete; retried by the next poll", "shard", j.shard, "peer", j.peer, "err", err)
+			continue
+		}
+		r.mu.Lock()
+		delete(r.mismatch, syncKey{j.shard, j.peer})
+		r.mu.Unlock()
+		if pulled+pushed > 0 {
+			r.m.repairedShards.Inc()
+			r.log.Info("shard repaired", "shard", j.shard, "peer", j.peer, "pulled", pulled, "pushed", pushed)
+		}
+	}
+}
+
+// updateUnderLocked counts this node's primary shards with fewer than R
+// synced copies, and their rows, from the latest poll answers.
+func (r *Replicator) updateUnderLocked(v *View, primaries []uint32, mine map[uint32]outbox.ShardDigest, got map[string]StatesReply) {
+	shards, rows := 0, int64(0)
+	for _, s := range primaries {
+		set := v.set(s)
+		under := len(set) < v.Factor || !r.synced[s]
+		for _, b := range set[1:] {
+			if under {
+				break
+			}
+			rep, ok := got[b]
+			if !ok {
+				under = true
+				break
+			}
+			st, _ := stateOf(rep, s)
+			under = !rep.Joined || !st.Replica || !st.Synced
+		}
+		if under {
+			shards++
+			rows += mine[s].Rows
+		}
+	}
+	r.under = underCounts{shards: shards, rows: rows, at: time.Now()}
+	r.m.underShards.Set(float64(shards))
+	r.m.underRows.Set(float64(rows))
+}
+
+type underCounts struct {
+	shards int
+	rows   int64
+	at     time.Time
+}

@@ -1,0 +1,265 @@
+package replication
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fairshard/fairshard/lifecycle"
+	"github.com/fairshard/fairshard/shards"
+	"github.com/fairshard/fairshard/transfer"
+)
+
+// Replicator keeps this node's share of every replica set: it coordinates
+// appends (Write, Route), ships state changes to the backups (Changed),
+// syncs the shards it joins, repairs by digest, drops copies it no longer
+// replicates and drains on a graceful leave. Build with New, feed views
+// with Apply, run the loops with Run. Safe for concurrent use.
+type Replicator struct {
+	cfg   Config
+	log   *slog.Logger
+	m     *metrics
+	mover *transfer.Mover
+
+	view atomic.Pointer[View]
+
+	// mu guards the sync state below.
+	mu sync.Mutex
+	// synced[s]: this node is a replica of s and counts as a synced copy.
+	synced []bool
+	// scope is the claim scope last handed to Config.Scope.
+	scope []uint32
+	// peerStates holds the latest States answer of each peer (primary
+	// polls and sync rounds), for the under-replication figures and the
+	// leftover drop.
+	peerStates map[string]peerState
+	// peak is the most live members seen in one view (write-copies auto).
+	peak int
+	// tokens keeps the resume token of an interrupted bulk copy, per
+	// (shard, source).
+	tokens map[syncKey][]byte
+	// mismatch counts the polls in a row that saw a digest disagreement,
+	// per (shard, peer): a repair starts at the second.
+	mismatch map[syncKey]int
+	// under is the last poll's count of under-replicated primary shards.
+	under underCounts
+	// fullRepair marks peers whose change queue was dropped: all their
+	// shards are compared by the next poll.
+	fullRepair map[string]bool
+
+	ship *shipper
+
+	syncWake, pollWake, dropWake chan struct{}
+	// draining: the leftover pass runs in drain mode (no synced check).
+	draining atomic.Bool
+}
+
+type syncKey struct {
+	shard uint32
+	peer  string
+}
+
+type peerState struct {
+	at     time.Time
+	states map[uint32]ShardState
+	joined bool
+}
+
+// New returns a Replicator; it does nothing until Apply and Run. It fails
+// on a config missing a required field or metrics the Registerer refuses.
+func New(cfg Config) (*Replicator, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("replication: register metrics: %w", err)
+	}
+	r := &Replicator{
+		cfg: cfg, log: cfg.Logger.With(slog.String("component", "replication")), m: m,
+		synced:     make([]bool, cfg.ShardCount),
+		peerStates: map[string]peerState{},
+		tokens:     map[syncKey][]byte{},
+		mismatch:   map[syncKey]int{},
+		fullRepair: map[string]bool{},
+		syncWake:   make(chan struct{}, 1), pollWake: make(chan struct{}, 1), dropWake: make(chan struct{}, 1),
+	}
+	r.ship = newShipper(r)
+	r.mover, err = transfer.NewMover(cfg.Store, transfer.MoverConfig{Limits: cfg.Limits, Logger: cfg.Logger, Registerer: cfg.Registerer})
+	if err != nil {
+		return nil, fmt.Errorf("replication: %w", err)
+	}
+	return r, nil
+}
+
+// Run runs the loops (state shipping, shard sync, digest polls and
+// repair, dropping copies no longer replicated) until ctx ends; they stop
+// in reverse order. It returns nil when ctx ends.
+func (r *Replicator) Run(ctx context.Context) error {
+	g := lifecycle.NewGroup(r.log)
+	for _, l := range []lifecycle.Loop{
+		{Name: "ship", Run: r.ship.run}, // stops last: flushes what it can
+		{Name: "sync", Run: r.syncLoop},
+		{Name: "poll", Run: r.pollLoop},
+		{Name: "drop", Run: r.dropLoop},
+	} {
+		if err := g.Go(nil, l); err != nil {
+			return err
+		}
+	}
+	<-ctx.Done()
+	return g.Stop(context.Background())
+}
+
+// Apply makes v the current view. Shards this node joins the replica set
+// of start syncing (they count as copies, and a primary claims from them,
+// only once synced); shards it stays in keep their state; shards it left
+// are dropped once their new set holds synced copies. With no other live
+// member every shard it replicates is synced at once (there is nothing
+// to sync from). Views older than the current one are ignored.
+func (r *Replicator) Apply(v *View) {
+	r.mu.Lock()
+	prev := r.view.Load()
+	if prev != nil && v.Version < prev.Version {
+		r.mu.Unlock()
+		return
+	}
+	alone := len(v.peers()) == 0
+	for s := range r.cfg.ShardCount {
+		in := v.inSet(v.Self, s) && !v.Leaving
+		switch {
+		case !in:
+			r.synced[s] = false
+		case alone:
+			r.synced[s] = true
+		case prev == nil || !prev.inSet(v.Self, s) || prev.Leaving:
+			r.synced[s] = false
+		}
+	}
+	r.peak = max(r.peak, len(v.Addrs))
+	r.view.Store(v)
+	r.updateScopeLocked()
+	r.updateGaugesLocked(v)
+	r.mu.Unlock()
+	r.ship.retarget(v)
+	wake(r.syncWake)
+	wake(r.pollWake)
+	wake(r.dropWake)
+}
+
+// View returns the current view (nil before the first Apply).
+func (r *Replicator) View() *View { return r.view.Load() }
+
+// Joined reports whether a view was applied.
+func (r *Replicator) Joined() bool { return r.view.Load() != nil }
+
+// updateScopeLocked hands Config.Scope the shards this node is primary of
+// and synced for, when that set changed.
+func (r *Replicator) updateScopeLocked() {
+	v := r.view.Load()
+	var scope []uint32
+	if v != nil && !v.Leaving {
+		for s := range r.cfg.ShardCount {
+			if r.synced[s] && v.primary(s) == v.Self {
+				scope = append(scope, s)
+			}
+		}
+	}
+	if scope == nil {
+		scope = []uint32{}
+	}
+	if r.scope != nil && slices.Equal(scope, r.scope) {
+		return
+	}
+	r.scope = scope
+	r.cfg.Scope(scope)
+}
+
+func (r *Replicator) updateGaugesLocked(v *View) {
+	r.m.factor.Set(float64(v.Factor))
+	r.m.copies.Set(float64(v.copies()))
+	r.m.writeCopies.Set(float64(r.writeCopiesLocked(v)))
+	n := 0
+	for s := range r.cfg.ShardCount {
+		if v.inSet(v.Self, s) && !r.synced[s] {
+			n++
+		}
+	}
+	r.m.syncingShards.Set(float64(n))
+}
+
+// writeCopiesLocked is the write-copies minimum in view v (Config.WriteCopies).
+func (r *Replicator) writeCopiesLocked(v *View) int {
+	f := max(v.Factor, 1)
+	if r.cfg.WriteCopies > 0 {
+		return min(r.cfg.WriteCopies, f)
+	}
+	if f >= 2 && (r.cfg.Seeded || r.peak >= 2) {
+		return 2
+	}
+	return 1
+}
+
+// WriteCopies returns the write-copies minimum applied now.
+func (r *Replicator) WriteCopies() int {
+	v := r.view.Load()
+	if v == nil {
+		return max(r.cfg.WriteCopies, 1)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.writeCopiesLocked(v)
+}
+
+// Synced reports whether this node is a synced replica of shard.
+func (r *Replicator) Synced(shard uint32) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return int(shard) < len(r.synced) && r.synced[shard]
+}
+
+// markSynced records that this node finished syncing shard, if it is still
+// a replica of it in the view the sync was planned from (a view change
+// meanwhile restarts the sync).
+func (r *Replicator) markSynced(v *View, shard uint32) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur := r.view.Load()
+	if cur != v && (cur == nil || !cur.inSet(cur.Self, shard) || !slices.Equal(cur.set(shard), v.set(shard)) || cur.Leaving) {
+		return false
+	}
+	if !r.synced[shard] {
+		r.synced[shard] = true
+		r.m.syncedShards.Inc()
+	}
+	r.updateScopeLocked()
+	r.updateGaugesLocked(cur)
+	return true
+}
+
+// shardOf is the shard of a key.
+func (r *Replicator) shardOf(key string) uint32 { return shards.ShardOf(key, r.cfg.ShardCount) }
+
+func wake(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// sleep waits d or until ctx ends or ch fires; false when ctx ended.
+func sleep(ctx context.Context, d time.Duration, ch <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	case <-ch:
+	}
+	return true
+}

@@ -1,0 +1,272 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/fairshard/fairshard/outbox"
+)
+
+// The receiving side of the Peers calls, as local methods; Handler maps
+// them to HTTP. Each is what this node answers another member.
+
+// AcceptForward is the coordinator side of Peers.Forward: rows arrive with
+// delays (VisibleAfter − CreatedAt) and are stamped by this node's clock,
+// then written (Write).
+func (r *Replicator) AcceptForward(ctx context.Context, rows []outbox.Row) ([]Outcome, error) {
+	now := r.cfg.Now().UTC()
+	for i := range rows {
+		delay := max(rows[i].VisibleAfter.Sub(rows[i].CreatedAt), 0)
+		rows[i].CreatedAt = now
+		rows[i].VisibleAfter = now.Add(delay)
+	}
+	return r.Write(ctx, rows)
+}
+
+// AcceptAppend is the backup side of Peers.Append: the coordinator's new
+// rows, stored with insert-or-ignore.
+func (r *Replicator) AcceptAppend(ctx context.Context, rows []outbox.Row) ([]outbox.AppendOutcome, error) {
+	out, err := r.cfg.Store.Append(ctx, rows)
+	if err == nil && r.cfg.Wake != nil {
+		r.cfg.Wake()
+	}
+	return out, err
+}
+
+// AcceptMerge is the receiving side of Peers.Merge.
+func (r *Replicator) AcceptMerge(ctx context.Context, rows []outbox.Row) (outbox.MergeResult, error) {
+	return localSink{r}.Merge(ctx, rows)
+}
+
+// States answers Peers.States: this node's digest and sync state of
+// shards; with none asked, of every shard it holds rows of or replicates.
+func (r *Replicator) States(ctx context.Context, shards []uint32) (StatesReply, error) {
+	v := r.view.Load()
+	rep := StatesReply{Node: r.cfg.Self, Joined: v != nil}
+	digests, err := r.localDigests(ctx)
+	if err != nil {
+		return rep, err
+	}
+	if shards == nil {
+		seen := map[uint32]bool{}
+		for s := range digests {
+			seen[s] = true
+		}
+		for s := range r.cfg.ShardCount {
+			if v != nil && v.inSet(v.Self, s) {
+				seen[s] = true
+			}
+		}
+		for s := range seen {
+			shards = append(shards, s)
+		}
+	}
+	shards = slices.Clone(shards)
+	slices.Sort(shards)
+	shards = slices.Compact(shards)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rep.States = make([]ShardState, 0, len(shards))
+	for _, s := range shards {
+		if s >= r.cfg.ShardCount {
+			continue
+		}
+		d := digests[s]
+		st := ShardState{Shard: s, Rows: d.Rows, Sum: d.Sum}
+		if v != nil && !v.Leaving && v.inSet(v.Self, s) {
+			st.Replica, st.Synced = true, r.synced[s]
+		}
+		rep.States = append(rep.States, st)
+	}
+	return rep, nil
+}
+
+// ReadShardCopy answers Peers.ReadShard: a copy read (never marking).
+func (r *Replicator) ReadShardCopy(ctx context.Context, p outbox.ShardRead) (outbox.ShardPage, error) {
+	if p.Shard >= r.cfg.ShardCount {
+		return outbox.ShardPage{}, fmt.Errorf("shard %d ≥ shard count %d", p.Shard, r.cfg.ShardCount)
+	}
+	p.Mark = false
+	return r.cfg.Store.ReadShard(ctx, p)
+}
+
+// Keys answers Peers.Keys.
+func (r *Replicator) Keys(ctx context.Context, shard uint32, after []byte, maxKeys int) (KeyPage, error) {
+	if shard >= r.cfg.ShardCount {
+		return KeyPage{}, fmt.Errorf("shard %d ≥ shard count %d", shard, r.cfg.ShardCount)
+	}
+	if maxKeys <= 0 || maxKeys > maxKeysPage {
+		maxKeys = maxKeysPage
+	}
+	return r.localKeys(ctx, shard, after, maxKeys)
+}
+
+// RowsByKey answers Peers.Rows: the rows of keys held here, read in order
+// until maxBytes of rows were gathered (at least one key examined), and
+// how many keys were examined.
+func (r *Replicator) RowsByKey(ctx context.Context, keys []string, maxBytes int) ([]outbox.Row, int, error) {
+	if maxBytes <= 0 {
+		maxBytes = r.cfg.Limits.MaxBytes
+	}
+	var out []outbox.Row
+	size := 0
+	for i, k := range keys {
+		if i > 0 && size >= maxBytes {
+			return out, i, nil
+		}
+		row, err := r.cfg.Store.Get(ctx, k)
+		if errors.Is(err, outbox.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		out = append(out, row)
+		size += outbox.RowBytes(&row)
+	}
+	return out, len(keys), nil
+}
+
+// MissingOf answers Peers.Missing.
+func (r *Replicator) MissingOf(ctx context.Context, kvs []KeyVersion) (MissingReply, error) {
+	rep := MissingReply{Need: []int{}, Synced: map[uint32]bool{}}
+	for i, kv := range kvs {
+		kv.Shard = r.shardOf(kv.Key)
+		row, err := r.cfg.Store.Get(ctx, kv.Key)
+		switch {
+		case errors.Is(err, outbox.ErrNotFound):
+			rep.Need = append(rep.Need, i)
+		case err != nil:
+			return rep, err
+		case compareKV(kv, keyVersionOf(&row)) > 0:
+			rep.Need = append(rep.Need, i)
+		}
+		if _, ok := rep.Synced[kv.Shard]; !ok {
+			rep.Synced[kv.Shard] = false
+		}
+	}
+	v := r.view.Load()
+	r.mu.Lock()
+	for s := range rep.Synced {
+		rep.Synced[s] = v != nil && !v.Leaving && v.inSet(v.Self, s) && r.synced[s]
+	}
+	r.mu.Unlock()
+	return rep, nil
+}
+
+// Status is this node's replication state for operators (GET /v1/cluster).
+type Status struct {
+	// Factor is the cluster's replication factor R; Copies what every
+	// replica set gets now, min(R, active members).
+	Factor int `json:"replication_factor"`
+	Copies int `json:"copies"`
+	// WriteCopies is the write-copies minimum applied by this node.
+	WriteCopies int `json:"write_copies"`
+	// UnderReplicated: Copies < Factor (too few members), or some shard
+	// this node is primary of lacks a synced copy.
+	UnderReplicated bool `json:"under_replicated"`
+	// UnderReplicatedShards and UnderReplicatedRows count this node's
+	// primary shards with fewer than R synced copies, and their rows here
+	// (as of the last poll, PolledAt).
+	UnderReplicatedShards int       `json:"under_replicated_shards"`
+	UnderReplicatedRows   int64     `json:"under_replicated_rows"`
+	PolledAt              time.Time `json:"polled_at,omitzero"`
+	// ReplicaShards counts the shards this node is a replica of;
+	// SyncingShards those it has not synced yet.
+	ReplicaShards int `json:"replica_shards"`
+	SyncingShards int `json:"syncing_shards"`
+	// PendingChanges counts (row, backup) state changes not yet shipped.
+	PendingChanges int `json:"pending_changes"`
+}
+
+// Status returns this node's replication state.
+func (r *Replicator) Status() Status {
+	v := r.view.Load()
+	st := Status{PendingChanges: r.ship.pending()}
+	if v == nil {
+		return st
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st.Factor, st.Copies, st.WriteCopies = v.Factor, v.copies(), r.writeCopiesLocked(v)
+	for s := range r.cfg.ShardCount {
+		if v.inSet(v.Self, s) && !v.Leaving {
+			st.ReplicaShards++
+			if !r.synced[s] {
+				st.SyncingShards++
+			}
+		}
+	}
+	st.UnderReplicatedShards, st.UnderReplicatedRows, st.PolledAt = r.under.shards, r.under.rows, r.under.at
+	st.UnderReplicated = st.Copies < st.Factor || st.UnderReplicatedShards > 0
+	return st
+}
+
+// ReplicaStatus is one replica's state of a shard as its answer says.
+type ReplicaStatus struct {
+	Node string `json:"node"`
+	// Role is "primary" or "backup".
+	Role string `json:"role"`
+	// Reachable: the replica answered; the fields below are its answer.
+	Reachable bool   `json:"reachable"`
+	Synced    bool   `json:"synced"`
+	Rows      int64  `json:"rows"`
+	Sum       uint64 `json:"digest"`
+}
+
+// ShardStatus is one shard's replica set and sync state (GET
+// /v1/shards/{n}).
+type ShardStatus struct {
+	Shard    uint32          `json:"shard"`
+	Replicas []ReplicaStatus `json:"replicas"`
+	// InSync: every replica answered, is synced and has the same digest.
+	InSync bool `json:"in_sync"`
+	// HeldHere counts the rows of the shard held by the answering node
+	// (a leftover copy when it is not a replica).
+	HeldHere int64 `json:"held_here"`
+}
+
+// ShardStatus asks every replica of shard for its state, live.
+func (r *Replicator) ShardStatus(ctx context.Context, shard uint32) (ShardStatus, error) {
+	v := r.view.Load()
+	out := ShardStatus{Shard: shard, Replicas: []ReplicaStatus{}}
+	if shard >= r.cfg.ShardCount {
+		return out, fmt.Errorf("shard %d ≥ shard count %d", shard, r.cfg.ShardCount)
+	}
+	d, err := r.cfg.Store.ShardDigest(ctx, shard)
+	if err != nil {
+		return out, err
+	}
+	out.HeldHere = d.Rows
+	if v == nil {
+		return out, nil
+	}
+	out.InSync = len(v.set(shard)) > 0
+	for i, m := range v.set(shard) {
+		rs := ReplicaStatus{Node: m, Role: "backup"}
+		if i == 0 {
+			rs.Role = "primary"
+		}
+		var rep StatesReply
+		var err error
+		if m == v.Self {
+			rep, err = r.States(ctx, []uint32{shard})
+		} else {
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			rep, err = r.cfg.Peers.States(cctx, v.Addrs[m], []uint32{shard})
+			cancel()
+		}
+		if err == nil {
+			st, _ := stateOf(rep, shard)
+			rs.Reachable, rs.Synced, rs.Rows, rs.Sum = true, st.Synced && rep.Joined, st.Rows, st.Sum
+		}
+		if !rs.Reachable || !rs.Synced || (len(out.Replicas) > 0 && (rs.Rows != out.Replicas[0].Rows || rs.Sum != out.Replicas[0].Sum)) {
+			out.InSync = false
+		}
+		out.Replicas = append(out.Replicas, rs)
+	}
+	return out, nil
+}

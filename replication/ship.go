@@ -1,0 +1,333 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/fairshard/fairshard/outbox"
+)
+
+// Changed records that the rows of keys changed state on this node (a
+// settle, retry, dead letter, cancel, redrive, re-arm): their current
+// copies are shipped, asynchronously and batched, to the other members of
+// their replica sets, which merge them (outbox.Merge). Claims are not
+// replicated (nothing calls Changed for them). A key changed again before
+// it was shipped is shipped once, in its latest state. A backup's queue is
+// bounded by Config.MaxPending; past it the queue is dropped and the
+// backup's shards are repaired by digest comparison instead. The lag from
+// Changed to a backup's acknowledgement is exported
+// (fairshard_replication_lag_seconds).
+func (r *Replicator) Changed(keys ...string) {
+	v := r.view.Load()
+	if v == nil || len(keys) == 0 {
+		return
+	}
+	r.ship.add(v, keys)
+}
+
+// PendingChanges returns how many (row, backup) state changes wait to be
+// shipped.
+func (r *Replicator) PendingChanges() int { return r.ship.pending() }
+
+// shipper holds one queue of changed keys per backup and ships them.
+type shipper struct {
+	r      *Replicator
+	mu     sync.Mutex
+	queues map[string]*shipQueue
+	wakeCh chan struct{}
+	total  int
+}
+
+type shipQueue struct {
+	entries map[string]*shipEntry
+	order   []string // keys in the order they became dirty; stale keys are skipped
+	backoff time.Duration
+	next    time.Time // no try before
+}
+
+type shipEntry struct {
+	shard    uint32
+	since    time.Time // first change not yet acknowledged
+	gen      uint64    // bumped on every change
+	inflight uint64    // gen being shipped (0: none)
+	redirty  time.Time // first change while in flight
+}
+
+func newShipper(r *Replicator) *shipper {
+	return &shipper{r: r, queues: map[string]*shipQueue{}, wakeCh: make(chan struct{}, 1)}
+}
+
+func (s *shipper) add(v *View, keys []string) {
+	now := time.Now()
+	full := false
+	s.mu.Lock()
+	for _, key := range keys {
+		shard := s.r.shardOf(key)
+		for _, m := range v.set(shard) {
+			if m == v.Self {
+				continue
+			}
+			q := s.queues[m]
+			if q == nil {
+				q = &shipQueue{entries: map[string]*shipEntry{}}
+				s.queues[m] = q
+			}
+			e := q.entries[key]
+			switch {
+			case e == nil:
+				q.entries[key] = &shipEntry{shard: shard, since: now, gen: 1}
+				q.order = append(q.order, key)
+				s.total++
+			case e.inflight != 0 && e.redirty.IsZero():
+				e.redirty = now
+				e.gen++
+			default:
+				e.gen++
+			}
+			if len(q.entries) > s.r.cfg.MaxPending {
+				// Bounded memory: drop the queue, repair the backup by digest.
+				s.r.m.shipDropped.Add(float64(len(q.entries)))
+				s.total -= len(q.entries)
+				delete(s.queues, m)
+				s.r.markFullRepair(m)
+				s.r.log.Warn("backup's change queue over its bound: dropped; its shards will be repaired by digest",
+					"member", m, "max_pending", s.r.cfg.MaxPending)
+			} else if len(q.entries) >= s.r.cfg.ShipBatch {
+				full = true
+			}
+		}
+	}
+	s.r.m.pending.Set(float64(s.total))
+	s.mu.Unlock()
+	if full {
+		wake(s.wakeCh)
+	}
+}
+
+func (s *shipper) pending() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.total
+}
+
+// retarget drops queues of members that left the view; entries whose
+// shard's set no longer includes their member are dropped when taken.
+func (s *shipper) retarget(v *View) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for m, q := range s.queues {
+		if _, ok := v.Addrs[m]; !ok {
+			s.total -= len(q.entries)
+			delete(s.queues, m)
+		}
+	}
+	s.r.m.pending.Set(float64(s.total))
+}
+
+// pendingFor reports whether changes of shard wait for member.
+func (s *shipper) pendingFor(member string, shard uint32) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.queues[member]
+	if q == nil {
+		return false
+	}
+	for _, e := range q.entries {
+		if e.shard == shard {
+			return true
+		}
+	}
+	return false
+}
+
+// run ships queued changes every ShipInterval (sooner when a queue fills a
+// batch) until ctx ends, then tries once more to flush, bounded by a second.
+func (s *shipper) run(ctx context.Context) error {
+	lastGauge := time.Time{}
+	for {
+		if !sleep(ctx, s.r.cfg.ShipInterval, s.wakeCh) {
+			fctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			s.round(fctx)
+			cancel()
+			return nil
+		}
+		for s.round(ctx) && ctx.Err() == nil {
+		}
+		if time.Since(lastGauge) > 250*time.Millisecond {
+			s.updateOldest()
+			lastGauge = time.Now()
+		}
+	}
+}
+
+// round ships one batch to every backup with changes due, concurrently;
+// it reports whether some queue still holds a full batch.
+func (s *shipper) round(ctx context.Context) bool {
+	v := s.r.view.Load()
+	if v == nil {
+		return false
+	}
+	now := time.Now()
+	type job struct {
+		member string
+		keys   []string
+		gens   []uint64
+	}
+	var jobs []job
+	s.mu.Lock()
+	for m, q := range s.queues {
+		if len(q.entries) == 0 || now.Before(q.next) {
+			continue
+		}
+		j := job{member: m}
+		for len(q.order) > 0 && len(j.keys) < s.r.cfg.ShipBatch {
+			key := q.order[0]
+			q.order = q.order[1:]
+			e := q.entries[key]
+			if e == nil || e.inflight != 0 {
+				continue
+			}
+			if !v.inSet(m, e.shard) {
+				delete(q.entries, key)
+				s.total--
+				continue
+			}
+			e.inflight = e.gen
+			j.keys = append(j.keys, key)
+			j.gens = append(j.gens, e.gen)
+		}
+		if len(q.order) == 0 {
+			q.order = nil
+		}
+		if len(j.keys) > 0 {
+			jobs = append(jobs, j)
+		}
+	}
+	s.r.m.pending.Set(float64(s.total))
+	s.mu.Unlock()
+	if len(jobs) == 0 {
+		return false
+	}
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		wg.Go(func() {
+			err := s.ship(ctx, v, j.member, j.keys)
+			s.done(j.member, j.keys, j.gens, err)
+		})
+	}
+	wg.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, q := range s.queues {
+		if len(q.order) >= s.r.cfg.ShipBatch && !time.Now().Before(q.next) {
+			return true
+		}
+	}
+	return false
+}
+
+// ship reads the current copies of keys and merges them on member, in
+// batches bounded by Limits.MaxBytes. Keys no longer held (expired) are
+// skipped.
+func (s *shipper) ship(ctx context.Context, v *View, member string, keys []string) error {
+	addr := v.Addrs[member]
+	if addr == "" {
+		return errors.New("member has no API address")
+	}
+	var batch []outbox.Row
+	size := 0
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		cctx, cancel := context.WithTimeout(ctx, s.r.cfg.CallTimeout)
+		defer cancel()
+		_, err := s.r.cfg.Peers.Merge(cctx, addr, batch)
+		if err == nil {
+			s.r.m.shipped.Add(float64(len(batch)))
+		}
+		batch, size = batch[:0], 0
+		return err
+	}
+	for _, key := range keys {
+		row, err := s.r.cfg.Store.Get(ctx, key)
+		if errors.Is(err, outbox.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		batch = append(batch, row)
+		size += outbox.RowBytes(&row)
+		if size >= s.r.cfg.Limits.MaxBytes {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return flush()
+}
+
+// done settles a shipped batch: acknowledged entries not changed since
+// are removed (their lag observed); the others go back in the queue.
+func (s *shipper) done(member string, keys []string, gens []uint64, err error) {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.queues[member]
+	if q == nil {
+		return
+	}
+	if err != nil {
+		s.r.m.shipFailures.Inc()
+		q.backoff = min(max(2*q.backoff, 50*time.Millisecond), 2*time.Second)
+		q.next = now.Add(q.backoff)
+		s.r.log.Debug("shipping state changes to backup failed; retrying", "member", member, "rows", len(keys), "err", err)
+	} else {
+		q.backoff, q.next = 0, time.Time{}
+	}
+	for i, key := range keys {
+		e := q.entries[key]
+		if e == nil || e.inflight != gens[i] {
+			continue
+		}
+		e.inflight = 0
+		switch {
+		case err == nil && e.gen == gens[i]:
+			s.r.m.lag.Observe(now.Sub(e.since).Seconds())
+			delete(q.entries, key)
+			s.total--
+		case err == nil:
+			e.since, e.redirty = e.redirty, time.Time{}
+			q.order = append(q.order, key)
+		default:
+			if !e.redirty.IsZero() {
+				e.redirty = time.Time{}
+			}
+			q.order = append(q.order, key)
+		}
+	}
+	s.r.m.pending.Set(float64(s.total))
+}
+
+// updateOldest sets the oldest-change gauge (a scan; run a few times a
+// second at most).
+func (s *shipper) updateOldest() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var oldest time.Time
+	for _, q := range s.queues {
+		for _, e := range q.entries {
+			if oldest.IsZero() || e.since.Before(oldest) {
+				oldest = e.since
+			}
+		}
+	}
+	if oldest.IsZero() {
+		s.r.m.lagOldest.Set(0)
+		return
+	}
+	s.r.m.lagOldest.Set(time.Since(oldest).Seconds())
+}

@@ -1,0 +1,468 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/fairshard/fairshard/outbox"
+	"github.com/fairshard/fairshard/transfer"
+)
+
+// Shard sync: a node that joins a shard's replica set (a new member, a
+// restart, a set change) copies the shard before it counts as a copy and
+// before, as primary, it claims from it. Every sync round:
+//
+//  1. asks every live peer for its state of the shards still to sync
+//     (States: digest, replica, synced);
+//  2. per shard, picks the sources: a synced replica if one answered (the
+//     primary first), else every peer holding rows of the shard (after a
+//     whole-cluster restart nobody is synced yet: the union of the copies
+//     is);
+//  3. pulls from each source whose digest differs from ours: the whole
+//     shard, streamed in pages (transfer.Copy), when we hold none of it,
+//     else a key/version comparison (diff) exchanging only what differs,
+//     in both directions;
+//  4. marks the shard synced once every source succeeded, unless a
+//     replica of the set did not answer (it may hold rows nobody else
+//     has): then the shard is retried.
+//
+// Rows that change while a copy runs reach us by the write path and the
+// state shipping (we are in the set already); the digest polls repair the
+// rest.
+
+func (r *Replicator) syncLoop(ctx context.Context) error {
+	for {
+		if !r.syncRound(ctx) {
+			if !sleep(ctx, r.cfg.SyncRetry, r.syncWake) {
+				return nil
+			}
+			continue
+		}
+		if !sleep(ctx, time.Hour, r.syncWake) {
+			return nil
+		}
+	}
+}
+
+// toSync lists the shards this node replicates and has not synced.
+func (r *Replicator) toSync(v *View) []uint32 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []uint32
+	if v.Leaving {
+		return nil
+	}
+	for s := range r.cfg.ShardCount {
+		if !r.synced[s] && v.inSet(v.Self, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// syncRound syncs every shard still to sync; it reports whether all are
+// synced now (false: retry after SyncRetry).
+func (r *Replicator) syncRound(ctx context.Context) bool {
+	v := r.view.Load()
+	if v == nil {
+		return true
+	}
+	need := r.toSync(v)
+	if len(need) == 0 {
+		return true
+	}
+	states := r.gatherStates(ctx, v, v.peers(), need)
+	mine, err := r.localDigests(ctx)
+	if err != nil {
+		r.log.Warn("shard sync: read local digests", "err", err)
+		return false
+	}
+	var mu sync.Mutex
+	failed := 0
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(r.cfg.SyncConcurrency)
+	for _, s := range need {
+		if gctx.Err() != nil {
+			break
+		}
+		g.Go(func() error {
+			if err := r.syncShard(gctx, v, s, mine[s], states); err != nil {
+				mu.Lock()
+				failed++
+				mu.Unlock()
+				if gctx.Err() == nil {
+					r.log.Info("shard sync incomplete; retrying", "shard", s, "err", err)
+				}
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+	if failed == 0 && ctx.Err() == nil {
+		wake(r.dropWake) // leftovers may wait for us
+		wake(r.pollWake)
+	}
+	return failed == 0 && r.view.Load() == v
+}
+
+// gatherStates asks peers for their states of shards, concurrently. A
+// peer that did not answer is absent from the result.
+func (r *Replicator) gatherStates(ctx context.Context, v *View, peers []string, shards []uint32) map[string]StatesReply {
+	out := map[string]StatesReply{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, p := range peers {
+		addr := v.Addrs[p]
+		if addr == "" {
+			continue
+		}
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+			defer cancel()
+			rep, err := r.cfg.Peers.States(cctx, addr, shards)
+			if err != nil {
+				r.log.Debug("shard states of peer unavailable", "peer", p, "err", err)
+				return
+			}
+			mu.Lock()
+			out[p] = rep
+			mu.Unlock()
+			r.recordStates(p, rep)
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// recordStates keeps a peer's latest answer (merged over earlier ones).
+func (r *Replicator) recordStates(peer string, rep StatesReply) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ps := r.peerStates[peer]
+	if ps.states == nil {
+		ps.states = map[uint32]ShardState{}
+	}
+	ps.at, ps.joined = time.Now(), rep.Joined
+	for _, st := range rep.States {
+		ps.states[st.Shard] = st
+	}
+	r.peerStates[peer] = ps
+}
+
+// localDigests returns this node's digest of every shard holding rows.
+func (r *Replicator) localDigests(ctx context.Context) (map[uint32]outbox.ShardDigest, error) {
+	ds, err := r.cfg.Store.ShardDigests(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[uint32]outbox.ShardDigest, len(ds))
+	for _, d := range ds {
+		out[d.Shard] = d
+	}
+	return out, nil
+}
+
+func stateOf(rep StatesReply, shard uint32) (ShardState, bool) {
+	i, ok := slices.BinarySearchFunc(rep.States, shard, func(st ShardState, s uint32) int {
+		return int(int64(st.Shard) - int64(s))
+	})
+	if !ok {
+		return ShardState{Shard: shard}, false
+	}
+	return rep.States[i], true
+}
+
+// syncShard syncs one shard from the sources the states name (see the
+// comment at the top of this file).
+func (r *Replicator) syncShard(ctx context.Context, v *View, shard uint32, mine outbox.ShardDigest, states map[string]StatesReply) error {
+	set := v.set(shard)
+	var synced, holders []string
+	missing := false
+	order := append(slices.Clone(set), v.peers()...)
+	seen := map[string]bool{v.Self: true}
+	for _, p := range order {
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		rep, ok := states[p]
+		if !ok {
+			if slices.Contains(set, p) {
+				missing = true
+			}
+			continue
+		}
+		st, _ := stateOf(rep, shard)
+		if rep.Joined && st.Replica && st.Synced {
+			synced = append(synced, p)
+		}
+		if st.Rows > 0 {
+			holders = append(holders, p)
+		}
+	}
+	sources := holders
+	if len(synced) > 0 {
+		sources = synced[:1]
+	} else if missing {
+		// No synced copy answered and a replica is silent: it may hold
+		// what nobody else has. Take what the others hold meanwhile.
+		for _, p := range holders {
+			if err := r.pull(ctx, v, shard, p, &mine, stateMust(states[p], shard)); err != nil {
+				return err
+			}
+		}
+		return fmt.Errorf("shard %d: no synced replica answered and a replica of %v is unreachable", shard, set)
+	}
+	for _, p := range sources {
+		if err := r.pull(ctx, v, shard, p, &mine, stateMust(states[p], shard)); err != nil {
+			return err
+		}
+	}
+	if !r.markSynced(v, shard) {
+		return fmt.Errorf("shard %d: the view changed during the sync", shard)
+	}
+	return nil
+}
+
+func stateMust(rep StatesReply, shard uint32) ShardState {
+	st, _ := stateOf(rep, shard)
+	return st
+}
+
+// pull brings shard's rows held by peer here: nothing when the digests
+// agree, the whole shard streamed when we hold none of it, else a
+// key/version diff (which also pushes what the peer lacks). *mine is
+// updated to the local digest afterwards.
+func (r *Replicator) pull(ctx context.Context, v *View, shard uint32, peer string, mine *outbox.ShardDigest, theirs ShardState) error {
+	if theirs.Rows == mine.Rows && theirs.Sum == mine.Sum {
+		return nil
+	}
+	addr := v.Addrs[peer]
+	if mine.Rows == 0 {
+		key := syncKey{shard, peer}
+		r.mu.Lock()
+		from := r.tokens[key]
+		r.mu.Unlock()
+		next, st, err := transfer.Copy(ctx, remoteReader{r: r, addr: addr}, localSink{r}, shard, from, r.cfg.Limits)
+		r.m.syncRows.WithLabelValues("bulk").Add(float64(st.Rows))
+		r.m.syncBytes.WithLabelValues("bulk").Add(float64(st.Bytes))
+		r.mu.Lock()
+		if err != nil {
+			r.tokens[key] = next
+		} else {
+			delete(r.tokens, key)
+		}
+		r.mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("copy shard %d from %s: %w", shard, peer, err)
+		}
+		if st.Rows > 0 {
+			r.log.Debug("shard copied", "shard", shard, "from", peer, "rows", st.Rows, "bytes", st.Bytes)
+		}
+	} else {
+		pulled, pushed, err := r.diff(ctx, addr, shard)
+		if err != nil {
+			return fmt.Errorf("diff shard %d with %s: %w", shard, peer, err)
+		}
+		if pulled+pushed > 0 {
+			r.log.Debug("shard diffed", "shard", shard, "with", peer, "pulled", pulled, "pushed", pushed)
+		}
+	}
+	d, err := r.cfg.Store.ShardDigest(ctx, shard)
+	if err != nil {
+		return err
+	}
+	*mine = d
+	return nil
+}
+
+// remoteReader reads a shard on a peer: a transfer.ShardReader for Copy.
+type remoteReader struct {
+	r    *Replicator
+	addr string
+}
+
+func (rr remoteReader) ReadShard(ctx context.Context, p outbox.ShardRead) (outbox.ShardPage, error) {
+	cctx, cancel := context.WithTimeout(ctx, rr.r.cfg.CallTimeout)
+	defer cancel()
+	return rr.r.cfg.Peers.ReadShard(cctx, rr.addr, p)
+}
+
+// localSink merges pages into the local store: a transfer.Sink.
+type localSink struct{ r *Replicator }
+
+func (ls localSink) Merge(ctx context.Context, rows []outbox.Row) (outbox.MergeResult, error) {
+	res, err := ls.r.cfg.Store.Merge(ctx, rows)
+	if err == nil && res.Created+res.Updated > 0 && ls.r.cfg.Wake != nil {
+		ls.r.cfg.Wake()
+	}
+	return res, err
+}
+
+// maxKeysPage is the most key/versions one Keys call returns.
+const maxKeysPage = 4000
+
+// keyList reads every key/version of shard from read (local or remote
+// pages), into a map by key.
+func keyList(ctx context.Context, shard uint32, read func(ctx context.Context, after []byte) (KeyPage, error)) (map[string]KeyVersion, error) {
+	out := map[string]KeyVersion{}
+	var after []byte
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		page, err := read(ctx, after)
+		if err != nil {
+			return nil, err
+		}
+		for _, kv := range page.Keys {
+			if old, ok := out[kv.Key]; !ok || compareKV(kv, old) > 0 {
+				out[kv.Key] = kv
+			}
+		}
+		if page.Done || len(page.Keys) == 0 && string(page.Next) == string(after) {
+			return out, nil
+		}
+		after = page.Next
+	}
+}
+
+// localKeys is one page of this node's key/version list of shard.
+func (r *Replicator) localKeys(ctx context.Context, shard uint32, after []byte, maxKeys int) (KeyPage, error) {
+	return readKeys(ctx, r.cfg.Store, shard, after, maxKeys, r.cfg.Limits.MaxBytes)
+}
+
+// readKeys reads up to maxKeys key/versions of shard from a store, in
+// pages bounded by maxBytes of rows read.
+func readKeys(ctx context.Context, st interface {
+	ReadShard(context.Context, outbox.ShardRead) (outbox.ShardPage, error)
+}, shard uint32, after []byte, maxKeys, maxBytes int) (KeyPage, error) {
+	kp := KeyPage{Next: after}
+	for len(kp.Keys) < maxKeys {
+		page, err := st.ReadShard(ctx, outbox.ShardRead{Shard: shard, After: kp.Next, MaxRows: min(maxKeys-len(kp.Keys), 1000), MaxBytes: maxBytes})
+		if err != nil {
+			return KeyPage{}, err
+		}
+		for i := range page.Rows {
+			kp.Keys = append(kp.Keys, keyVersionOf(&page.Rows[i]))
+		}
+		kp.Next = page.Next
+		if page.Done || len(page.Rows) == 0 {
+			kp.Done = true
+			return kp, nil
+		}
+	}
+	return kp, nil
+}
+
+// diff compares shard's key/version lists here and on the peer at addr
+// and exchanges what differs: rows the peer holds newer (or alone) are
+// fetched and merged here, rows held newer (or alone) here are merged on
+// the peer. It returns the rows pulled and pushed.
+func (r *Replicator) diff(ctx context.Context, addr string, shard uint32) (pulled, pushed int, err error) {
+	theirs, err := keyList(ctx, shard, func(ctx context.Context, after []byte) (KeyPage, error) {
+		cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+		defer cancel()
+		return r.cfg.Peers.Keys(cctx, addr, shard, after, maxKeysPage)
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("their keys: %w", err)
+	}
+	mine, err := keyList(ctx, shard, func(ctx context.Context, after []byte) (KeyPage, error) {
+		return r.localKeys(ctx, shard, after, maxKeysPage)
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("our keys: %w", err)
+	}
+	var pull, push []string
+	for k, t := range theirs {
+		if m, ok := mine[k]; !ok || compareKV(t, m) > 0 {
+			pull = append(pull, k)
+		}
+	}
+	for k, m := range mine {
+		if t, ok := theirs[k]; !ok || compareKV(m, t) > 0 {
+			push = append(push, k)
+		}
+	}
+	slices.Sort(pull)
+	slices.Sort(push)
+	// Pull: fetch their copies in byte-bounded calls and merge them here.
+	for len(pull) > 0 {
+		cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+		rows, examined, err := r.cfg.Peers.Rows(cctx, addr, pull[:min(len(pull), r.cfg.Limits.MaxRows)], r.cfg.Limits.MaxBytes)
+		cancel()
+		if err != nil {
+			return pulled, pushed, fmt.Errorf("fetch %d rows: %w", len(pull), err)
+		}
+		if examined <= 0 || examined > len(pull) {
+			return pulled, pushed, fmt.Errorf("fetch rows: the peer examined %d of %d keys", examined, len(pull))
+		}
+		pull = pull[examined:] // keys examined but not returned expired there
+		if len(rows) == 0 {
+			continue
+		}
+		if _, err := (localSink{r}).Merge(ctx, rows); err != nil {
+			return pulled, pushed, fmt.Errorf("merge %d rows: %w", len(rows), err)
+		}
+		r.m.syncRows.WithLabelValues("diff").Add(float64(len(rows)))
+		r.m.syncBytes.WithLabelValues("diff").Add(float64(bytesOf(rows)))
+		pulled += len(rows)
+	}
+	// Push: our copies, in byte-bounded batches.
+	var batch []outbox.Row
+	size := 0
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+		defer cancel()
+		if _, err := r.cfg.Peers.Merge(cctx, addr, batch); err != nil {
+			return fmt.Errorf("push %d rows: %w", len(batch), err)
+		}
+		pushed += len(batch)
+		batch, size = batch[:0], 0
+		return nil
+	}
+	for _, k := range push {
+		row, err := r.cfg.Store.Get(ctx, k)
+		if errors.Is(err, outbox.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return pulled, pushed, err
+		}
+		batch = append(batch, row)
+		size += outbox.RowBytes(&row)
+		if len(batch) >= r.cfg.Limits.MaxRows || size >= r.cfg.Limits.MaxBytes {
+			if err := flush(); err != nil {
+				return pulled, pushed, err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return pulled, pushed, err
+	}
+	if pushed > 0 {
+		r.m.repairedRows.WithLabelValues("pushed").Add(float64(pushed))
+	}
+	if pulled > 0 {
+		r.m.repairedRows.WithLabelValues("pulled").Add(float64(pulled))
+	}
+	return pulled, pushed, nil
+}
+
+func bytesOf(rows []outbox.Row) int {
+	n := 0
+	for i := range rows {
+		n += outbox.RowBytes(&rows[i])
+	}
+	return n
+}
