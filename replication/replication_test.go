@@ -3,6 +3,7 @@ package replication_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"testing"
@@ -117,3 +118,284 @@ func TestWriteRefusedWhileCopiesUnmet(t *testing.T) {
 	}
 }
 
+// claimAll claims every visible row of node n's scope and returns them.
+func claimAll(t *testing.T, n *tnode) []outbox.Row {
+	t.Helper()
+	rows, err := n.store.Claim(context.Background(), outbox.ClaimParams{Limit: 100000, Now: time.Now().UTC().Add(time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+// Settles on the primary reach the backups asynchronously (Changed), and
+// the lag is exported.
+func TestChangedShipsStateToBackups(t *testing.T) {
+	c := newTCluster(t, 16, 3, "a", "b", "c")
+	waitSynced(t, c)
+	ctx := context.Background()
+	if _, err := c.nodes["a"].repl.Route(ctx, rowsFor("s", 200, time.Now().UTC())); err != nil {
+		t.Fatal(err)
+	}
+	done := map[string]bool{}
+	for _, name := range c.live() {
+		n := c.nodes[name]
+		for _, row := range claimAll(t, n) {
+			if err := n.store.Complete(ctx, outbox.CompleteParams{DispatchKey: row.DispatchKey, Claim: row.Version}); err != nil {
+				t.Fatal(err)
+			}
+			n.repl.Changed(row.DispatchKey)
+			done[row.DispatchKey] = true
+		}
+	}
+	if len(done) != 200 {
+		t.Fatalf("primaries claimed %d rows, want all 200 (each exactly once)", len(done))
+	}
+	eventually(t, 10*time.Second, "every copy done", func() (bool, string) {
+		for key := range done {
+			for _, name := range c.live() {
+				row, err := c.nodes[name].store.Get(ctx, key)
+				if err != nil || row.Status != outbox.StatusDone {
+					return false, fmt.Sprintf("%s on %s: %v %v", key, name, row.Status, err)
+				}
+			}
+		}
+		return true, ""
+	})
+	shipped, lag := 0.0, 0.0
+	for _, name := range c.live() {
+		shipped += metric(t, c.nodes[name], "fairshard_replication_shipped_rows_total", "")
+		lag += metric(t, c.nodes[name], "fairshard_replication_lag_seconds", "")
+	}
+	if shipped < 400 || lag < 400 {
+		t.Errorf("shipped %v rows with %v lag observations, want ≥ 400 each (200 rows × 2 backups)", shipped, lag)
+	}
+	waitSynced(t, c)
+}
+
+// A node joining takes its share: it syncs the shards of its new sets
+// (bulk when empty), then the nodes that left those sets drop their
+// copies; every row stays on exactly R nodes.
+func TestJoinSyncsAndDropsLeftovers(t *testing.T) {
+	c := newTCluster(t, 32, 2, "a", "b")
+	waitSynced(t, c)
+	ctx := context.Background()
+	const n = 3000
+	if _, err := c.nodes["a"].repl.Route(ctx, rowsFor("j", n, time.Now().UTC())); err != nil {
+		t.Fatal(err)
+	}
+	c.add("c")
+	c.apply()
+	waitSynced(t, c)
+	total := int64(0)
+	for _, name := range c.live() {
+		ds, _ := c.nodes[name].store.ShardDigests(ctx)
+		for _, d := range ds {
+			total += d.Rows
+		}
+	}
+	if total != 2*n {
+		t.Fatalf("%d copies held, want %d (R = 2)", total, 2*n)
+	}
+	if metric(t, c.nodes["c"], "fairshard_replication_sync_rows_total", "bulk") == 0 {
+		t.Error("the new node copied no shard in bulk")
+	}
+	if metric(t, c.nodes["a"], "fairshard_replication_dropped_rows_total", "")+metric(t, c.nodes["b"], "fairshard_replication_dropped_rows_total", "") == 0 {
+		t.Error("no leftover copy was dropped")
+	}
+}
+
+// A primary dies: the failover primary claims from its own copy (its
+// scope covers the shards at once, it held them), nothing is lost; and a
+// node that comes back wiped syncs everything again.
+func TestFailoverAndWipedRestart(t *testing.T) {
+	c := newTCluster(t, 32, 2, "a", "b", "c")
+	waitSynced(t, c)
+	ctx := context.Background()
+	rows := rowsFor("f", 1000, time.Now().UTC())
+	if _, err := c.nodes["b"].repl.Route(ctx, rows); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	c.kill("a", true)
+	c.apply()
+	waitSynced(t, c)
+	t.Logf("failover synced in %v", time.Since(t0))
+	claimed := map[string]bool{}
+	for _, name := range c.live() {
+		n := c.nodes[name]
+		for _, r := range claimAll(t, n) {
+			if claimed[r.DispatchKey] {
+				t.Fatalf("row %s claimed twice", r.DispatchKey)
+			}
+			claimed[r.DispatchKey] = true
+			if err := n.store.Complete(ctx, outbox.CompleteParams{DispatchKey: r.DispatchKey, Claim: r.Version}); err != nil {
+				t.Fatal(err)
+			}
+			n.repl.Changed(r.DispatchKey)
+		}
+	}
+	if len(claimed) != len(rows) {
+		t.Fatalf("after losing a node and its disk, %d of %d rows claimable", len(claimed), len(rows))
+	}
+	// a returns with an empty disk: it syncs, and its primaries claim only
+	// once synced (their rows are claimed already here: nothing pending).
+	t0 = time.Now()
+	c.add("a")
+	c.apply()
+	waitSynced(t, c)
+	t.Logf("wiped node synced in %v", time.Since(t0))
+	if got := c.nodes["a"].repl.Status(); got.SyncingShards != 0 || got.ReplicaShards == 0 {
+		t.Fatalf("wiped node after sync: %+v", got)
+	}
+}
+
+// Replicas that diverged behind replication's back (a copy changed without
+// Changed, as a lost message or a partition leaves it) are repaired by the
+// digest polls.
+func TestRepairHealsDivergence(t *testing.T) {
+	c := newTCluster(t, 8, 2, "a", "b")
+	waitSynced(t, c)
+	ctx := context.Background()
+	if _, err := c.nodes["a"].repl.Route(ctx, rowsFor("r", 100, time.Now().UTC())); err != nil {
+		t.Fatal(err)
+	}
+	// Rows only one replica has, and a settle only one has seen.
+	for _, name := range c.live() {
+		n := c.nodes[name]
+		only := rowsFor("only-"+name, 10, time.Now().UTC())
+		if _, err := n.store.Append(ctx, only); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range claimAll(t, n)[:5] {
+			if err := n.store.Complete(ctx, outbox.CompleteParams{DispatchKey: r.DispatchKey, Claim: r.Version}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waitSynced(t, c)
+	if metric(t, c.nodes["a"], "fairshard_replication_repaired_shards_total", "")+metric(t, c.nodes["b"], "fairshard_replication_repaired_shards_total", "") == 0 {
+		t.Error("no repair counted")
+	}
+	for _, name := range c.live() {
+		for i := range 10 {
+			if h := c.holders(fmt.Sprintf("only-%s-%d", name, i)); len(h) != 2 {
+				t.Fatalf("row only-%s-%d held by %v after repair", name, i, h)
+			}
+		}
+	}
+}
+
+// A graceful leave hands every row to the sets and deletes it here.
+func TestDrain(t *testing.T) {
+	c := newTCluster(t, 16, 1, "a", "b", "c")
+	waitSynced(t, c)
+	ctx := context.Background()
+	rows := rowsFor("d", 500, time.Now().UTC())
+	if _, err := c.nodes["c"].repl.Route(ctx, rows); err != nil {
+		t.Fatal(err)
+	}
+	// c leaves: the others' view has no c; c's view marks it leaving.
+	members := []string{"a", "b"}
+	c.applyTo(members, members)
+	v := *c.view("a")
+	v.Self, v.Leaving = "c", true
+	v.Addrs = map[string]string{"a": v.Addrs["a"], "b": v.Addrs["b"], "c": c.nodes["c"].srv.URL[len("http://"):]}
+	c.nodes["c"].repl.Apply(&v)
+	dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := c.nodes["c"].repl.Drain(dctx); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := c.nodes["c"].repl.Leftovers(ctx); len(left) != 0 {
+		t.Fatalf("after the drain %d shards hold rows", len(left))
+	}
+	for _, r := range rows {
+		if h := c.holders(r.DispatchKey); len(h) != 1 || h[0] == "c" {
+			t.Fatalf("row %s held by %v after the drain", r.DispatchKey, h)
+		}
+	}
+}
+
+// A forwarded row is stamped by the coordinator's clock: a receiving node
+// whose clock runs ten minutes ahead does not delay it (issue #16 item 7).
+func TestForwardedTimesAreRelative(t *testing.T) {
+	c := newTCluster(t, 16, 1, "a", "b")
+	waitSynced(t, c)
+	skew := 10 * time.Minute
+	c.nodes["a"].now = func() time.Time { return time.Now().Add(skew) }
+	ctx := context.Background()
+	now := c.nodes["a"].now().UTC()
+	rows := rowsFor("t", 40, now)
+	for i := range rows {
+		rows[i].VisibleAfter = now.Add(time.Duration(i%2) * time.Minute) // every other row delayed 1 min
+	}
+	out, err := c.nodes["a"].repl.Route(ctx, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forwarded := 0
+	for i, o := range out {
+		if o.Node != "b" {
+			continue
+		}
+		forwarded++
+		row, err := c.nodes["b"].store.Get(ctx, rows[i].DispatchKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		delay := time.Duration(i%2) * time.Minute
+		if d := time.Since(row.CreatedAt); d < 0 || d > 5*time.Second {
+			t.Errorf("row %d created_at %v is %v from b's now; want b's clock", i, row.CreatedAt, d)
+		}
+		if got := row.VisibleAfter.Sub(row.CreatedAt); got != delay {
+			t.Errorf("row %d visible %v after creation, want its delay %v", i, got, delay)
+		}
+	}
+	if forwarded == 0 {
+		t.Fatal("no row was forwarded to b")
+	}
+}
+
+// R = 1 → 2 on a live cluster with a backlog: every row ends on 2 nodes.
+func TestRaiseFactor(t *testing.T) {
+	c := newTCluster(t, 32, 1, "a", "b", "c")
+	waitSynced(t, c)
+	ctx := context.Background()
+	const n = 2000
+	if _, err := c.nodes["a"].repl.Route(ctx, rowsFor("rf", n, time.Now().UTC())); err != nil {
+		t.Fatal(err)
+	}
+	c.factor = 2
+	c.apply()
+	waitSynced(t, c)
+	for i := range n {
+		if h := c.holders(fmt.Sprintf("rf-%d", i)); len(h) != 2 {
+			t.Fatalf("row rf-%d held by %v after R = 2", i, h)
+		}
+	}
+}
+
+// A one-node cluster (not seeded) works with one copy and says it is
+// under-replicated.
+func TestOneNodeCluster(t *testing.T) {
+	c := &tcluster{t: t, shards: 8, factor: 2, nodes: map[string]*tnode{}}
+	c.opts = func(cfg *replication.Config) { cfg.Seeded = false }
+	c.add("solo")
+	c.apply()
+	t.Cleanup(c.close)
+	out, err := c.nodes["solo"].repl.Route(context.Background(), rowsFor("o", 10, time.Now().UTC()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out[0].Copies != 1 {
+		t.Fatalf("copies %d, want 1", out[0].Copies)
+	}
+	st := c.nodes["solo"].repl.Status()
+	if !st.UnderReplicated || st.WriteCopies != 1 || st.Copies != 1 || st.Factor != 2 {
+		t.Fatalf("status %+v", st)
+	}
+	if got := len(c.nodes["solo"].scopeNow()); got != 8 {
+		t.Fatalf("scope %d shards, want all 8", got)
+	}
+}

@@ -167,6 +167,15 @@ func (r *Replicator) Write(ctx context.Context, rows []outbox.Row) ([]Outcome, e
 	defer cancel()
 	// Phase 1: the local append and every backup's at once.
 	acked := make([][]bool, len(members)) // acked[m][j]: member m holds its j-th row
+	var errMu sync.Mutex
+	var backupErr error // the first backup failure, for the error message
+	noteErr := func(m string, err error) {
+		errMu.Lock()
+		if backupErr == nil {
+			backupErr = fmt.Errorf("%s: %w", m, err)
+		}
+		errMu.Unlock()
+	}
 	var wg sync.WaitGroup
 	for mi, m := range members {
 		idx := backups[m]
@@ -180,11 +189,16 @@ func (r *Replicator) Write(ctx context.Context, rows []outbox.Row) ([]Outcome, e
 		wg.Go(func() {
 			addr := v.Addrs[m]
 			if addr == "" {
+				noteErr(m, errors.New("no API address"))
 				return
 			}
 			outs, err := r.cfg.Peers.Append(fctx, addr, batch)
-			if err != nil || len(outs) != len(batch) {
+			if err == nil && len(outs) != len(batch) {
+				err = fmt.Errorf("answered %d outcomes for %d rows", len(outs), len(batch))
+			}
+			if err != nil {
 				r.log.Debug("append to backup failed", "member", m, "rows", len(batch), "err", err)
+				noteErr(m, err)
 				return
 			}
 			for j := range outs {
@@ -251,6 +265,7 @@ func (r *Replicator) Write(ctx context.Context, rows []outbox.Row) ([]Outcome, e
 				}
 				if _, err := r.cfg.Peers.Merge(fctx, addr, batch); err != nil {
 					r.log.Debug("copy of duplicate rows to backup failed", "member", m, "rows", len(batch), "err", err)
+					noteErr(m, err)
 					return
 				}
 				for _, i := range idx {
@@ -282,8 +297,8 @@ func (r *Replicator) Write(ctx context.Context, rows []outbox.Row) ([]Outcome, e
 	}
 	if short > 0 {
 		r.m.writes.WithLabelValues("insufficient_copies").Inc()
-		return out, fmt.Errorf("%w: %d of %d rows are durable on fewer than %d replicas (copies of the first: %d)",
-			ErrInsufficientCopies, short, len(rows), need, copies[firstShort(copies, need)])
+		return out, fmt.Errorf("%w: %d of %d rows are durable on fewer than %d replicas (copies of the first: %d; %v)",
+			ErrInsufficientCopies, short, len(rows), need, copies[firstShort(copies, need)], backupErr)
 	}
 	r.m.writes.WithLabelValues("ok").Inc()
 	return out, nil
