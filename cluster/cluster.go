@@ -81,6 +81,7 @@ type Cluster struct {
 	recomputeMu sync.Mutex
 	recomputeCh chan struct{} // 1-buffered, poked by events
 	snap        atomic.Pointer[OwnershipSnapshot]
+	factor      atomic.Int64 // the replication factor R of the next recompute
 	numMembers  atomic.Int64 // live members at the last recompute, for the broadcast queue
 	subMu       sync.Mutex
 	subs        map[*subscriber]struct{} // nil after Shutdown
@@ -183,6 +184,7 @@ func New(cfg *Config) (*Cluster, error) {
 		return nil, err
 	}
 
+	c.factor.Store(int64(cfg.ReplicationFactor))
 	c.Recompute()
 	// Start order; Shutdown stops them in reverse: the join loop first,
 	// then memberlist (no more gossip comes in), then ownership, and the

@@ -24,6 +24,8 @@ const (
 	// DefaultShardCount is the shard count of DefaultConfig. Every node of
 	// a cluster must use the same value; it is fixed for the cluster's life.
 	DefaultShardCount uint32 = 1024
+	// MaxReplicationFactor bounds the replication factor R.
+	MaxReplicationFactor = 5
 	// MaxShardCount bounds Config.ShardCount (an ownership table holds one
 	// uint32 per shard).
 	MaxShardCount uint32 = 1 << 20
@@ -80,6 +82,11 @@ type Config struct {
 	// ShardCount is the cluster's fixed shard count (DESIGN.md). A peer
 	// with another value is refused. Defaults to DefaultShardCount.
 	ShardCount uint32
+	// ReplicationFactor is the replication factor R the replica sets of the
+	// ownership snapshots start with (1–5; 0 means 1). It is a cluster-wide
+	// setting the node keeps in the gossiped config and applies with
+	// SetReplicationFactor; this is only the value before that.
+	ReplicationFactor int
 	// APIAddr is this node's HTTP API address (host:port), carried in node
 	// meta so peers can forward appends and hand off rows. May be empty for
 	// a node that serves no API.
@@ -169,6 +176,9 @@ func (c *Config) withDefaults() *Config {
 	if out.ShardCount == 0 {
 		out.ShardCount = DefaultShardCount
 	}
+	if out.ReplicationFactor == 0 {
+		out.ReplicationFactor = 1
+	}
 	if out.RejoinInterval == 0 {
 		out.RejoinInterval = DefaultRejoinInterval
 	}
@@ -206,6 +216,9 @@ func (c *Config) validate() error {
 	}
 	if c.ShardCount > MaxShardCount {
 		return bad("ShardCount %d is above the limit %d", c.ShardCount, MaxShardCount)
+	}
+	if c.ReplicationFactor < 1 || c.ReplicationFactor > MaxReplicationFactor {
+		return bad("ReplicationFactor %d is outside 1..%d", c.ReplicationFactor, MaxReplicationFactor)
 	}
 	if net.ParseIP(c.BindAddr) == nil {
 		return bad("BindAddr %q is not an IP literal", c.BindAddr)

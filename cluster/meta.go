@@ -15,8 +15,11 @@ import (
 // version ([ErrProtocolMismatch]); bump it whenever any of the three
 // changes incompatibly. Version 2: the config gossip moved to package kv
 // (kv.WireVersion 2: tombstones carry their deletion time, full states
-// their sender).
-const ProtocolVersion uint8 = 2
+// their sender). Version 4 (3 is taken by the join admission of issue
+// #13): the ownership function includes the replica sets
+// (shards.ReplicaSets with the gossiped replication factor) and appends
+// are forwarded and replicated through package replication's routes.
+const ProtocolVersion uint8 = 4
 
 // metaFormat is the first byte of encoded node meta. A decoder reads the
 // fields it knows and ignores trailing bytes, so a later format may append

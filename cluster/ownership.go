@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 
@@ -28,10 +29,9 @@ type Member struct {
 // It is the one ownership view every consumer reads: the node applies it
 // (claim scope) and then hands the same applied snapshot to the planner's
 // ceilings, append routing and handoff. Per shard it carries a replica set
-// (ReplicaSet): the ordered replica list [primary, backups…] and an epoch.
-// Today the list holds the primary alone (replication factor 1); the
-// replicated-shards work fills the backups from the pure replica-set
-// function in package shards, in one place: replicaLists in Recompute.
+// (ReplicaSet): the ordered replica list [primary, backups…] and an epoch,
+// from the pure replica-set function shards.ReplicaSets(active members,
+// shard count, Factor), computed in one place: replicaLists in Recompute.
 //
 // Who owns shards: members that memberlist holds alive or suspect (it
 // reports only a death or a leave) and whose meta says active. A suspect member keeps its shards until it is
@@ -60,8 +60,13 @@ type OwnershipSnapshot struct {
 	// 1/ShardCount (it has no rows to claim anyway).
 	Fraction shards.OwnedShardFraction
 
+	// Factor is the replication factor R the replica sets were computed
+	// for; Copies is what every set holds, min(R, active members) (0 with
+	// no active member).
+	Factor, Copies int
+
 	// replicas[s] is shard s's ordered replica list; nil while every list
-	// is the primary alone (Table.Owner), as today.
+	// is the primary alone (Table.Owner, R = 1).
 	replicas [][]string
 	// epochs[s] is the Version of the snapshot in which shard s's replica
 	// list last changed on this node.
@@ -73,9 +78,8 @@ type ReplicaSet struct {
 	// Shard is the shard number.
 	Shard uint32
 	// Replicas lists the members holding the shard, primary first, then
-	// the backups in failover order. Today it holds the primary alone
-	// (replication factor 1); it is empty when no active member owns the
-	// shard (a lone node that is leaving).
+	// the backups in failover order: min(R, active members) of them; empty
+	// when no active member owns the shard (a lone node that is leaving).
 	Replicas []string
 	// Epoch is the Version of this node's snapshot in which Replicas last
 	// changed: it grows whenever the list changes and stays put otherwise.
@@ -181,9 +185,10 @@ func (c *Cluster) Recompute() *OwnershipSnapshot {
 	}
 	c.kv.SetMembers(names) // who must see a config tombstone before it is collected
 
+	factor := max(int(c.factor.Load()), 1)
 	prev := c.snap.Load()
-	if prev != nil && slices.Equal(prev.Members, members) {
-		return prev // same members and states: same table
+	if prev != nil && slices.Equal(prev.Members, members) && prev.Factor == factor {
+		return prev // same members, states and factor: same tables
 	}
 	table := shards.Assign(active, c.cfg.ShardCount)
 	owned := table.Owned(c.name)
@@ -204,7 +209,8 @@ func (c *Cluster) Recompute() *OwnershipSnapshot {
 		snap.Version = prev.Version + 1
 		moved = len(prev.Table.Diff(table))
 	}
-	snap.replicas = replicaLists(table)
+	snap.Factor = factor
+	snap.replicas, snap.Copies = replicaLists(active, c.cfg.ShardCount, factor)
 	snap.epochs = epochsOf(prev, snap)
 	c.snap.Store(snap)
 
@@ -273,13 +279,53 @@ func (c *Cluster) publish(snap *OwnershipSnapshot) {
 	}
 }
 
-// replicaLists returns every shard's ordered replica list for table, or
-// nil while each list is the primary alone (replication factor 1, today).
-// Replication (issue #14) makes this the call to the pure replica-set
-// function of package shards, shards.ReplicaSets(active members, shard
-// count, factor), whose Replicas(shard) are the lists and whose primaries
-// are Assign's owners, i.e. this table.
-func replicaLists(table *shards.Table) [][]string { return nil }
+// replicaLists returns every shard's ordered replica list from the pure
+// replica-set function shards.ReplicaSets(active, shardCount, factor),
+// whose primaries are Assign's owners (the snapshot's Table), and the
+// copies each set holds; the lists are nil for factor 1 (each is the
+// primary alone: ReplicaSet reads Table).
+func replicaLists(active []string, shardCount uint32, factor int) ([][]string, int) {
+	if factor <= 1 {
+		return nil, min(len(active), 1)
+	}
+	t := shards.ReplicaSets(active, shardCount, factor)
+	out := make([][]string, shardCount)
+	for s := range shardCount {
+		out[s] = t.Replicas(s)
+	}
+	return out, t.Copies()
+}
+
+// SetReplicationFactor sets the replication factor R (1–MaxReplicationFactor)
+// the replica sets are computed for, and recomputes the snapshot when it
+// changed. The node calls it with the cluster-wide value of the gossiped
+// config. Errors: ErrInvalidConfig for a factor out of range.
+func (c *Cluster) SetReplicationFactor(factor int) error {
+	if factor < 1 || factor > MaxReplicationFactor {
+		return fmt.Errorf("%w: replication factor %d is outside 1..%d", ErrInvalidConfig, factor, MaxReplicationFactor)
+	}
+	if c.factor.Swap(int64(factor)) != int64(factor) {
+		c.Recompute()
+	}
+	return nil
+}
+
+// ReplicaSets returns every shard's replica list (the caller's to read,
+// not modify): for R = 1 each is the primary alone.
+func (s *OwnershipSnapshot) ReplicaSets() [][]string {
+	if s.replicas != nil {
+		return s.replicas
+	}
+	out := make([][]string, s.ShardCount)
+	for sh := range s.ShardCount {
+		out[sh] = s.ReplicaSet(sh).Replicas
+	}
+	return out
+}
+
+// UnderReplicated reports whether every shard has fewer copies than the
+// replication factor asks for (fewer active members than R).
+func (s *OwnershipSnapshot) UnderReplicated() bool { return s.Copies < s.Factor }
 
 // epochsOf dates every shard's replica list: a shard whose list is the
 // same as in prev keeps its epoch, any other gets next's Version.
