@@ -17,6 +17,7 @@ import (
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/replication"
 	"github.com/fairshard/fairshard/shards"
+	"github.com/fairshard/fairshard/transfer"
 )
 
 // A test cluster: real bbolt files, real HTTP between nodes (httptest
@@ -44,17 +45,18 @@ type tnode struct {
 }
 
 type tcluster struct {
-	t       *testing.T
+	t       testing.TB
 	shards  uint32
 	factor  int
 	nodes   map[string]*tnode
 	version uint64
 	opts    func(*replication.Config)
+	limits  transfer.Limits
 }
 
-func newTCluster(t *testing.T, shardCount uint32, factor int, names ...string) *tcluster {
+func newTCluster(t testing.TB, shardCount uint32, factor int, names ...string) *tcluster {
 	t.Helper()
-	c := &tcluster{t: t, shards: shardCount, factor: factor, nodes: map[string]*tnode{}}
+	c := &tcluster{t: t, shards: shardCount, factor: factor, nodes: map[string]*tnode{}, limits: transferLimits()}
 	for _, n := range names {
 		c.add(n)
 	}
@@ -97,7 +99,7 @@ func (c *tcluster) start(n *tnode) {
 		Seeded:       true,
 		PollInterval: 100 * time.Millisecond, SyncRetry: 50 * time.Millisecond,
 		LeftoverInterval: 100 * time.Millisecond, CallTimeout: 5 * time.Second, WriteTimeout: 2 * time.Second,
-		Limits:     transferLimits(),
+		Limits:     c.limits,
 		Now:        func() time.Time { return n.now() },
 		Registerer: n.reg,
 	}
@@ -212,7 +214,7 @@ func (c *tcluster) holders(key string) []string {
 }
 
 // eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	last := ""
@@ -273,7 +275,7 @@ func (n *tnode) scopeNow() []uint32 {
 
 // metric sums the samples of a metric of n's registry whose label values
 // include label ("" for any).
-func metric(t *testing.T, n *tnode, name, label string) float64 {
+func metric(t testing.TB, n *tnode, name, label string) float64 {
 	t.Helper()
 	mfs, err := n.reg.Gather()
 	if err != nil {
@@ -305,4 +307,16 @@ func metric(t *testing.T, n *tnode, name, label string) float64 {
 		}
 	}
 	return sum
+}
+
+type atomicCounter struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (a *atomicCounter) add() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.n++
+	return a.n
 }

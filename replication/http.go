@@ -117,13 +117,21 @@ func Handler(r *Replicator, gate Gate) http.Handler {
 		if !readJSON(w, req, &in) {
 			return
 		}
-		page, err := r.ReadShardCopy(req.Context(), outbox.ShardRead{Shard: in.Shard, After: in.After, MaxRows: in.MaxRows, MaxBytes: in.MaxBytes})
+		if len(in.Reads) > maxReadsPerCall {
+			writeErr(w, http.StatusBadRequest, codeInvalid, fmt.Sprintf("reads: %d, at most %d", len(in.Reads), maxReadsPerCall))
+			return
+		}
+		reads := make([]outbox.ShardRead, len(in.Reads))
+		for i, rd := range in.Reads {
+			reads[i] = outbox.ShardRead{Shard: rd.Shard, After: rd.After}
+		}
+		pages, err := r.ReadShardsCopy(req.Context(), reads, in.MaxRows, min(in.MaxBytes, MaxBodyBytes/2))
 		if err != nil {
 			writeStoreErr(w, err)
 			return
 		}
 		w.Header().Set("Content-Type", transfer.ContentType)
-		_, _ = w.Write(encodePage(page))
+		_, _ = w.Write(encodePages(pages))
 	})
 	mux.HandleFunc("POST "+PathPrefix+"keys", func(w http.ResponseWriter, req *http.Request) {
 		var in keysReq
@@ -171,11 +179,16 @@ type statesReq struct {
 }
 
 type readReq struct {
-	Shard    uint32 `json:"shard"`
-	After    []byte `json:"after,omitempty"`
-	MaxRows  int    `json:"max_rows"`
-	MaxBytes int    `json:"max_bytes"`
+	Reads []struct {
+		Shard uint32 `json:"shard"`
+		After []byte `json:"after,omitempty"`
+	} `json:"reads"`
+	MaxRows  int `json:"max_rows"`
+	MaxBytes int `json:"max_bytes"`
 }
+
+// maxReadsPerCall bounds the shards of one read call.
+const maxReadsPerCall = 4096
 
 type keysReq struct {
 	Shard   uint32 `json:"shard"`
@@ -192,38 +205,73 @@ type missingReq struct {
 	Keys []KeyVersion `json:"keys"`
 }
 
-// encodePage frames a shard page: uvarint len(next) ‖ next ‖ done byte ‖
-// the rows as transfer.EncodeBatch.
-func encodePage(p outbox.ShardPage) []byte {
-	b := make([]byte, 0, 16+len(p.Next)+transfer.EncodedSize(p.Rows))
-	b = binary.AppendUvarint(b, uint64(len(p.Next)))
-	b = append(b, p.Next...)
-	done := byte(0)
-	if p.Done {
-		done = 1
+// encodePages frames shard pages: uvarint page count, per page uvarint
+// len(next) ‖ next ‖ done byte ‖ uvarint row count, then every page's rows
+// in one transfer.EncodeBatch.
+func encodePages(pages []outbox.ShardPage) []byte {
+	var rows []outbox.Row
+	n := 16
+	for _, p := range pages {
+		rows = append(rows, p.Rows...)
+		n += 24 + len(p.Next)
 	}
-	b = append(b, done)
-	return transfer.EncodeBatch(b, p.Rows)
+	b := make([]byte, 0, n+transfer.EncodedSize(rows))
+	b = binary.AppendUvarint(b, uint64(len(pages)))
+	for _, p := range pages {
+		b = binary.AppendUvarint(b, uint64(len(p.Next)))
+		b = append(b, p.Next...)
+		done := byte(0)
+		if p.Done {
+			done = 1
+		}
+		b = append(b, done)
+		b = binary.AppendUvarint(b, uint64(len(p.Rows)))
+	}
+	return transfer.EncodeBatch(b, rows)
 }
 
-func decodePage(b []byte) (outbox.ShardPage, error) {
+func decodePages(b []byte) ([]outbox.ShardPage, error) {
+	bad := errors.New("malformed shard pages")
 	n, k := binary.Uvarint(b)
-	if k <= 0 || n > uint64(len(b)-k) || len(b)-k-int(n) < 1 {
-		return outbox.ShardPage{}, errors.New("malformed shard page header")
+	if k <= 0 || n > uint64(len(b)) {
+		return nil, bad
 	}
 	b = b[k:]
-	p := outbox.ShardPage{Next: append([]byte(nil), b[:n]...)}
-	b = b[n:]
-	if b[0] > 1 {
-		return p, errors.New("malformed shard page: done flag")
+	pages := make([]outbox.ShardPage, n)
+	counts := make([]uint64, n)
+	total := uint64(0)
+	for i := range pages {
+		ln, k := binary.Uvarint(b)
+		if k <= 0 || ln > uint64(len(b)-k) {
+			return nil, bad
+		}
+		b = b[k:]
+		pages[i].Next = append([]byte(nil), b[:ln]...)
+		b = b[ln:]
+		if len(b) == 0 || b[0] > 1 {
+			return nil, bad
+		}
+		pages[i].Done = b[0] == 1
+		b = b[1:]
+		c, k := binary.Uvarint(b)
+		if k <= 0 {
+			return nil, bad
+		}
+		b = b[k:]
+		counts[i] = c
+		total += c
 	}
-	p.Done = b[0] == 1
-	rows, err := transfer.DecodeBatch(b[1:], 0)
+	rows, err := transfer.DecodeBatch(b, 0)
 	if err != nil {
-		return p, err
+		return nil, err
 	}
-	p.Rows = rows
-	return p, nil
+	if uint64(len(rows)) != total {
+		return nil, fmt.Errorf("%w: %d rows for pages counting %d", bad, len(rows), total)
+	}
+	for i := range pages {
+		pages[i].Rows, rows = rows[:counts[i]:counts[i]], rows[counts[i]:]
+	}
+	return pages, nil
 }
 
 func readBatch(w http.ResponseWriter, req *http.Request, limit int64) ([]outbox.Row, bool) {
@@ -428,21 +476,32 @@ func (p *HTTPPeers) States(ctx context.Context, addr string, shards []uint32) (S
 	return out, err
 }
 
-// ReadShard implements Peers.
-func (p *HTTPPeers) ReadShard(ctx context.Context, addr string, r outbox.ShardRead) (outbox.ShardPage, error) {
-	body, err := json.Marshal(readReq{Shard: r.Shard, After: r.After, MaxRows: r.MaxRows, MaxBytes: r.MaxBytes})
+// ReadShards implements Peers.
+func (p *HTTPPeers) ReadShards(ctx context.Context, addr string, reads []outbox.ShardRead, maxRows, maxBytes int) ([]outbox.ShardPage, error) {
+	var in readReq
+	in.MaxRows, in.MaxBytes = maxRows, maxBytes
+	for _, rd := range reads {
+		in.Reads = append(in.Reads, struct {
+			Shard uint32 `json:"shard"`
+			After []byte `json:"after,omitempty"`
+		}{rd.Shard, rd.After})
+	}
+	body, err := json.Marshal(in)
 	if err != nil {
-		return outbox.ShardPage{}, err
+		return nil, err
 	}
 	data, err := p.post(ctx, addr, "read", "application/json", body)
 	if err != nil {
-		return outbox.ShardPage{Next: r.After}, err
+		return nil, err
 	}
-	page, err := decodePage(data)
+	pages, err := decodePages(data)
 	if err != nil {
-		return outbox.ShardPage{Next: r.After}, fmt.Errorf("read %s: %w", addr, err)
+		return nil, fmt.Errorf("read %s: %w", addr, err)
 	}
-	return page, nil
+	if len(pages) > len(reads) {
+		return nil, fmt.Errorf("read %s: %d pages for %d reads", addr, len(pages), len(reads))
+	}
+	return pages, nil
 }
 
 // Keys implements Peers.

@@ -30,9 +30,12 @@ type Peers interface {
 	// States returns the member's state of shards (nil: every shard it
 	// holds or is a replica of): digest and whether it counts as synced.
 	States(ctx context.Context, addr string, shards []uint32) (StatesReply, error)
-	// ReadShard reads one page of a shard on the member (a copy read:
-	// nothing marked), for shard sync.
-	ReadShard(ctx context.Context, addr string, p outbox.ShardRead) (outbox.ShardPage, error)
+	// ReadShards reads pages of shards on the member (copy reads: nothing
+	// marked), for shard sync: reads[i] from its After, in order, sharing
+	// one budget of maxRows rows and maxBytes bytes (a page holds at least
+	// one row when one remains). It stops once the budget is spent, so it
+	// may return fewer pages than reads; pages[i] answers reads[i].
+	ReadShards(ctx context.Context, addr string, reads []outbox.ShardRead, maxRows, maxBytes int) ([]outbox.ShardPage, error)
 	// Keys returns one page of the key/version list of a shard on the
 	// member, for repair.
 	Keys(ctx context.Context, addr string, shard uint32, after []byte, maxKeys int) (KeyPage, error)

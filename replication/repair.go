@@ -114,7 +114,8 @@ func (r *Replicator) pollRound(ctx context.Context) {
 			key := syncKey{s, p}
 			st, _ := stateOf(rep, s)
 			d := mine[s]
-			if !r.synced[s] || (st.Rows == d.Rows && st.Sum == d.Sum) {
+			if !r.synced[s] || !st.Synced || (st.Rows == d.Rows && st.Sum == d.Sum) {
+				// Equal, or a side still syncing (the sync brings it).
 				delete(r.mismatch, key)
 				continue
 			}

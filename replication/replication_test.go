@@ -310,6 +310,7 @@ func TestDrain(t *testing.T) {
 	if left, _ := c.nodes["c"].repl.Leftovers(ctx); len(left) != 0 {
 		t.Fatalf("after the drain %d shards hold rows", len(left))
 	}
+	waitSynced(t, c) // a and b rebalance between them too
 	for _, r := range rows {
 		if h := c.holders(r.DispatchKey); len(h) != 1 || h[0] == "c" {
 			t.Fatalf("row %s held by %v after the drain", r.DispatchKey, h)
@@ -379,7 +380,7 @@ func TestRaiseFactor(t *testing.T) {
 // A one-node cluster (not seeded) works with one copy and says it is
 // under-replicated.
 func TestOneNodeCluster(t *testing.T) {
-	c := &tcluster{t: t, shards: 8, factor: 2, nodes: map[string]*tnode{}}
+	c := &tcluster{t: t, shards: 8, factor: 2, nodes: map[string]*tnode{}, limits: transferLimits()}
 	c.opts = func(cfg *replication.Config) { cfg.Seeded = false }
 	c.add("solo")
 	c.apply()

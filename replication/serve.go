@@ -84,13 +84,37 @@ func (r *Replicator) States(ctx context.Context, shards []uint32) (StatesReply, 
 	return rep, nil
 }
 
-// ReadShardCopy answers Peers.ReadShard: a copy read (never marking).
-func (r *Replicator) ReadShardCopy(ctx context.Context, p outbox.ShardRead) (outbox.ShardPage, error) {
-	if p.Shard >= r.cfg.ShardCount {
-		return outbox.ShardPage{}, fmt.Errorf("shard %d ≥ shard count %d", p.Shard, r.cfg.ShardCount)
+// ReadShardsCopy answers Peers.ReadShards: copy reads (never marking) of
+// reads in order, sharing maxRows and maxBytes (≤ 0: Limits).
+func (r *Replicator) ReadShardsCopy(ctx context.Context, reads []outbox.ShardRead, maxRows, maxBytes int) ([]outbox.ShardPage, error) {
+	if maxRows <= 0 {
+		maxRows = r.cfg.Limits.MaxRows
 	}
-	p.Mark = false
-	return r.cfg.Store.ReadShard(ctx, p)
+	if maxBytes <= 0 {
+		maxBytes = r.cfg.Limits.MaxBytes
+	}
+	var pages []outbox.ShardPage
+	rows, size := 0, 0
+	for _, p := range reads {
+		if rows >= maxRows || size >= maxBytes {
+			break
+		}
+		if p.Shard >= r.cfg.ShardCount {
+			return nil, fmt.Errorf("shard %d ≥ shard count %d", p.Shard, r.cfg.ShardCount)
+		}
+		p.Mark, p.MaxRows, p.MaxBytes = false, maxRows-rows, maxBytes-size
+		page, err := r.cfg.Store.ReadShard(ctx, p)
+		if err != nil {
+			return nil, fmt.Errorf("read shard %d: %w", p.Shard, err)
+		}
+		rows += len(page.Rows)
+		size += bytesOf(page.Rows)
+		pages = append(pages, page)
+		if !page.Done && len(page.Rows) > 0 {
+			break // the budget ran out inside this shard
+		}
+	}
+	return pages, nil
 }
 
 // Keys answers Peers.Keys.

@@ -83,11 +83,37 @@ func (r *Replicator) syncRound(ctx context.Context) bool {
 		r.log.Warn("shard sync: read local digests", "err", err)
 		return false
 	}
+	// Shards we hold none of, with one synced source, are copied in bulk
+	// (a stream per source); the rest one at a time.
+	bulk := map[string][]uint32{}
+	var each []uint32
+	for _, s := range need {
+		src, theirs, ok := r.bulkSource(v, s, states)
+		if ok && mine[s].Rows == 0 && theirs.Rows > 0 {
+			bulk[src] = append(bulk[src], s)
+		} else {
+			each = append(each, s)
+		}
+	}
 	var mu sync.Mutex
 	failed := 0
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(r.cfg.SyncConcurrency)
-	for _, s := range need {
+	for src, list := range bulk {
+		g.Go(func() error {
+			n, err := r.bulkCopy(gctx, v, src, list)
+			if err != nil {
+				mu.Lock()
+				failed += n
+				mu.Unlock()
+				if gctx.Err() == nil {
+					r.log.Info("bulk shard sync incomplete; retrying", "from", src, "shards", len(list), "unfinished", n, "err", err)
+				}
+			}
+			return nil
+		})
+	}
+	for _, s := range each {
 		if gctx.Err() != nil {
 			break
 		}
@@ -109,6 +135,25 @@ func (r *Replicator) syncRound(ctx context.Context) bool {
 		wake(r.pollWake)
 	}
 	return failed == 0 && r.view.Load() == v
+}
+
+// bulkSource returns the synced replica a shard would sync from (the
+// first of the set, primary first, that answered synced) and its state.
+func (r *Replicator) bulkSource(v *View, shard uint32, states map[string]StatesReply) (string, ShardState, bool) {
+	for _, p := range v.set(shard) {
+		if p == v.Self {
+			continue
+		}
+		rep, ok := states[p]
+		if !ok {
+			continue
+		}
+		st, _ := stateOf(rep, shard)
+		if rep.Joined && st.Replica && st.Synced {
+			return p, st, true
+		}
+	}
+	return "", ShardState{}, false
 }
 
 // gatherStates asks peers for their states of shards, concurrently. A
@@ -291,7 +336,14 @@ type remoteReader struct {
 func (rr remoteReader) ReadShard(ctx context.Context, p outbox.ShardRead) (outbox.ShardPage, error) {
 	cctx, cancel := context.WithTimeout(ctx, rr.r.cfg.CallTimeout)
 	defer cancel()
-	return rr.r.cfg.Peers.ReadShard(cctx, rr.addr, p)
+	pages, err := rr.r.cfg.Peers.ReadShards(cctx, rr.addr, []outbox.ShardRead{p}, p.MaxRows, p.MaxBytes)
+	if err != nil {
+		return outbox.ShardPage{Next: p.After}, err
+	}
+	if len(pages) != 1 {
+		return outbox.ShardPage{Next: p.After}, fmt.Errorf("read of shard %d answered %d pages", p.Shard, len(pages))
+	}
+	return pages[0], nil
 }
 
 // localSink merges pages into the local store: a transfer.Sink.
