@@ -426,13 +426,56 @@ func (c *Cluster) SetLeaving(ctx context.Context) error {
 	c.meta.Store(&meta)
 	c.metaMu.Unlock()
 
-	err = c.ml.UpdateNode(timeoutOf(ctx, 5*time.Second))
+	err = c.announce(ctx, "leaving state", c.ml.UpdateNode)
 	c.Recompute()
 	c.log.Info("node is leaving: it owns no shards now")
 	if err != nil {
 		return fmt.Errorf("announce leaving state of node %q: %w", c.name, err)
 	}
 	return nil
+}
+
+// announce runs send (memberlist's UpdateNode or Leave, which queue a
+// broadcast and wait for it to go out) with a bounded wait:
+// leaveBroadcastRounds gossip intervals (at least minLeaveBroadcastWait),
+// ctx's deadline if sooner (default 5 s), and only two gossip intervals
+// when no peer needs the news (every live peer is leaving, or there is
+// none). memberlist gossips only to live peers: a broadcast queued while
+// the last peers leave can never go out (a whole cluster stopped at once,
+// issue #16 item 6), so a timeout with no live peer left, or with only
+// leaving peers, is not an error: nobody is left who would act on it.
+func (c *Cluster) announce(ctx context.Context, what string, send func(time.Duration) error) error {
+	bound := min(timeoutOf(ctx, 5*time.Second), max(leaveBroadcastRounds*c.cfg.GossipInterval, minLeaveBroadcastWait))
+	nobodyNeeds := c.peersAllLeaving()
+	if nobodyNeeds {
+		bound = min(bound, 2*c.cfg.GossipInterval)
+	}
+	err := send(bound)
+	if err == nil {
+		return nil
+	}
+	if nobodyNeeds || c.peersAllLeaving() {
+		c.log.Info("broadcast not confirmed: no live peer that is not leaving is left to tell", "what", what, "error", err)
+		return nil
+	}
+	return err
+}
+
+// peersAllLeaving reports whether every live peer (other than this node)
+// declares itself leaving in its meta; true with no live peer at all. It
+// reads the Cluster's copy of memberlist's view, never memberlist itself,
+// so it is safe anywhere but inside a memberlist callback.
+func (c *Cluster) peersAllLeaving() bool {
+	for _, p := range c.livePeers() {
+		if p.name == c.name {
+			continue
+		}
+		if m, err := decodeMeta(p.meta); err == nil && m.State == MemberLeaving {
+			continue
+		}
+		return false
+	}
+	return true
 }
 
 // Leave leaves the cluster gracefully: it stops the join loop, gives
@@ -443,11 +486,18 @@ func (c *Cluster) SetLeaving(ctx context.Context) error {
 // safe to repeat. ctx bounds the whole call (default 5 s without a
 // deadline); the wait for the leave broadcast is bounded by
 // leaveBroadcastRounds gossip intervals (at least minLeaveBroadcastWait)
-// as well. Errors: ErrShutdown, or
-// memberlist's leave timed out while a live peer remained. When every peer
-// left or died while the broadcast was queued (a whole cluster stopped at
-// once), memberlist has nobody to gossip it to and nobody needs it: that
-// is not an error.
+// as well.
+//
+// A node whose peers are all leaving or gone leaves at once: no config
+// flush, two gossip intervals at most for the leave broadcast and no
+// propagation delay, since nobody is left who would act on them (a whole
+// cluster stopped together, issue #16 item 6). When every peer left or
+// died while the broadcast was queued, memberlist has nobody to gossip it
+// to: that is not an error either. A node the cluster never accepted
+// (Accepted false: its name is held at another address) sends no leave
+// at all: its leave would carry that name and could evict the member the
+// cluster does hold under it. Errors: ErrShutdown, or memberlist's leave
+// timed out while a live, active peer remained.
 func (c *Cluster) Leave(ctx context.Context) error {
 	c.lifeMu.Lock()
 	defer c.lifeMu.Unlock()
@@ -459,11 +509,13 @@ func (c *Cluster) Leave(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeoutOf(ctx, 5*time.Second))
 	defer cancel()
+	start := time.Now()
+	nobodyNeeds := c.peersAllLeaving()
 
 	// Bounded flush of queued config broadcasts (STYLE §7 stop order): a
 	// message needs about two gossip rounds to use up its transmits; with
 	// no peer it would never go out, so skip it then.
-	if c.numMembers.Load() > 1 {
+	if !nobodyNeeds && c.numMembers.Load() > 1 {
 		deadline := time.After(10 * c.cfg.GossipInterval)
 		flush := time.NewTicker(c.cfg.GossipInterval)
 	flushing:
@@ -479,23 +531,15 @@ func (c *Cluster) Leave(ctx context.Context) error {
 		flush.Stop()
 	}
 
-	start := time.Now()
-	err := c.ml.Leave(min(timeoutOf(ctx, 5*time.Second), max(leaveBroadcastRounds*c.cfg.GossipInterval, minLeaveBroadcastWait)))
-	if err != nil && len(c.ml.Members()) == 0 {
-		// memberlist gossips only to live peers: once the others have left
-		// (they marked themselves left, and we heard it) the broadcast can
-		// never go out, and there is no one left to tell.
-		c.log.Info("leave broadcast not sent: no live peer is left to tell", "error", err)
-		err = nil
-	}
-	if err == nil && c.numMembers.Load() > 1 {
+	err := c.announce(ctx, "leave", c.ml.Leave)
+	if err == nil && !nobodyNeeds && c.numMembers.Load() > 1 {
 		select {
 		case <-ctx.Done():
 		case <-time.After(c.cfg.LeavePropagateDelay):
 		}
 	}
 	c.Recompute()
-	c.log.Info("left the cluster", "took", time.Since(start).String(), "error", err)
+	c.log.Info("left the cluster", "took", time.Since(start).String(), "peers_all_leaving", nobodyNeeds, "error", err)
 	if err != nil {
 		return fmt.Errorf("leave cluster as node %q: %w", c.name, err)
 	}
