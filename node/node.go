@@ -15,7 +15,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/go-sockaddr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -292,13 +291,14 @@ func (n *Node) clusterConfig(httpBound *net.TCPAddr) (*cluster.Config, error) {
 	} else if ip := net.ParseIP(host); ip != nil && !ip.IsUnspecified() {
 		advIP = host
 	} else {
-		// Bound to every interface: advertise a private IP as memberlist
-		// would, resolved here so the API address can use the same one.
-		priv, err := sockaddr.GetPrivateIP()
-		if err != nil || priv == "" {
-			priv = "127.0.0.1"
+		// Bound to every interface: advertise the default route's address,
+		// chosen here so the API address can use the same one, and say so.
+		ch, err := cluster.ChooseAdvertiseIP()
+		if err != nil {
+			return nil, err
 		}
-		c.AdvertiseAddr, c.AdvertisePort, advIP = priv, port, priv
+		n.logAdvertiseChoice(ch)
+		c.AdvertiseAddr, c.AdvertisePort, advIP = ch.IP, port, ch.IP
 	}
 	if port == 0 {
 		c.AdvertisePort = 0
@@ -326,6 +326,24 @@ func (n *Node) clusterConfig(httpBound *net.TCPAddr) (*cluster.Config, error) {
 	c.KV.Initial = initial
 	c.KV.Persister = configPersister{n.store}
 	return c, nil
+}
+
+// logAdvertiseChoice says which address a node bound to every interface
+// advertises, why, and which flags set it (issue #16 item 4): a warning
+// when several addresses were as good, since peers that cannot reach the
+// chosen one see this node as dead while it sees them alive.
+func (n *Node) logAdvertiseChoice(ch cluster.AdvertiseChoice) {
+	attrs := []any{"ip", ch.IP, "interface", ch.Interface, "reason", ch.Reason,
+		"set_with", "--advertise-gossip (and --advertise-http for the API)", "bound", n.cfg.GossipAddr}
+	switch {
+	case len(ch.Candidates) > 1:
+		n.log.Warn("several addresses could be advertised to peers; chose the first: set --advertise-gossip to choose",
+			append(attrs, "candidates", strings.Join(ch.Candidates, ","))...)
+	case ch.Reason == cluster.ReasonLoopback:
+		n.log.Warn("advertising loopback: only peers on this host can reach it; set --advertise-gossip", attrs...)
+	default:
+		n.log.Info("advertising gossip address", attrs...)
+	}
 }
 
 // heldClaimsStore is the store as the dispatcher sees it: a namespace's

@@ -556,6 +556,7 @@ type clusterView struct {
 	Members          []struct {
 		Name               string  `json:"name"`
 		APIAddr            string  `json:"api_addr"`
+		GossipAddr         string  `json:"gossip_addr"`
 		State              string  `json:"state"`
 		OwnedShards        int     `json:"owned_shards"`
 		OwnedShardFraction float64 `json:"owned_shard_fraction"`
