@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"slices"
@@ -89,6 +90,17 @@ type Cluster struct {
 	kv         *kv.Store
 	broadcasts *memberlist.TransmitLimitedQueue
 
+	// acceptance (accept.go)
+	accepted   atomic.Bool
+	acceptMu   sync.Mutex
+	answers    map[string]string    // peer name → the address it holds this node at ("" none)
+	conflicts  map[string]bool      // addresses memberlist saw this node's name at
+	heldLogged map[string]time.Time // rate limit of the "held elsewhere" log line
+	refusedErr error
+	refusedCh  chan struct{} // closed when refused for good
+	queries    chan memberQuery
+	acceptWake chan struct{} // 1-buffered
+
 	// peer admission
 	refuseMu      sync.Mutex
 	refusedLogged map[string]time.Time
@@ -129,7 +141,16 @@ func New(cfg *Config) (*Cluster, error) {
 		peers:         make(map[string]peer),
 		subs:          make(map[*subscriber]struct{}),
 		refusedLogged: make(map[string]time.Time),
+		answers:       make(map[string]string),
+		conflicts:     make(map[string]bool),
+		heldLogged:    make(map[string]time.Time),
+		refusedCh:     make(chan struct{}),
+		queries:       make(chan memberQuery, maxQueuedQueries),
+		acceptWake:    make(chan struct{}, 1),
 	}
+	// A node without seeds is a cluster of its own; one with seeds owns
+	// nothing until its peers confirm it (accept.go).
+	c.accepted.Store(len(cfg.Join) == 0)
 	c.loops = lifecycle.NewGroup(c.log)
 	meta, err := c.encodeMeta(MemberActive)
 	if err != nil {
@@ -192,11 +213,13 @@ func New(cfg *Config) (*Cluster, error) {
 		{Name: "kv-collect", Run: c.kv.RunCollect},
 		{Name: "recompute", Run: c.recomputeLoop},
 		{Name: "memberlist", Run: c.memberlistLoop},
+		{Name: "member-answers", Run: c.answerLoop},
+		{Name: "accept", Run: c.acceptLoop},
 	} {
 		_ = c.loops.Go(nil, l) // a fresh group is never stopped
 	}
 	st := c.kv.Stats()
-	c.log.Info("cluster node created", "gossip_addr", c.GossipAddr(), "api_addr", cfg.APIAddr,
+	c.log.Info("cluster node created", "gossip_addr", c.GossipAddr(), "api_addr", cfg.APIAddr, "accepted", c.accepted.Load(),
 		"shard_count", cfg.ShardCount, "config_entries", st.Live, "config_tombstones", st.Tombstones)
 	return c, nil
 }
@@ -318,6 +341,9 @@ func (c *Cluster) rejoinOnce(ctx context.Context) {
 // answered; when a peer was refused during the attempt the error wraps
 // ErrShardCountMismatch, ErrProtocolMismatch or ErrBadMeta, and when a
 // seed answered but the state exchange with it failed, ErrStateExchange.
+// A join that answered returns ErrNameConflict when the cluster holds
+// this node's name at another address where a live node answers to it
+// (the node is refused for good: Refused).
 // memberlist's
 // join is bounded by Config.TCPTimeout per address and cannot be
 // interrupted, so ctx is checked only while resolving. Errors also:
@@ -349,7 +375,7 @@ func (c *Cluster) joinAddrs(targets []string) (int, error) {
 	}
 	n, err := c.ml.Join(targets)
 	if err == nil {
-		return n, nil
+		return n, c.checkJoinConflicts()
 	}
 	c.refuseMu.Lock()
 	r := c.lastRefusal
@@ -365,6 +391,25 @@ func (c *Cluster) joinAddrs(targets []string) (int, error) {
 		}
 	}
 	return n, fmt.Errorf("join %v: %w", targets, err)
+}
+
+// checkJoinConflicts runs after a join that answered: if the merged
+// state held this node's name at another address (memberlist reported a
+// conflict), it pings that address at once, so Join itself reports a live
+// duplicate (ErrNameConflict) instead of leaving it to the accept loop.
+// An accepted node is the one the cluster holds: a conflict is the
+// other's problem.
+func (c *Cluster) checkJoinConflicts() error {
+	if err := c.RefusedErr(); err != nil {
+		return err
+	}
+	if c.accepted.Load() {
+		return nil
+	}
+	c.acceptMu.Lock()
+	addrs := slices.Sorted(maps.Keys(c.conflicts))
+	c.acceptMu.Unlock()
+	return c.checkHeldElsewhere(context.Background(), addrs)
 }
 
 // resolve turns host:port addresses into ip:port ones, every IP of a DNS
@@ -531,6 +576,11 @@ func (c *Cluster) Leave(ctx context.Context) error {
 		flush.Stop()
 	}
 
+	if !c.accepted.Load() {
+		c.Recompute()
+		c.log.Info("left without a leave message: the cluster never accepted this node", "refused", c.RefusedErr())
+		return nil
+	}
 	err := c.announce(ctx, "leave", c.ml.Leave)
 	if err == nil && !nobodyNeeds && c.numMembers.Load() > 1 {
 		select {

@@ -364,13 +364,17 @@ fairshard_cluster_config_entries 2
 # TYPE fairshard_cluster_config_updates_total counter
 fairshard_cluster_config_updates_total{source="local"} 2
 fairshard_cluster_config_updates_total{source="remote"} 0
+# HELP fairshard_cluster_accepted 1 once the cluster has accepted this node as a member (it may own shards); 0 while its peers have not confirmed it, e.g. while they still hold its name at another address.
+# TYPE fairshard_cluster_accepted gauge
+fairshard_cluster_accepted 1
 # HELP fairshard_cluster_members Live cluster members as this node sees them, by declared state: active, leaving. Suspect members count as live until declared dead.
 # TYPE fairshard_cluster_members gauge
 fairshard_cluster_members{state="active"} 0
 fairshard_cluster_members{state="leaving"} 1
-# HELP fairshard_cluster_refused_members_total Alive or merge messages of peers refused for an incompatible shard count, protocol version or unreadable meta.
+# HELP fairshard_cluster_refused_members_total Alive or merge messages of peers refused for an incompatible shard count, protocol version or unreadable meta, and node names claimed from a second address (name_conflict).
 # TYPE fairshard_cluster_refused_members_total counter
 fairshard_cluster_refused_members_total{reason="bad_meta"} 0
+fairshard_cluster_refused_members_total{reason="name_conflict"} 0
 fairshard_cluster_refused_members_total{reason="protocol_version"} 0
 fairshard_cluster_refused_members_total{reason="shard_count"} 0
 # HELP fairshard_owned_shard_fraction Owned shards over the shard count, in [0, 1]; 0 while the node is leaving.
@@ -387,7 +391,7 @@ fairshard_ownership_changes_total 1
 fairshard_ownership_shards_moved_total 1024
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
-		"fairshard_cluster_config_entries", "fairshard_cluster_config_updates_total", "fairshard_cluster_members",
+		"fairshard_cluster_config_entries", "fairshard_cluster_config_updates_total", "fairshard_cluster_accepted", "fairshard_cluster_members",
 		"fairshard_cluster_refused_members_total", "fairshard_owned_shard_fraction", "fairshard_owned_shards",
 		"fairshard_ownership_changes_total", "fairshard_ownership_shards_moved_total"); err != nil {
 		t.Fatal(err)

@@ -15,8 +15,9 @@ import (
 // version ([ErrProtocolMismatch]); bump it whenever any of the three
 // changes incompatibly. Version 2: the config gossip moved to package kv
 // (kv.WireVersion 2: tombstones carry their deletion time, full states
-// their sender).
-const ProtocolVersion uint8 = 2
+// their sender). Version 3: a joining node owns nothing until every peer
+// answers its member query (accept.go), which version 2 nodes ignore.
+const ProtocolVersion uint8 = 3
 
 // metaFormat is the first byte of encoded node meta. A decoder reads the
 // fields it knows and ignores trailing bytes, so a later format may append
