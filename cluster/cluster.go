@@ -293,8 +293,8 @@ func (c *Cluster) joinLoop(ctx context.Context) error {
 			return nil
 		case <-timer.C:
 		}
-		if c.left.Load() || c.shutdown.Load() {
-			return nil
+		if c.left.Load() || c.shutdown.Load() || c.RefusedErr() != nil {
+			return nil // a refused node has nothing to re-join (accept.go)
 		}
 		c.rejoinOnce(ctx)
 		// ±10% jitter so restarted nodes do not re-join in lockstep.
@@ -325,6 +325,8 @@ func (c *Cluster) rejoinOnce(ctx context.Context) {
 	}
 	n, err := c.joinAddrs(missing)
 	switch {
+	case errors.Is(err, ErrNameConflict):
+		// refuseSelf logged it; the loop stops
 	case err != nil && isolated:
 		c.log.Warn("isolated and joining the seeds failed; retrying", "targets", missing,
 			"retry_in", c.cfg.RejoinInterval.String(), "error", err)

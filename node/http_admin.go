@@ -504,6 +504,7 @@ func (n *Node) handleCluster(w http.ResponseWriter, r *http.Request) {
 	pending := len(foreign) + int(n.inTransferShards.Load())
 	writeJSON(w, http.StatusOK, map[string]any{
 		"node":              n.name,
+		"accepted":          snap.Accepted,
 		"shard_count":       snap.ShardCount,
 		"ownership_version": snap.Version,
 		"members":           members,

@@ -52,6 +52,7 @@ type Node struct {
 	routePatterns []string
 
 	handoffWake chan struct{}
+	failed      chan error // Failed; 1-buffered
 	intake      intakeGate
 	draining    atomic.Bool
 	ready       atomic.Bool
@@ -91,7 +92,7 @@ func New(cfg Config, log *slog.Logger) (*Node, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	n := &Node{cfg: cfg, log: log, reg: prometheus.NewRegistry(), handoffWake: make(chan struct{}, 1), handoffSem: make(chan struct{}, 1)}
+	n := &Node{cfg: cfg, log: log, reg: prometheus.NewRegistry(), handoffWake: make(chan struct{}, 1), handoffSem: make(chan struct{}, 1), failed: make(chan error, 1)}
 	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	n.m = newNodeMetrics(n.reg)
 

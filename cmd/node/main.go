@@ -242,7 +242,14 @@ func serve(args, environ []string, stdout, stderr io.Writer) int {
 		_ = n.Close()
 		return 1
 	}
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case err := <-n.Failed():
+		log.Error("stopping: the node cannot serve", "err", err)
+		fmt.Fprintf(stderr, "fairshard: %v\n", err)
+		_ = n.Close()
+		return 1
+	}
 	stop() // a second signal now kills the process at once (default action)
 	log.Info("signal received: draining; a second signal exits at once", "grace", cfg.ShutdownGrace)
 	hard := make(chan os.Signal, 1)

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -68,4 +69,61 @@ func TestWholeClusterStopsTogether(t *testing.T) {
 			t.Errorf("%s logged an incomplete shutdown:\n%s", p.name, tailFile(p.logPath, 30))
 		}
 	}
+}
+
+// Issue #13 item 2: two nodes started with one --node-name (the default is
+// the hostname, so two containers or VMs cloned from one image collide).
+// Before the fix both became ready and each owned every shard. The
+// newcomer is refused at join: it exits 1 saying the name is used by a
+// live member and pointing at --node-name, and the cluster's view (members,
+// their addresses, ownership) does not change.
+func TestDuplicateNodeNameRefused(t *testing.T) {
+	c := newCluster(t, clusterOpts{Shards: 256})
+	for i := range 3 {
+		c.startNode(fmt.Sprintf("dup-%d", i))
+	}
+	c.waitConverged(20 * time.Second)
+	before := map[string]clusterView{}
+	for _, p := range c.members() {
+		v, err := c.clusterView(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before[p.name] = v
+	}
+
+	// Same name as dup-1, its own address, data dir and log.
+	twin := c.startNode("dup-1", expectRefusal(), func(p *proc) {
+		p.dataDir = filepath.Join(p.c.dir, "dup-1-twin", "data")
+		p.logPath = filepath.Join(p.c.dir, "dup-1-twin.log")
+	})
+	t.Logf("the twin's last words:\n%s", tailFile(twin.logPath, 4))
+	if code := twin.exitStatus(); code != 1 {
+		t.Errorf("the second dup-1 exited with %d; want 1", code)
+	}
+	log := tailFile(twin.logPath, 60)
+	for _, want := range []string{`node name "dup-1" is already used by a live member`, "--node-name"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the second dup-1's last words lack %q:\n%s", want, log)
+		}
+	}
+	consistently(t, 2*time.Second, "the cluster's view with the first dup-1 only", func() (bool, string) {
+		for _, p := range c.members() {
+			v, err := c.clusterView(p)
+			if err != nil {
+				return false, err.Error()
+			}
+			b := before[p.name]
+			if v.OwnershipVersion != b.OwnershipVersion || v.memberSet() != b.memberSet() {
+				return false, fmt.Sprintf("%s: ownership_version %d → %d, members %s → %s",
+					p.name, b.OwnershipVersion, v.OwnershipVersion, b.memberSet(), v.memberSet())
+			}
+			for _, m := range v.Members {
+				if m.Name == "dup-1" && m.GossipAddr != c.members()[1].gossipAddr {
+					return false, fmt.Sprintf("%s holds dup-1 at %s", p.name, m.GossipAddr)
+				}
+			}
+		}
+		return true, ""
+	})
 }
