@@ -66,6 +66,7 @@ type Cluster struct {
 	protocol uint8
 	log      *slog.Logger
 	ml       *memberlist.Memberlist
+	keyring  *memberlist.Keyring // nil without gossip encryption
 	dials    *dialTracker
 	metrics  *metrics
 
@@ -152,6 +153,11 @@ func New(cfg *Config) (*Cluster, error) {
 	// nothing until its peers confirm it (accept.go).
 	c.accepted.Store(len(cfg.Join) == 0)
 	c.loops = lifecycle.NewGroup(c.log)
+	keyring, err := newKeyring(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: gossip keys: %v", ErrInvalidConfig, err)
+	}
+	c.keyring = keyring
 	meta, err := c.encodeMeta(MemberActive)
 	if err != nil {
 		return nil, err
@@ -180,6 +186,7 @@ func New(cfg *Config) (*Cluster, error) {
 
 	d := &delegate{c: c}
 	mc.Delegate, mc.Events, mc.Alive, mc.Merge, mc.Conflict = d, &events{c: c}, d, d, d
+	mc.Keyring, mc.SecretKey = keyring, nil
 	mc.LogOutput = nil
 	mc.Logger = log.New(&logBridge{l: c.log.With("component", "memberlist")}, "", 0)
 	if mc.Transport == nil {
@@ -219,7 +226,7 @@ func New(cfg *Config) (*Cluster, error) {
 		_ = c.loops.Go(nil, l) // a fresh group is never stopped
 	}
 	st := c.kv.Stats()
-	c.log.Info("cluster node created", "gossip_addr", c.GossipAddr(), "api_addr", cfg.APIAddr, "accepted", c.accepted.Load(),
+	c.log.Info("cluster node created", "gossip_addr", c.GossipAddr(), "api_addr", cfg.APIAddr, "accepted", c.accepted.Load(), "gossip_keys", c.GossipKeys(),
 		"shard_count", cfg.ShardCount, "config_entries", st.Live, "config_tombstones", st.Tombstones)
 	return c, nil
 }
@@ -245,6 +252,7 @@ func (c *Cluster) encodeMeta(state MemberState) ([]byte, error) {
 		State:      state,
 		Name:       c.name,
 		APIAddr:    c.cfg.APIAddr,
+		GossipKeys: c.GossipKeys(),
 	}.encodeChecked()
 }
 

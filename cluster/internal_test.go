@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -66,6 +67,15 @@ func TestConfigValidation(t *testing.T) {
 		{"advertise address is a name", func(c *Config) { c.AdvertiseAddr = "node.example" }, "AdvertiseAddr"},
 		{"advertise port negative", func(c *Config) { c.AdvertisePort = -1 }, "AdvertisePort"},
 		{"secret key of 10 bytes", func(c *Config) { c.SecretKey = make([]byte, 10) }, "SecretKey"},
+		{"gossip key of 20 bytes", func(c *Config) { c.GossipKeys = [][]byte{make([]byte, 16), make([]byte, 20)} }, "GossipKeys: key 2 is 20 bytes"},
+		{"gossip key twice", func(c *Config) { c.GossipKeys = [][]byte{make([]byte, 16), make([]byte, 16)} }, "GossipKeys: keys 1 and 2"},
+		{"too many gossip keys", func(c *Config) {
+			for i := range MaxGossipKeys + 1 {
+				c.GossipKeys = append(c.GossipKeys, bytes.Repeat([]byte{byte(i)}, 16))
+			}
+		}, "GossipKeys"},
+		{"secret key and gossip keys", func(c *Config) { c.SecretKey, c.GossipKeys = make([]byte, 16), [][]byte{make([]byte, 32)} }, "SecretKey and GossipKeys"},
+		{"own keyring", func(c *Config) { c.Keyring = &memberlist.Keyring{} }, "Keyring"},
 		{"api address without port", func(c *Config) { c.APIAddr = "node-1" }, "APIAddr"},
 		{"api address with port 0", func(c *Config) { c.APIAddr = "node-1:0" }, "APIAddr"},
 		{"api address too long", func(c *Config) { c.APIAddr = strings.Repeat("a", MaxAPIAddrBytes) + ":1" }, "APIAddr"},
@@ -133,6 +143,9 @@ func TestMetaCodec(t *testing.T) {
 			Name:       rapid.StringN(0, 40, MaxNodeNameBytes).Draw(t, "name"),
 			APIAddr:    rapid.StringN(0, 60, MaxAPIAddrBytes).Draw(t, "api"),
 		}
+		for range rapid.IntRange(0, MaxGossipKeys).Draw(t, "keys") {
+			m.GossipKeys = append(m.GossipKeys, KeyFingerprint(rapid.SliceOfN(rapid.Byte(), 16, 16).Draw(t, "key")))
+		}
 		b, err := m.encodeChecked()
 		if err != nil {
 			t.Fatal(err)
@@ -140,7 +153,7 @@ func TestMetaCodec(t *testing.T) {
 		// A later format may append fields: trailing bytes are ignored.
 		b = append(b, rapid.SliceOfN(rapid.Byte(), 0, 8).Draw(t, "trailer")...)
 		got, err := decodeMeta(b)
-		if err != nil || got != m {
+		if err != nil || !reflect.DeepEqual(got, m) {
 			t.Fatalf("decode(encode(%+v)) = %+v, %v", m, got, err)
 		}
 	}))
@@ -150,11 +163,13 @@ func TestMetaCodec(t *testing.T) {
 	t.Run("bad inputs are errors", func(t *testing.T) {
 		good := nodeMeta{Protocol: 1, ShardCount: 8, Name: "n", APIAddr: "a:1"}.encode()
 		for name, b := range map[string][]byte{
-			"empty":        nil,
-			"other format": append([]byte{9}, good[1:]...),
-			"truncated":    good[:len(good)-2],
-			"bad state":    {metaFormat, 1, 8, 7, 1, 'n', 0},
-			"bad utf-8":    {metaFormat, 1, 8, 0, 1, 0xff, 0},
+			"empty":         nil,
+			"other format":  append([]byte{9}, good[1:]...),
+			"truncated":     good[:len(good)-2],
+			"bad state":     {metaFormat, 1, 8, 7, 1, 'n', 0},
+			"bad utf-8":     {metaFormat, 1, 8, 0, 1, 0xff, 0},
+			"cut key":       append(slices.Clone(good[:len(good)-1]), 1, 0xab, 0xcd), // good ends with its key count, 0
+			"too many keys": append(slices.Clone(good[:len(good)-1]), MaxGossipKeys+1, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4),
 		} {
 			if _, err := decodeMeta(b); err == nil {
 				t.Errorf("%s: decoded without error", name)

@@ -18,6 +18,12 @@ type Member struct {
 	GossipAddr string
 	// State is its declared state: active (owns shards) or leaving.
 	State MemberState
+	// GossipKeys are the fingerprints (KeyFingerprint) of its gossip keys,
+	// comma-separated, primary first, as its node meta announces them;
+	// empty without encryption. A rotation step has reached every member
+	// when each lists the step's keys (keyring.go). A string keeps Member
+	// comparable.
+	GossipKeys string
 }
 
 // OwnershipSnapshot is one immutable view of membership and shard
@@ -175,7 +181,7 @@ func (c *Cluster) Recompute() *OwnershipSnapshot {
 		if err != nil || m.ShardCount != c.cfg.ShardCount || m.Protocol != c.protocol {
 			continue // never admitted; defensive
 		}
-		members = append(members, Member{Name: n.name, APIAddr: m.APIAddr, GossipAddr: n.addr, State: m.State})
+		members = append(members, Member{Name: n.name, APIAddr: m.APIAddr, GossipAddr: n.addr, State: m.State, GossipKeys: strings.Join(m.GossipKeys, ",")})
 		if m.State == MemberActive && (accepted || n.name != c.name) {
 			active = append(active, n.name) // not this node until it is accepted
 		}
