@@ -306,7 +306,7 @@ func (n *Node) clusterConfig(httpBound *net.TCPAddr) (*cluster.Config, error) {
 	}
 	c.Join = cfg.Join
 	c.ShardCount = cfg.Shards
-	c.SecretKey = cfg.GossipKey
+	c.GossipKeys = cfg.GossipKeys
 	c.Logger = n.log
 	c.Registerer = n.reg
 	// The API address peers use: explicit, else the bound HTTP port on the
