@@ -101,6 +101,9 @@ func (n *Node) Start(ctx context.Context) error {
 	n.wg.Go(func() { n.handoffLoop(handoffCtx) })
 	n.wg.Go(func() { _ = n.store.RunTombstoneGC(runCtx, time.Minute) })
 	n.wg.Go(func() { n.statsLoop(runCtx) })
+	if n.slotDir != "" {
+		n.wg.Go(func() { n.slotLeaseLoop(runCtx) })
+	}
 	n.ready.Store(true)
 	n.log.Info("node started", "members", len(n.ownership().Members))
 	return nil
@@ -333,6 +336,8 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	}
 	if err := n.cl.Leave(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("leave cluster: %w", err))
+	} else {
+		n.releaseSlot() // left: no longer a live member (slot.go)
 	}
 	if err := n.Close(); err != nil {
 		errs = append(errs, err)

@@ -53,6 +53,7 @@ type Node struct {
 
 	handoffWake chan struct{}
 	failed      chan error // Failed; 1-buffered
+	slotDir     string     // the claimed {slot} dir; "" without slots
 	intake      intakeGate
 	draining    atomic.Bool
 	ready       atomic.Bool
@@ -103,12 +104,18 @@ func New(cfg Config, log *slog.Logger) (*Node, error) {
 	n.store = store
 	if strings.Contains(cfg.DataDir, "{slot}") {
 		// A slot remembers the name of the node that first used it, so a
-		// recreated container (new hostname) rejoins as the same member.
+		// recreated container (new hostname) rejoins as the same member;
+		// its lease tells the next starts that a live member holds it.
 		if cfg.NodeName, err = slotNodeName(dir, cfg.NodeName); err != nil {
 			_ = store.Close()
 			return nil, err
 		}
 		n.cfg.NodeName = cfg.NodeName
+		if err := renewSlotLease(dir); err != nil {
+			_ = store.Close()
+			return nil, err
+		}
+		n.slotDir = dir
 	}
 
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
@@ -196,9 +203,10 @@ func (n *Node) GossipAddr() string { return n.cl.GossipAddr() }
 // Registry returns the node's metrics registry (served on /metrics).
 func (n *Node) Registry() *prometheus.Registry { return n.reg }
 
-// openStore resolves the data dir (claiming a free "{slot}" when the path
-// has one) and opens the bbolt store with a lock timeout, so a second
-// process on the same dir fails clearly instead of hanging.
+// openStore resolves the data dir (claiming a "{slot}" by the rule of
+// openSlot when the path has one) and opens the bbolt store with a lock
+// timeout, so a second process on the same dir fails clearly instead of
+// hanging.
 func openStore(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*boltstore.Store, string, error) {
 	opts := boltstore.Options{
 		ShardCount:         cfg.Shards,
@@ -211,38 +219,7 @@ func openStore(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*boltst
 		s, err := openIn(cfg.DataDir, opts)
 		return s, cfg.DataDir, err
 	}
-	// Slot mode (docker compose replicas sharing one volume): take the
-	// first slot whose file is not locked by another process.
-	opts.LockTimeout = 200 * time.Millisecond
-	for slot := 0; slot < 1024; slot++ {
-		dir := strings.ReplaceAll(cfg.DataDir, "{slot}", "slot-"+strconv.Itoa(slot))
-		s, err := openIn(dir, opts)
-		if errors.Is(err, boltstore.ErrLocked) {
-			continue
-		}
-		return s, dir, err
-	}
-	return nil, "", fmt.Errorf("data dir %s: every slot is in use", cfg.DataDir)
-}
-
-// slotNameFile, inside a slot data dir, holds the node name bound to it.
-const slotNameFile = "node-name"
-
-// slotNodeName returns the node name bound to a slot dir, binding name to
-// it on first use.
-func slotNodeName(dir, name string) (string, error) {
-	path := filepath.Join(dir, slotNameFile)
-	b, err := os.ReadFile(path)
-	if err == nil && len(strings.TrimSpace(string(b))) > 0 {
-		return strings.TrimSpace(string(b)), nil
-	}
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("read node name of slot %s: %w", dir, err)
-	}
-	if err := os.WriteFile(path, []byte(name+"\n"), 0o640); err != nil {
-		return "", fmt.Errorf("bind node name to slot %s: %w", dir, err)
-	}
-	return name, nil
+	return openSlot(cfg, opts, time.Now()) // slot.go
 }
 
 func openIn(dir string, opts boltstore.Options) (*boltstore.Store, error) {
