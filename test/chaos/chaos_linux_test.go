@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -149,7 +150,7 @@ func newRun(t *testing.T, rs runSettings, p plan) *run {
 		}
 	})
 	r.loadClient = mkClient(16)
-	nodeIndex := func(name string) uint8 {
+	nodeIndex := func(name string) nodeIdx {
 		if n := r.c.byName(name); n != nil {
 			return n.idx
 		}
@@ -247,7 +248,8 @@ func (r *run) execute() {
 	// pending or claimed anywhere (a late repeat delivery would come from
 	// those).
 	r.ld.stop()
-	go func() { time.Sleep(3 * time.Minute); cancelHard() }()
+	giveUp := time.AfterFunc(3*time.Minute, cancelHard) // the workers' retries end here
+	defer giveUp.Stop()
 	r.ld.wait()
 	r.waitDrained(3*time.Minute, "end")
 	r.locateMissing()
@@ -457,8 +459,12 @@ func (r *run) processStep(s planStep) {
 	n := r.c.byName(s.Node)
 	switch s.Kind {
 	case faultKill, faultKillWipe:
-		r.tl.add(evKill, []string{n.name}, "SIGKILL")
+		// Stamped once the process is reaped: an upper bound on its death,
+		// so a delivery the target saw start before it may be one the node
+		// had not committed (stamping before the signal, a descheduled
+		// goroutine made kills look earlier than deliveries they cut).
 		n.kill()
+		r.tl.add(evKill, []string{n.name}, "SIGKILL (process reaped)")
 		time.Sleep(s.Hold)
 		if s.Kind == faultKillWipe {
 			if err := os.RemoveAll(n.dataDir); err != nil {
@@ -471,9 +477,10 @@ func (r *run) processStep(s planStep) {
 		r.stopNode(n)
 		r.startNode(n)
 	case faultPause:
-		r.tl.add(evStop, []string{n.name}, "SIGSTOP for %v", s.Hold.Round(time.Millisecond))
 		n.setState(statePaused)
 		n.signal(syscall.SIGSTOP, false)
+		n.waitStopped(time.Second)
+		r.tl.add(evStop, []string{n.name}, "SIGSTOP for %v (stopped)", s.Hold.Round(time.Millisecond))
 		time.Sleep(s.Hold)
 		n.signal(syscall.SIGCONT, false)
 		if n.getState() == statePaused {
@@ -493,10 +500,26 @@ func (r *run) processStep(s planStep) {
 	case faultLeave:
 		r.topo.Lock()
 		defer r.topo.Unlock()
-		r.stopNode(n)
+		code := r.stopNode(n)
+		// README "Operations": a drain that could not hand everything off
+		// exits non-zero and its rows wait on disk until the node returns.
+		// An operator removing a node for good brings it back and stops it
+		// again; so does the nemesis, a few times.
+		for try := 1; code != 0 && try <= maxLeaveRetries; try++ {
+			r.tl.add(evNote, []string{n.name}, "leave incomplete (exit %d): its rows wait on its disk; back with its data dir to hand them off (try %d)", code, try)
+			r.startNode(n)
+			code = r.stopNode(n)
+		}
+		if code != 0 {
+			r.problem("leave-drained", "%s left for good after %d graceful stops that could not hand off every row; the rows stay on its disk", n.name, maxLeaveRetries+1)
+		}
 		n.setState(stateGone)
 	}
 }
+
+// maxLeaveRetries is how often a leave whose drain was incomplete is
+// retried (README "Operations": the node returns and hands its rows off).
+const maxLeaveRetries = 3
 
 // startNode starts n and waits for it to be ready.
 func (r *run) startNode(n *node) {
@@ -505,17 +528,19 @@ func (r *run) startNode(n *node) {
 	}
 }
 
-// stopNode stops n gracefully (SIGTERM) and records how it went.
-func (r *run) stopNode(n *node) {
+// stopNode stops n gracefully (SIGTERM), records how it went and returns
+// the exit code (-1: it did not exit in time and was killed).
+func (r *run) stopNode(n *node) int {
 	r.tl.add(evTerm, []string{n.name}, "SIGTERM")
 	start := time.Now()
 	code, err := n.term(stopTimeout)
 	if err != nil {
 		r.tl.add(evKill, []string{n.name}, "SIGKILL: %v", err)
 		r.problem("graceful-stop", "%v", err)
-		return
+		return -1
 	}
 	r.tl.add(evExit, []string{n.name}, "exit code %d after %v", code, time.Since(start).Round(time.Millisecond))
+	return code
 }
 
 // networkLane runs the network faults one after another.
@@ -714,6 +739,17 @@ func (r *run) report() {
 	for _, n := range r.c.all() {
 		fmt.Fprintf(&b, "\n---- tail of %s's log (%s) ----\n%s\n", n.name, n.logPath, tailFile(n.logPath, 25))
 	}
+	// Every violation in full, for the post-mortem, beside the node logs.
+	var full strings.Builder
+	fmt.Fprintf(&full, "seed %d; replay with:\n  %s\n\nfigures:\n%s\n\n", r.rs.Seed, r.rs.replayCommand(), formatFigures(f, h))
+	for _, v := range vs {
+		full.WriteString(formatViolation(h, v) + "\n\n")
+	}
+	fmt.Fprintf(&full, "fault timeline:\n%s", formatTimeline(h.events))
+	report := filepath.Join(r.dir, "report.txt")
+	if err := os.WriteFile(report, []byte(full.String()), 0o644); err == nil {
+		fmt.Fprintf(&b, "\nevery violation with its rows: %s\n", report)
+	}
 	t.Error(b.String())
 }
 
@@ -745,16 +781,22 @@ func formatFigures(f figures, h *history) string {
 		causes = append(causes, fmt.Sprintf("%s %d", c, n))
 	}
 	sort.Strings(causes)
+	var stops []string
+	for k, n := range f.GracefulStops {
+		stops = append(stops, fmt.Sprintf("%s: %d", k, n))
+	}
+	sort.Strings(stops)
 	conv := "never"
 	if f.Converged >= 0 {
 		conv = f.Converged.Round(time.Millisecond).String()
 	}
 	return fmt.Sprintf("  faults: %d (%s)\n  rows: %d sent, %d acknowledged (%d created, %d duplicate, %d accepted)\n"+
 		"  deliveries: %d answered, %d abandoned by the sender; repeat deliveries %d (%s)\n"+
-		"  in flight: %s\n  convergence after the final heal: %s (slowest after any fault healed with no other active: %v)",
+		"  in flight: %s\n  convergence after the final heal: %s (slowest after any fault healed with no other active: %v)\n"+
+		"  graceful stops: %s",
 		total, strings.Join(kinds, ", "), f.RowsSent, f.RowsAcked, f.ByAck[ackCreated], f.ByAck[ackDuplicate], f.ByAck[ackAccepted],
 		f.Deliveries, f.Abandoned, f.Duplicates, strings.Join(causes, ", "),
-		strings.Join(ns, "; "), conv, f.MaxEpisodeConverg.Round(time.Millisecond))
+		strings.Join(ns, "; "), conv, f.MaxEpisodeConverg.Round(time.Millisecond), strings.Join(stops, ", "))
 }
 
 // locateMissing asks the nodes where each acknowledged, undelivered row is
@@ -768,12 +810,15 @@ func (r *run) locateMissing() {
 			got[d.seq] = true
 		}
 	}
-	n := 0
+	var missing []int
 	for seq, row := range rows {
-		if row.ack == ackNone || got[seq] || n >= 8 {
-			continue
+		if row.ack != ackNone && !got[seq] {
+			missing = append(missing, seq)
 		}
-		n++
+	}
+	sort.Slice(missing, func(i, j int) bool { return rows[missing[i]].acked < rows[missing[j]].acked })
+	for _, seq := range firstInts(missing, 8) {
+		row := rows[seq]
 		key := rowKey(loadNamespaces[row.ns].Name, seq)
 		where := "no node answered"
 		for _, nd := range r.c.inState(stateUp) {

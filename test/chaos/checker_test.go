@@ -80,19 +80,24 @@ type violation struct {
 
 // figures are the run's numbers (BENCHMARKS.md records them).
 type figures struct {
-	Faults            map[faultKind]int
-	RowsSent          int
-	RowsAcked         int
-	ByAck             map[ackStatus]int
-	Deliveries        int // answered 200
-	Abandoned         int // the sender went away first
-	Duplicates        int // repeat deliveries (answered 200 more than once)
-	DupByCause        map[string]int
-	MaxInFlight       map[string]int // namespace → max concurrent at the target
-	MaxInFlightCalm   map[string]int
-	MaxNodeInFlight   map[string]int // namespace → max from one node
-	Converged         time.Duration  // after the last heal (-1: never)
-	MaxEpisodeConverg time.Duration  // longest wait for agreement after a fault healed with no other fault active
+	Faults          map[faultKind]int
+	RowsSent        int
+	RowsAcked       int
+	ByAck           map[ackStatus]int
+	Deliveries      int // answered 200
+	Abandoned       int // the sender went away first
+	Duplicates      int // repeat deliveries (answered 200 more than once)
+	DupByCause      map[string]int
+	MaxInFlight     map[string]int // namespace → max concurrent at the target
+	MaxInFlightCalm map[string]int
+	MaxNodeInFlight map[string]int // namespace → max from one node
+	// GracefulStops counts SIGTERM stops by outcome: "exit 0", "exit ≠ 0
+	// during a network fault" (the drain could not reach an owner: README
+	// "Operations", rows wait on disk for the node's return), "exit ≠ 0
+	// with no network fault".
+	GracefulStops     map[string]int
+	Converged         time.Duration // after the last heal (-1: never)
+	MaxEpisodeConverg time.Duration // longest wait for agreement after a fault healed with no other fault active
 }
 
 // check runs every checker on h and returns the violations, earliest
@@ -113,6 +118,7 @@ func check(h *history, o checkOpts) ([]violation, figures) {
 			f.Faults[faultKind(strings.Fields(e.Detail)[0])]++
 		}
 	}
+	f.GracefulStops = gracefulStops(h)
 	sort.SliceStable(vs, func(i, j int) bool {
 		ai, aj := vs[i].At, vs[j].At
 		if ai < 0 {
@@ -124,6 +130,66 @@ func check(h *history, o checkOpts) ([]violation, figures) {
 		return ai < aj
 	})
 	return vs, f
+}
+
+// gracefulStops classifies every SIGTERM → exit pair of the timeline.
+func gracefulStops(h *history) map[string]int {
+	out := map[string]int{}
+	var netEps []interval
+	open := time.Duration(-1)
+	for _, e := range h.events {
+		if e.Lane != laneNetwork {
+			continue
+		}
+		if e.Kind == evEpisode {
+			open = e.At
+		} else if e.Kind == evEpisodeE && open >= 0 {
+			netEps = append(netEps, interval{open, e.At})
+			open = -1
+		}
+	}
+	if open >= 0 {
+		netEps = append(netEps, interval{open, 1 << 62})
+	}
+	termAt := map[string]time.Duration{}
+	for _, e := range h.events {
+		if len(e.Nodes) != 1 {
+			continue
+		}
+		n := e.Nodes[0]
+		switch e.Kind {
+		case evTerm:
+			termAt[n] = e.At
+		case evExit:
+			from, ok := termAt[n]
+			if !ok {
+				continue
+			}
+			delete(termAt, n)
+			var code int
+			if _, err := fmt.Sscanf(e.Detail, "exit code %d", &code); err != nil {
+				continue
+			}
+			switch {
+			case code == 0:
+				out["exit 0"]++
+			case overlaps(netEps, interval{from, e.At}):
+				out["exit ≠ 0 during a network fault"]++
+			default:
+				out["exit ≠ 0 with no network fault"]++
+			}
+		}
+	}
+	return out
+}
+
+func overlaps(ivs []interval, iv interval) bool {
+	for _, x := range ivs {
+		if iv.from < x.to && x.from < iv.to {
+			return true
+		}
+	}
+	return false
 }
 
 // checkProcesses: no node process exits unless the nemesis stopped it.
@@ -435,7 +501,7 @@ func checkInFlight(h *history, o checkOpts, f *figures) []violation {
 			return edges[a].delta < edges[b].delta
 		})
 		open := map[int]bool{}
-		perNode := map[uint8]int{}
+		perNode := map[nodeIdx]int{}
 		ci := 0
 		var clusterV, nodeV *violation
 		for _, e := range edges {
@@ -582,7 +648,7 @@ func checkLeaks(h *history, o checkOpts) []violation {
 	return vs
 }
 
-func (h *history) nodeName(i uint8) string {
+func (h *history) nodeName(i nodeIdx) string {
 	if int(i) < len(h.nodes) && h.nodes[i] != "" {
 		return h.nodes[i]
 	}
@@ -624,6 +690,27 @@ func describeRow(h *history, seq int) string {
 	}
 	if n == 0 {
 		b.WriteString("\n      never delivered")
+		return b.String()
+	}
+	// What happened to the senders around the deliveries.
+	var from, to time.Duration = 1 << 62, 0
+	senders := map[string]bool{}
+	for _, d := range h.deliveries {
+		if d.seq == seq {
+			from, to = min(from, d.start), max(to, d.end)
+			senders[h.nodeName(d.node)] = true
+		}
+	}
+	for _, e := range h.events {
+		if e.At < from-2*time.Second || e.At > to+2*time.Second {
+			continue
+		}
+		for _, nd := range e.Nodes {
+			if senders[nd] && e.Kind != evNote {
+				fmt.Fprintf(&b, "\n      meanwhile %s", strings.TrimSpace(e.String()))
+				break
+			}
+		}
 	}
 	return b.String()
 }

@@ -7,7 +7,7 @@
 // # The lab
 //
 // Each node runs in its own Linux network namespace (fsc-<pid>-n<i>,
-// address 198.18.0.(10+i), API on :8080, gossip on :7946), joined by a veth
+// address 198.18.0.(10+i) for the first 200, API on :8080, gossip on :7946), joined by a veth
 // pair to a bridge in a hub namespace (198.18.0.1). The test process owns
 // no address in the root namespace: it creates the delivery target's
 // listener and the load's connections on a thread switched into the hub

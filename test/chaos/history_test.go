@@ -41,6 +41,9 @@ type nsSpec struct {
 	Rate float64
 }
 
+// nodeIdx numbers the nodes of a run: node n<i> is i; 0 is unknown.
+type nodeIdx uint16
+
 // ackStatus is the append answer for a row.
 type ackStatus uint8
 
@@ -71,7 +74,7 @@ func parseAck(s string) (ackStatus, bool) {
 type rowRec struct {
 	ns       uint8
 	ack      ackStatus
-	ackNode  uint8 // the node that answered the successful append
+	ackNode  nodeIdx // the node that answered the successful append
 	tries    uint16
 	failed   uint16        // attempts that failed (the row may be stored anyway)
 	sent     time.Duration // first attempt
@@ -82,7 +85,7 @@ type rowRec struct {
 // attempt is one failed append attempt of a row.
 type attempt struct {
 	at   time.Duration
-	node uint8
+	node nodeIdx
 	err  string
 }
 
@@ -90,7 +93,7 @@ type attempt struct {
 type delivery struct {
 	seq     int // row sequence number (-1: not a key of this run)
 	ns      uint8
-	node    uint8 // sender, by source address (0: unknown)
+	node    nodeIdx // sender, by source address (0: unknown)
 	attempt uint16
 	start   time.Duration
 	end     time.Duration

@@ -16,7 +16,7 @@ import (
 
 // loadNode is a node the load generator may append through.
 type loadNode struct {
-	Idx uint8
+	Idx nodeIdx
 	URL string
 }
 
@@ -30,7 +30,7 @@ type loader struct {
 	client     *http.Client
 	namespaces []nsSpec
 	nodes      func() []loadNode // every node not gone for good, running or not
-	nodeIndex  func(name string) uint8
+	nodeIndex  func(name string) nodeIdx
 	batchMax   int
 	workers    int
 	timeout    time.Duration // one append call
@@ -55,7 +55,7 @@ type loader struct {
 // is always exact).
 const maxAttemptsKept = 4
 
-func newLoader(start time.Time, client *http.Client, seed uint64, namespaces []nsSpec, nodes func() []loadNode, nodeIndex func(string) uint8) *loader {
+func newLoader(start time.Time, client *http.Client, seed uint64, namespaces []nsSpec, nodes func() []loadNode, nodeIndex func(string) nodeIdx) *loader {
 	l := &loader{
 		start: start, client: client, namespaces: namespaces, nodes: nodes, nodeIndex: nodeIndex,
 		batchMax: 50, workers: 8, timeout: 20 * time.Second,
@@ -242,7 +242,7 @@ func (l *loader) record(batch []int, res []appendResult) {
 	}
 }
 
-func (l *loader) fail(batch []int, node uint8, ae *appendError) {
+func (l *loader) fail(batch []int, node nodeIdx, ae *appendError) {
 	at := time.Since(l.start)
 	msg := ae.Error()
 	if len(msg) > 160 {

@@ -26,10 +26,9 @@ import (
 // a bridge in a namespace of its own; nothing is added to the root
 // namespace, so no test packet can leave the machine.
 const (
-	labSubnetBits = 24
+	labSubnetBits = 16
 	hubIP         = "198.18.0.1" // the bridge: delivery target and load generator
-	firstNodeHost = 11           // node i (1-based) is 198.18.0.(10+i)
-	maxNodes      = 200
+	maxNodes      = 50_000       // every join is a new node: about one a minute
 	apiPort       = 8080
 	gossipPort    = 7946
 	targetPort    = 9000
@@ -100,8 +99,9 @@ func (l *netLab) addNamespace(name string) error {
 	return runCmd("ip", "-n", name, "link", "set", "lo", "up")
 }
 
-// nodeIP is the address of the i-th node (1-based).
-func nodeIP(i int) string { return fmt.Sprintf("198.18.0.%d", firstNodeHost-1+i) }
+// nodeIP is the address of the i-th node (1-based): 198.18.0.(10+i) for
+// the first 200, then 198.18.1.11 and so on.
+func nodeIP(i int) string { return fmt.Sprintf("198.18.%d.%d", (i-1)/200, 10+(i-1)%200+1) }
 
 // addHost creates the namespace of node i (1-based), wires it to the bridge
 // and returns the namespace name and its address.

@@ -52,7 +52,7 @@ const (
 // address, data dir, log) and its current process.
 type node struct {
 	c       *cluster
-	idx     uint8
+	idx     nodeIdx
 	name    string
 	ns      string
 	ip      string
@@ -122,7 +122,7 @@ func (c *cluster) newNode(name string) (*node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &node{c: c, idx: uint8(i), name: name, ns: ns, ip: ip,
+	n := &node{c: c, idx: nodeIdx(i), name: name, ns: ns, ip: ip,
 		dataDir: filepath.Join(c.dir, name, "data"), logPath: filepath.Join(c.dir, name+".log")}
 	c.mu.Lock()
 	for len(c.nodes) < i {
@@ -308,6 +308,23 @@ func (n *node) kill() {
 		n.state = stateDown
 	}
 	n.mu.Unlock()
+}
+
+// waitStopped waits up to timeout until the process is in the stopped
+// state (T in /proc/<pid>/stat) after a SIGSTOP.
+func (n *node) waitStopped(timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", n.pid()))
+		if err != nil {
+			return
+		}
+		// pid (comm) state …: the state follows the last ')'.
+		if i := strings.LastIndexByte(string(b), ')'); i > 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 't') {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // term sends SIGTERM and waits up to timeout for the exit; it returns the

@@ -28,7 +28,7 @@ type target struct {
 	nsIdx map[string]uint8 // namespace name → index (fixed before serving)
 
 	nodesMu sync.RWMutex
-	nodeIdx map[string]uint8 // sender IP → node index
+	senders map[string]nodeIdx // sender IP → node index
 
 	mu         sync.Mutex
 	deliveries []delivery
@@ -39,7 +39,7 @@ type target struct {
 }
 
 func newTarget(start time.Time, delay time.Duration, namespaces []nsSpec) *target {
-	t := &target{start: start, delay: delay, nsIdx: map[string]uint8{}, nodeIdx: map[string]uint8{}}
+	t := &target{start: start, delay: delay, nsIdx: map[string]uint8{}, senders: map[string]nodeIdx{}}
 	for i, ns := range namespaces {
 		t.nsIdx[ns.Name] = uint8(i)
 	}
@@ -47,9 +47,9 @@ func newTarget(start time.Time, delay time.Duration, namespaces []nsSpec) *targe
 }
 
 // setNode tells the target which node sends from ip.
-func (t *target) setNode(ip string, idx uint8) {
+func (t *target) setNode(ip string, idx nodeIdx) {
 	t.nodesMu.Lock()
-	t.nodeIdx[ip] = idx
+	t.senders[ip] = idx
 	t.nodesMu.Unlock()
 }
 
@@ -83,7 +83,7 @@ func (t *target) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 		t.nodesMu.RLock()
-		d.node = t.nodeIdx[host]
+		d.node = t.senders[host]
 		t.nodesMu.RUnlock()
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 2<<20))

@@ -155,7 +155,7 @@ func (b *hb) row(ns uint8, ack ackStatus, failed uint16) int {
 	return len(b.h.rows) - 1
 }
 
-func (b *hb) deliver(seq int, node uint8, from, to time.Duration) {
+func (b *hb) deliver(seq int, node nodeIdx, from, to time.Duration) {
 	ns := uint8(0)
 	if seq >= 0 && seq < len(b.h.rows) {
 		ns = b.h.rows[seq].ns
@@ -332,13 +332,13 @@ func TestCheckInFlight(t *testing.T) {
 		b.calm(0, 20*time.Second, "n1", "n2")
 		return b
 	}
-	burst := func(b *hb, at time.Duration, count int, node func(i int) uint8) {
+	burst := func(b *hb, at time.Duration, count int, node func(i int) nodeIdx) {
 		for i := range count {
 			r := b.row(0, ackCreated, 0)
 			b.deliver(r, node(i), at+time.Duration(i)*ms, at+100*ms)
 		}
 	}
-	alternate := func(i int) uint8 { return uint8(1 + i%2) }
+	alternate := func(i int) nodeIdx { return nodeIdx(1 + i%2) }
 
 	b := setup()
 	burst(b, 5*time.Second, 3, alternate)
@@ -370,7 +370,7 @@ func TestCheckInFlight(t *testing.T) {
 	wantOnly(t, vs, "node-in-flight-bound") // 3 from one node > quota 2
 	b = setup()
 	b.episode(laneNetwork, 4*time.Second, 6*time.Second)
-	burst(b, 5*time.Second, 7, func(i int) uint8 { return uint8(1 + i%4) }) // at most 2 per sender
+	burst(b, 5*time.Second, 7, func(i int) nodeIdx { return nodeIdx(1 + i%4) }) // at most 2 per sender
 	vs, _ = check(b.h, checkOpts{})
 	wantOnly(t, vs, "in-flight-bound")
 
@@ -437,5 +437,29 @@ func TestKeys(t *testing.T) {
 		if got := seqOfKey(tc.key); got != tc.want {
 			t.Errorf("seqOfKey(%q) = %d; want %d", tc.key, got, tc.want)
 		}
+	}
+}
+
+func TestGracefulStopsByOutcome(t *testing.T) {
+	b := newHB()
+	ev := func(at time.Duration, kind eventKind, node, detail, lane string) {
+		e := event{At: at, Kind: kind, Detail: detail, Lane: lane}
+		if node != "" {
+			e.Nodes = []string{node}
+		}
+		b.h.events = append(b.h.events, e)
+	}
+	ev(1*time.Second, evTerm, "n1", "SIGTERM", "")
+	ev(2*time.Second, evExit, "n1", "exit code 0 after 1s", "")
+	ev(3*time.Second, evEpisode, "", "loss 5%", laneNetwork)
+	ev(4*time.Second, evTerm, "n2", "SIGTERM", "")
+	ev(5*time.Second, evEpisodeE, "", "loss", laneNetwork)
+	ev(24*time.Second, evExit, "n2", "exit code 1 after 20s", "")
+	ev(30*time.Second, evTerm, "n3", "SIGTERM", "")
+	ev(50*time.Second, evExit, "n3", "exit code 1 after 20s", "")
+	got := gracefulStops(b.h)
+	want := map[string]int{"exit 0": 1, "exit ≠ 0 during a network fault": 1, "exit ≠ 0 with no network fault": 1}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("graceful stops %v; want %v", got, want)
 	}
 }
