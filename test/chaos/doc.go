@@ -26,7 +26,9 @@
 // printed seed (makePlan): the process lane kills (SIGKILL, then a restart
 // with the same name and data dir), restarts gracefully (SIGTERM), pauses
 // (SIGSTOP/SIGCONT), adds a node (join) or removes one (SIGTERM, gone for
-// good); the network lane isolates one node, splits the nodes in two
+// good; a leave whose drain exits non-zero is brought back with its data
+// dir and stopped again, as README "Operations" tells an operator); the
+// network lane isolates one node, splits the nodes in two
 // halves, or drops 5–15 % of the packets between nodes. Joins and leaves
 // never overlap a partition. One initial node, the witness, is never
 // killed, restarted or removed, so the leak check always has a process
