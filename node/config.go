@@ -10,6 +10,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/fairshard/fairshard/kv"
 )
 
 // Config is the node's boot configuration: fixed after start. Runtime
@@ -94,6 +96,12 @@ type Config struct {
 	TombstoneRetention time.Duration
 	// QuotaTTL is how long a namespace quota is cached. Defaults to 2 s.
 	QuotaTTL time.Duration
+	// MaxNamespaces, MaxTargets and MaxHolds cap the gossiped config:
+	// namespaces with settings, routes with their own target, workflows
+	// held. An admin call past a cap is answered 409. Default to
+	// DefaultMaxNamespaces, DefaultMaxTargets and DefaultMaxHolds; at most
+	// kv.DefaultMaxEntries each.
+	MaxNamespaces, MaxTargets, MaxHolds int
 
 	// LogLevel is debug, info, warn or error; LogFormat is text or json.
 	LogLevel  string
@@ -160,6 +168,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 30*time.Second, "bound on a graceful stop: in-flight deliveries, then handoff")
 	fs.DurationVar(&c.TombstoneRetention, "tombstone-retention", 24*time.Hour, "dedupe window: how long finished rows keep their key")
 	fs.DurationVar(&c.QuotaTTL, "quota-ttl", 2*time.Second, "how long a namespace quota is cached")
+	fs.IntVar(&c.MaxNamespaces, "max-namespaces", DefaultMaxNamespaces, "most namespaces with settings (cluster-wide, gossiped config)")
+	fs.IntVar(&c.MaxTargets, "max-targets", DefaultMaxTargets, "most routes with their own delivery target (cluster-wide)")
+	fs.IntVar(&c.MaxHolds, "max-holds", DefaultMaxHolds, "most workflows held at once (cluster-wide)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
 }
@@ -273,6 +284,14 @@ func (c *Config) Validate() error {
 	}
 	if c.TombstoneRetention <= 0 {
 		bad("tombstone-retention", "must be positive")
+	}
+	for _, lim := range []struct {
+		flag string
+		v    int
+	}{{"max-namespaces", c.MaxNamespaces}, {"max-targets", c.MaxTargets}, {"max-holds", c.MaxHolds}} {
+		if lim.v < 1 || lim.v > kv.DefaultMaxEntries {
+			bad(lim.flag, "%d is not between 1 and %d (the gossiped config's entry cap)", lim.v, kv.DefaultMaxEntries)
+		}
 	}
 	switch strings.ToLower(c.LogLevel) {
 	case "debug", "info", "warn", "error":

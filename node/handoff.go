@@ -48,7 +48,7 @@ func (n *Node) handoffOnce(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("list foreign shards: %w", err)
 	}
 	n.m.handoffShardsPending.Set(float64(len(foreign)))
-	snap := n.cl.Snapshot()
+	snap := n.ownership()
 	type dest struct {
 		addr   string
 		shards []uint32
@@ -181,7 +181,7 @@ func (n *Node) drainHandoff(ctx context.Context) (int, error) {
 // anyOwner reports whether some shard of shards has a live owner other
 // than this node that handoff could send to.
 func (n *Node) anyOwner(shards []uint32) bool {
-	snap := n.cl.Snapshot()
+	snap := n.ownership()
 	for _, shard := range shards {
 		if owner, ok := snap.Owner(shard); ok && owner.Name != n.name && owner.APIAddr != "" {
 			return true

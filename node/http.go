@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/shards"
 )
@@ -29,7 +31,8 @@ import (
 // they form empty or dot segments ("a//b", "x/./y"), which the router
 // cleans before matching.
 func (n *Node) routes() http.Handler {
-	mux := http.NewServeMux()
+	mux := &routeMux{ServeMux: http.NewServeMux()}
+	defer func() { n.routePatterns = mux.patterns }()
 	pub := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, n.auth(n.cfg.APIToken, h)) }
 	internal := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, n.auth(n.cfg.ClusterSecret, h)) }
 
@@ -50,6 +53,10 @@ func (n *Node) routes() http.Handler {
 	pub("DELETE /v1/workflows/{wf}/hold", n.handleRelease)
 	pub("GET /v1/cluster", n.handleCluster)
 	pub("GET /v1/shards", n.handleShards)
+	pub("GET /v1/openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", api.ContentType)
+		_, _ = io.WriteString(w, api.OpenAPIYAML())
+	})
 
 	internal("POST /internal/v1/rows", n.handleInternalAppend)
 	internal("POST /internal/v1/handoff", n.handleInternalHandoff)
@@ -68,7 +75,33 @@ func (n *Node) routes() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
-	return jsonMuxErrors(mux)
+	return jsonMuxErrors(mux.ServeMux)
+}
+
+// routeMux is a ServeMux that remembers the patterns registered on it, so
+// Routes can list them (the OpenAPI test in api/ compares them with
+// api/openapi.yaml).
+type routeMux struct {
+	*http.ServeMux
+	patterns []string
+}
+
+func (m *routeMux) Handle(pattern string, h http.Handler) {
+	m.ServeMux.Handle(pattern, h)
+	m.patterns = append(m.patterns, pattern)
+}
+
+func (m *routeMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	m.Handle(pattern, http.HandlerFunc(h))
+}
+
+// Routes returns the patterns of every route the node serves, in
+// net/http.ServeMux syntax ("GET /v1/rows/{key...}"), node-to-node routes
+// included, sorted. Every public one must be described in api/openapi.yaml.
+func (n *Node) Routes() []string {
+	out := slices.Clone(n.routePatterns)
+	slices.Sort(out)
+	return out
 }
 
 // jsonMuxErrors turns the mux's own plain-text 404 and 405 answers into the
@@ -187,7 +220,7 @@ func (n *Node) handleAppend(w http.ResponseWriter, r *http.Request) {
 // cannot be reached are stored here and answered "accepted" (handoff moves
 // them later). It returns once every row is durable somewhere.
 func (n *Node) appendRouted(ctx context.Context, rows []outbox.Row) ([]appendResult, error) {
-	snap := n.cl.Snapshot()
+	snap := n.ownership()
 	results := make([]appendResult, len(rows))
 	var local []int
 	remote := map[string][]int{}
@@ -338,7 +371,7 @@ func (n *Node) handleGetRow(w http.ResponseWriter, r *http.Request) {
 	}
 	// Ask the owner first, then every other member (a row may be held on
 	// the node that accepted it while its owner was unreachable).
-	snap := n.cl.Snapshot()
+	snap := n.ownership()
 	var order []string
 	addrs := map[string]string{}
 	if owner, ok := snap.Owner(shards.ShardOf(key, n.cfg.Shards)); ok && owner.Name != n.name {

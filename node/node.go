@@ -49,6 +49,8 @@ type Node struct {
 	ln      net.Listener
 	srv     *http.Server
 	apiAddr string
+	// routePatterns are the HTTP routes (see Routes), set by routes().
+	routePatterns []string
 
 	handoffWake chan struct{}
 	intake      intakeGate
@@ -57,10 +59,11 @@ type Node struct {
 	// awaitingJoin is true from Start until the first join of the seeds
 	// succeeded or JoinWait passed; the node owns no shard meanwhile.
 	awaitingJoin atomic.Bool
-	// snapMu orders applySnapshot calls; appliedVersion is the newest
-	// ownership version applied to the store.
-	snapMu         sync.Mutex
-	appliedVersion uint64
+	// snapMu orders applySnapshot calls; applied is the node's one applied
+	// ownership view (ownership()), published after the store's claim
+	// scope was set from it.
+	snapMu  sync.Mutex
+	applied atomic.Pointer[cluster.OwnershipSnapshot]
 	// handoffSem serialises handoff passes (the loop's and Shutdown's); a
 	// pass holds its one slot. handoffStop ends the loop's passes when
 	// Shutdown takes over the handoff.
@@ -130,12 +133,15 @@ func New(cfg Config, log *slog.Logger) (*Node, error) {
 	n.cl = cl
 	n.name = cl.Name()
 	n.apiAddr = ccfg.APIAddr
-	n.rc = newRuntimeConfig(cl, cfg.DefaultTarget)
+	n.applied.Store(cl.Snapshot()) // alone, owning every shard: the store's default scope too
+	n.rc = newRuntimeConfig(cl.KV(), cfg.DefaultTarget)
 	n.rc.nodeRetry = dispatch.RetryPolicy{Base: cfg.RetryBase, Factor: cfg.RetryFactor, Cap: cfg.RetryCap, MaxAttempts: uint32(cfg.MaxAttempts)}
 	n.quota = backpressure.NewQuotaCache(n.rc, cfg.DefaultMaxInFlight, cfg.QuotaTTL)
 	planner := backpressure.NewPlanner(backpressure.PlannerConfig{
-		Quotas:   n.quota,
-		Fraction: func() shards.OwnedShardFraction { return cl.Snapshot().Fraction },
+		Quotas: n.quota,
+		// Ceilings come from the same applied view as the claim scope
+		// (issue #12 item 3), not from the live membership snapshot.
+		Fraction: func() shards.OwnedShardFraction { return n.ownership().Fraction },
 		Logger:   log,
 	})
 	n.disp, err = dispatch.New(dispatch.Config{
@@ -313,26 +319,12 @@ func (n *Node) clusterConfig(httpBound *net.TCPAddr) (*cluster.Config, error) {
 		}
 		c.APIAddr = net.JoinHostPort(h, strconv.Itoa(httpBound.Port))
 	}
-	saved, err := n.store.LoadConfigEntries(context.Background())
+	initial, err := loadConfig(context.Background(), n.store, n.log)
 	if err != nil {
 		return nil, fmt.Errorf("load persisted cluster config: %w", err)
 	}
-	for key, b := range saved {
-		e, err := decodeEntry(b)
-		if err != nil {
-			n.log.Warn("skipping unreadable persisted config entry", "key", key, "err", err)
-			continue
-		}
-		c.InitialConfig = append(c.InitialConfig, e)
-	}
-	store := n.store
-	c.ConfigPersist = func(e cluster.Entry) error {
-		b, err := encodeEntry(e)
-		if err != nil {
-			return err
-		}
-		return store.SaveConfigEntry(context.Background(), e.Key, b)
-	}
+	c.KV.Initial = initial
+	c.KV.Persister = configPersister{n.store}
 	return c, nil
 }
 
