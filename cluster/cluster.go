@@ -441,7 +441,13 @@ func (c *Cluster) SetLeaving(ctx context.Context) error {
 // it. Peers then drop this node at once instead of waiting for failure
 // detection. Call SetLeaving and drain first; call Shutdown after. It is
 // safe to repeat. ctx bounds the whole call (default 5 s without a
-// deadline). Errors: ErrShutdown, or memberlist's leave timed out.
+// deadline); the wait for the leave broadcast is bounded by
+// leaveBroadcastRounds gossip intervals (at least minLeaveBroadcastWait)
+// as well. Errors: ErrShutdown, or
+// memberlist's leave timed out while a live peer remained. When every peer
+// left or died while the broadcast was queued (a whole cluster stopped at
+// once), memberlist has nobody to gossip it to and nobody needs it: that
+// is not an error.
 func (c *Cluster) Leave(ctx context.Context) error {
 	c.lifeMu.Lock()
 	defer c.lifeMu.Unlock()
@@ -474,7 +480,14 @@ func (c *Cluster) Leave(ctx context.Context) error {
 	}
 
 	start := time.Now()
-	err := c.ml.Leave(timeoutOf(ctx, 5*time.Second))
+	err := c.ml.Leave(min(timeoutOf(ctx, 5*time.Second), max(leaveBroadcastRounds*c.cfg.GossipInterval, minLeaveBroadcastWait)))
+	if err != nil && len(c.ml.Members()) == 0 {
+		// memberlist gossips only to live peers: once the others have left
+		// (they marked themselves left, and we heard it) the broadcast can
+		// never go out, and there is no one left to tell.
+		c.log.Info("leave broadcast not sent: no live peer is left to tell", "error", err)
+		err = nil
+	}
 	if err == nil && c.numMembers.Load() > 1 {
 		select {
 		case <-ctx.Done():
@@ -488,6 +501,17 @@ func (c *Cluster) Leave(ctx context.Context) error {
 	}
 	return nil
 }
+
+// leaveBroadcastRounds bounds, in gossip intervals, Leave's wait for its
+// broadcast: memberlist sends a message RetransmitMult × ⌈log10(N+1)⌉
+// times (4 below 10 nodes, 8 below 100) to GossipNodes peers a round, so a
+// leave with live peers goes out in a few rounds; 25 rounds is 5 s with
+// LAN timing (serf's BroadcastTimeout). minLeaveBroadcastWait keeps the
+// bound sane for short intervals on a loaded machine (FastConfig: 2 s).
+const (
+	leaveBroadcastRounds  = 25
+	minLeaveBroadcastWait = 2 * time.Second
+)
 
 // Shutdown stops this node's gossip and goroutines without a leave message
 // (peers detect the loss by probing; call Leave first for a graceful exit):

@@ -173,6 +173,43 @@ func TestGracefulLeaveConvergesWithinTwoSeconds(t *testing.T) {
 	h.CheckOwnership()
 }
 
+// A whole cluster stopped at once (docker compose down, SIGTERM to every
+// node): each node's leave broadcast is queued while its peers leave too,
+// and memberlist gossips only to live peers, so the last ones' broadcasts
+// can never go out. Found by test/chaos: before the fix Leave waited out
+// its whole context (the node's shutdown grace) and failed, so the node
+// exited 1 after 20–30 s. Every Leave returns nil, within the broadcast
+// wait's bound (2 s with FastConfig) plus leaveBound.
+func TestEveryNodeLeavingAtOnceReturnsPromptly(t *testing.T) {
+	h := clustertest.Start(t, 3)
+	h.WaitConverged(convergeTimeout)
+	type result struct {
+		name string
+		took time.Duration
+		err  error
+	}
+	results := make(chan result, 3)
+	for _, nd := range h.Running() {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+			defer cancel()
+			start := time.Now()
+			err := nd.Cluster.SetLeaving(ctx)
+			if err == nil {
+				err = nd.Cluster.Leave(ctx)
+			}
+			results <- result{nd.Name, time.Since(start), err}
+		}()
+	}
+	for range 3 {
+		r := <-results
+		t.Logf("%s: SetLeaving and Leave took %v", r.name, r.took.Round(time.Millisecond))
+		if bound := 2*time.Second + leaveBound; r.err != nil || r.took > bound {
+			t.Errorf("%s: Leave returned %v after %v; want nil within %v", r.name, r.err, r.took.Round(time.Millisecond), bound)
+		}
+	}
+}
+
 // measure runs act while polling cond every 2 ms from the moment act starts,
 // and returns how long cond took to hold; it fails the test after bound.
 func measure(t *testing.T, bound time.Duration, cond func() (bool, string), act func()) time.Duration {
