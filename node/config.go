@@ -101,6 +101,11 @@ type Config struct {
 	HandoffInterval time.Duration
 	// HandoffBatch is the most rows per handoff call. Defaults to 500.
 	HandoffBatch int
+	// HandoffBatchBytes is the byte budget of one handoff call (rows as
+	// outbox.RowBytes counts them; a call may exceed it by one row, so a
+	// single large row still moves). Defaults to 8 MiB; at most
+	// MaxHandoffBatchBytes, so every call fits the receiver's body limit.
+	HandoffBatchBytes int
 	// ShutdownGrace bounds a graceful stop (in-flight deliveries, then
 	// handoff). Defaults to 30 s.
 	ShutdownGrace time.Duration
@@ -172,6 +177,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxConnsPerHost, "max-conns-per-host", 64, "most connections per target host")
 	fs.DurationVar(&c.HandoffInterval, "handoff-interval", 5*time.Second, "handoff loop period (it also runs on every ownership change)")
 	fs.IntVar(&c.HandoffBatch, "handoff-batch", 500, "most rows per handoff call")
+	fs.IntVar(&c.HandoffBatchBytes, "handoff-batch-bytes", 8<<20, "byte budget of one handoff call (payloads and fields; one larger row still moves alone)")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 30*time.Second, "bound on a graceful stop: in-flight deliveries, then handoff")
 	fs.DurationVar(&c.TombstoneRetention, "tombstone-retention", 24*time.Hour, "dedupe window: how long finished rows keep their key")
 	fs.DurationVar(&c.QuotaTTL, "quota-ttl", 2*time.Second, "how long a namespace quota is cached")
@@ -352,6 +358,9 @@ func (c *Config) Validate() error {
 	}
 	if c.HandoffBatch < 1 {
 		bad("handoff-batch", "must be at least 1")
+	}
+	if c.HandoffBatchBytes < 1 || c.HandoffBatchBytes > MaxHandoffBatchBytes {
+		bad("handoff-batch-bytes", "must be between 1 and %d", MaxHandoffBatchBytes)
 	}
 	if c.ShutdownGrace <= 0 {
 		bad("shutdown-grace", "must be positive")

@@ -20,6 +20,7 @@ import (
 	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/shards"
+	"github.com/fairshard/fairshard/transfer"
 )
 
 // routes builds the HTTP API: public /v1 (bearer token when configured),
@@ -330,26 +331,52 @@ func (n *Node) handleInternalAppend(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, resp)
 }
 
+// handleInternalHandoff is the receiving end of a transfer batch (a
+// handoff or drain from another node: see handoff.go): the rows are merged
+// into the store (outbox.Merge by row version) and the answer, sent once
+// they are durable, counts what was created, updated and skipped. The body
+// is a batch in the binary encoding (Content-Type transfer.ContentType, what
+// nodes send) or JSON {"rows": [RowView…]} (older nodes). Senders bound a
+// batch by --handoff-batch-bytes (≤ MaxHandoffBatchBytes) plus one row, so
+// the body limit is MaxHandoffBodyBytes.
 func (n *Node) handleInternalHandoff(w http.ResponseWriter, r *http.Request) {
 	if !n.intake.enter() {
 		writeError(w, errLeaving)
 		return
 	}
 	defer n.intake.exit()
-	var req internalAppendReq
-	r.Body = http.MaxBytesReader(w, r.Body, 256<<20)
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		writeError(w, &APIError{Status: http.StatusBadRequest, Code: CodeInvalidJSON, Message: err.Error()})
-		return
+	r.Body = http.MaxBytesReader(w, r.Body, MaxHandoffBodyBytes)
+	var rows []outbox.Row
+	if r.Header.Get("Content-Type") == transfer.ContentType {
+		body, err := io.ReadAll(r.Body)
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, tooLarge("body", "handoff batch exceeds %d bytes", MaxHandoffBodyBytes))
+			return
+		}
+		if err == nil {
+			rows, err = transfer.DecodeBatch(body, 0)
+		}
+		if err != nil {
+			writeError(w, &APIError{Status: http.StatusBadRequest, Code: CodeInvalidField, Field: "body", Message: "body: " + err.Error()})
+			return
+		}
+	} else {
+		var req internalAppendReq
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			writeError(w, &APIError{Status: http.StatusBadRequest, Code: CodeInvalidJSON, Message: err.Error()})
+			return
+		}
+		rows = rowsOf(req.Rows)
 	}
-	created, updated, skipped, err := n.store.Merge(r.Context(), rowsOf(req.Rows))
+	res, err := n.store.Merge(r.Context(), rows)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	n.m.handoffReceived.Add(float64(len(req.Rows)))
+	n.m.handoffReceived.Add(float64(len(rows)))
 	n.disp.Wake()
-	writeJSON(w, http.StatusOK, handoffResp{Created: created, Updated: updated, Skipped: skipped})
+	writeJSON(w, http.StatusOK, res)
 }
 
 // ---- reads ----

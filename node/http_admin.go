@@ -501,8 +501,10 @@ func (n *Node) handleCluster(w http.ResponseWriter, r *http.Request) {
 		members = append(members, memberView{Name: m.Name, APIAddr: m.APIAddr, GossipAddr: m.GossipAddr, GossipKeys: append([]string{}, splitList(m.GossipKeys)...), State: string(m.State),
 			OwnedShards: owned, OwnedShardFraction: float64(owned) / float64(snap.ShardCount)})
 	}
+	// Shards with rows in transfer (on the wire, or left marked by a failed
+	// release) are still listed: their rows are here until the owner acks.
 	foreign, _ := n.store.ForeignShards(r.Context())
-	pending := len(foreign) + int(n.inTransferShards.Load())
+	pending := len(foreign)
 	writeJSON(w, http.StatusOK, map[string]any{
 		"node":              n.name,
 		"accepted":          snap.Accepted,

@@ -24,6 +24,7 @@ import (
 	"github.com/fairshard/fairshard/dispatch"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/shards"
+	"github.com/fairshard/fairshard/transfer"
 )
 
 // DataFileName is the bbolt file inside a node's data dir.
@@ -70,9 +71,9 @@ type Node struct {
 	// Shutdown takes over the handoff.
 	handoffSem  chan struct{}
 	handoffStop context.CancelFunc
-	// inTransferShards counts the shards of the handoff batch on the wire
-	// (marked in-transfer, not yet deleted or unmarked); 0 between batches.
-	inTransferShards atomic.Int64
+	// mover moves rows of shards this node does not own (handoff, drain)
+	// and keeps their resume tokens and failed releases across passes.
+	mover *transfer.Mover
 
 	runCancel context.CancelFunc
 	dispCtx   context.Context
@@ -179,6 +180,17 @@ func New(cfg Config, log *slog.Logger) (*Node, error) {
 		return nil, fmt.Errorf("create dispatcher: %w", err)
 	}
 	n.peers = newPeerClient(cfg.ClusterSecret)
+	n.mover, err = transfer.NewMover(store, transfer.MoverConfig{
+		Limits:     transfer.Limits{MaxRows: cfg.HandoffBatch, MaxBytes: cfg.HandoffBatchBytes},
+		Logger:     log,
+		Registerer: n.reg,
+	})
+	if err != nil {
+		_ = cl.Shutdown()
+		_ = ln.Close()
+		_ = store.Close()
+		return nil, fmt.Errorf("create handoff mover: %w", err)
+	}
 	n.srv = &http.Server{Handler: n.routes(), ReadHeaderTimeout: 10 * time.Second}
 	log.Info("node created", "data_dir", dir, "api_addr", n.apiAddr, "gossip_addr", cl.GossipAddr(), "shards", cfg.Shards)
 	return n, nil

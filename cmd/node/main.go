@@ -48,7 +48,7 @@ func commands() []command {
 		{"serve", "[flags]", "run a node (the default command)", serve},
 		{"version", "", "print the version",
 			func(args, _ []string, stdout, stderr io.Writer) int { return versionCmd(args, stdout, stderr) }},
-		{"check", "[--shards N] DATA_DIR", "verify a stopped node's data dir; exit 0 if consistent",
+		{"check", "[--shards N] [--digests] DATA_DIR", "verify a stopped node's data dir (indexes, counters, shard digests); exit 0 if consistent",
 			func(args, _ []string, stdout, stderr io.Writer) int { return check(args, stdout, stderr) }},
 		{"demo", "[flags]", "run a local multi-node cluster with load, a live view and a summary",
 			func(args, _ []string, stdout, stderr io.Writer) int { return demoCmd(args, stdout, stderr) }},

@@ -27,6 +27,7 @@ import (
 	"github.com/fairshard/fairshard/loadgen"
 	"github.com/fairshard/fairshard/node"
 	"github.com/fairshard/fairshard/outbox"
+	bolt "go.etcd.io/bbolt"
 	"go.uber.org/goleak"
 )
 
@@ -412,6 +413,28 @@ func TestCheck(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, "ok") {
 		t.Fatalf("check of a good store: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
+	// --digests prints each shard's digest, as the store maintains it.
+	code, stdout, stderr = runCmd(t, nil, "check", "--digests", dir)
+	s, err := boltstore.Open(filepath.Join(dir, node.DataFileName), boltstore.Options{ShardCount: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	digests, err := s.ShardDigests(context.Background())
+	_ = s.Close()
+	if err != nil || len(digests) == 0 {
+		t.Fatalf("digests of the test store: %v %v", digests, err)
+	}
+	for _, d := range digests {
+		if line := fmt.Sprintf("shard %d rows %d sum %016x\n", d.Shard, d.Rows, d.Sum); code != 0 || !strings.Contains(stdout, line) {
+			t.Fatalf("check --digests: exit %d, stdout %q lacks %q (stderr %q)", code, stdout, line, stderr)
+		}
+	}
+	// A digest that disagrees with the rows is found.
+	tamperDigest(t, dir)
+	if code, _, stderr := runCmd(t, nil, "check", dir); code != 1 || !strings.Contains(stderr, "digest of shard") {
+		t.Fatalf("check of a store with a wrong digest: exit %d, stderr %q", code, stderr)
+	}
+	dir = newStoreFile(t)
 
 	for _, args := range [][]string{{"check"}, {"check", "a", "b"}, {"check", "--shards", "x", dir}} {
 		if code, _, _ := runCmd(t, nil, args...); code != 2 {
@@ -432,7 +455,7 @@ func TestCheck(t *testing.T) {
 
 	// Locked: a running node (here: the store opened in this process)
 	// holds the file lock.
-	s, err := boltstore.Open(filepath.Join(dir, node.DataFileName), boltstore.Options{ShardCount: 1024})
+	s, err = boltstore.Open(filepath.Join(dir, node.DataFileName), boltstore.Options{ShardCount: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -639,4 +662,31 @@ func TestMain(m *testing.M) {
 	// serve, check and probe run in-process: nothing they start may
 	// outlive them.
 	goleak.VerifyTestMain(m)
+}
+
+// tamperDigest flips a bit of one shard's digest in a stopped node's data
+// file (the digests bucket of boltstore's layout), leaving its rows alone.
+func tamperDigest(t *testing.T, dir string) {
+	t.Helper()
+	db, err := bolt.Open(filepath.Join(dir, node.DataFileName), 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	err = db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("digests"))
+		if b == nil {
+			return fmt.Errorf("no digests bucket")
+		}
+		k, v := b.Cursor().First()
+		if k == nil {
+			return fmt.Errorf("no digest")
+		}
+		nv := append([]byte(nil), v...)
+		nv[len(nv)-1] ^= 1
+		return b.Put(append([]byte(nil), k...), nv)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
