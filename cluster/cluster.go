@@ -385,6 +385,7 @@ func (c *Cluster) joinAddrs(targets []string) (int, error) {
 	}
 	n, err := c.ml.Join(targets)
 	if err == nil {
+		poke(c.acceptWake) // ask the new peers now, not at the next tick
 		return n, c.checkJoinConflicts()
 	}
 	c.refuseMu.Lock()
