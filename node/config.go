@@ -143,7 +143,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.HTTPAddr, "http-addr", ":8080", "HTTP API listen address")
 	fs.StringVar(&c.AdvertiseHTTP, "advertise-http", "", "host:port other nodes use for this node's API (default: derived)")
 	fs.StringVar(&c.GossipAddr, "gossip-addr", "0.0.0.0:7946", "gossip (memberlist) bind address, UDP and TCP")
-	fs.StringVar(&c.AdvertiseGossip, "advertise-gossip", "", "ip:port peers use to reach this node's gossip (default: derived)")
+	fs.StringVar(&c.AdvertiseGossip, "advertise-gossip", "", "ip:port peers use to reach this node's gossip (default: the bound IP, or for 0.0.0.0 an address of the default route's interface, logged at start)")
 	fs.Func("join", "comma-separated host:port seeds to join (DNS names join every address)", func(s string) error {
 		c.Join = splitList(s)
 		return nil
