@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"unicode/utf8"
@@ -15,9 +16,10 @@ import (
 // version ([ErrProtocolMismatch]); bump it whenever any of the three
 // changes incompatibly. Version 2: the config gossip moved to package kv
 // (kv.WireVersion 2: tombstones carry their deletion time, full states
-// their sender). Version 4 (3 is taken by the join admission of issue
-// #13): the ownership function includes the replica sets
-// (shards.ReplicaSets with the gossiped replication factor) and appends
+// their sender). Version 3: a joining node owns nothing until every peer
+// answers its member query (accept.go), which version 2 nodes ignore.
+// Version 4: the ownership function includes the replica sets
+// (shards.ReplicaSets with the gossiped replication factor), and appends
 // are forwarded and replicated through package replication's routes.
 const ProtocolVersion uint8 = 4
 
@@ -62,13 +64,18 @@ func memberStateFromCode(b byte) (MemberState, error) {
 //
 // Encoding (format 1): format byte, protocol version byte, shard count
 // (uvarint), state byte, name (uvarint length + bytes), API address
-// (uvarint length + bytes).
+// (uvarint length + bytes), then the gossip key fingerprints: a count byte
+// and 4 bytes each, primary first (absent in metas written before them,
+// read as none).
 type nodeMeta struct {
 	Protocol   uint8
 	ShardCount uint32
 	State      MemberState
 	Name       string
 	APIAddr    string
+	// GossipKeys are the fingerprints (KeyFingerprint) of the member's
+	// gossip keys, primary first.
+	GossipKeys []string
 }
 
 func (m nodeMeta) encode() []byte {
@@ -78,6 +85,11 @@ func (m nodeMeta) encode() []byte {
 	b = append(b, m.State.code())
 	b = appendString(b, m.Name)
 	b = appendString(b, m.APIAddr)
+	b = append(b, byte(len(m.GossipKeys)))
+	for _, fp := range m.GossipKeys {
+		raw, _ := hex.DecodeString(fp) // KeyFingerprint: 8 hex digits
+		b = append(b, raw...)
+	}
 	return b
 }
 
@@ -110,6 +122,20 @@ func decodeMeta(b []byte) (nodeMeta, error) {
 	st := r.byte()
 	m.Name = r.string(MaxNodeNameBytes)
 	m.APIAddr = r.string(MaxAPIAddrBytes)
+	if r.err == nil && len(r.b) > 0 {
+		n := int(r.byte())
+		if n > MaxGossipKeys {
+			return nodeMeta{}, fmt.Errorf("node meta lists %d gossip keys, at most %d", n, MaxGossipKeys)
+		}
+		for range n {
+			if len(r.b) < 4 {
+				r.err = errShort
+				break
+			}
+			m.GossipKeys = append(m.GossipKeys, hex.EncodeToString(r.b[:4]))
+			r.b = r.b[4:]
+		}
+	}
 	if r.err != nil {
 		return nodeMeta{}, fmt.Errorf("node meta: %w", r.err)
 	}

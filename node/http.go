@@ -71,7 +71,7 @@ func (n *Node) routes() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !n.Ready() {
-			writeError(w, &APIError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "not ready: starting, draining or not joined"})
+			writeError(w, &APIError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "not ready: starting, draining, not joined or not accepted by the cluster yet"})
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
