@@ -81,9 +81,15 @@ func fill(b testing.TB, n *tnode, rows, payload int) {
 func BenchmarkRoute(b *testing.B) {
 	for _, r := range []int{1, 2} {
 		b.Run(fmt.Sprintf("R=%d", r), func(b *testing.B) {
-			c := newTCluster(b, 1024, r, "a", "b", "c")
+			c := &tcluster{t: b, shards: 1024, factor: r, nodes: map[string]*tnode{}}
+			c.opts = func(cfg *replication.Config) { cfg.PollInterval = 0 } // the default, 2 s
+			for _, n := range []string{"a", "b", "c"} {
+				c.add(n)
+			}
+			c.apply()
+			b.Cleanup(c.close)
 			eventually(b, time.Minute, "synced", c.converged)
-			b.SetParallelism(32) // × GOMAXPROCS 2 = 64 producers
+			b.SetParallelism(benchProducers / 2) // × GOMAXPROCS 2
 			var seq atomicCounter
 			start := time.Now()
 			b.ResetTimer()
@@ -100,8 +106,11 @@ func BenchmarkRoute(b *testing.B) {
 			})
 			b.StopTimer()
 			b.ReportMetric(float64(16*b.N)/time.Since(start).Seconds(), "rows/s")
+
 		})
 	}
 }
 
-var _ = replication.ErrNoReplica
+
+// benchProducers is BenchmarkRoute's number of concurrent producers.
+var benchProducers = 64

@@ -337,11 +337,11 @@ type HTTPPeers struct {
 	secret string
 }
 
-// NewHTTPPeers returns an HTTPPeers with its own connection pool (64 idle
+// NewHTTPPeers returns an HTTPPeers with its own connection pool (256 idle
 // connections per member) authenticating with secret ("" for none).
 func NewHTTPPeers(secret string) *HTTPPeers {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConnsPerHost = 64
+	tr.MaxIdleConnsPerHost = 256
 	tr.MaxIdleConns = 1024
 	return &HTTPPeers{client: &http.Client{Transport: tr}, secret: secret}
 }

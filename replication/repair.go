@@ -25,7 +25,18 @@ import (
 // not synced.
 
 // maxRepairsPerPoll bounds the shard repairs one poll starts.
-const maxRepairsPerPoll = 32
+const maxRepairsPerPoll = 8
+
+// repairAfterPolls is how many polls in a row a busy shard's digests may
+// disagree before it is repaired anyway.
+const repairAfterPolls = 10
+
+// mismatchState is what the last polls saw of one (shard, backup) pair.
+type mismatchState struct {
+	streak int
+	mine   outbox.ShardDigest
+	theirs ShardState
+}
 
 func (r *Replicator) pollLoop(ctx context.Context) error {
 	for {
@@ -119,10 +130,15 @@ func (r *Replicator) pollRound(ctx context.Context) {
 				delete(r.mismatch, key)
 				continue
 			}
-			streak := r.mismatch[key] + 1
-			r.mismatch[key] = streak
-			if streak >= 2 {
-				jobs = append(jobs, repairJob{shard: s, peer: p, streak: streak})
+			prev := r.mismatch[key]
+			cur := mismatchState{streak: prev.streak + 1, mine: d, theirs: st}
+			r.mismatch[key] = cur
+			// Quiet: neither copy changed since the last poll, so no write is
+			// in flight between them; or the disagreement outlasted
+			// repairAfterPolls polls of a busy shard.
+			quiet := prev.streak > 0 && prev.mine == d && prev.theirs.Rows == st.Rows && prev.theirs.Sum == st.Sum
+			if quiet || cur.streak >= repairAfterPolls {
+				jobs = append(jobs, repairJob{shard: s, peer: p, streak: cur.streak})
 			}
 		}
 	}

@@ -42,9 +42,9 @@ type Replicator struct {
 	// tokens keeps the resume token of an interrupted bulk copy, per
 	// (shard, source).
 	tokens map[syncKey][]byte
-	// mismatch counts the polls in a row that saw a digest disagreement,
-	// per (shard, peer): a repair starts at the second.
-	mismatch map[syncKey]int
+	// mismatch is what the last polls saw of each (shard, peer) whose
+	// digests disagreed (repair.go).
+	mismatch map[syncKey]mismatchState
 	// under is the last poll's count of under-replicated primary shards.
 	under underCounts
 	// fullRepair marks peers whose change queue was dropped: all their
@@ -84,7 +84,7 @@ func New(cfg Config) (*Replicator, error) {
 		synced:     make([]bool, cfg.ShardCount),
 		peerStates: map[string]peerState{},
 		tokens:     map[syncKey][]byte{},
-		mismatch:   map[syncKey]int{},
+		mismatch:   map[syncKey]mismatchState{},
 		fullRepair: map[string]bool{},
 		syncWake:   make(chan struct{}, 1), pollWake: make(chan struct{}, 1), dropWake: make(chan struct{}, 1),
 	}
