@@ -111,6 +111,5 @@ func BenchmarkRoute(b *testing.B) {
 	}
 }
 
-
 // benchProducers is BenchmarkRoute's number of concurrent producers.
 var benchProducers = 64
