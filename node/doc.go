@@ -25,12 +25,13 @@
 // wires the parts. Its services (services.go) start in a declared order
 // and stop in the reverse one (lifecycle.Manager): store, peer client,
 // HTTP server, cluster, ownership, join, config watcher, tombstone GC,
-// stats, handoff, leave, dispatcher, intake. So Shutdown stops in this
-// order: refuse appends → stop claiming and finish in-flight deliveries →
-// mark the node leaving (it owns nothing) → refuse rows from peers and wait
-// for the writes in progress → hand off every row it holds (at once when
-// no other member owns their shards: they stay on disk) → leave the gossip
-// → stop serving → close the store. Close walks the same list at once.
+// stats, handoff, dispatcher, intake. So Shutdown stops in this order:
+// refuse appends and mark the node leaving (peers take its shards after a
+// gossip round; it owns nothing, so it stops claiming) → finish in-flight
+// deliveries → refuse rows from peers and wait for the writes in progress
+// → hand off every row it holds (at once when no other member owns their
+// shards: they stay on disk) → leave the gossip → stop serving → close the
+// store. Close walks the same list at once.
 //
 // # Ownership
 //

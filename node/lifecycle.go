@@ -161,7 +161,8 @@ func (n *Node) Ready() bool { return n.ready.Load() && !n.api.Draining() }
 
 // Shutdown stops the node gracefully: its services stop in the reverse of
 // their start order (services.go): refuse new appends and announce that
-// this node is leaving (peers take its shards at once; it stops claiming),
+// this node is leaving (peers take its shards after a gossip round; it
+// stops claiming),
 // let in-flight deliveries finish (at most half the time ctx leaves),
 // refuse rows from peers and wait for the writes in progress, hand off
 // every row it holds while the cluster is reachable, leave the gossip,

@@ -12,14 +12,16 @@ import (
 
 // services declares the node's parts in start order; they stop in the
 // reverse order (lifecycle.Manager). Reading the list bottom up gives the
-// graceful stop (STYLE §7):
+// graceful stop (STYLE §7, with issue #16 item 11's change: the node
+// announces it is leaving before it drains, so its shards are claimed
+// elsewhere after a gossip round, not after the drain):
 //
-//	intake      refuse new appends
+//	intake      refuse new appends, announce leaving (peers take the
+//	            shards at once; this node owns none, so it stops claiming)
 //	dispatcher  finish in-flight deliveries (at most half the time left)
-//	leave       announce leaving (peers take the shards; this node owns
-//	            none, so it claims no more)
 //	handoff     refuse rows from peers, wait for writes in progress, hand
-//	            off every row held here
+//	            off every row held here (the loop already moves rows while
+//	            the dispatcher drains)
 //	stats, tombstone-gc, config, join
 //	ownership   stop applying snapshots
 //	cluster     bounded flush of config gossip, leave, shut memberlist down
@@ -52,10 +54,9 @@ func (n *Node) services() []lifecycle.Service {
 	return append(svcs,
 		lifecycle.Service{Name: "stats", Run: n.statsLoop},
 		lifecycle.Service{Name: "handoff", Run: n.handoff.Run, Stop: n.stopHandoff},
-		lifecycle.Service{Name: "leave", Stop: n.announceLeaving},
 		lifecycle.Service{Name: "dispatcher", Run: n.disp.Run, Stop: n.drainDeliveries},
 		lifecycle.Service{Name: "intake", Start: func(context.Context) error { n.ready.Store(true); return nil },
-			Stop: func(context.Context) error { n.api.RefuseAppends(); return nil }},
+			Stop: n.announceLeaving},
 	)
 }
 
@@ -164,12 +165,18 @@ func (n *Node) configLoop(ctx context.Context) error {
 	}
 }
 
-// announceLeaving, in a graceful stop, announces that this node is leaving
-// and applies the view in which it owns nothing: peers take its shards as
-// soon as the announcement reaches them, and this node claims no more
-// rows. The handoff loop, woken by the new view, starts moving the rows
-// held here.
+// announceLeaving is the first step of a stop: public appends are refused
+// (503: append through another node) and /readyz turns 503; then, in a
+// graceful stop, the node announces that it is leaving and applies the
+// view in which it owns nothing: peers take its shards as soon as the
+// announcement reaches them (a gossip round), and this node claims no more
+// rows. Issue #16 item 11: before, it drained its in-flight deliveries
+// first (up to half the grace), and its shards stayed owned but unclaimed
+// meanwhile, which stalled them on every rolling restart. The handoff
+// loop, woken by the new view, starts moving the rows held here while the
+// dispatcher drains.
 func (n *Node) announceLeaving(ctx context.Context) error {
+	n.api.RefuseAppends()
 	if ctx.Err() != nil {
 		return nil
 	}
