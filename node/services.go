@@ -24,7 +24,10 @@ import (
 //	            the dispatcher drains)
 //	stats, tombstone-gc, config, join
 //	ownership   stop applying snapshots
-//	cluster     bounded flush of config gossip, leave, shut memberlist down
+//	slot-lease  stop renewing the {slot} lease (when slots are used)
+//	refusal     stop watching for the cluster's refusal of this node
+//	cluster     bounded flush of config gossip, leave (then the slot's
+//	            lease is released), shut memberlist down
 //	http        stop serving (peers could read rows until here)
 //	peer-client close idle connections
 //	store       close the store
@@ -43,10 +46,17 @@ func (n *Node) services() []lifecycle.Service {
 		{Name: "http", Start: func(context.Context) error { n.served.Store(true); return nil },
 			Run: n.serveHTTP, Stop: n.stopHTTP},
 		{Name: "cluster", Start: n.startCluster, Stop: n.stopCluster},
+		{Name: "refusal", Run: n.watchRefusal},
+	}
+	if n.slotDir != "" {
+		svcs = append(svcs, lifecycle.Service{Name: "slot-lease",
+			Run: func(ctx context.Context) error { n.slotLeaseLoop(ctx); return nil }})
+	}
+	svcs = append(svcs, []lifecycle.Service{
 		{Name: "ownership", Start: n.startOwnership, Run: n.ownershipLoop},
 		{Name: "join", Start: n.join},
 		{Name: "config", Run: n.configLoop},
-	}
+	}...)
 	if gc, ok := n.store.(tombstoneCollector); ok {
 		svcs = append(svcs, lifecycle.Service{Name: "tombstone-gc",
 			Run: func(ctx context.Context) error { return gc.RunTombstoneGC(ctx, time.Minute) }})
@@ -99,6 +109,8 @@ func (n *Node) stopCluster(ctx context.Context) error {
 	if ctx.Err() == nil {
 		if err := n.cl.Leave(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("leave cluster: %w", err))
+		} else {
+			n.releaseSlot() // left: no longer a live member (slot.go)
 		}
 	}
 	n.joins.Wait()
@@ -106,6 +118,20 @@ func (n *Node) stopCluster(ctx context.Context) error {
 		errs = append(errs, n.released(fmt.Errorf("cluster shutdown: %w", err)))
 	}
 	return errors.Join(errs...)
+}
+
+// watchRefusal reports a refusal by the cluster after Start (another live
+// node uses this name) through Failed: the process should stop.
+func (n *Node) watchRefusal(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+	case <-n.cl.Refused():
+		select {
+		case n.failed <- fmt.Errorf("the cluster refused this node: %w", n.cl.RefusedErr()):
+		default:
+		}
+	}
+	return nil
 }
 
 // startOwnership subscribes to the cluster's snapshots and applies the

@@ -494,11 +494,13 @@ func (a *API) peerMembers() []peerRef {
 // ---- cluster views ----
 
 type memberView struct {
-	Name               string  `json:"name"`
-	APIAddr            string  `json:"api_addr"`
-	State              string  `json:"state"`
-	OwnedShards        int     `json:"owned_shards"`
-	OwnedShardFraction float64 `json:"owned_shard_fraction"`
+	Name               string   `json:"name"`
+	APIAddr            string   `json:"api_addr"`
+	GossipAddr         string   `json:"gossip_addr"`
+	GossipKeys         []string `json:"gossip_keys"`
+	State              string   `json:"state"`
+	OwnedShards        int      `json:"owned_shards"`
+	OwnedShardFraction float64  `json:"owned_shard_fraction"`
 }
 
 func (a *API) handleCluster(w http.ResponseWriter, r *http.Request) {
@@ -506,7 +508,7 @@ func (a *API) handleCluster(w http.ResponseWriter, r *http.Request) {
 	members := make([]memberView, 0, len(snap.Members))
 	for _, m := range snap.Members {
 		owned := snap.Table.OwnedCount(m.Name)
-		members = append(members, memberView{Name: m.Name, APIAddr: m.APIAddr, State: string(m.State),
+		members = append(members, memberView{Name: m.Name, APIAddr: m.APIAddr, GossipAddr: m.GossipAddr, GossipKeys: commaList(m.GossipKeys), State: string(m.State),
 			OwnedShards: owned, OwnedShardFraction: float64(owned) / float64(snap.ShardCount)})
 	}
 	// Shards with rows in transfer (on the wire, or left marked by a failed
@@ -515,6 +517,7 @@ func (a *API) handleCluster(w http.ResponseWriter, r *http.Request) {
 	pending := len(foreign)
 	writeJSON(w, http.StatusOK, map[string]any{
 		"node":              a.cfg.Self,
+		"accepted":          snap.Accepted,
 		"shard_count":       snap.ShardCount,
 		"ownership_version": snap.Version,
 		"members":           members,
@@ -535,6 +538,18 @@ func (a *API) handleShards(w http.ResponseWriter, _ *http.Request) {
 		out[s] = shardView{Shard: s, Owner: snap.Table.Owner(s)}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"shard_count": snap.ShardCount, "ownership_version": snap.Version, "shards": out})
+}
+
+// commaList splits a comma-separated list (a member's key fingerprints),
+// never nil (JSON [] rather than null).
+func commaList(s string) []string {
+	out := []string{}
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // isNull reports whether a decoded field was JSON null (the decoder may

@@ -187,7 +187,7 @@ func (a *API) routes() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !a.cfg.Ready() || a.Draining() {
-			writeError(w, &APIError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "not ready: starting, draining or not joined"})
+			writeError(w, &APIError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "not ready: starting, draining, not joined or not accepted by the cluster yet"})
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
