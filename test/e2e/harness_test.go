@@ -337,6 +337,11 @@ func (c *testCluster) cleanup() {
 			if n := strings.Count(string(b), "Suspect "); n > 0 {
 				c.t.Logf("note: %s's log has %d memberlist suspicion lines", p.name, n)
 			}
+			// A race-built node prints the report and goes on (exit code 66
+			// only at its exit, which a SIGKILL never reaches): read the log.
+			if i := strings.Index(string(b), raceReport); i >= 0 {
+				c.t.Errorf("%s reported a data race (%s):\n%s", p.name, p.logPath, excerpt(b[i:], 60))
+			}
 		}
 	}
 	if c.t.Failed() {
@@ -347,6 +352,15 @@ func (c *testCluster) cleanup() {
 	c.target.CloseClientConnections()
 	c.target.Close()
 	c.client.CloseIdleConnections()
+}
+
+// raceReport opens every report of a -race build.
+const raceReport = "WARNING: DATA RACE"
+
+// excerpt returns the first n lines of b.
+func excerpt(b []byte, n int) string {
+	lines := strings.SplitN(string(b), "\n", n+1)
+	return strings.Join(lines[:min(n, len(lines))], "\n")
 }
 
 // tailFile returns the last n lines of the file (at most 64 KiB of it).
