@@ -33,6 +33,11 @@ const (
 	// CodeUnavailable: the node cannot take the call now (draining, store
 	// failure); another node, or a retry, may (HTTP 503).
 	CodeUnavailable = "unavailable"
+	// CodeInsufficientCopies: an append some row of which could not be made
+	// durable on the write-copies minimum of its replicas (a replica is
+	// down); nothing is reported stored (HTTP 503 with Retry-After):
+	// retried like any 503.
+	CodeInsufficientCopies = "insufficient_copies"
 	// CodeInternal: the node failed (HTTP 500).
 	CodeInternal = "internal"
 )
@@ -94,7 +99,9 @@ var (
 	ErrMethodNotAllowed = &Error{Code: CodeMethodNotAllowed}
 	ErrLimitExceeded    = &Error{Code: CodeLimitExceeded}
 	ErrUnavailable      = &Error{Code: CodeUnavailable}
-	ErrInternal         = &Error{Code: CodeInternal}
+	// ErrInsufficientCopies matches a refused append for want of replicas.
+	ErrInsufficientCopies = &Error{Code: CodeInsufficientCopies}
+	ErrInternal           = &Error{Code: CodeInternal}
 )
 
 // retryableStatus reports whether an answer with this status may succeed on

@@ -97,14 +97,17 @@ func (r *Row) wire() wireRow {
 type AppendStatus string
 
 const (
-	// Created: the row is new and durable on the owner of its shard.
+	// Created: the row is new and durable on its shard's replicas
+	// (AppendResult.Copies of them).
 	Created AppendStatus = "created"
 	// Duplicate: a row with this dispatch_key exists (live, or finished
 	// within the dedupe window); nothing was changed. A retried append whose
 	// first attempt stored the row answers this too.
 	Duplicate AppendStatus = "duplicate"
-	// Accepted: the owner could not be reached; the row is durable on the
-	// node that answered and is handed to the owner later.
+	// Accepted was answered by nodes before replicated shards (the owner
+	// could not be reached; the row was held by the answering node). Nodes
+	// no longer answer it: a row is stored only on its replica set, or the
+	// append fails with CodeInsufficientCopies or CodeUnavailable.
 	Accepted AppendStatus = "accepted"
 )
 
@@ -114,8 +117,12 @@ type AppendResult struct {
 	Status      AppendStatus `json:"status"`
 	// Shard is xxhash64(dispatch_key) mod the cluster's shard count.
 	Shard uint32 `json:"shard"`
-	// Node is the node holding the row now.
+	// Node is the replica that coordinated the write (the shard's
+	// primary, unless it could not be reached).
 	Node string `json:"node"`
+	// Copies counts the replicas the row is durable (fsync'd) on: at least
+	// the cluster's write-copies minimum.
+	Copies int `json:"copies"`
 }
 
 // Append stores rows durably and returns one result per row, in order. It

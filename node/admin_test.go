@@ -38,8 +38,9 @@ var publicEndpoints = []endpoint{
 }
 
 var internalEndpoints = []endpoint{
-	{"POST", "/internal/v1/rows", `{"rows":[]}`},
-	{"POST", "/internal/v1/handoff", `{"rows":[]}`},
+	{"POST", "/internal/v1/replication/states", `{"shards":[1]}`},
+	{"POST", "/internal/v1/replication/keys", `{"shard":1}`},
+	{"POST", "/internal/v1/replication/missing", `{"keys":[]}`},
 	{"GET", "/internal/v1/rows/auth-1", nil},
 	{"GET", "/internal/v1/namespaces/default/dead-letters", nil},
 	{"POST", "/internal/v1/namespaces/default/dead-letters/redrive", `{}`},
@@ -132,7 +133,7 @@ func TestRoutingErrors(t *testing.T) {
 		st, b := n.do("GET", p, nil)
 		wantError(t, st, b, http.StatusNotFound, node.CodeNotFound, "")
 	}
-	for _, e := range []endpoint{{"DELETE", "/v1/rows", nil}, {"POST", "/healthz", nil}, {"PATCH", "/v1/namespaces/x", nil}, {"GET", "/internal/v1/handoff", nil}} {
+	for _, e := range []endpoint{{"DELETE", "/v1/rows", nil}, {"POST", "/healthz", nil}, {"PATCH", "/v1/namespaces/x", nil}, {"GET", "/internal/v1/replication/states", nil}} {
 		st, b, hdr := request(t, e.method, n.base+e.path, e.body, "")
 		e := wantError(t, st, b, http.StatusMethodNotAllowed, node.CodeMethodNotAllowed, "")
 		if hdr.Get("Allow") == "" || !strings.Contains(e.Error.Message, hdr.Get("Allow")) {
@@ -197,15 +198,16 @@ func TestHealthClusterShardsMetrics(t *testing.T) {
 		t.Fatalf("/metrics: status %d", st)
 	}
 	for _, name := range []string{
-		"fairshard_store_rows",                    // boltstore
-		"fairshard_store_commit_duration_seconds", // boltstore
-		"fairshard_cluster_members",               // cluster
-		"fairshard_owned_shard_fraction",          // cluster
-		"fairshard_rows_delivered_total",          // dispatch
-		"fairshard_deliveries_in_flight",          // dispatch
-		"fairshard_append_rows_total",             // node
-		"fairshard_handoff_rows_sent_total",       // node
-		"go_goroutines", "process_open_fds",       // Go and process collectors
+		"fairshard_store_rows",                     // boltstore
+		"fairshard_store_commit_duration_seconds",  // boltstore
+		"fairshard_cluster_members",                // cluster
+		"fairshard_owned_shard_fraction",           // cluster
+		"fairshard_rows_delivered_total",           // dispatch
+		"fairshard_deliveries_in_flight",           // dispatch
+		"fairshard_append_rows_total",              // node
+		"fairshard_replication_dropped_rows_total", // replication
+		"fairshard_replication_lag_seconds",        // replication
+		"go_goroutines", "process_open_fds",        // Go and process collectors
 	} {
 		if !strings.Contains(string(body), "\n"+name) {
 			t.Errorf("/metrics lacks %s", name)

@@ -1,6 +1,9 @@
 package node
 
-import "github.com/fairshard/fairshard/node/httpapi"
+import (
+	"github.com/fairshard/fairshard/node/httpapi"
+	"github.com/fairshard/fairshard/replication"
+)
 
 // The public API's error codes and request limits, as package httpapi
 // defines and enforces them, under the names callers and tests have used
@@ -15,6 +18,9 @@ const (
 	CodeLimitExceeded    = httpapi.CodeLimitExceeded
 	CodeUnavailable      = httpapi.CodeUnavailable
 	CodeInternal         = httpapi.CodeInternal
+	// CodeInsufficientCopies: an append refused for want of replicas
+	// (503 with Retry-After).
+	CodeInsufficientCopies = httpapi.CodeInsufficientCopies
 
 	MaxBatchRows       = httpapi.MaxBatchRows
 	MaxRequestBytes    = httpapi.MaxRequestBytes
@@ -27,8 +33,9 @@ const (
 	MaxTargetTimeout   = httpapi.MaxTargetTimeout
 	MaxTargetURLBytes  = httpapi.MaxTargetURLBytes
 
-	// MaxHandoffBodyBytes is the body limit of the internal handoff route.
-	MaxHandoffBodyBytes = httpapi.MaxHandoffBodyBytes
+	// MaxHandoffBodyBytes bounds a node-to-node batch (replication's
+	// routes).
+	MaxHandoffBodyBytes = replication.MaxBodyBytes
 )
 
 // ValidName reports whether s is a valid namespace or task_queue name

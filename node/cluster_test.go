@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/fairshard/fairshard/cluster/clustertest"
 	"github.com/fairshard/fairshard/node"
+	"github.com/fairshard/fairshard/outbox"
+	"github.com/fairshard/fairshard/replication"
 	"github.com/fairshard/fairshard/shards"
 )
 
@@ -127,14 +130,14 @@ func TestClusterPlacementJoinAndLeave(t *testing.T) {
 	// ≥, not =: while the join spreads, a node may briefly compute a table
 	// from a partial view and send a row to an interim owner, which then
 	// passes it on.
-	if sent := sumMetric(nodes[:3], "fairshard_handoff_rows_sent_total"); sent < float64(moved) {
-		t.Errorf("fairshard_handoff_rows_sent_total = %v across the first three nodes, want ≥ %d (the rows whose shard moved)", sent, moved)
+	if sent := sumMetric(nodes[:3], "fairshard_replication_dropped_rows_total"); sent < float64(moved) {
+		t.Errorf("fairshard_replication_dropped_rows_total = %v across the first three nodes, want ≥ %d (the rows whose shard moved)", sent, moved)
 	}
-	if got := fourth.metric("fairshard_handoff_rows_received_total"); got < float64(toFourth) {
-		t.Errorf("fairshard_handoff_rows_received_total on the new node = %v, want ≥ %d", got, toFourth)
+	if got := fourth.metric("fairshard_replication_sync_rows_total"); got < float64(toFourth) {
+		t.Errorf("fairshard_replication_sync_rows_total on the new node = %v, want ≥ %d", got, toFourth)
 	}
-	if got := sumMetric(nodes, "fairshard_handoff_rows_received_total"); got < float64(moved) {
-		t.Errorf("fairshard_handoff_rows_received_total across nodes = %v, want ≥ %d", got, moved)
+	if got := sumMetric(nodes, "fairshard_replication_sync_rows_total"); got < float64(moved) {
+		t.Errorf("fairshard_replication_sync_rows_total across nodes = %v, want ≥ %d", got, moved)
 	}
 	eventually(t, 5*time.Second, func() bool {
 		for _, n := range nodes {
@@ -259,10 +262,12 @@ func (p *tcpProxy) down() {
 	p.wg.Wait()
 }
 
-// TestUnreachableOwner: rows whose owner cannot be reached are held on the
-// node that took the append and answered "accepted"; they can be read from
-// any node and retried harmlessly meanwhile; once the owner is reachable
-// the handoff loop moves them there.
+// TestUnreachableOwner (one copy per shard): an append some rows of which
+// belong to a shard whose only replica cannot be reached is refused with a
+// retryable 503 (Retry-After) and reports nothing stored: rows are never
+// kept on a node outside their replica set. Fan-out reads name the node
+// they could not reach. Once the owner answers, the same batch succeeds
+// and every row is on its owner.
 func TestUnreachableOwner(t *testing.T) {
 	t.Parallel()
 	proxyAddr := reserveAddr(t)
@@ -283,42 +288,26 @@ func TestUnreachableOwner(t *testing.T) {
 		rows = append(rows, rowIn{"dispatch_key": k, "namespace": "un"})
 		keys = append(keys, k)
 	}
-	var accepted, created []string
-	for _, r := range a.appendRows(rows...).Rows {
-		switch owner := table[r.Shard]; {
-		case owner == a.Name() && r.Status == "created" && r.Node == a.Name():
-			created = append(created, r.DispatchKey)
-		case owner == c.Name() && r.Status == "accepted" && r.Node == a.Name():
-			accepted = append(accepted, r.DispatchKey)
-		default:
-			t.Errorf("row %s (owner %s) answered %+v; want created on its owner or accepted on %s", r.DispatchKey, owner, r, a.Name())
+	st, body, hdr := request(t, http.MethodPost, a.base+"/v1/rows", map[string]any{"rows": rows}, "")
+	wantError(t, st, body, http.StatusServiceUnavailable, node.CodeUnavailable, "")
+	if hdr.Get("Retry-After") == "" {
+		t.Errorf("503 without Retry-After")
+	}
+	if v := a.metric("fairshard_replication_forward_failures_total"); v < 1 {
+		t.Errorf("fairshard_replication_forward_failures_total = %v, want ≥ 1", v)
+	}
+	if v := a.metric("fairshard_append_rows_total"); v != 0 {
+		t.Errorf("fairshard_append_rows_total = %v, want 0 (nothing reported stored)", v)
+	}
+	// No row of c's shards is kept on a (a's own may be: not reported).
+	ownA := 0
+	for _, k := range keys {
+		if table[shards.ShardOf(k, 1024)] == a.Name() {
+			ownA++
 		}
 	}
-	if len(accepted) == 0 || len(created) == 0 {
-		t.Fatalf("%d rows accepted, %d created; want some of each", len(accepted), len(created))
-	}
-	if v := a.metric("fairshard_forward_errors_total"); v < 1 {
-		t.Errorf("fairshard_forward_errors_total = %v, want ≥ 1", v)
-	}
-	if v := a.metric("fairshard_append_rows_total"); v != 200 {
-		t.Errorf("fairshard_append_rows_total = %v, want 200", v)
-	}
-	// Held rows are found from the owner's side too, on the node holding them.
-	for _, k := range accepted[:5] {
-		if v, ok := c.getRow(k); !ok || v.Node != a.Name() || v.Status != "pending" {
-			t.Errorf("GET %s via %s while held: found %v on %q (%s), want pending on %s", k, c.Name(), ok, v.Node, v.Status, a.Name())
-		}
-	}
-	// The handoff loop keeps trying (and failing) meanwhile.
-	eventually(t, 5*time.Second, func() bool { return a.metric("fairshard_handoff_errors_total") >= 1 }, "a failed handoff attempt")
-	// A retry while the owner is still away answers duplicate, held here.
-	for _, r := range a.appendRows(rows[:20]...).Rows {
-		if r.Status != "duplicate" || r.Node != a.Name() {
-			t.Errorf("retried %s while its owner is away: %+v, want duplicate on %s", r.DispatchKey, r, a.Name())
-		}
-	}
-	if v := a.namespace("un"); v.Pending != 200 {
-		t.Errorf("%s holds %d pending rows, want all 200", a.Name(), v.Pending)
+	if got := a.namespace("un").Pending; got > ownA {
+		t.Fatalf("%s holds %d rows, more than the %d of its own shards", a.Name(), got, ownA)
 	}
 
 	// Fan-out reads and writes name the node they could not reach.
@@ -336,14 +325,15 @@ func TestUnreachableOwner(t *testing.T) {
 	}
 
 	proxy.up(t)
+	for _, r := range a.appendRows(rows...).Rows {
+		owner := table[r.Shard]
+		ok := r.Node == owner && r.Copies == 1 && (r.Status == "created" || (r.Status == "duplicate" && owner == a.Name()))
+		if !ok {
+			t.Errorf("row %s (owner %s) answered %+v after the owner came back", r.DispatchKey, owner, r)
+		}
+	}
 	wantPlacement(t, nodes, "un", keys, table)
 	wantRowsOnOwners(t, nodes, keys, table)
-	if v := a.metric("fairshard_handoff_rows_sent_total"); v != float64(len(accepted)) {
-		t.Errorf("fairshard_handoff_rows_sent_total = %v, want %d (the accepted rows)", v, len(accepted))
-	}
-	if v := c.namespace("un"); v.Pending != len(accepted) {
-		t.Errorf("%s holds %d pending rows, want the %d accepted ones", c.Name(), v.Pending, len(accepted))
-	}
 }
 
 // TestShutdownUnderAppendLoad: appends keep flowing through a peer while a
@@ -414,13 +404,19 @@ func TestLeavingNodeRefusesIntake(t *testing.T) {
 	t.Parallel()
 	nodes := startCluster(t, 2, nil)
 	a, b := nodes[0], nodes[1]
+	table := waitConverged(t, nodes)
 	pause(t, nodes, "stale")
 
+	// A peer with a stale view keeps forwarding rows of b's shards to b
+	// (package replication's forward route, as a peer does).
+	peers := replication.NewHTTPPeers("")
+	defer peers.Close()
 	var mu sync.Mutex
 	var acked []string
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
+		n := 0
 		for i := 0; ; i++ {
 			select {
 			case <-stop:
@@ -428,22 +424,29 @@ func TestLeavingNodeRefusesIntake(t *testing.T) {
 			default:
 			}
 			now := time.Now().UTC()
-			var rows []map[string]any
+			var rows []outbox.Row
 			var keys []string
-			for j := range 10 {
-				k := fmt.Sprintf("stale-%d-%d", i, j)
-				rows = append(rows, map[string]any{"dispatch_key": k, "namespace": "stale", "task_queue": "default",
-					"attempt": 1, "created_at": now, "visible_after": now})
+			for len(rows) < 10 {
+				k := fmt.Sprintf("stale-%d", n)
+				n++
+				if table[shards.ShardOf(k, 1024)] != b.Name() {
+					continue
+				}
+				rows = append(rows, outbox.Row{DispatchKey: k, Namespace: "stale", TaskQueue: "default", CreatedAt: now, VisibleAfter: now})
 				keys = append(keys, k)
 			}
-			st, _, err := tryRequest("POST", b.base+"/internal/v1/rows", map[string]any{"rows": rows})
-			if err != nil {
-				return // the server is gone
-			}
-			if st == http.StatusOK {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err := peers.Forward(ctx, b.APIAddr(), rows)
+			cancel()
+			if err == nil {
 				mu.Lock()
 				acked = append(acked, keys...)
 				mu.Unlock()
+			} else if !errors.Is(err, replication.ErrRefused) && !errors.Is(err, replication.ErrNotReplica) {
+				var pe *replication.PeerError
+				if !errors.As(err, &pe) {
+					return // the server is gone
+				}
 			}
 		}
 	})
@@ -501,9 +504,10 @@ func TestClusterAdminFanOut(t *testing.T) {
 	tg.SetStatus(http.StatusUnprocessableEntity)
 	a.setTarget("fan", "default", tg.URL()) // through a: b's rows go there too
 	b.mustDo("PUT", "/v1/workflows/fan-held/hold", nil, http.StatusOK, nil)
-	// Wait until both nodes hold both entries (the target and the hold).
+	// Wait until both nodes hold both entries (the target and the hold),
+	// beside the cluster's replication factor.
 	eventually(t, 5*time.Second, func() bool {
-		return a.metric("fairshard_cluster_config_entries") == 2 && b.metric("fairshard_cluster_config_entries") == 2
+		return a.metric("fairshard_cluster_config_entries") == 3 && b.metric("fairshard_cluster_config_entries") == 3
 	}, "the target and the hold to reach both nodes")
 
 	var keys []string
@@ -579,7 +583,8 @@ func TestJoinWhileDelivering(t *testing.T) {
 	nodes[0].setTarget("move", "default", tg.URL())
 	nodes[1].mustDo("PUT", "/v1/namespaces/move", map[string]any{"max_in_flight": 8}, http.StatusOK, nil)
 	eventually(t, 5*time.Second, func() bool {
-		return nodes[0].metric("fairshard_cluster_config_entries") == 2 && nodes[1].metric("fairshard_cluster_config_entries") == 2
+		// The target and the quota, beside the replication factor.
+		return nodes[0].metric("fairshard_cluster_config_entries") == 3 && nodes[1].metric("fairshard_cluster_config_entries") == 3
 	}, "the target and quota to reach both nodes")
 
 	var rows []rowIn

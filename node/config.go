@@ -15,6 +15,7 @@ import (
 
 	"github.com/fairshard/fairshard/cluster"
 	"github.com/fairshard/fairshard/kv"
+	"github.com/fairshard/fairshard/replication"
 )
 
 // Default caps on the gossiped config (--max-namespaces, --max-targets,
@@ -118,6 +119,23 @@ type Config struct {
 	// MaxConnsPerHost bounds connections per target host. Defaults to 64.
 	MaxConnsPerHost int
 
+	// ReplicationFactor is the replication factor R a new cluster starts
+	// with: every shard is kept on R nodes (1–5, capped by the active
+	// members). It is cluster-wide: the cluster's value lives in the
+	// gossiped config (PUT /v1/cluster changes it on a live cluster), and
+	// this flag only seeds it when the cluster has none yet; a node whose
+	// flag differs follows the cluster and logs the difference. Defaults
+	// to 2.
+	ReplicationFactor int
+	// WriteCopies is the write-copies minimum: an append is answered only
+	// once every row is durable on this many members of its replica set,
+	// else 503 with Retry-After. 0 (the default) is automatic: 2 when R ≥
+	// 2 and the node is part of a multi-node cluster (it has seeds or has
+	// seen another member), 1 otherwise. Capped by R.
+	WriteCopies int
+	// RepairInterval is how often a primary compares its shards' digests
+	// with its backups' (anti-entropy). Defaults to 2 s.
+	RepairInterval time.Duration
 	// HandoffInterval is how often the handoff loop runs besides on every
 	// ownership change. Defaults to 5 s.
 	HandoffInterval time.Duration
@@ -197,7 +215,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.RetryCap, "retry-cap", 5*time.Minute, "largest retry backoff")
 	fs.IntVar(&c.MaxAttempts, "max-attempts", 10, "delivery attempts before a row is dead-lettered")
 	fs.IntVar(&c.MaxConnsPerHost, "max-conns-per-host", 64, "most connections per target host")
-	fs.DurationVar(&c.HandoffInterval, "handoff-interval", 5*time.Second, "handoff loop period (it also runs on every ownership change)")
+	fs.IntVar(&c.ReplicationFactor, "replication-factor", 2, "copies of every shard, 1-5, cluster-wide: seeds a new cluster's value (PUT /v1/cluster changes it live); capped by the active members")
+	fs.IntVar(&c.WriteCopies, "write-copies", 0, "replicas every appended row must be durable on before the append is answered (else 503); 0: 2 when R >= 2 in a multi-node cluster, else 1")
+	fs.DurationVar(&c.RepairInterval, "repair-interval", 2*time.Second, "how often primaries compare shard digests with their backups (repair)")
+	fs.DurationVar(&c.HandoffInterval, "handoff-interval", 5*time.Second, "period of the pass that hands copies of shards no longer replicated here to their replica sets (it also runs on every ownership change)")
 	fs.IntVar(&c.HandoffBatch, "handoff-batch", 500, "most rows per handoff call")
 	fs.IntVar(&c.HandoffBatchBytes, "handoff-batch-bytes", 8<<20, "byte budget of one handoff call (payloads and fields; one larger row still moves alone)")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 30*time.Second, "bound on a graceful stop: in-flight deliveries, then handoff")
@@ -374,6 +395,15 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxConnsPerHost < 1 {
 		bad("max-conns-per-host", "must be at least 1")
+	}
+	if c.ReplicationFactor < 1 || c.ReplicationFactor > replication.MaxFactor {
+		bad("replication-factor", "%d is not between 1 and %d", c.ReplicationFactor, replication.MaxFactor)
+	}
+	if c.WriteCopies < 0 || c.WriteCopies > replication.MaxFactor {
+		bad("write-copies", "%d is not between 0 (automatic) and %d", c.WriteCopies, replication.MaxFactor)
+	}
+	if c.RepairInterval <= 0 {
+		bad("repair-interval", "must be positive")
 	}
 	if c.HandoffInterval <= 0 {
 		bad("handoff-interval", "must be positive")

@@ -90,7 +90,7 @@ func TestHandoffMovesLargeRows(t *testing.T) {
 			t.Fatalf("row %s arrived with %d payload bytes, want %d", k, len(v.Payload), node.MaxPayloadBytes)
 		}
 	}
-	if got := b.metric("fairshard_handoff_rows_received_total"); got < rows {
-		t.Fatalf("%s received %v rows by handoff, want ≥ %d", b.Name(), got, rows)
+	if got := b.metric("fairshard_replication_sync_rows_total") + b.metric("fairshard_replication_received_rows_total"); got < rows {
+		t.Fatalf("%s received %v rows by shard sync and drain, want ≥ %d", b.Name(), got, rows)
 	}
 }

@@ -65,6 +65,11 @@ func testConfig(t testing.TB) node.Config {
 	cfg.DeliveryTimeout = 5 * time.Second
 	cfg.ShutdownGrace = 10 * time.Second
 	cfg.QuotaTTL = 50 * time.Millisecond
+	// One copy per shard: these tests check placement, handoff and the
+	// API per node; the replicated behaviour (R = 2, the default) has its
+	// own tests (replication_test.go) and the e2e scenarios.
+	cfg.ReplicationFactor = 1
+	cfg.RepairInterval = 200 * time.Millisecond
 	return cfg
 }
 
@@ -360,6 +365,7 @@ type appendOut struct {
 		Status      string `json:"status"`
 		Shard       uint32 `json:"shard"`
 		Node        string `json:"node"`
+		Copies      int    `json:"copies"`
 	} `json:"rows"`
 }
 

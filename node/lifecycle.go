@@ -164,14 +164,16 @@ func (n *Node) awaitAccepted(ctx, wctx context.Context) error {
 // name). It never receives before Start and at most once.
 func (n *Node) Failed() <-chan error { return n.failed }
 
-// applySnapshot makes s the node's applied ownership view: it scopes the
-// store's claims to the shards this node owns in s, then publishes s as the
-// view every other consumer reads (ownership: the planner's ceilings,
-// append routing, handoff, the admin views), and wakes the handoff loop
-// and the dispatcher. So claim scope and ceilings always come from the
-// same snapshot. Views are applied in version order: an older snapshot
-// that loses a race with a newer one is ignored. Before the first join the
-// node owns nothing (s.OwningNothing).
+// applySnapshot makes s the node's applied ownership view: it hands s's
+// replica sets to the replicator, which scopes the store's claims to the
+// shards this node is primary of in s and holds a synced copy of
+// (setClaimScope), then publishes s as the view every other consumer
+// reads (ownership: the planner's ceilings, the admin views), and wakes
+// the dispatcher. So claim scope and ceilings always come from the same
+// snapshot. Views are applied in version order: an older snapshot that
+// loses a race with a newer one is ignored. Before the first join the node
+// owns nothing (s.OwningNothing) and the replicator gets no view (appends
+// answer 503 meanwhile).
 func (n *Node) applySnapshot(s *cluster.OwnershipSnapshot) {
 	if s == nil {
 		return
@@ -183,10 +185,11 @@ func (n *Node) applySnapshot(s *cluster.OwnershipSnapshot) {
 	}
 	if n.awaitingJoin.Load() {
 		s = s.OwningNothing()
+		n.store.SetOwnedShards(s.Owned)
+	} else {
+		n.repl.Apply(viewOf(s))
 	}
-	n.store.SetOwnedShards(s.Owned)
 	n.applied.Store(s)
-	n.handoff.Wake()
 	n.disp.Wake()
 }
 

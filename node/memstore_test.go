@@ -71,7 +71,7 @@ func TestNodeOnMemstore(t *testing.T) {
 	}
 	wantPlacement(t, nodes, "mem", keys, table)
 	wantRowsOnOwners(t, nodes, keys, table)
-	if got := b.metric("fairshard_handoff_rows_received_total"); got < float64(onB) {
+	if got := b.metric("fairshard_replication_sync_rows_total"); got < float64(onB) {
 		t.Errorf("%s received %v rows by handoff, want ≥ %d", b.Name(), got, onB)
 	}
 

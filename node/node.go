@@ -23,12 +23,12 @@ import (
 	"github.com/fairshard/fairshard/cluster"
 	"github.com/fairshard/fairshard/dispatch"
 	"github.com/fairshard/fairshard/lifecycle"
-	"github.com/fairshard/fairshard/node/handoff"
 	"github.com/fairshard/fairshard/node/httpapi"
 	"github.com/fairshard/fairshard/node/peer"
 	"github.com/fairshard/fairshard/node/router"
 	"github.com/fairshard/fairshard/node/settings"
 	"github.com/fairshard/fairshard/outbox"
+	"github.com/fairshard/fairshard/replication"
 	"github.com/fairshard/fairshard/shards"
 	"github.com/fairshard/fairshard/transfer"
 )
@@ -39,19 +39,21 @@ const DataFileName = "fairshard.db"
 // Store is what a node needs of its outbox store: the contract
 // (outbox.Store, for the dispatcher and the claim planner) plus what each
 // part of the node declares it consumes: the API's reads and writes
-// (httpapi.Store), handoff's transfer source (handoff.Store, after
-// package transfer), persisted config entries (settings.ConfigStore), the
+// (httpapi.Store), replication's (replication.Store: appends and merges
+// of copies, shard pages and digests, the marks of a move), persisted
+// config entries (settings.ConfigStore), the
 // claim scope (SetOwnedShards), the ceilings' held-claims count and the
 // backlog metrics' reads. *boltstore.Store (New) and *memstore.Store
 // (tests, NewWithStore) implement it; the contract suite in outboxtest
 // checks every method for both. Optional upgrades found by type assertion:
 // backpressure.BatchClaimer (a sweep's claims in one transaction),
-// transfer.ShardsReader (a handoff batch across shards in one commit) and
-// tombstoneCollector (expiry of finished rows).
+// transfer.ShardsReader (a batch of copies handed to their replica sets
+// across shards in one commit) and tombstoneCollector (expiry of finished
+// rows).
 type Store interface {
 	outbox.Store
 	httpapi.Store
-	handoff.Store
+	replication.Store
 	settings.ConfigStore
 	// SetOwnedShards scopes claims to the shards this node owns.
 	SetOwnedShards(owned []uint32)
@@ -90,7 +92,7 @@ type Node struct {
 	disp     *dispatch.Dispatcher
 	peers    *peer.Client
 	router   *router.Router
-	handoff  *handoff.Handoff
+	repl     *replication.Replicator
 	api      *httpapi.API
 	stats    *statsMetrics
 
@@ -180,8 +182,8 @@ func NewWithStore(cfg Config, store Store, log *slog.Logger) (*Node, error) {
 }
 
 // build wires a node around an open store, in dependency order: metrics,
-// HTTP listener, cluster membership, runtime settings, dispatcher, peer
-// client, router, handoff, API; then declares its services. slotDir is the
+// HTTP listener, cluster membership, runtime settings, replicator,
+// dispatcher, peer client, router, API; then declares its services. slotDir is the
 // claimed {slot} dir ("" without slots). On error it releases what it
 // took, the store included.
 func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, slotDir string) (_ *Node, err error) {
@@ -234,8 +236,21 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 		Fraction: func() shards.OwnedShardFraction { return n.ownership().Fraction },
 		Logger:   log,
 	})
+	n.repl, err = replication.New(replication.Config{
+		Self: n.name, ShardCount: cfg.Shards, Store: store, Peers: replication.NewHTTPPeers(cfg.ClusterSecret),
+		WriteCopies: cfg.WriteCopies, Seeded: len(cfg.Join) > 0,
+		Scope:            n.setClaimScope,
+		Wake:             func() { n.disp.Wake() },
+		Limits:           transfer.Limits{MaxRows: cfg.HandoffBatch, MaxBytes: cfg.HandoffBatchBytes},
+		PollInterval:     cfg.RepairInterval,
+		LeftoverInterval: cfg.HandoffInterval,
+		Logger:           log, Registerer: reg,
+	})
+	if err != nil {
+		return nil, err
+	}
 	n.disp, err = dispatch.New(dispatch.Config{
-		Store:             heldClaims(store),
+		Store:             heldClaims(store, n.repl),
 		Planner:           planner,
 		Targets:           dispatch.TargetsFunc(n.settings.DispatchTarget),
 		Held:              n.settings.HeldWorkflows,
@@ -254,18 +269,7 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 		return nil, fmt.Errorf("create dispatcher: %w", err)
 	}
 	n.peers = peer.NewClient(cfg.ClusterSecret)
-	n.router, err = router.New(router.Config{
-		Self: n.name, ShardCount: cfg.Shards, Store: store, Ownership: n.ownership, Forwarder: n.peers,
-		Logger: log, Registerer: reg,
-	})
-	if err != nil {
-		return nil, err
-	}
-	n.handoff, err = handoff.New(handoff.Config{
-		Self: n.name, Store: store, Ownership: n.ownership, Sink: n.peers.Sink,
-		Limits:   transfer.Limits{MaxRows: cfg.HandoffBatch, MaxBytes: cfg.HandoffBatchBytes},
-		Interval: cfg.HandoffInterval, Logger: log, Registerer: reg,
-	})
+	n.router, err = router.New(router.Config{Placer: n.repl, Logger: log, Registerer: reg})
 	if err != nil {
 		return nil, err
 	}
@@ -274,6 +278,7 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 		DefaultMaxInFlight: cfg.DefaultMaxInFlight,
 		MaxNamespaces:      cfg.MaxNamespaces, MaxTargets: cfg.MaxTargets, MaxHolds: cfg.MaxHolds,
 		Store: store, Router: n.router, Settings: n.settings, Ownership: n.ownership, Peers: n.peers,
+		Replication: n.repl, SetReplicationFactor: n.setReplicationFactor,
 		Dispatcher: n.disp, Ready: n.ready.Load, Gatherer: reg, Registerer: reg, Logger: log,
 	})
 	if err != nil {
@@ -408,6 +413,17 @@ func (n *Node) clusterConfig(httpBound *net.TCPAddr) (*cluster.Config, error) {
 	}
 	c.KV.Initial = initial
 	c.KV.Persister = settings.Persister{Store: n.store}
+	// Replica sets start with the cluster's replication factor as this
+	// node last knew it, else the flag (a new cluster); seedReplicationFactor
+	// settles it once the node has joined.
+	c.ReplicationFactor = cfg.ReplicationFactor
+	for _, e := range initial {
+		if e.Key == KeyReplicationFactor && !e.Deleted {
+			if r, err := parseFactor(e.Value); err == nil {
+				c.ReplicationFactor = r
+			}
+		}
+	}
 	return c, nil
 }
 
@@ -433,13 +449,67 @@ func (n *Node) logAdvertiseChoice(ch cluster.AdvertiseChoice) {
 // claimed count is every claimed row held on this node, owned shard or not.
 // Right after an ownership change, rows of a shard just lost are still being
 // delivered here and must keep counting against this node's ceiling, or the
-// node would claim past it (docs/DECISIONS.md). Everything else is the
-// store's own.
-type heldClaimsStore struct{ Store }
+// node would claim past it (docs/DECISIONS.md). Every state change it makes
+// (settles, re-arms) is handed to the replicator, which ships the rows'
+// new state to the backups (claims are not replicated). Everything else is
+// the store's own.
+type heldClaimsStore struct {
+	Store
+	repl *replication.Replicator
+}
 
 // CountClaimedByNamespace counts claimed rows held here, all shards.
 func (s heldClaimsStore) CountClaimedByNamespace(ctx context.Context, namespaces []string) (map[string]int, error) {
 	return s.CountClaimedHeld(ctx, namespaces)
+}
+
+// Complete settles a delivered row and ships its new state.
+func (s heldClaimsStore) Complete(ctx context.Context, p outbox.CompleteParams) error {
+	err := s.Store.Complete(ctx, p)
+	if err == nil {
+		s.repl.Changed(p.DispatchKey)
+	}
+	return err
+}
+
+// Retry reschedules a row and ships its new state.
+func (s heldClaimsStore) Retry(ctx context.Context, p outbox.RetryParams) error {
+	err := s.Store.Retry(ctx, p)
+	if err == nil {
+		s.repl.Changed(p.DispatchKey)
+	}
+	return err
+}
+
+// Fail dead-letters a row and ships its new state.
+func (s heldClaimsStore) Fail(ctx context.Context, p outbox.FailParams) error {
+	err := s.Store.Fail(ctx, p)
+	if err == nil {
+		s.repl.Changed(p.DispatchKey)
+	}
+	return err
+}
+
+// Cancel withdraws a pending row and ships its new state.
+func (s heldClaimsStore) Cancel(ctx context.Context, p outbox.CancelParams) (bool, error) {
+	ok, err := s.Store.Cancel(ctx, p)
+	if ok {
+		s.repl.Changed(p.DispatchKey)
+	}
+	return ok, err
+}
+
+// RearmStale re-arms stale claims and ships the rows' new state.
+func (s heldClaimsStore) RearmStale(ctx context.Context, p outbox.RearmParams) ([]outbox.Row, error) {
+	rows, err := s.Store.RearmStale(ctx, p)
+	if len(rows) > 0 {
+		keys := make([]string, len(rows))
+		for i := range rows {
+			keys[i] = rows[i].DispatchKey
+		}
+		s.repl.Changed(keys...)
+	}
+	return rows, err
 }
 
 // heldClaimsBatchStore keeps a store's one-transaction ClaimBatch
@@ -451,9 +521,10 @@ type heldClaimsBatchStore struct {
 
 // heldClaims wraps store for the dispatcher, keeping its optional
 // BatchClaimer.
-func heldClaims(store Store) outbox.Store {
+func heldClaims(store Store, repl *replication.Replicator) outbox.Store {
+	h := heldClaimsStore{store, repl}
 	if b, ok := store.(backpressure.BatchClaimer); ok {
-		return heldClaimsBatchStore{heldClaimsStore{store}, b}
+		return heldClaimsBatchStore{h, b}
 	}
-	return heldClaimsStore{store}
+	return h
 }

@@ -63,7 +63,7 @@ func (n *Node) services() []lifecycle.Service {
 	}
 	return append(svcs,
 		lifecycle.Service{Name: "stats", Run: n.statsLoop},
-		lifecycle.Service{Name: "handoff", Run: n.handoff.Run, Stop: n.stopHandoff},
+		lifecycle.Service{Name: "replication", Run: n.repl.Run, Stop: n.stopReplication},
 		lifecycle.Service{Name: "dispatcher", Run: n.disp.Run, Stop: n.drainDeliveries},
 		lifecycle.Service{Name: "intake", Start: func(context.Context) error { n.ready.Store(true); return nil },
 			Stop: n.announceLeaving},
@@ -171,6 +171,9 @@ func (n *Node) join(ctx context.Context) error {
 		}
 	}
 	n.applySnapshot(n.cl.Snapshot())
+	if err := n.seedReplicationFactor(ctx); err != nil {
+		n.log.Error("replication factor", "err", err)
+	}
 	return nil
 }
 
@@ -185,7 +188,11 @@ func (n *Node) configLoop(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-watch.C():
-			n.settings.Apply(watch.Changes())
+			changes := watch.Changes()
+			n.settings.Apply(changes)
+			if replicationFactorChanged(changes) {
+				n.applyReplicationFactor()
+			}
 			n.disp.Wake()
 		}
 	}
@@ -230,23 +237,24 @@ func (n *Node) drainDeliveries(ctx context.Context) error {
 	return n.disp.Drain(ctx)
 }
 
-// stopHandoff is the final handoff of a graceful stop: rows sent here from
-// now on could outlive it, so the intake closes first (peers hold such
-// rows and hand them to the new owners) once the writes already admitted
-// have finished; then every row held for a shard another member owns is
-// handed off (Drain: at once when no other member owns them; they stay on
-// disk). A hard stop only ends the loop.
-func (n *Node) stopHandoff(ctx context.Context) error {
+// stopReplication is the final drain of a graceful stop: rows sent here
+// from now on could outlive it, so the intake closes first (peers keep
+// such rows on the other replicas) once the writes already admitted have
+// finished; then every row held here is handed to its shard's replica set
+// (this node is in none: it is leaving) and deleted once the set's
+// members confirmed holding it (Drain: at once when no other member can
+// take them; they stay on disk). The replicator's loops, state shipping
+// included, run until this returns. A hard stop hands nothing over.
+func (n *Node) stopReplication(ctx context.Context) error {
 	if ctx.Err() != nil {
-		n.handoff.StopLoop()
 		return nil
 	}
 	var errs []error
 	if err := n.api.CloseIntake(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("close intake: %w", err))
 	}
-	if left, err := n.handoff.Drain(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("handoff on shutdown: %d shards still hold rows on disk: %w", left, err))
+	if err := n.repl.Drain(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("drain on shutdown: %w", err))
 	}
 	return errors.Join(errs...)
 }

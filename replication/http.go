@@ -41,10 +41,25 @@ const (
 	codeTooLarge           = "too_large"
 )
 
+// Server is the receiving side of the Peers calls: *Replicator.
+type Server interface {
+	AcceptForward(ctx context.Context, rows []outbox.Row) ([]Outcome, error)
+	AcceptAppend(ctx context.Context, rows []outbox.Row) ([]outbox.AppendOutcome, error)
+	AcceptMerge(ctx context.Context, rows []outbox.Row) (outbox.MergeResult, error)
+	States(ctx context.Context, shards []uint32) (StatesReply, error)
+	ReadShardsCopy(ctx context.Context, reads []outbox.ShardRead, maxRows, maxBytes int) ([]outbox.ShardPage, error)
+	Keys(ctx context.Context, shard uint32, after []byte, maxKeys int) (KeyPage, error)
+	RowsByKey(ctx context.Context, keys []string, maxBytes int) ([]outbox.Row, int, error)
+	MissingOf(ctx context.Context, kvs []KeyVersion) (MissingReply, error)
+}
+
+var _ Server = (*Replicator)(nil)
+
 // Handler serves the replication routes for r (mount it at PathPrefix,
 // behind the cluster secret's authentication). Routes that store rows
-// (forward, append, merge) go through gate: a closed gate answers 503.
-func Handler(r *Replicator, gate Gate) http.Handler {
+// (forward, append, merge) go through gate (nil: none): a closed gate
+// answers 503.
+func Handler(r Server, gate Gate) http.Handler {
 	mux := http.NewServeMux()
 	storing := func(h http.HandlerFunc) http.HandlerFunc {
 		return func(w http.ResponseWriter, req *http.Request) {

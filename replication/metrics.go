@@ -22,6 +22,7 @@ type metrics struct {
 	writes                      *prometheus.CounterVec
 	forwardFailures             prometheus.Counter
 	dropped                     prometheus.Counter
+	received                    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -69,6 +70,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"outcome"}),
 		forwardFailures: c("fairshard_replication_forward_failures_total", "Forwards of appended rows to a replica that failed (the next replica of the set is tried)."),
 		dropped:         c("fairshard_replication_dropped_rows_total", "Rows deleted here because every member of their shard's replica set confirmed holding them (rebalance, drain)."),
+		received:        c("fairshard_replication_received_rows_total", "Rows other nodes pushed here and this node merged: state changes shipped by a primary, repairs, copies handed over by a node leaving the set or draining."),
 	}
 	for _, k := range []string{"bulk", "diff"} {
 		m.syncRows.WithLabelValues(k)
@@ -85,7 +87,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, col := range []prometheus.Collector{m.factor, m.copies, m.writeCopies, m.underShards, m.underRows,
 		m.syncingShards, m.lag, m.lagOldest, m.pending, m.shipped, m.shipFailures, m.shipDropped, m.syncRows,
-		m.syncBytes, m.syncedShards, m.mismatches, m.repairedShards, m.repairedRows, m.writes, m.forwardFailures, m.dropped} {
+		m.syncBytes, m.syncedShards, m.mismatches, m.repairedShards, m.repairedRows, m.writes, m.forwardFailures, m.dropped, m.received} {
 		if err := reg.Register(col); err != nil {
 			return nil, err
 		}

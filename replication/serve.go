@@ -38,7 +38,11 @@ func (r *Replicator) AcceptAppend(ctx context.Context, rows []outbox.Row) ([]out
 
 // AcceptMerge is the receiving side of Peers.Merge.
 func (r *Replicator) AcceptMerge(ctx context.Context, rows []outbox.Row) (outbox.MergeResult, error) {
-	return localSink{r}.Merge(ctx, rows)
+	res, err := localSink{r}.Merge(ctx, rows)
+	if err == nil {
+		r.m.received.Add(float64(len(rows)))
+	}
+	return res, err
 }
 
 // States answers Peers.States: this node's digest and sync state of

@@ -26,11 +26,40 @@ import (
 // ErrInsufficientCopies when a coordinator could not make a row durable
 // on enough replicas, ErrNoReplica when a row's shard has no live replica
 // or none of them answered, or the local store's error.
+//
+// Views differ for a moment after a membership change (a replica that
+// just left the set by its own view answers ErrNotReplica, a leaving one
+// refuses rows, a dead one is not declared dead yet): when every replica
+// of some row failed, Route waits for the next view and tries again, for
+// up to routeRetry.
 func (r *Replicator) Route(ctx context.Context, rows []outbox.Row) ([]Outcome, error) {
-	v := r.view.Load()
-	if v == nil {
-		return nil, fmt.Errorf("%w: this node has not joined the cluster yet", ErrNoReplica)
+	deadline := time.Now().Add(routeRetry)
+	for {
+		v := r.view.Load()
+		if v == nil {
+			return nil, fmt.Errorf("%w: this node has not joined the cluster yet", ErrNoReplica)
+		}
+		out, err := r.route(ctx, v, rows)
+		if err == nil || !errors.Is(err, ErrNoReplica) || ctx.Err() != nil || time.Now().After(deadline) {
+			return out, err
+		}
+		// Wait for a new view (at most a quarter second), then retry.
+		for i := 0; i < 5 && r.view.Load() == v; i++ {
+			select {
+			case <-ctx.Done():
+				return nil, err
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
 	}
+}
+
+// routeRetry bounds how long Route retries rows none of whose replicas
+// took them, waiting for the views to agree.
+const routeRetry = 3 * time.Second
+
+// route is one placement attempt of Route in view v.
+func (r *Replicator) route(ctx context.Context, v *View, rows []outbox.Row) ([]Outcome, error) {
 	out := make([]Outcome, len(rows))
 	attempt := make([]int, len(rows))
 	todo := make([]int, len(rows))

@@ -16,6 +16,8 @@ import (
 	"github.com/fairshard/fairshard/node/peer"
 	"github.com/fairshard/fairshard/node/settings"
 	"github.com/fairshard/fairshard/outbox"
+	"github.com/fairshard/fairshard/replication"
+	"github.com/fairshard/fairshard/shards"
 )
 
 // Limits of the admin API.
@@ -340,13 +342,79 @@ func deadLetterPage(r *http.Request) (after string, limit int, err error) {
 	return after, limit, nil
 }
 
+// isPrimary reports whether this node is the primary of key's shard in
+// its applied view: dead letters are listed and redriven by the primary
+// of their shard only (the backups hold copies of the same rows).
+func (a *API) isPrimary(key string) bool {
+	return a.cfg.Ownership().ReplicaSet(shards.ShardOf(key, a.cfg.ShardCount)).Primary() == a.cfg.Self
+}
+
+// primaryDeadLetters lists up to limit dead letters of ns after the key
+// after, of the shards this node is primary of, in key order.
+func (a *API) primaryDeadLetters(ctx context.Context, ns, after string, limit int) ([]outbox.Row, error) {
+	var out []outbox.Row
+	for len(out) < limit {
+		page, err := a.cfg.Store.ListDeadLetters(ctx, ns, after, limit)
+		if err != nil {
+			return nil, err
+		}
+		for _, row := range page {
+			if len(out) < limit && a.isPrimary(row.DispatchKey) {
+				out = append(out, row)
+			}
+		}
+		if len(page) < limit {
+			break
+		}
+		after = page[len(page)-1].DispatchKey
+	}
+	return out, nil
+}
+
+// redrivePrimary redrives ns's dead letters (keys, or all) of the shards
+// this node is primary of and ships their new state to the backups.
+func (a *API) redrivePrimary(ctx context.Context, ns string, keys []string) (int, error) {
+	var mine []string
+	if len(keys) > 0 {
+		for _, k := range keys {
+			if a.isPrimary(k) {
+				mine = append(mine, k)
+			}
+		}
+	} else {
+		after := ""
+		for {
+			page, err := a.primaryDeadLetters(ctx, ns, after, maxDeadLetterPage)
+			if err != nil {
+				return 0, err
+			}
+			for _, row := range page {
+				mine = append(mine, row.DispatchKey)
+			}
+			if len(page) < maxDeadLetterPage {
+				break
+			}
+			after = page[len(page)-1].DispatchKey
+		}
+	}
+	if len(mine) == 0 {
+		return 0, nil
+	}
+	n, err := a.cfg.Store.Redrive(ctx, ns, mine, time.Now().UTC())
+	if err != nil {
+		return 0, err
+	}
+	a.cfg.Replication.Changed(mine...)
+	return n, nil
+}
+
 func (a *API) handleInternalDeadLetters(w http.ResponseWriter, r *http.Request) {
 	after, limit, err := deadLetterPage(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	rows, err := a.cfg.Store.ListDeadLetters(r.Context(), r.PathValue("ns"), after, limit)
+	rows, err := a.primaryDeadLetters(r.Context(), r.PathValue("ns"), after, limit)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -367,7 +435,7 @@ func (a *API) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	local, err := a.cfg.Store.ListDeadLetters(r.Context(), ns, after, limit)
+	local, err := a.primaryDeadLetters(r.Context(), ns, after, limit)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -400,7 +468,7 @@ func (a *API) handleInternalRedrive(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	count, err := a.cfg.Store.Redrive(r.Context(), r.PathValue("ns"), req.Keys, time.Now().UTC())
+	count, err := a.redrivePrimary(r.Context(), r.PathValue("ns"), req.Keys)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -430,7 +498,7 @@ func (a *API) handleRedrive(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	total, err := a.cfg.Store.Redrive(r.Context(), ns, req.Keys, time.Now().UTC())
+	total, err := a.redrivePrimary(r.Context(), ns, req.Keys)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -511,33 +579,90 @@ func (a *API) handleCluster(w http.ResponseWriter, r *http.Request) {
 		members = append(members, memberView{Name: m.Name, APIAddr: m.APIAddr, GossipAddr: m.GossipAddr, GossipKeys: commaList(m.GossipKeys), State: string(m.State),
 			OwnedShards: owned, OwnedShardFraction: float64(owned) / float64(snap.ShardCount)})
 	}
-	// Shards with rows in transfer (on the wire, or left marked by a failed
-	// release) are still listed: their rows are here until the owner acks.
-	foreign, _ := a.cfg.Store.ForeignShards(r.Context())
-	pending := len(foreign)
+	// Shards whose rows are held here though this node is not one of their
+	// replicas (a rebalance, a drain): handed to their sets, then deleted.
+	pending := 0
+	if left, err := a.cfg.Replication.Leftovers(r.Context()); err == nil {
+		pending = len(left)
+	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"node":              a.cfg.Self,
 		"accepted":          snap.Accepted,
 		"shard_count":       snap.ShardCount,
 		"ownership_version": snap.Version,
 		"members":           members,
+		"replication":       a.cfg.Replication.Status(),
 		"handoff": map[string]any{
 			"shards_pending": pending,
 		},
 	})
 }
 
+// clusterUpdate is PUT /v1/cluster's body.
+type clusterUpdate struct {
+	ReplicationFactor *int `json:"replication_factor"`
+}
+
+// handlePutCluster changes cluster-wide settings: today the replication
+// factor R (1–5), kept in the gossiped config. Every node recomputes its
+// replica sets when the change reaches it; raising R makes the new
+// replicas sync (watch GET /v1/cluster's replication object), lowering it
+// drops the extra copies once the smaller sets are synced.
+func (a *API) handlePutCluster(w http.ResponseWriter, r *http.Request) {
+	var u clusterUpdate
+	if err := decodeBody(w, r, &u); err != nil {
+		writeError(w, err)
+		return
+	}
+	if u.ReplicationFactor == nil {
+		writeError(w, fieldError("replication_factor", "is required"))
+		return
+	}
+	if f := *u.ReplicationFactor; f < 1 || f > replication.MaxFactor {
+		writeError(w, fieldError("replication_factor", "%d is not between 1 and %d", f, replication.MaxFactor))
+		return
+	}
+	if err := a.cfg.SetReplicationFactor(r.Context(), *u.ReplicationFactor); err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"replication_factor": *u.ReplicationFactor})
+}
+
 func (a *API) handleShards(w http.ResponseWriter, _ *http.Request) {
 	snap := a.cfg.Ownership()
 	type shardView struct {
-		Shard uint32 `json:"shard"`
-		Owner string `json:"owner"`
+		Shard    uint32   `json:"shard"`
+		Owner    string   `json:"owner"`
+		Replicas []string `json:"replicas"`
 	}
 	out := make([]shardView, snap.ShardCount)
+	sets := snap.ReplicaSets()
 	for s := range snap.ShardCount {
-		out[s] = shardView{Shard: s, Owner: snap.Table.Owner(s)}
+		reps := sets[s]
+		if reps == nil {
+			reps = []string{}
+		}
+		out[s] = shardView{Shard: s, Owner: snap.Table.Owner(s), Replicas: reps}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"shard_count": snap.ShardCount, "ownership_version": snap.Version, "shards": out})
+	writeJSON(w, http.StatusOK, map[string]any{"shard_count": snap.ShardCount, "ownership_version": snap.Version,
+		"replication_factor": snap.Factor, "shards": out})
+}
+
+// handleShard shows one shard's replica set and each replica's sync state
+// and digest, asked of the replicas now.
+func (a *API) handleShard(w http.ResponseWriter, r *http.Request) {
+	n, err := strconv.ParseUint(r.PathValue("shard"), 10, 32)
+	if err != nil || uint32(n) >= a.cfg.ShardCount {
+		writeError(w, fieldError("shard", "%q is not a shard number from 0 to %d", r.PathValue("shard"), a.cfg.ShardCount-1))
+		return
+	}
+	st, err := a.cfg.Replication.ShardStatus(r.Context(), uint32(n))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
 }
 
 // commaList splits a comma-separated list (a member's key fingerprints),

@@ -23,6 +23,7 @@ import (
 	"github.com/fairshard/fairshard/node/router"
 	"github.com/fairshard/fairshard/node/settings"
 	"github.com/fairshard/fairshard/outbox"
+	"github.com/fairshard/fairshard/replication"
 )
 
 // Store is what the API reads and writes in the node's store directly
@@ -39,6 +40,21 @@ type Store interface {
 	// ForeignShards lists the non-owned shards still holding rows here
 	// (/v1/cluster's handoff.shards_pending).
 	ForeignShards(ctx context.Context) ([]uint32, error)
+}
+
+// Replication is what the API needs of the node's replicator
+// (*replication.Replicator).
+type Replication interface {
+	replication.Server
+	// Status is this node's replication state.
+	Status() replication.Status
+	// ShardStatus asks every replica of a shard for its state.
+	ShardStatus(ctx context.Context, shard uint32) (replication.ShardStatus, error)
+	// Changed ships the new state of rows changed here (a redrive).
+	Changed(keys ...string)
+	// Leftovers lists the shards holding rows here that this node does
+	// not replicate (still to hand to their replica sets).
+	Leftovers(ctx context.Context) ([]uint32, error)
 }
 
 // Appender places the rows of a public append (*router.Router).
@@ -71,12 +87,20 @@ type Config struct {
 	// (409 limit_exceeded past them).
 	MaxNamespaces, MaxTargets, MaxHolds int
 
-	Store      Store
-	Router     Appender
-	Settings   *settings.Settings
-	Ownership  func() *cluster.OwnershipSnapshot
-	Peers      *peer.Client
-	Dispatcher Dispatcher
+	Store  Store
+	Router Appender
+	// Replication is the node's replicator: its node-to-node routes
+	// (mounted under replication.PathPrefix, behind the cluster secret and
+	// the intake gate) and its state for GET /v1/cluster and
+	// GET /v1/shards/{n}.
+	Replication Replication
+	// SetReplicationFactor changes the cluster's replication factor (PUT
+	// /v1/cluster): it writes the gossiped config and applies it here.
+	SetReplicationFactor func(ctx context.Context, r int) error
+	Settings             *settings.Settings
+	Ownership            func() *cluster.OwnershipSnapshot
+	Peers                *peer.Client
+	Dispatcher           Dispatcher
 	// Ready reports whether the node serves (GET /readyz answers 200);
 	// the API adds "not draining".
 	Ready func() bool
@@ -105,9 +129,9 @@ type API struct {
 
 // New builds the API and registers its metrics.
 func New(cfg Config) (*API, error) {
-	if cfg.Store == nil || cfg.Router == nil || cfg.Settings == nil || cfg.Ownership == nil ||
-		cfg.Peers == nil || cfg.Dispatcher == nil || cfg.Ready == nil || cfg.Gatherer == nil {
-		return nil, errors.New("httpapi: Store, Router, Settings, Ownership, Peers, Dispatcher, Ready and Gatherer are required")
+	if cfg.Store == nil || cfg.Router == nil || cfg.Replication == nil || cfg.SetReplicationFactor == nil ||
+		cfg.Settings == nil || cfg.Ownership == nil || cfg.Peers == nil || cfg.Dispatcher == nil || cfg.Ready == nil || cfg.Gatherer == nil {
+		return nil, errors.New("httpapi: Store, Router, Replication, SetReplicationFactor, Settings, Ownership, Peers, Dispatcher, Ready and Gatherer are required")
 	}
 	a := &API{cfg: cfg, log: cfg.Logger}
 	if a.log == nil {
@@ -169,14 +193,16 @@ func (a *API) routes() http.Handler {
 	pub("PUT /v1/workflows/{wf}/hold", a.handleHold)
 	pub("DELETE /v1/workflows/{wf}/hold", a.handleRelease)
 	pub("GET /v1/cluster", a.handleCluster)
+	pub("PUT /v1/cluster", a.handlePutCluster)
 	pub("GET /v1/shards", a.handleShards)
+	pub("GET /v1/shards/{shard}", a.handleShard)
 	pub("GET /v1/openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", api.ContentType)
 		_, _ = io.WriteString(w, api.OpenAPIYAML())
 	})
 
-	internal("POST /internal/v1/rows", a.handleInternalAppend)
-	internal("POST /internal/v1/handoff", a.handleInternalHandoff)
+	repl := replication.Handler(a.cfg.Replication, gate{&a.intake})
+	internal("POST "+replication.PathPrefix, repl.ServeHTTP)
 	internal("GET /internal/v1/rows/{key...}", a.handleInternalGetRow)
 	internal("GET /internal/v1/namespaces/{ns}/dead-letters", a.handleInternalDeadLetters)
 	internal("POST /internal/v1/namespaces/{ns}/dead-letters/redrive", a.handleInternalRedrive)

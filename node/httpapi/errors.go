@@ -19,7 +19,11 @@ const (
 	CodeMethodNotAllowed = "method_not_allowed"
 	CodeLimitExceeded    = "limit_exceeded"
 	CodeUnavailable      = "unavailable"
-	CodeInternal         = "internal"
+	// CodeInsufficientCopies: an append some row of which could not be
+	// made durable on the write-copies minimum of replicas (503, with
+	// Retry-After; nothing is reported stored, the batch may be retried).
+	CodeInsufficientCopies = "insufficient_copies"
+	CodeInternal           = "internal"
 )
 
 // APIError is an error the HTTP layer turns into a JSON body and a status.

@@ -65,3 +65,11 @@ func (g *intakeGate) close(ctx context.Context) error {
 		return fmt.Errorf("%d requests storing rows still running: %w", n, ctx.Err())
 	}
 }
+
+// gate adapts the intake to replication.Gate: the replication routes that
+// store rows (forwarded appends, copies to backups, merges) count as
+// requests storing rows.
+type gate struct{ g *intakeGate }
+
+func (g gate) Enter() bool { return g.g.enter() }
+func (g gate) Exit()       { g.g.exit() }

@@ -10,9 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"time"
-
-	"github.com/fairshard/fairshard/outbox"
-	"github.com/fairshard/fairshard/transfer"
 )
 
 // ErrNotFound is returned (wrapped) by calls the peer answered 404.
@@ -21,9 +18,7 @@ var ErrNotFound = errors.New("not found on peer")
 // The node-to-node routes (served by package httpapi under the cluster
 // secret).
 const (
-	PathAppend  = "/internal/v1/rows"
-	PathHandoff = "/internal/v1/handoff"
-	PathRows    = "/internal/v1/rows/" // + escaped dispatch_key
+	PathRows = "/internal/v1/rows/" // + escaped dispatch_key
 )
 
 // PathDeadLetters and PathRedrive are a namespace's dead-letter routes.
@@ -101,21 +96,6 @@ func (c *Client) CallBody(ctx context.Context, method, apiAddr, path, contentTyp
 	return nil
 }
 
-// Append stores rows on the peer at apiAddr (a forwarded append: the peer
-// stores them without forwarding again) and returns one outcome per row,
-// in order ("created", "duplicate"), once they are durable there.
-func (c *Client) Append(ctx context.Context, apiAddr string, rows []outbox.Row) ([]string, error) {
-	req := AppendRequest{Rows: ViewsOf(rows, "")}
-	var resp AppendResponse
-	if err := c.Call(ctx, http.MethodPost, apiAddr, PathAppend, req, &resp); err != nil {
-		return nil, err
-	}
-	if len(resp.Outcomes) != len(rows) {
-		return nil, fmt.Errorf("peer %s answered %d outcomes for %d rows", apiAddr, len(resp.Outcomes), len(rows))
-	}
-	return resp.Outcomes, nil
-}
-
 // GetRow returns the row of key held by the peer at apiAddr (its answer as
 // is: the row and the peer's name); an error wrapping ErrNotFound when it
 // holds none.
@@ -140,48 +120,6 @@ func (c *Client) Redrive(ctx context.Context, apiAddr, ns string, req RedriveReq
 	err := c.Call(ctx, http.MethodPost, apiAddr, PathRedrive(ns), req, &resp)
 	return resp.Redriven, err
 }
-
-// Sink returns the transfer.Sink of the peer at apiAddr: one POST of a
-// batch to its handoff route per Merge.
-func (c *Client) Sink(apiAddr string) transfer.Sink { return sink{c: c, addr: apiAddr} }
-
-// HandoffTimeout bounds one handoff call (a batch is at most
-// --handoff-batch-bytes plus one row).
-const HandoffTimeout = 30 * time.Second
-
-// sink is a transfer.Sink on another node: one POST of a batch to its
-// internal handoff route, answered once the rows are durable there.
-type sink struct {
-	c    *Client
-	addr string
-}
-
-// Merge sends rows to the peer's /internal/v1/handoff in the binary batch
-// encoding (transfer.EncodeBatch) and returns its merge counts. The call is
-// bounded by HandoffTimeout.
-func (s sink) Merge(ctx context.Context, rows []outbox.Row) (outbox.MergeResult, error) {
-	var resp HandoffResponse
-	callCtx, cancel := context.WithTimeout(ctx, HandoffTimeout)
-	defer cancel()
-	body := transfer.EncodeBatch(make([]byte, 0, transfer.EncodedSize(rows)), rows)
-	err := s.c.CallBody(callCtx, http.MethodPost, s.addr, PathHandoff, transfer.ContentType, body, &resp)
-	return resp, err
-}
-
-// AppendRequest is the body of a forwarded append (and the JSON form of a
-// handoff batch older nodes send).
-type AppendRequest struct {
-	Rows []RowView `json:"rows"`
-}
-
-// AppendResponse answers a forwarded append: one outcome per row.
-type AppendResponse struct {
-	Outcomes []string `json:"outcomes"`
-}
-
-// HandoffResponse is the answer to a transfer batch: outbox.MergeResult
-// (created, updated, skipped).
-type HandoffResponse = outbox.MergeResult
 
 // RedriveRequest is the body of a redrive: the keys, or none for every
 // dead letter of the namespace.

@@ -1,71 +1,37 @@
-// Package router places the rows of an append: each row goes to the node
-// owning its shard in the node's applied ownership view. Rows this node
-// owns (or that no live member owns) are stored here; the rest are
-// forwarded to their owners, one call per owner, concurrently; rows whose
-// owner does not answer are stored here and answered "accepted" (held: the
-// handoff moves them once the owner answers). It returns once every row is
-// durable somewhere. The router knows nothing of HTTP: the API decodes and
-// answers, a Forwarder carries rows to peers.
-//
-// # Replication seam
-//
-// Each row's destination comes from its shard's replica set in the applied
-// view (OwnershipSnapshot.ReplicaSet): today the primary alone. Replicated
-// shards (#14) plug in at destination/store: the primary stores locally and
-// copies to the backups of the set before answering.
+// Package router places the rows of an append through the node's
+// replicator (package replication): each row goes to its shard's replica
+// set, primary first, and the append is answered only once every row is
+// durable on the write-copies minimum of replicas (DESIGN.md "Replicated
+// shards", write path). The router knows nothing of HTTP: the API decodes
+// and answers; it only adapts the replicator's outcomes to the API's
+// per-row results and counts them.
 package router
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
-	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/fairshard/fairshard/cluster"
 	"github.com/fairshard/fairshard/outbox"
-	"github.com/fairshard/fairshard/shards"
+	"github.com/fairshard/fairshard/replication"
 )
 
-// StatusAccepted is a row's answer when it is held on this node because
-// its owner could not be reached (handed off later). Stored rows answer
-// outbox.AppendCreated or outbox.AppendDuplicate.
-const StatusAccepted = "accepted"
-
-// DefaultForwardTimeout bounds one forwarded call.
-const DefaultForwardTimeout = 10 * time.Second
-
-// Store is what the router needs of the local store.
-type Store interface {
-	Append(ctx context.Context, rows []outbox.Row) ([]outbox.AppendOutcome, error)
+// Placer stores rows on their replica sets (*replication.Replicator).
+type Placer interface {
+	// Route returns one outcome per row once every row is durable on
+	// enough replicas, or an error (replication.ErrInsufficientCopies,
+	// replication.ErrNoReplica, a store error).
+	Route(ctx context.Context, rows []outbox.Row) ([]replication.Outcome, error)
 }
 
-// Forwarder stores rows on the peer at apiAddr (a forwarded append, which
-// the peer stores without forwarding again) and returns one outcome per
-// row; *peer.Client implements it.
-type Forwarder interface {
-	Append(ctx context.Context, apiAddr string, rows []outbox.Row) ([]string, error)
-}
-
-// Config wires a Router. Every field but Logger, Registerer and
-// ForwardTimeout is required.
+// Config wires a Router. Placer is required.
 type Config struct {
-	// Self is this node's name.
-	Self string
-	// ShardCount is the cluster's shard count.
-	ShardCount uint32
-	// Store is this node's store.
-	Store Store
-	// Ownership returns the node's applied ownership view.
-	Ownership func() *cluster.OwnershipSnapshot
-	// Forwarder carries rows to their owners.
-	Forwarder Forwarder
-	// ForwardTimeout bounds one forwarded call. Defaults to 10 s.
-	ForwardTimeout time.Duration
-	// Logger receives a warning per failed forward (nil discards).
+	// Placer stores the rows (the node's replicator).
+	Placer Placer
+	// Logger receives a line per refused append (nil discards).
 	Logger *slog.Logger
 	// Registerer receives fairshard_forward_errors_total (nil: none).
 	Registerer prometheus.Registerer
@@ -74,145 +40,66 @@ type Config struct {
 // Result is one row's answer.
 type Result struct {
 	DispatchKey string
-	// Status is "created", "duplicate" or "accepted" (StatusAccepted).
+	// Status is "created" or "duplicate".
 	Status string
 	Shard  uint32
-	// Node is where the row is durably stored now.
+	// Node is the replica that coordinated the write (the primary unless
+	// it could not be reached).
 	Node string
+	// Copies counts the replicas the row is durable on.
+	Copies int
 }
+
+// ErrInsufficientCopies is returned (wrapped) when some row could not be
+// made durable on the write-copies minimum of replicas: the append is
+// refused (503 with Retry-After) and may be retried as it is.
+var ErrInsufficientCopies = replication.ErrInsufficientCopies
 
 // Router places appended rows. Safe for concurrent use.
 type Router struct {
-	cfg           Config
-	log           *slog.Logger
-	forwardErrors prometheus.Counter
+	cfg     Config
+	log     *slog.Logger
+	refused prometheus.Counter
 }
 
 // New returns a Router, registering its metric on cfg.Registerer.
 func New(cfg Config) (*Router, error) {
-	if cfg.Store == nil || cfg.Ownership == nil || cfg.Forwarder == nil || cfg.ShardCount == 0 {
-		return nil, fmt.Errorf("router: Store, Ownership, Forwarder and ShardCount are required")
-	}
-	if cfg.ForwardTimeout <= 0 {
-		cfg.ForwardTimeout = DefaultForwardTimeout
+	if cfg.Placer == nil {
+		return nil, fmt.Errorf("router: Placer is required")
 	}
 	r := &Router{cfg: cfg, log: cfg.Logger}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
-	r.forwardErrors = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "fairshard_forward_errors_total", Help: "Forwarded appends that failed; their rows were held here and answered accepted.",
+	r.refused = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "fairshard_forward_errors_total",
+		Help: "Appends refused because a row could not be made durable on enough replicas (no replica answered, or fewer than the write-copies minimum did).",
 	})
 	if cfg.Registerer != nil {
-		if err := cfg.Registerer.Register(r.forwardErrors); err != nil {
+		if err := cfg.Registerer.Register(r.refused); err != nil {
 			return nil, fmt.Errorf("router: register metrics: %w", err)
 		}
 	}
 	return r, nil
 }
 
-// destination is where one row is stored: here, or on the member addr.
-type destination struct {
-	local     bool
-	owner     string
-	ownerAddr string
-}
-
-// destination chooses a row's node from its shard's replica set in snap:
-// the primary; this node when it is the primary, when no live member is
-// (the rows wait here for one) or when the primary serves no API.
-func (r *Router) destination(snap *cluster.OwnershipSnapshot, shard uint32) destination {
-	primary := snap.ReplicaSet(shard).Primary()
-	if primary == "" || primary == r.cfg.Self {
-		return destination{local: true}
-	}
-	m, ok := snap.Member(primary)
-	if !ok || m.APIAddr == "" {
-		return destination{local: true}
-	}
-	return destination{owner: m.Name, ownerAddr: m.APIAddr}
-}
-
-// Append computes each row's shard (setting Row.Shard), stores the rows
-// this node owns and forwards the rest, and returns one Result per row, in
-// order, once every row is durable on some node. An error (a local store
-// failure) means the batch may be partly stored; retrying it is safe
-// (insert-or-ignore by dispatch_key).
+// Append stores rows on their replica sets (setting Row.Shard) and
+// returns one Result per row, in order. An error means nothing is
+// reported stored (some rows may be on some replicas): retrying the batch
+// is safe (insert-or-ignore by dispatch_key).
 func (r *Router) Append(ctx context.Context, rows []outbox.Row) ([]Result, error) {
-	snap := r.cfg.Ownership()
-	results := make([]Result, len(rows))
-	var local []int
-	remote := map[string][]int{}
-	addr := map[string]string{}
-	for i := range rows {
-		shard := shards.ShardOf(rows[i].DispatchKey, r.cfg.ShardCount)
-		rows[i].Shard = shard
-		results[i] = Result{DispatchKey: rows[i].DispatchKey, Shard: shard}
-		d := r.destination(snap, shard)
-		if d.local {
-			local = append(local, i)
-			continue
-		}
-		remote[d.owner] = append(remote[d.owner], i)
-		addr[d.owner] = d.ownerAddr
-	}
-	var mu sync.Mutex
-	var fallback []int // rows whose owner did not answer
-	var wg sync.WaitGroup
-	for owner, idx := range remote {
-		wg.Go(func() {
-			batch := make([]outbox.Row, len(idx))
-			for j, i := range idx {
-				batch[j] = rows[i]
-			}
-			cctx, cancel := context.WithTimeout(ctx, r.cfg.ForwardTimeout)
-			outcomes, err := r.cfg.Forwarder.Append(cctx, addr[owner], batch)
-			cancel()
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				r.forwardErrors.Inc()
-				r.log.Warn("forward to shard owner failed; holding rows here", "owner", owner, "rows", len(idx), "err", err)
-				fallback = append(fallback, idx...)
-				return
-			}
-			for j, i := range idx {
-				results[i].Status, results[i].Node = outcomes[j], owner
-			}
-		})
-	}
-	if err := r.store(ctx, rows, local, results, false); err != nil {
-		wg.Wait()
-		return nil, err
-	}
-	wg.Wait()
-	slices.Sort(fallback)
-	if err := r.store(ctx, rows, fallback, results, true); err != nil {
-		return nil, err
-	}
-	return results, nil
-}
-
-// store appends rows[idx] to the local store and fills their results;
-// held rows (owner unreachable) that were created answer StatusAccepted.
-func (r *Router) store(ctx context.Context, rows []outbox.Row, idx []int, results []Result, held bool) error {
-	if len(idx) == 0 {
-		return nil
-	}
-	batch := make([]outbox.Row, len(idx))
-	for j, i := range idx {
-		batch[j] = rows[i]
-	}
-	outcomes, err := r.cfg.Store.Append(ctx, batch)
+	out, err := r.cfg.Placer.Route(ctx, rows)
 	if err != nil {
-		return fmt.Errorf("store %d rows on %s: %w", len(batch), r.cfg.Self, err)
-	}
-	for j, i := range idx {
-		st := string(outcomes[j])
-		if held && outcomes[j] == outbox.AppendCreated {
-			st = StatusAccepted
+		r.refused.Inc()
+		if !errors.Is(err, replication.ErrInsufficientCopies) {
+			r.log.Warn("append refused: a row's replicas could not be reached", "rows", len(rows), "err", err)
 		}
-		results[i].Status, results[i].Node = st, r.cfg.Self
+		return nil, err
 	}
-	return nil
+	res := make([]Result, len(rows))
+	for i := range rows {
+		res[i] = Result{DispatchKey: rows[i].DispatchKey, Status: string(out[i].Status), Shard: rows[i].Shard,
+			Node: out[i].Node, Copies: out[i].Copies}
+	}
+	return res, nil
 }

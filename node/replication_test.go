@@ -1,0 +1,175 @@
+package node_test
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/fairshard/fairshard/node"
+	"github.com/fairshard/fairshard/shards"
+)
+
+// replicated sets R (and the write-copies minimum, 0: automatic) on every
+// node of a test cluster.
+func replicated(r, w int) func(int, *node.Config) {
+	return func(_ int, c *node.Config) { c.ReplicationFactor, c.WriteCopies = r, w }
+}
+
+type replicationOut struct {
+	Factor          int  `json:"replication_factor"`
+	Copies          int  `json:"copies"`
+	WriteCopies     int  `json:"write_copies"`
+	UnderReplicated bool `json:"under_replicated"`
+	ReplicaShards   int  `json:"replica_shards"`
+	SyncingShards   int  `json:"syncing_shards"`
+}
+
+func (n *tnode) replication() replicationOut {
+	n.t.Helper()
+	var v struct {
+		Replication replicationOut `json:"replication"`
+	}
+	n.mustDo(http.MethodGet, "/v1/cluster", nil, http.StatusOK, &v)
+	return v.Replication
+}
+
+type shardOut struct {
+	Shard    uint32 `json:"shard"`
+	InSync   bool   `json:"in_sync"`
+	HeldHere int64  `json:"held_here"`
+	Replicas []struct {
+		Node      string `json:"node"`
+		Role      string `json:"role"`
+		Reachable bool   `json:"reachable"`
+		Synced    bool   `json:"synced"`
+		Rows      int64  `json:"rows"`
+		Digest    uint64 `json:"digest"`
+	} `json:"replicas"`
+}
+
+// TestReplicatedAppendIsOnEveryReplica: with R = 2 an append answers two
+// copies per row; every shard's two replicas are synced and agree
+// (GET /v1/shards/{n}); /v1/cluster and /v1/shards show the replica sets.
+func TestReplicatedAppendIsOnEveryReplica(t *testing.T) {
+	t.Parallel()
+	nodes := startCluster(t, 3, replicated(2, 0))
+	waitConverged(t, nodes)
+	pause(t, nodes, "rep")
+	eventually(t, 15*time.Second, func() bool {
+		for _, n := range nodes {
+			r := n.replication()
+			if r.Factor != 2 || r.Copies != 2 || r.WriteCopies != 2 || r.SyncingShards != 0 || r.UnderReplicated {
+				return false
+			}
+		}
+		return true
+	}, "every node to report R = 2, synced")
+	var rows []rowIn
+	for i := range 200 {
+		rows = append(rows, rowIn{"dispatch_key": fmt.Sprintf("rep-%03d", i), "namespace": "rep"})
+	}
+	var touched []uint32
+	for _, r := range nodes[1].appendRows(rows...).Rows {
+		if r.Status != "created" || r.Copies != 2 {
+			t.Fatalf("row %s answered %+v, want created with 2 copies", r.DispatchKey, r)
+		}
+		touched = append(touched, r.Shard)
+	}
+	var list struct {
+		Factor int `json:"replication_factor"`
+		Shards []struct {
+			Shard    uint32   `json:"shard"`
+			Owner    string   `json:"owner"`
+			Replicas []string `json:"replicas"`
+		} `json:"shards"`
+	}
+	nodes[0].mustDo(http.MethodGet, "/v1/shards", nil, http.StatusOK, &list)
+	if list.Factor != 2 || len(list.Shards) != 1024 {
+		t.Fatalf("/v1/shards: factor %d, %d shards", list.Factor, len(list.Shards))
+	}
+	for _, s := range list.Shards {
+		if len(s.Replicas) != 2 || s.Replicas[0] != s.Owner || s.Replicas[0] == s.Replicas[1] {
+			t.Fatalf("/v1/shards: shard %d: owner %s, replicas %v", s.Shard, s.Owner, s.Replicas)
+		}
+	}
+	slices.Sort(touched)
+	for _, s := range slices.Compact(touched)[:20] {
+		var v shardOut
+		eventually(t, 10*time.Second, func() bool {
+			nodes[2].mustDo(http.MethodGet, "/v1/shards/"+strconv.Itoa(int(s)), nil, http.StatusOK, &v)
+			return v.InSync
+		}, "shard %d in sync: %+v", s, v)
+		if len(v.Replicas) != 2 || v.Replicas[0].Role != "primary" || v.Replicas[0].Rows == 0 || v.Replicas[0].Node != list.Shards[s].Replicas[0] {
+			t.Fatalf("shard %d: %+v", s, v)
+		}
+	}
+	// Bad input names the field and changes nothing.
+	st, b := nodes[0].do(http.MethodGet, "/v1/shards/1024", nil)
+	wantError(t, st, b, http.StatusBadRequest, node.CodeInvalidField, "shard")
+	st, b = nodes[0].do(http.MethodPut, "/v1/cluster", map[string]any{"replication_factor": 6})
+	wantError(t, st, b, http.StatusBadRequest, node.CodeInvalidField, "replication_factor")
+	st, b = nodes[0].do(http.MethodPut, "/v1/cluster", map[string]any{})
+	wantError(t, st, b, http.StatusBadRequest, node.CodeInvalidField, "replication_factor")
+	if r := nodes[0].replication(); r.Factor != 2 {
+		t.Fatalf("after refused changes, R = %d", r.Factor)
+	}
+}
+
+// TestForwardFollowsTheReplicaSet: with R = 3 and write-copies 2, rows
+// whose primary's API cannot be reached are coordinated by the next
+// replica of their set (never a node outside it) and acknowledged with 2
+// copies; once the primary answers, repair gives it its copy.
+func TestForwardFollowsTheReplicaSet(t *testing.T) {
+	t.Parallel()
+	proxyAddr := reserveAddr(t)
+	nodes := startCluster(t, 2, replicated(3, 2))
+	c := startNode(t, func(cfg *node.Config) {
+		replicated(3, 2)(2, cfg)
+		cfg.AdvertiseHTTP = proxyAddr // peers reach c's API only through the proxy
+		cfg.Join = []string{nodes[0].GossipAddr()}
+	})
+	proxy := &tcpProxy{addr: proxyAddr, to: c.ListenAddr()}
+	t.Cleanup(proxy.down)
+	proxy.up(t)
+	nodes = append(nodes, c)
+	table := waitConverged(t, nodes)
+	pause(t, nodes, "fw")
+	eventually(t, 15*time.Second, func() bool {
+		for _, n := range nodes {
+			if r := n.replication(); r.Copies != 3 || r.SyncingShards != 0 {
+				return false
+			}
+		}
+		return true
+	}, "every replica set synced")
+	proxy.down()
+	sets := shards.ReplicaSets([]string{nodes[0].Name(), nodes[1].Name(), c.Name()}, 1024, 3)
+	var rows []rowIn
+	for i := range 300 {
+		rows = append(rows, rowIn{"dispatch_key": fmt.Sprintf("fw-%03d", i), "namespace": "fw"})
+	}
+	viaC := 0
+	for _, r := range nodes[0].appendRows(rows...).Rows {
+		set := sets.Replicas(r.Shard)
+		if set[0] != table[r.Shard] {
+			t.Fatalf("shard %d: replica set %v, owner %s", r.Shard, set, table[r.Shard])
+		}
+		want := set[0]
+		if want == c.Name() {
+			want = set[1] // the primary is unreachable: the next replica
+			viaC++
+		}
+		if r.Node != want || r.Copies != 2 {
+			t.Errorf("row %s of shard %d (set %v) answered %+v, want coordinated by %s with 2 copies", r.DispatchKey, r.Shard, set, r, want)
+		}
+	}
+	if viaC == 0 {
+		t.Fatal("no row had the unreachable node as primary; pick more rows")
+	}
+	proxy.up(t)
+	eventually(t, 20*time.Second, func() bool { return c.namespace("fw").Pending == len(rows) },
+		"repair to give %s its copy of every row (has %d)", c.Name(), c.namespace("fw").Pending)
+}
