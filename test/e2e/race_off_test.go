@@ -5,3 +5,6 @@ package e2e
 // raceEnabled: this test binary was built without -race; the nodes are
 // plain builds too.
 const raceEnabled = false
+
+// slowdown: plain builds; deadlines as written (deadline).
+const slowdown = 1

@@ -6,3 +6,7 @@ package e2e
 // the node binary with -race too and every scenario fails on a data race
 // reported by any node (see checkRaces).
 const raceEnabled = true
+
+// slowdown: race-built nodes take 3-5× longer per sweep, commit and
+// gossip round; every wait's deadline is scaled by it (deadline).
+const slowdown = 4
