@@ -244,7 +244,10 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 		Limits:           transfer.Limits{MaxRows: cfg.HandoffBatch, MaxBytes: cfg.HandoffBatchBytes},
 		PollInterval:     cfg.RepairInterval,
 		LeftoverInterval: cfg.HandoffInterval,
-		Logger:           log, Registerer: reg,
+		// A delivery the old primary started ends within the delivery
+		// timeout; its settle is shipped within milliseconds.
+		HandoverTimeout: cfg.DeliveryTimeout + 5*time.Second,
+		Logger:          log, Registerer: reg,
 	})
 	if err != nil {
 		return nil, err

@@ -40,6 +40,10 @@ type Store interface {
 	// (outbox.ShardDigest); ShardDigests lists only shards holding rows.
 	ShardDigest(ctx context.Context, shard uint32) (outbox.ShardDigest, error)
 	ShardDigests(ctx context.Context) ([]outbox.ShardDigest, error)
+	// ClaimedByShard counts claimed rows held here per shard, owned or
+	// not (shards with none are absent): what a new primary waits for
+	// before it claims (handover.go).
+	ClaimedByShard(ctx context.Context) (map[uint32]int64, error)
 }
 
 // Gate admits requests that store rows on this node; a leaving node
@@ -72,6 +76,12 @@ const (
 	// DefaultLeftoverInterval is how often copies of shards this node no
 	// longer replicates are checked and dropped.
 	DefaultLeftoverInterval = time.Second
+	// DefaultHandoverTimeout is the longest a new primary waits, before it
+	// claims from a shard, for the other live members to finish the
+	// deliveries they claimed of it and ship their settles (handover.go).
+	DefaultHandoverTimeout = 30 * time.Second
+	// DefaultHandoverInterval is how often a waiting new primary asks.
+	DefaultHandoverInterval = 100 * time.Millisecond
 	// DefaultCallTimeout bounds one call to a peer.
 	DefaultCallTimeout = 30 * time.Second
 	// DefaultWriteTimeout bounds the fan-out of one append to the backups.
@@ -121,6 +131,11 @@ type Config struct {
 	LeftoverInterval time.Duration
 	CallTimeout      time.Duration
 	WriteTimeout     time.Duration
+	// HandoverTimeout and HandoverInterval: see the defaults above. Set
+	// the timeout to at least the delivery timeout, or a slow delivery of
+	// the old primary may be repeated by the new one.
+	HandoverTimeout  time.Duration
+	HandoverInterval time.Duration
 	// Now is the clock (default time.Now): stamps forwarded rows.
 	Now func() time.Time
 	// Logger receives sync, repair and drop events (default: discard).
@@ -164,6 +179,8 @@ func (c *Config) validate() error {
 	def(&c.LeftoverInterval, DefaultLeftoverInterval)
 	def(&c.CallTimeout, DefaultCallTimeout)
 	def(&c.WriteTimeout, DefaultWriteTimeout)
+	def(&c.HandoverTimeout, DefaultHandoverTimeout)
+	def(&c.HandoverInterval, DefaultHandoverInterval)
 	if c.ShipBatch <= 0 {
 		c.ShipBatch = DefaultShipBatch
 	}

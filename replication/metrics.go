@@ -23,6 +23,8 @@ type metrics struct {
 	forwardFailures             prometheus.Counter
 	dropped                     prometheus.Counter
 	received                    prometheus.Counter
+	handoverShards              prometheus.Gauge
+	handoverWait                prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -70,7 +72,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"outcome"}),
 		forwardFailures: c("fairshard_replication_forward_failures_total", "Forwards of appended rows to a replica that failed (the next replica of the set is tried)."),
 		dropped:         c("fairshard_replication_dropped_rows_total", "Rows deleted here because every member of their shard's replica set confirmed holding them (rebalance, drain)."),
-		received:        c("fairshard_replication_received_rows_total", "Rows other nodes pushed here and this node merged: state changes shipped by a primary, repairs, copies handed over by a node leaving the set or draining."),
+		handoverShards:  g("fairshard_replication_handover_shards", "Shards this node became primary of and does not claim from yet: another live member still delivers rows of them or ships their settles (bounded by the handover timeout)."),
+		handoverWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "fairshard_replication_handover_wait_seconds",
+			Help:    "Time a new primary waited, before claiming from a shard, for the other members' deliveries of it to finish.",
+			Buckets: []float64{.001, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}),
+		received: c("fairshard_replication_received_rows_total", "Rows other nodes pushed here and this node merged: state changes shipped by a primary, repairs, copies handed over by a node leaving the set or draining."),
 	}
 	for _, k := range []string{"bulk", "diff"} {
 		m.syncRows.WithLabelValues(k)
@@ -87,7 +95,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, col := range []prometheus.Collector{m.factor, m.copies, m.writeCopies, m.underShards, m.underRows,
 		m.syncingShards, m.lag, m.lagOldest, m.pending, m.shipped, m.shipFailures, m.shipDropped, m.syncRows,
-		m.syncBytes, m.syncedShards, m.mismatches, m.repairedShards, m.repairedRows, m.writes, m.forwardFailures, m.dropped, m.received} {
+		m.syncBytes, m.syncedShards, m.mismatches, m.repairedShards, m.repairedRows, m.writes, m.forwardFailures, m.dropped, m.received, m.handoverShards, m.handoverWait} {
 		if err := reg.Register(col); err != nil {
 			return nil, err
 		}

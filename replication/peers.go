@@ -92,6 +92,13 @@ type ShardState struct {
 	// held the shard through the last membership change, or finished a
 	// shard sync since it joined the set).
 	Synced bool `json:"synced"`
+	// Claimed counts the shard's rows the member has claimed and not yet
+	// settled (it is delivering them); Unshipped reports state changes of
+	// the shard it has not yet shipped to every backup. A new primary
+	// claims from the shard only once every other live member reports
+	// neither (handover.go).
+	Claimed   int64 `json:"claimed,omitempty"`
+	Unshipped bool  `json:"unshipped,omitempty"`
 }
 
 // StatesReply is a member's answer to States.

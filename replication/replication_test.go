@@ -400,3 +400,81 @@ func TestOneNodeCluster(t *testing.T) {
 		t.Fatalf("scope %d shards, want all 8", got)
 	}
 }
+
+// Handover: a node that becomes a shard's primary while the old primary
+// lives does not claim from it while the old primary still holds claimed
+// rows of it (or unshipped settles); once those are settled and shipped,
+// it claims, and finds the settled rows done (no second delivery).
+func TestHandoverWaitsForTheOldPrimarysClaims(t *testing.T) {
+	c := newTCluster(t, 16, 2, "a", "b")
+	waitSynced(t, c)
+	ctx := context.Background()
+	if _, err := c.nodes["a"].repl.Route(ctx, rowsFor("h", 400, time.Now().UTC())); err != nil {
+		t.Fatal(err)
+	}
+	claimed := map[string][]outbox.Row{}
+	busy := map[uint32]bool{} // shards with claimed rows, on a or b
+	for _, name := range []string{"a", "b"} {
+		claimed[name] = claimAll(t, c.nodes[name])
+		for _, r := range claimed[name] {
+			busy[r.Shard] = true
+		}
+	}
+	if len(claimed["a"])+len(claimed["b"]) != 400 {
+		t.Fatalf("claimed %d+%d rows, want 400", len(claimed["a"]), len(claimed["b"]))
+	}
+	c.add("c")
+	c.apply()
+	v := c.view("c")
+	var taken []uint32 // c's primary shards: all had claims elsewhere
+	for s := range c.shards {
+		if v.Sets[s][0] == "c" {
+			taken = append(taken, s)
+			if !busy[s] {
+				t.Fatalf("shard %d holds no claimed row; the test needs rows in every shard", s)
+			}
+		}
+	}
+	if len(taken) == 0 {
+		t.Fatal("c is primary of no shard")
+	}
+	eventually(t, 10*time.Second, "c synced", func() (bool, string) {
+		for _, s := range taken {
+			if !c.nodes["c"].repl.Synced(s) {
+				return false, fmt.Sprintf("shard %d not synced", s)
+			}
+		}
+		return true, ""
+	})
+	// Synced, but a and b still deliver: c keeps them out of its scope.
+	deadline := time.Now().Add(500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if sc := c.nodes["c"].scopeNow(); len(sc) != 0 {
+			t.Fatalf("c claims from %v while the old primaries hold claims of them", sc)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := c.nodes["c"].repl.Status().HandoverShards; got != len(taken) {
+		t.Fatalf("c reports %d shards waiting for a handover, want %d", got, len(taken))
+	}
+	// The old primaries settle and ship; c takes over and finds them done.
+	for name, rows := range claimed {
+		n := c.nodes[name]
+		for _, r := range rows {
+			if err := n.store.Complete(ctx, outbox.CompleteParams{DispatchKey: r.DispatchKey, Claim: r.Version}); err != nil {
+				t.Fatal(err)
+			}
+			n.repl.Changed(r.DispatchKey)
+		}
+	}
+	eventually(t, 10*time.Second, "c claims from its shards", func() (bool, string) {
+		sc := c.nodes["c"].scopeNow()
+		return slices.Equal(sc, taken), fmt.Sprintf("scope %v, want %v", sc, taken)
+	})
+	if again := claimAll(t, c.nodes["c"]); len(again) != 0 {
+		t.Fatalf("the new primary claimed %d rows its old primary had delivered (e.g. %s)", len(again), again[0].DispatchKey)
+	}
+	if metric(t, c.nodes["c"], "fairshard_replication_handover_wait_seconds", "") != float64(len(taken)) {
+		t.Error("handover waits not observed")
+	}
+}

@@ -51,9 +51,14 @@ type Replicator struct {
 	// shards are compared by the next poll.
 	fullRepair map[string]bool
 
+	// handover holds the shards this node became primary of while another
+	// member was live, since when: out of the claim scope until nobody
+	// else delivers them (handover.go).
+	handover map[uint32]time.Time
+
 	ship *shipper
 
-	syncWake, pollWake, dropWake chan struct{}
+	syncWake, pollWake, dropWake, handoverWake chan struct{}
 	// draining: the leftover pass runs in drain mode (no synced check).
 	draining atomic.Bool
 }
@@ -86,7 +91,9 @@ func New(cfg Config) (*Replicator, error) {
 		tokens:     map[syncKey][]byte{},
 		mismatch:   map[syncKey]mismatchState{},
 		fullRepair: map[string]bool{},
+		handover:   map[uint32]time.Time{},
 		syncWake:   make(chan struct{}, 1), pollWake: make(chan struct{}, 1), dropWake: make(chan struct{}, 1),
+		handoverWake: make(chan struct{}, 1),
 	}
 	r.ship = newShipper(r)
 	r.mover, err = transfer.NewMover(cfg.Store, transfer.MoverConfig{Limits: cfg.Limits, Logger: cfg.Logger, Registerer: cfg.Registerer})
@@ -106,6 +113,7 @@ func (r *Replicator) Run(ctx context.Context) error {
 		{Name: "sync", Run: r.syncLoop},
 		{Name: "poll", Run: r.pollLoop},
 		{Name: "drop", Run: r.dropLoop},
+		{Name: "handover", Run: r.handoverLoop},
 	} {
 		if err := g.Go(nil, l); err != nil {
 			return err
@@ -141,6 +149,7 @@ func (r *Replicator) Apply(v *View) {
 		}
 	}
 	r.peak = max(r.peak, len(v.Addrs))
+	r.startHandoverLocked(prev, v, alone)
 	r.view.Store(v)
 	r.updateScopeLocked()
 	r.updateGaugesLocked(v)
@@ -149,6 +158,7 @@ func (r *Replicator) Apply(v *View) {
 	wake(r.syncWake)
 	wake(r.pollWake)
 	wake(r.dropWake)
+	wake(r.handoverWake)
 }
 
 // View returns the current view (nil before the first Apply).
@@ -158,13 +168,13 @@ func (r *Replicator) View() *View { return r.view.Load() }
 func (r *Replicator) Joined() bool { return r.view.Load() != nil }
 
 // updateScopeLocked hands Config.Scope the shards this node is primary of
-// and synced for, when that set changed.
+// and synced for, and not waiting for a handover, when that set changed.
 func (r *Replicator) updateScopeLocked() {
 	v := r.view.Load()
 	var scope []uint32
 	if v != nil && !v.Leaving {
 		for s := range r.cfg.ShardCount {
-			if r.synced[s] && v.primary(s) == v.Self {
+			if _, waiting := r.handover[s]; r.synced[s] && v.primary(s) == v.Self && !waiting {
 				scope = append(scope, s)
 			}
 		}

@@ -71,6 +71,11 @@ func (r *Replicator) States(ctx context.Context, shards []uint32) (StatesReply, 
 	shards = slices.Clone(shards)
 	slices.Sort(shards)
 	shards = slices.Compact(shards)
+	claimed, err := r.cfg.Store.ClaimedByShard(ctx)
+	if err != nil {
+		return rep, err
+	}
+	unshipped := r.ship.pendingShards()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rep.States = make([]ShardState, 0, len(shards))
@@ -79,7 +84,7 @@ func (r *Replicator) States(ctx context.Context, shards []uint32) (StatesReply, 
 			continue
 		}
 		d := digests[s]
-		st := ShardState{Shard: s, Rows: d.Rows, Sum: d.Sum}
+		st := ShardState{Shard: s, Rows: d.Rows, Sum: d.Sum, Claimed: claimed[s], Unshipped: unshipped[s]}
 		if v != nil && !v.Leaving && v.inSet(v.Self, s) {
 			st.Replica, st.Synced = true, r.synced[s]
 		}
@@ -208,6 +213,10 @@ type Status struct {
 	SyncingShards int `json:"syncing_shards"`
 	// PendingChanges counts (row, backup) state changes not yet shipped.
 	PendingChanges int `json:"pending_changes"`
+	// HandoverShards counts the shards this node became primary of and
+	// does not claim from yet: another live member still delivers rows of
+	// them or ships their settles (bounded by the handover timeout).
+	HandoverShards int `json:"handover_shards"`
 }
 
 // Status returns this node's replication state.
@@ -229,6 +238,7 @@ func (r *Replicator) Status() Status {
 		}
 	}
 	st.UnderReplicatedShards, st.UnderReplicatedRows, st.PolledAt = r.under.shards, r.under.rows, r.under.at
+	st.HandoverShards = len(r.handover)
 	st.UnderReplicated = st.Copies < st.Factor || st.UnderReplicatedShards > 0
 	return st
 }

@@ -142,6 +142,19 @@ func (s *shipper) pendingFor(member string, shard uint32) bool {
 	return false
 }
 
+// pendingShards returns the shards with changes waiting for some backup.
+func (s *shipper) pendingShards() map[uint32]bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[uint32]bool{}
+	for _, q := range s.queues {
+		for _, e := range q.entries {
+			out[e.shard] = true
+		}
+	}
+	return out
+}
+
 // run ships queued changes every ShipInterval (sooner when a queue fills a
 // batch) until ctx ends, then tries once more to flush, bounded by a second.
 func (s *shipper) run(ctx context.Context) error {

@@ -1,0 +1,116 @@
+package replication
+
+import (
+	"context"
+	"slices"
+	"time"
+)
+
+// Handover: claims are not replicated, so a member that becomes a
+// shard's primary while the old primary is alive (a node joined, R was
+// raised, the old primary drains or came back) would find the rows the
+// old primary is delivering pending in its own copy and deliver them a
+// second time. So a new primary keeps such a shard out of its claim scope
+// until every other live member reports that it holds no claimed row of
+// it and no state change of it waiting to be shipped (StatesReply's
+// Claimed and Unshipped): the old primary finishes its deliveries, its
+// settles reach the new primary, and only then does the new primary
+// claim. The wait is bounded by Config.HandoverTimeout (a stuck delivery
+// or an unreachable member then costs a possible duplicate, never a
+// loss). A failover does not wait: the dead primary is not in the view,
+// and the backups hold no claims, so the first round releases the shard.
+
+// handoverLoop asks the other live members about the shards waiting for
+// a handover every HandoverInterval (at once after a view change) and
+// releases those nobody delivers any more.
+func (r *Replicator) handoverLoop(ctx context.Context) error {
+	for {
+		if r.handoverRound(ctx) {
+			if !sleep(ctx, r.cfg.HandoverInterval, r.handoverWake) {
+				return nil
+			}
+			continue
+		}
+		if !sleep(ctx, time.Hour, r.handoverWake) {
+			return nil
+		}
+	}
+}
+
+// startHandoverLocked marks the shards this node became primary of in v
+// (it was not in prev) as waiting for a handover when another member is
+// live; shards it is no longer primary of stop waiting. r.mu held.
+func (r *Replicator) startHandoverLocked(prev, v *View, alone bool) {
+	now := time.Now()
+	for s := range r.cfg.ShardCount {
+		primary := !v.Leaving && v.primary(s) == v.Self
+		switch {
+		case !primary || alone:
+			delete(r.handover, s)
+		case prev == nil || prev.Leaving || prev.primary(s) != v.Self:
+			if _, ok := r.handover[s]; !ok {
+				r.handover[s] = now
+			}
+		}
+	}
+	r.m.handoverShards.Set(float64(len(r.handover)))
+}
+
+// handoverRound asks every live peer about the shards waiting; it reports
+// whether some still wait.
+func (r *Replicator) handoverRound(ctx context.Context) bool {
+	v := r.view.Load()
+	r.mu.Lock()
+	waiting := make([]uint32, 0, len(r.handover))
+	for s := range r.handover {
+		waiting = append(waiting, s)
+	}
+	r.mu.Unlock()
+	if v == nil || len(waiting) == 0 {
+		return false
+	}
+	slices.Sort(waiting)
+	peers := v.peers()
+	states := r.gatherStates(ctx, v, peers, waiting)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.view.Load() != v {
+		return true // a new view: its own round follows
+	}
+	released, timedOut := 0, 0
+	for _, s := range waiting {
+		since, ok := r.handover[s]
+		if !ok {
+			continue
+		}
+		busy := ""
+		for _, p := range peers {
+			rep, ok := states[p]
+			if !ok {
+				busy = p + " did not answer"
+				break
+			}
+			if st, _ := stateOf(rep, s); st.Claimed > 0 || st.Unshipped {
+				busy = p + " still delivers or ships"
+				break
+			}
+		}
+		switch {
+		case busy == "":
+			released++
+		case time.Since(since) >= r.cfg.HandoverTimeout:
+			timedOut++
+			r.log.Warn("handover wait timed out: claiming the shard (rows still in flight elsewhere may be delivered twice)",
+				"shard", s, "waited", time.Since(since).Round(time.Millisecond), "because", busy)
+		default:
+			continue
+		}
+		delete(r.handover, s)
+		r.m.handoverWait.Observe(time.Since(since).Seconds())
+	}
+	if released+timedOut > 0 {
+		r.updateScopeLocked()
+	}
+	r.m.handoverShards.Set(float64(len(r.handover)))
+	return len(r.handover) > 0
+}
