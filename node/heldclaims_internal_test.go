@@ -38,7 +38,7 @@ func TestHeldClaimsKeepsTheStoresUpgrades(t *testing.T) {
 				t.Fatal(err)
 			}
 			tc.store.SetOwnedShards([]uint32{}) // the shards moved away
-			held := heldClaims(tc.store, nil) // no settles here: nothing to ship
+			held := heldClaims(tc.store, nil)   // no settles here: nothing to ship
 			if _, ok := held.(backpressure.BatchClaimer); ok != tc.batch {
 				t.Errorf("wrapped store is a BatchClaimer: %v, want %v", ok, tc.batch)
 			}

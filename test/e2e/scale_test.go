@@ -3,6 +3,8 @@ package e2e
 import (
 	"fmt"
 	"math"
+	"os"
+	"regexp"
 	"testing"
 	"time"
 
@@ -12,10 +14,13 @@ import (
 // Scenario 3, scale out under load: 2 nodes take appends (a steady
 // "live" namespace plus a paused "parked" one whose rows must stay pending),
 // then a third node joins. Ownership converges (every node sees the same
-// table, each owning about a third: within ±0.02), the rows the first two
-// hold for the newcomer's shards are handed off (sent counter > 0; the
-// parked rows, exactly counted, end up spread over three nodes), nothing is
-// lost and nothing is delivered twice.
+// table, each owning about a third: within ±0.02), the newcomer syncs the
+// shards of its replica sets from the first two, which drop the copies
+// they no longer replicate (synced and dropped counters > 0; the parked
+// rows, exactly counted at R = 2 copies each, end up spread over three
+// nodes), nothing is lost and nothing is delivered twice (the newcomer
+// claims from a shard only once its old primary's deliveries ended:
+// replication's handover).
 func TestScaleOut(t *testing.T) {
 	const (
 		parkedRows = 3_000
@@ -63,29 +68,30 @@ func TestScaleOut(t *testing.T) {
 		}
 	}
 
-	// Handoff: a and b send what they hold for out-c's shards.
+	// Shard sync: out-c copies its shards; a and b drop what they no
+	// longer replicate.
 	handoff := time.Now()
-	eventually(t, 30*time.Second, "handoff finished on every node", func() (bool, string) {
+	eventually(t, 30*time.Second, "leftover copies dropped on every node", func() (bool, string) {
 		for _, p := range c.members() {
 			v, err := c.clusterView(p)
 			if err != nil {
 				return false, err.Error()
 			}
 			if v.Handoff.ShardsPending != 0 {
-				return false, fmt.Sprintf("%s: %d shards still to hand off", p.name, v.Handoff.ShardsPending)
+				return false, fmt.Sprintf("%s: %d shards still to drop", p.name, v.Handoff.ShardsPending)
 			}
 		}
 		return true, ""
 	})
-	t.Logf("handoff drained %v after convergence", time.Since(handoff).Round(time.Millisecond))
-	sent := c.mustMetric(a, "fairshard_handoff_rows_sent_total", nil) + c.mustMetric(b, "fairshard_handoff_rows_sent_total", nil)
-	received := c.mustMetric(n3, "fairshard_handoff_rows_received_total", nil)
-	t.Logf("handoff: out-a and out-b sent %.0f rows; out-c received %.0f", sent, received)
-	if sent == 0 || received == 0 {
-		t.Errorf("no rows handed off (sent %.0f, received %.0f), yet %d parked rows were pending on 2 nodes", sent, received, parkedRows)
+	t.Logf("leftovers dropped %v after convergence", time.Since(handoff).Round(time.Millisecond))
+	dropped := c.mustMetric(a, "fairshard_replication_dropped_rows_total", nil) + c.mustMetric(b, "fairshard_replication_dropped_rows_total", nil)
+	synced := c.mustMetric(n3, "fairshard_replication_sync_rows_total", nil)
+	t.Logf("shard sync: out-c received %.0f rows; out-a and out-b dropped %.0f copies", synced, dropped)
+	if synced == 0 || dropped == 0 {
+		t.Errorf("no rows moved (out-c synced %.0f, out-a and out-b dropped %.0f), yet %d parked rows were pending on 2 nodes", synced, dropped, parkedRows)
 	}
-	// Every parked row is still pending, exactly once, and out-c holds its
-	// share of them now.
+	// Every parked row is still pending, in exactly R = 2 copies, and
+	// out-c holds its share of them now.
 	total := 0
 	for _, p := range c.members() {
 		v, err := c.namespace(p, "parked")
@@ -98,8 +104,8 @@ func TestScaleOut(t *testing.T) {
 		}
 		total += v.Pending + v.Claimed
 	}
-	if total != parkedRows {
-		t.Errorf("the cluster holds %d parked rows; want exactly %d", total, parkedRows)
+	if total != 2*parkedRows {
+		t.Errorf("the cluster holds %d copies of parked rows; want exactly %d (R = 2)", total, 2*parkedRows)
 	}
 
 	lrep := waitLive()
@@ -120,8 +126,10 @@ func TestScaleOut(t *testing.T) {
 
 // Scenario 4, scale in under load: one of 3 nodes gets SIGTERM while it
 // holds a backlog and the load goes on. It drains (in-flight deliveries
-// finish, pending rows are handed off to the two others), exits 0, and
-// every acknowledged row is delivered exactly once.
+// finish, its copies are merged into their replica sets on the two others
+// before it drops them), exits 0, and every acknowledged row is delivered
+// exactly once (the new primaries claim a shard only once the leaver's
+// deliveries of it ended: replication's handover).
 func TestScaleIn(t *testing.T) {
 	const (
 		backlogRows = 3_000
@@ -177,10 +185,17 @@ func TestScaleIn(t *testing.T) {
 			}
 		}
 	}
-	received := c.mustMetric(a, "fairshard_handoff_rows_received_total", nil) + c.mustMetric(b, "fairshard_handoff_rows_received_total", nil)
-	t.Logf("in-a and in-b received %.0f rows by handoff from %s", received, leaver.name)
+	received := c.mustMetric(a, "fairshard_replication_received_rows_total", nil) + c.mustMetric(b, "fairshard_replication_received_rows_total", nil)
+	t.Logf("in-a and in-b merged %.0f rows pushed by replication (state changes, the drain of %s)", received, leaver.name)
 	if received == 0 {
-		t.Errorf("no row handed off by the leaving node, yet it held %d pending rows", v.Pending)
+		t.Errorf("no row merged from the leaving node, yet it held %d pending rows", v.Pending)
+	}
+	// The leaver's own account of its drain (it exited: its log is what
+	// is left of it).
+	if log, err := os.ReadFile(leaver.logPath); err != nil {
+		t.Fatal(err)
+	} else if !drainedRE.Match(log) {
+		t.Errorf("%s's log has no drain that dropped rows after handing them to their replica sets", leaver.name)
 	}
 
 	lrep := waitLive()
@@ -197,3 +212,6 @@ func TestScaleIn(t *testing.T) {
 	}
 	c.waitSettled(20*time.Second, "backlog", "live")
 }
+
+// drainedRE matches replication's log line of a drain that dropped rows.
+var drainedRE = regexp.MustCompile(`msg="copies handed to their replica sets and dropped".* rows=[1-9][0-9]* .*drain=true`)
