@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -100,6 +101,7 @@ type run struct {
 
 	finalHeal, converged time.Duration
 	locate               map[int]string
+	cuts                 []cut // guarded by mu
 }
 
 func newRun(t *testing.T, rs runSettings, p plan) *run {
@@ -254,11 +256,58 @@ func (r *run) execute() {
 	r.ld.wait()
 	r.waitDrained(3*time.Minute, "end")
 	r.locateMissing()
+	r.checkReplicas(90 * time.Second)
 	stopMonitor()
 	<-monDone
 
 	r.sampleResources(false)
 	r.stopAndCheckStores()
+}
+
+// checkReplicas waits until every shard's replicas agree (GET
+// /v1/shards/{n} on an up node: every replica answered, synced, one
+// digest), which repair must reach after the final heal; shards that
+// still disagree at the deadline are a violation.
+func (r *run) checkReplicas(timeout time.Duration) {
+	start := time.Now()
+	left := make([]int, shardCount)
+	for i := range left {
+		left[i] = i
+	}
+	last := ""
+	for {
+		up := r.c.inState(stateUp)
+		if len(up) == 0 {
+			r.problem("replicas-agree", "no node up to ask")
+			return
+		}
+		still := left[:0]
+		for _, s := range left {
+			var v struct {
+				InSync   bool `json:"in_sync"`
+				Replicas []struct {
+					Node   string `json:"node"`
+					Synced bool   `json:"synced"`
+					Rows   int64  `json:"rows"`
+					Digest uint64 `json:"digest"`
+				} `json:"replicas"`
+			}
+			if err := r.c.getJSON(fmt.Sprintf("%s/v1/shards/%d", up[s%len(up)].baseURL(), s), &v); err != nil || !v.InSync {
+				still = append(still, s)
+				last = fmt.Sprintf("shard %d: %+v %v", s, v.Replicas, err)
+			}
+		}
+		left = still
+		if len(left) == 0 {
+			r.tl.add(evNote, nil, "every shard's replicas agree (%v)", time.Since(start).Round(time.Millisecond))
+			return
+		}
+		if time.Since(start) > timeout {
+			r.problem("replicas-agree", "%d shards' replicas still disagree %v after the drain; e.g. %s", len(left), timeout, last)
+			return
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 func describeLoad(nss []nsSpec) string {
@@ -604,14 +653,20 @@ func (r *run) networkStep(s planStep) {
 	if s.Kind == faultLoss {
 		kind = evLoss
 	}
-	r.tl.add(kind, members, "%s", desc)
+	cutAt := r.tl.add(kind, members, "%s", desc).At
 	time.Sleep(s.Hold)
 	for _, n := range nodes {
 		if err := r.lab.setRules(n.ns, nsRules{}); err != nil {
 			r.problem("harness", "%v", err)
 		}
 	}
-	r.tl.add(evHeal, members, "rules removed")
+	healAt := r.tl.add(evHeal, members, "rules removed").At
+	if s.Kind != faultLoss {
+		a, b := resolveNetwork(s, members)
+		r.mu.Lock()
+		r.cuts = append(r.cuts, cut{from: cutAt, to: healAt, sideA: a, sideB: b})
+		r.mu.Unlock()
+	}
 	r.tl.addEpisode(laneNetwork, false, string(s.Kind))
 }
 
@@ -689,6 +744,9 @@ func (r *run) history() *history {
 	h.leaks = append([]leakSample(nil), r.leaks...)
 	r.mu.Unlock()
 	h.finalHeal, h.converged = r.finalHeal, r.converged
+	r.mu.Lock()
+	h.cuts = slices.Clone(r.cuts)
+	r.mu.Unlock()
 	return h
 }
 

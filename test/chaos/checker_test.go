@@ -279,6 +279,13 @@ type procEvent struct {
 //     the owner may have stored it too): each such attempt may leave a copy
 //     that is delivered (README "Network partition": at-least-once, the
 //     target deduplicates).
+//   - a partition between the two delivering nodes: with replicated shards
+//     both sides hold the row and each side's primary delivers what it
+//     holds (README "Replicated shards": at-least-once under a partition;
+//     repair merges the copies after the heal). The cut must overlap the
+//     span between the two deliveries, widened by SettleLag on each side
+//     (failure detection before, shipping and repair after). Such pairs may
+//     also overlap in time: two claimers, one per side.
 //
 // Anything else is a violation, as are two concurrent deliveries of a row
 // appended once (two claimers).
@@ -317,7 +324,15 @@ func checkDuplicates(h *history, o checkOpts, f *figures) []violation {
 		for j := 1; j < len(ds); j++ {
 			prev, cur := ds[j-1], ds[j]
 			f.Duplicates++
-			if cur.start < prev.end && allowance == 0 {
+			split := false
+			for _, c := range h.cuts {
+				if c.from-o.SettleLag <= cur.start && prev.start <= c.to+o.SettleLag &&
+					c.separates(h.nodeName(prev.node), h.nodeName(cur.node)) {
+					split = true
+					break
+				}
+			}
+			if cur.start < prev.end && allowance == 0 && !split {
 				concurrent = append(concurrent, seq)
 				if firstConcurrent < 0 || cur.start < firstConcurrent {
 					firstConcurrent = cur.start
@@ -340,6 +355,8 @@ func checkDuplicates(h *history, o checkOpts, f *figures) []violation {
 				if r.failed == 0 {
 					cause = "accepted (held on a failed forward)"
 				}
+			} else if split {
+				cause = "partition"
 			}
 			if cause == "" {
 				unexplained = append(unexplained, seq)
@@ -354,7 +371,7 @@ func checkDuplicates(h *history, o checkOpts, f *figures) []violation {
 	if len(unexplained) > 0 {
 		sort.Ints(unexplained)
 		vs = append(vs, violation{Invariant: "duplicates-explained", At: firstUnexplained,
-			Summary: fmt.Sprintf("%d repeat deliveries of %d rows not explained by a kill, a pause or a retried append", f.DupByCause["unexplained"], len(unexplained)),
+			Summary: fmt.Sprintf("%d repeat deliveries of %d rows not explained by a kill, a pause, a retried append or a partition", f.DupByCause["unexplained"], len(unexplained)),
 			Seqs:    firstInts(unexplained, 8)})
 	}
 	if len(concurrent) > 0 {

@@ -33,9 +33,11 @@
 // never overlap a partition. One initial node, the witness, is never
 // killed, restarted or removed, so the leak check always has a process
 // that lived through everything. kill-wipe (the killed node's data dir
-// deleted before the restart) exists behind -chaos.wipe / CHAOS_WIPE=1 and
-// is off until replication lands (issue 14): today it loses that node's
-// rows, which the checkers report.
+// deleted before the restart) is on since replicated shards (issue 14):
+// with R = 2 the other copy survives; -chaos.wipe=false or CHAOS_WIPE=0
+// turns it off. After the drain every shard's replicas must agree
+// (replicas-agree). A partition's duplicates (both sides deliver what they
+// hold) are explained by the cut, as README "Replicated shards" allows.
 //
 // # Load
 //

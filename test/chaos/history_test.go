@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -30,6 +31,21 @@ type history struct {
 
 	finalHeal time.Duration // when the last fault was healed
 	converged time.Duration // when every node agreed on one table after it (0: never)
+
+	cuts []cut // partitions (isolate, split), in order
+}
+
+// cut is one partition: from its rules' install to their removal, the two
+// sides that could not reach each other.
+type cut struct {
+	from, to     time.Duration
+	sideA, sideB []string
+}
+
+// separates reports whether the cut put nodes a and b on different sides.
+func (c cut) separates(a, b string) bool {
+	return slices.Contains(c.sideA, a) && slices.Contains(c.sideB, b) ||
+		slices.Contains(c.sideA, b) && slices.Contains(c.sideB, a)
 }
 
 // nsSpec is one load namespace and its quota (max_in_flight).

@@ -16,7 +16,7 @@ import (
 var (
 	flagDuration = flag.Duration("chaos.duration", 0, "how long faults are injected (env CHAOS_DURATION; default 2m, the make test run)")
 	flagSeed     = flag.Uint64("chaos.seed", 0, "the fault schedule's seed, to replay a run (env CHAOS_SEED; default: drawn and printed)")
-	flagWipe     = flag.Bool("chaos.wipe", false, "add the kill-wipe nemesis: delete a killed node's data dir before its restart (env CHAOS_WIPE=1; off until replication, issue 14)")
+	flagWipe     = flag.Bool("chaos.wipe", true, "add the kill-wipe nemesis: delete a killed node's data dir before its restart (on since replicated shards, issue 14: R = 2 keeps a copy; env CHAOS_WIPE=0 turns it off)")
 	flagNodes    = flag.Int("chaos.nodes", 4, "initial cluster size")
 	flagRate     = flag.Float64("chaos.rate", 1, "load multiplier on the namespaces' mean rates (rows/s)")
 	flagKeep     = flag.Bool("chaos.keep", false, "keep the run's work dir (node logs and data) even when it passes")
@@ -58,8 +58,8 @@ func settings() (runSettings, error) {
 			s.Seed = uint64(time.Now().UnixNano()%1_000_000_000) + 1
 		}
 	}
-	if !s.Wipe {
-		s.Wipe = os.Getenv("CHAOS_WIPE") == "1"
+	if !flagPassed("chaos.wipe") && os.Getenv("CHAOS_WIPE") == "0" {
+		s.Wipe = false
 	}
 	if s.Nodes < 3 || s.Nodes > 20 {
 		return s, fmt.Errorf("-chaos.nodes=%d: want 3..20", s.Nodes)
@@ -70,12 +70,19 @@ func settings() (runSettings, error) {
 	return s, nil
 }
 
+// flagPassed reports whether the named flag was set on the command line.
+func flagPassed(name string) bool {
+	passed := false
+	flag.Visit(func(f *flag.Flag) { passed = passed || f.Name == name })
+	return passed
+}
+
 // replayCommand is the command line that replays a run's schedule.
 func (s runSettings) replayCommand() string {
 	cmd := fmt.Sprintf("go test ./test/chaos -run TestChaos -count=1 -v -timeout %v -chaos.seed=%d -chaos.duration=%v",
 		(s.Duration + 15*time.Minute).Round(time.Minute), s.Seed, s.Duration)
-	if s.Wipe {
-		cmd += " -chaos.wipe"
+	if !s.Wipe {
+		cmd += " -chaos.wipe=false"
 	}
 	if s.Nodes != 4 {
 		cmd += fmt.Sprintf(" -chaos.nodes=%d", s.Nodes)

@@ -301,6 +301,35 @@ func TestCheckDuplicates(t *testing.T) {
 		vs, _ = check(b.h, checkOpts{})
 		wantOnly(t, vs, "duplicates-explained")
 	})
+	t.Run("a partition between the two deliverers explains it, concurrent or not", func(t *testing.T) {
+		b := newHB()
+		b.h.cuts = []cut{{from: 2 * time.Second, to: 62 * time.Second, sideA: []string{"n3"}, sideB: []string{"n1", "n2"}}}
+		r := b.row(0, ackCreated, 0)
+		b.deliver(r, 1, 5000*ms, 5040*ms)
+		b.deliver(r, 3, 5010*ms, 5050*ms)
+		b.deliver(r, 1, 63*time.Second, 63*time.Second+40*ms) // right after the heal, before repair
+		vs, f := check(b.h, checkOpts{})
+		wantOnly(t, vs)
+		if f.DupByCause["partition"] != 2 {
+			t.Fatalf("causes %v; want two by partition", f.DupByCause)
+		}
+	})
+	t.Run("a partition does not explain nodes on one side, or long after", func(t *testing.T) {
+		b := newHB()
+		b.h.cuts = []cut{{from: 2 * time.Second, to: 62 * time.Second, sideA: []string{"n3"}, sideB: []string{"n1", "n2"}}}
+		r := b.row(0, ackCreated, 0)
+		b.deliver(r, 1, 5000*ms, 5040*ms)
+		b.deliver(r, 2, 6000*ms, 6040*ms)
+		vs, _ := check(b.h, checkOpts{})
+		wantOnly(t, vs, "duplicates-explained")
+		b = newHB()
+		b.h.cuts = []cut{{from: 2 * time.Second, to: 12 * time.Second, sideA: []string{"n3"}, sideB: []string{"n1", "n2"}}}
+		r = b.row(0, ackCreated, 0)
+		b.deliver(r, 1, 40*time.Second, 40*time.Second+40*ms)
+		b.deliver(r, 3, 50*time.Second, 50*time.Second+40*ms)
+		vs, _ = check(b.h, checkOpts{})
+		wantOnly(t, vs, "duplicates-explained")
+	})
 	t.Run("two claimers of a row appended once", func(t *testing.T) {
 		b := newHB()
 		r := b.row(0, ackCreated, 0)
