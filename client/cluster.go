@@ -15,11 +15,35 @@ type Cluster struct {
 	// applied.
 	OwnershipVersion uint64   `json:"ownership_version"`
 	Members          []Member `json:"members"`
-	Handoff          struct {
+	// Replication is the answering node's replication state.
+	Replication Replication `json:"replication"`
+	Handoff     struct {
 		// ShardsPending counts shards this node still holds rows of for
 		// another owner (rows to hand off).
 		ShardsPending int `json:"shards_pending"`
 	} `json:"handoff"`
+}
+
+// Replication is a node's replication state (README "Replicated shards").
+type Replication struct {
+	// Factor is the cluster's replication factor R; Copies what every
+	// replica set gets now, min(R, active members); WriteCopies the
+	// write-copies minimum this node applies.
+	Factor      int `json:"replication_factor"`
+	Copies      int `json:"copies"`
+	WriteCopies int `json:"write_copies"`
+	// UnderReplicated: fewer members than R, or a shard this node is
+	// primary of lacks a synced copy (UnderReplicatedShards of them,
+	// holding UnderReplicatedRows rows here, as of the last poll).
+	UnderReplicated       bool  `json:"under_replicated"`
+	UnderReplicatedShards int   `json:"under_replicated_shards"`
+	UnderReplicatedRows   int64 `json:"under_replicated_rows"`
+	// ReplicaShards counts the shards this node is a replica of;
+	// SyncingShards those it has not synced yet.
+	ReplicaShards int `json:"replica_shards"`
+	SyncingShards int `json:"syncing_shards"`
+	// PendingChanges counts (row, backup) state changes not yet shipped.
+	PendingChanges int `json:"pending_changes"`
 }
 
 // Member is one cluster member.

@@ -1,8 +1,11 @@
 // Package demo runs `fairshard demo`: a local cluster of real nodes on
 // loopback (real gossip, real bbolt files under a temp dir, real HTTP), a
 // built-in delivery target and multi-tenant load, with a live view and a
-// closing summary. Part-way through it adds a node and later stops one
-// gracefully, so shards and rows visibly move.
+// closing summary. Every row is kept on two nodes (replicated shards,
+// R = 2). Part-way through it adds a node, then kills one abruptly and
+// deletes its data dir (a lost machine: its rows live on in their other
+// copy), and later stops one gracefully, so shards and rows visibly move
+// and the summary shows that nothing was lost.
 package demo
 
 import (
@@ -67,7 +70,14 @@ type Summary struct {
 	Delivered      int
 	Lost           int
 	DeliveredTwice int
-	HandedOff      float64
+	// Synced counts rows copied by shard sync (joins, the re-replication
+	// after the kill and wipe); Dropped the copies nodes deleted once
+	// their new replica sets held them (rebalance, drain).
+	Synced, Dropped float64
+	// Wiped names the node killed with its data dir deleted ("" if none).
+	Wiped string
+	// Factor is the replication factor: copies of every row.
+	Factor int
 	Namespaces     []loadgen.NamespaceReport
 	Quotas         map[string]uint32
 }
@@ -96,6 +106,8 @@ type demoRun struct {
 	// bg holds the graceful stop running beside the view; closeAll waits
 	// for it so a node is never hard-closed mid-drain.
 	bg sync.WaitGroup
+	// wiped is the node killed and wiped (guarded by mu).
+	wiped string
 }
 
 // Run runs the demo until the load ends and every appended row is delivered
@@ -181,7 +193,7 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 	start := time.Now()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	added, stopped := false, false
+	added, wiped, stopped := false, false, false
 	var rep loadgen.Report
 	loadRunning := true
 	var lastDelivered int64
@@ -205,6 +217,10 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 			} else {
 				d.event("node n%d joined: shards move to it", opts.Nodes+1)
 			}
+		}
+		if !wiped && el >= opts.Duration/2 {
+			wiped = true
+			d.killAndWipe(2)
 		}
 		if !stopped && el >= 2*opts.Duration/3 {
 			stopped = true
@@ -291,6 +307,23 @@ func (d *demoRun) stopNode(idx int) {
 		return
 	}
 	d.event("%s left the cluster", m.name)
+}
+
+// killAndWipe closes member idx at once (no drain, no leave: a crash)
+// and deletes its data dir, as when a machine and its disk are lost.
+func (d *demoRun) killAndWipe(idx int) {
+	d.mu.Lock()
+	if idx >= len(d.members) {
+		d.mu.Unlock()
+		return
+	}
+	m := d.members[idx]
+	m.stop = true
+	d.wiped = m.name
+	d.mu.Unlock()
+	_ = m.n.Close()
+	err := os.RemoveAll(m.dir)
+	d.event("killed %s and deleted its data dir (err %v): its rows live on in their second copy", m.name, err)
 }
 
 func (d *demoRun) live() []*member {
@@ -397,8 +430,10 @@ func (d *demoRun) render(el time.Duration, deliveredPerSec, appended int64) {
 	}
 	if d.opts.TTY {
 		b.WriteString("\033[H\033[2J")
-		fmt.Fprintf(&b, "fairshard demo  t=%4.0fs  appended=%d  delivered=%d  (%d/s)  ownership v%d\n\n",
+		fmt.Fprintf(&b, "fairshard demo  t=%4.0fs  appended=%d  delivered=%d  (%d/s)  ownership v%d\n",
 			el.Seconds(), appended, d.recv.Delivered(), deliveredPerSec, cv.OwnershipVersion)
+		fmt.Fprintf(&b, "copies of every row: %d (R = %d, write-copies %d)  under-replicated: %v  syncing shards: %d\n\n",
+			cv.Replication.Copies, cv.Replication.Factor, cv.Replication.WriteCopies, cv.Replication.UnderReplicated, cv.Replication.SyncingShards)
 		fmt.Fprintf(&b, "%-6s %-8s %7s %9s\n", "NODE", "STATE", "SHARDS", "FRACTION")
 		for _, m := range cv.Members {
 			fmt.Fprintf(&b, "%-6s %-8s %7d %9.3f\n", m.Name, m.State, m.OwnedShards, m.OwnedShardFraction)
@@ -435,8 +470,9 @@ func (d *demoRun) render(el time.Duration, deliveredPerSec, appended int64) {
 		for _, m := range cv.Members {
 			nodes = append(nodes, fmt.Sprintf("%s:%s:%d(%.2f)", m.Name, m.State, m.OwnedShards, m.OwnedShardFraction))
 		}
-		fmt.Fprintf(&b, "t=%.0fs appended=%d delivered=%d (%d/s) nodes=[%s] | %s\n",
-			el.Seconds(), appended, d.recv.Delivered(), deliveredPerSec, strings.Join(nodes, " "), strings.Join(line, " | "))
+		fmt.Fprintf(&b, "t=%.0fs appended=%d delivered=%d (%d/s) nodes=[%s] copies=%d/%d | %s\n",
+			el.Seconds(), appended, d.recv.Delivered(), deliveredPerSec, strings.Join(nodes, " "),
+			cv.Replication.Copies, cv.Replication.Factor, strings.Join(line, " | "))
 	}
 	fmt.Fprint(d.opts.Out, b.String())
 }
@@ -474,8 +510,15 @@ func (d *demoRun) summarize(rep loadgen.Report, appended *sync.Map) Summary {
 	ms := d.members
 	d.mu.Unlock()
 	for _, m := range ms {
-		sum.HandedOff += counterValue(m.n, "fairshard_handoff_rows_sent_total")
+		sum.Synced += counterValue(m.n, "fairshard_replication_sync_rows_total")
+		sum.Dropped += counterValue(m.n, "fairshard_replication_dropped_rows_total")
+		if f := int(counterValue(m.n, "fairshard_replication_factor")); f > sum.Factor {
+			sum.Factor = f
+		}
 	}
+	d.mu.Lock()
+	sum.Wiped = d.wiped
+	d.mu.Unlock()
 	return sum
 }
 
@@ -513,7 +556,12 @@ func (d *demoRun) printSummary(s Summary) {
 	fmt.Fprintf(out, "delivered       %d (distinct dispatch_keys)\n", s.Delivered)
 	fmt.Fprintf(out, "lost            %d\n", s.Lost)
 	fmt.Fprintf(out, "delivered twice %d\n", s.DeliveredTwice)
-	fmt.Fprintf(out, "rows handed off %.0f\n\n", s.HandedOff)
+	fmt.Fprintf(out, "copies per row  %d\n", s.Factor)
+	if s.Wiped != "" {
+		fmt.Fprintf(out, "kill and wipe   %s (data dir deleted): lost = %d\n", s.Wiped, s.Lost)
+	}
+	fmt.Fprintf(out, "rows synced     %.0f (copies made by shard sync)\n", s.Synced)
+	fmt.Fprintf(out, "copies dropped  %.0f (rebalance, drain)\n\n", s.Dropped)
 	fmt.Fprintf(out, "%-8s %9s %14s %8s %8s %8s %8s\n", "NAMESPACE", "DELIVERED", "MAX CONC/QUOTA", "P50 MS", "P90 MS", "P99 MS", "MAX MS")
 	for _, r := range s.Namespaces {
 		q := "default"
