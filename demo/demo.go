@@ -77,9 +77,9 @@ type Summary struct {
 	// Wiped names the node killed with its data dir deleted ("" if none).
 	Wiped string
 	// Factor is the replication factor: copies of every row.
-	Factor int
-	Namespaces     []loadgen.NamespaceReport
-	Quotas         map[string]uint32
+	Factor     int
+	Namespaces []loadgen.NamespaceReport
+	Quotas     map[string]uint32
 }
 
 type member struct {
