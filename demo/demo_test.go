@@ -19,8 +19,9 @@ func TestMain(m *testing.M) {
 }
 
 // TestDemoPlainOutput runs a short demo with stdout not a terminal: it must
-// print plain periodic lines (no ANSI redraws), the node join and graceful
-// stop events, and a summary with lost = 0.
+// print plain periodic lines (no ANSI redraws), the node join, kill and
+// wipe, and graceful stop events, and a summary with two copies per row and
+// lost = 0.
 func TestDemoPlainOutput(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a 3-node cluster for ~10 s")
@@ -36,11 +37,12 @@ func TestDemoPlainOutput(t *testing.T) {
 	if strings.Contains(text, "\033[") {
 		t.Fatalf("non-TTY output contains ANSI escapes:\n%s", text)
 	}
-	progress := regexp.MustCompile(`(?m)^t=\d+s appended=\d+ delivered=\d+ \(\d+/s\) nodes=\[.*\] \| noisy pending=\d+ claimed=\d+/\d+ `)
+	progress := regexp.MustCompile(`(?m)^t=\d+s appended=\d+ delivered=\d+ \(\d+/s\) nodes=\[.*\] copies=\d+/\d+ \| noisy pending=\d+ claimed=\d+/\d+ `)
 	if n := len(progress.FindAllString(text, -1)); n < 4 {
 		t.Fatalf("want ≥ 4 periodic progress lines, got %d:\n%s", n, text)
 	}
-	for _, want := range []string{"event: node n4 joined", "event: stopping n2 gracefully", "== fairshard demo summary ==", "lost            0"} {
+	for _, want := range []string{"event: node n4 joined", "event: killed n3 and deleted its data dir", "event: stopping n2 gracefully",
+		"== fairshard demo summary ==", "lost            0", "copies per row  2", "kill and wipe   n3 (data dir deleted): lost = 0"} {
 		if !strings.Contains(text, want) {
 			t.Fatalf("output lacks %q:\n%s", want, text)
 		}
