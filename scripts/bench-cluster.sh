@@ -3,7 +3,7 @@
 # tenants"), measured with the real binary on loopback. Rerun:
 #
 #   scripts/bench-cluster.sh            # everything (~6 min on 2 cores)
-#   scripts/bench-cluster.sh append e2e # a subset: append e2e scale handoff rss
+#   scripts/bench-cluster.sh append e2e # a subset: append e2e handoff replication sync
 #
 # Every node gets its own 127.0.0.N address, data dir under $WORK, and logs
 # there. Nothing is left running when it exits.
@@ -79,6 +79,70 @@ bench_handoff() {
   stop_all
 }
 
-what=${*:-append e2e handoff}
+# lag_p99 N: the p99 of fairshard_replication_lag_seconds over nodes 1..N
+# (the upper bound of the histogram bucket holding the 99th percentile).
+lag_p99() {
+  for i in $(seq "$1"); do curl -fsS "http://127.0.0.$((i + 1)):8080/metrics"; done |
+    sed -nE 's/^fairshard_replication_lag_seconds_bucket\{le="([^"]+)"\} (.*)/\1 \2/p' |
+    awk '{n[$1] += $2} END {for (l in n) print l, n[l]}' | sed 's/^+Inf/inf/' | sort -g |
+    awk '{le[NR] = $1; c[NR] = $2} END {
+           if (NR == 0 || c[NR] == 0) { print "no samples"; exit }
+           for (i = 1; i <= NR; i++) if (c[i] >= 0.99 * c[NR]) { printf "%s s (%d samples)\n", le[i], c[NR]; exit } }'
+}
+
+# Replicated shards (issue 14): R = 1 beside R = 2 on 3 nodes, each in one
+# run: durable append over HTTP (64 producers x 16-row batches), end to end
+# delivery, replication lag p99 under that load, RSS and disk per 1M rows
+# per copy. REPL_ROWS rows per figure.
+bench_replication() {
+  local rows=${REPL_ROWS:-$ROWS}
+  for r in 1 2; do
+    echo "== R = $r: durable append over HTTP, 3 nodes, 64 producers x 16-row batches (namespace paused); load: $(cut -d' ' -f1-3 /proc/loadavg)"
+    for i in 1 2 3; do node "$i" --replication-factor "$r"; done
+    curl -fsS -XPUT 127.0.0.2:8080/v1/namespaces/bench -d '{"paused":true}' >/dev/null
+    sleep 1
+    "$BIN" load --nodes "$(urls 3)" --namespaces bench:1 --rows "$rows" --duration 0 --batch 16 --concurrency 64 | tail -3
+    local rss=0 disk=0
+    for i in 1 2 3; do
+      rss=$((rss + $(awk '/VmRSS/ {print $2}' /proc/"${pids[$((i - 1))]}"/status)))
+      disk=$((disk + $(stat -c %s "$WORK/n$i/fairshard.db")))
+    done
+    echo "R = $r: $rows rows x $r copies: RSS sum $((rss / 1024)) MiB, data files $((disk / 1048576)) MiB;" \
+      "per 1M rows per copy: RSS $((rss * 1000000 / rows / r / 1024)) MiB, disk $((disk * 1000000 / rows / r / 1048576)) MiB"
+    stop_all
+    echo "== R = $r: end to end, 3 nodes: append -> deliver to a no-op target -> done; load: $(cut -d' ' -f1-3 /proc/loadavg)"
+    for i in 1 2 3; do node "$i" --replication-factor "$r" $TARGET; done
+    sleep 1
+    "$BIN" load --nodes "$(urls 3)" --namespaces a:1:4,b:1:4 --rows "$rows" --duration 0 --batch 16 \
+      --concurrency 64 --target-addr 127.0.0.1:9300 --wait 180s | tail -5
+    [ "$r" -gt 1 ] && echo "R = $r: replication lag p99 under that load: $(lag_p99 3)"
+    stop_all
+  done
+}
+
+# Shard sync on join (issue 14 scenario 7): SYNC_ROWS pending rows on one
+# node (R = 2), a second node joins and copies every one.
+bench_sync() {
+  local rows=${SYNC_ROWS:-1000000}
+  echo "== shard sync: $rows pending rows on n1 (R = 2), n2 joins; load: $(cut -d' ' -f1-3 /proc/loadavg)"
+  node 1 --replication-factor 2 --handoff-batch 4000
+  curl -fsS -XPUT 127.0.0.2:8080/v1/namespaces/bench -d '{"paused":true}' >/dev/null
+  "$BIN" load --nodes "$(urls 1)" --namespaces bench:1 --rows "$rows" --duration 0 --batch 500 --concurrency 16 | head -n -1 | tail -2
+  start=$(date +%s.%N)
+  node 2 --replication-factor 2 --handoff-batch 4000
+  while :; do
+    s1=$(curl -fsS 127.0.0.2:8080/v1/cluster | sed 's/.*"under_replicated":\([a-z]*\).*/\1/')
+    s2=$(curl -fsS 127.0.0.3:8080/v1/cluster | sed 's/.*"syncing_shards":\([0-9]*\).*/\1/')
+    [ "$s1" = "false" ] && [ "$s2" = "0" ] && break
+    sleep 0.2
+  done
+  end=$(date +%s.%N)
+  synced=$(metric 2 'fairshard_replication_sync_rows_total{kind="bulk"}')
+  t=$(echo "$end - $start" | bc)
+  echo "sync: n2 copied $synced rows in $t s from its start ($(echo "$synced $t" | awk '{printf "%.0f", $1 / $2}') rows/s); load: $(cut -d' ' -f1-3 /proc/loadavg)"
+  stop_all
+}
+
+what=${*:-append e2e handoff replication sync}
 for w in $what; do "bench_$w"; done
 rm -rf "$WORK"
