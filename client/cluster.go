@@ -48,6 +48,9 @@ type Replication struct {
 	SyncingShards int `json:"syncing_shards"`
 	// PendingChanges counts (row, backup) state changes not yet shipped.
 	PendingChanges int `json:"pending_changes"`
+	// HandoverShards counts shards this node became primary of and does
+	// not claim from yet: another live member still delivers rows of them.
+	HandoverShards int `json:"handover_shards"`
 }
 
 // Member is one cluster member.

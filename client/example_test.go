@@ -219,9 +219,12 @@ func ExampleClient_Cluster() {
 	for _, m := range cl.Members {
 		fmt.Println(m.Name, m.State, m.OwnedShards, "of", cl.ShardCount, "shards, gossip keys:", len(m.GossipKeys), "gossip address set:", m.GossipAddr != "")
 	}
+	r := cl.Replication
+	fmt.Println("copies:", r.Copies, "of R =", r.Factor, "under-replicated:", r.UnderReplicated)
 	// Output:
 	// accepted: true
 	// n1 active 1024 of 1024 shards, gossip keys: 0 gossip address set: true
+	// copies: 1 of R = 2 under-replicated: true
 }
 
 func ExampleError() {
