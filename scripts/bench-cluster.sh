@@ -101,14 +101,18 @@ bench_replication() {
     for i in 1 2 3; do node "$i" --replication-factor "$r"; done
     curl -fsS -XPUT 127.0.0.2:8080/v1/namespaces/bench -d '{"paused":true}' >/dev/null
     sleep 1
+    local rss0=0 rss=0 disk0=0 disk=0
+    for i in 1 2 3; do
+      rss0=$((rss0 + $(awk '/VmRSS/ {print $2}' /proc/"${pids[$((i - 1))]}"/status)))
+      disk0=$((disk0 + $(stat -c %s "$WORK/n$i/fairshard.db")))
+    done
     "$BIN" load --nodes "$(urls 3)" --namespaces bench:1 --rows "$rows" --duration 0 --batch 16 --concurrency 64 | tail -3
-    local rss=0 disk=0
     for i in 1 2 3; do
       rss=$((rss + $(awk '/VmRSS/ {print $2}' /proc/"${pids[$((i - 1))]}"/status)))
       disk=$((disk + $(stat -c %s "$WORK/n$i/fairshard.db")))
     done
-    echo "R = $r: $rows rows x $r copies: RSS sum $((rss / 1024)) MiB, data files $((disk / 1048576)) MiB;" \
-      "per 1M rows per copy: RSS $((rss * 1000000 / rows / r / 1024)) MiB, disk $((disk * 1000000 / rows / r / 1048576)) MiB"
+    echo "R = $r: $rows rows x $r copies: RSS sum $((rss0 / 1024)) -> $((rss / 1024)) MiB, data files $((disk0 / 1048576)) -> $((disk / 1048576)) MiB;" \
+      "growth per 1M rows per copy: RSS $(((rss - rss0) * 1000000 / rows / r / 1024)) MiB, disk $(((disk - disk0) * 1000000 / rows / r / 1048576)) MiB"
     stop_all
     echo "== R = $r: end to end, 3 nodes: append -> deliver to a no-op target -> done; load: $(cut -d' ' -f1-3 /proc/loadavg)"
     for i in 1 2 3; do node "$i" --replication-factor "$r" $TARGET; done
