@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"net"
 	"net/http"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -476,5 +479,80 @@ func TestHandoverWaitsForTheOldPrimarysClaims(t *testing.T) {
 	}
 	if metric(t, c.nodes["c"], "fairshard_replication_handover_wait_seconds", "") != float64(len(taken)) {
 		t.Error("handover waits not observed")
+	}
+}
+
+// A backup that accepts connections and never answers (a partitioned
+// host: calls wait out their timeout) does not hold up the state changes
+// shipped to the other backups.
+func TestShippingIsNotHeldUpByAHangingBackup(t *testing.T) {
+	c := newTCluster(t, 8, 3, "a", "b", "c")
+	waitSynced(t, c)
+	ctx := context.Background()
+	if _, err := c.nodes["a"].repl.Route(ctx, rowsFor("h", 200, time.Now().UTC())); err != nil {
+		t.Fatal(err)
+	}
+	// c's address now leads to a listener that never answers.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	var held []net.Conn
+	var heldMu sync.Mutex
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			heldMu.Lock()
+			held = append(held, conn)
+			heldMu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		heldMu.Lock()
+		defer heldMu.Unlock()
+		for _, conn := range held {
+			_ = conn.Close()
+		}
+	})
+	v := *c.view("a")
+	v.Version++
+	v.Addrs = maps.Clone(v.Addrs)
+	v.Addrs["c"] = ln.Addr().String()
+	c.nodes["a"].repl.Apply(&v)
+	// Settle in waves, each after the previous reached b: with one batch
+	// per round for every backup, each wave would wait for c's timeout.
+	a := c.nodes["a"]
+	rows := claimAll(t, a)
+	if len(rows) == 0 {
+		t.Fatal("a claimed nothing")
+	}
+	start := time.Now()
+	for w := 0; w < 3 && len(rows) > 0; w++ {
+		wave := rows[:min(len(rows), 20)]
+		rows = rows[len(wave):]
+		for _, r := range wave {
+			if err := a.store.Complete(ctx, outbox.CompleteParams{DispatchKey: r.DispatchKey, Claim: r.Version}); err != nil {
+				t.Fatal(err)
+			}
+			a.repl.Changed(r.DispatchKey)
+		}
+		eventually(t, 10*time.Second, "wave settled on b", func() (bool, string) {
+			for _, r := range wave {
+				row, err := c.nodes["b"].store.Get(ctx, r.DispatchKey)
+				if err != nil || row.Status != outbox.StatusDone {
+					return false, fmt.Sprintf("%s on b: %v %v", r.DispatchKey, row.Status, err)
+				}
+			}
+			return true, ""
+		})
+	}
+	// The test cluster's call timeout is 5 s: three waves held up by c
+	// would take at least 10 s.
+	if took := time.Since(start); took > 4*time.Second {
+		t.Fatalf("three waves of settles reached b in %v: shipping waited for the hanging backup", took)
 	}
 }

@@ -38,6 +38,9 @@ type shipper struct {
 	queues map[string]*shipQueue
 	wakeCh chan struct{}
 	total  int
+	// jobs tracks the batches in flight (one per backup at most), so the
+	// final flush can wait for them.
+	jobs sync.WaitGroup
 }
 
 type shipQueue struct {
@@ -45,6 +48,10 @@ type shipQueue struct {
 	order   []string // keys in the order they became dirty; stale keys are skipped
 	backoff time.Duration
 	next    time.Time // no try before
+	// busy: a batch to this backup is in flight. Each backup's batches
+	// run on their own, so an unreachable backup (a call waiting out its
+	// timeout) never delays the others' state changes.
+	busy bool
 }
 
 type shipEntry struct {
@@ -161,13 +168,14 @@ func (s *shipper) run(ctx context.Context) error {
 	lastGauge := time.Time{}
 	for {
 		if !sleep(ctx, s.r.cfg.ShipInterval, s.wakeCh) {
+			s.jobs.Wait() // batches in flight end with ctx
 			fctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			s.round(fctx)
+			s.jobs.Wait()
 			cancel()
 			return nil
 		}
-		for s.round(ctx) && ctx.Err() == nil {
-		}
+		s.round(ctx)
 		if time.Since(lastGauge) > 250*time.Millisecond {
 			s.updateOldest()
 			lastGauge = time.Now()
@@ -175,26 +183,28 @@ func (s *shipper) run(ctx context.Context) error {
 	}
 }
 
-// round ships one batch to every backup with changes due, concurrently;
-// it reports whether some queue still holds a full batch.
-func (s *shipper) round(ctx context.Context) bool {
+// round starts one batch to every backup with changes due and no batch in
+// flight; each runs on its own (done wakes the loop again when its queue
+// still holds a full batch).
+func (s *shipper) round(ctx context.Context) {
 	v := s.r.view.Load()
 	if v == nil {
-		return false
+		return
 	}
 	now := time.Now()
 	type job struct {
 		member string
+		q      *shipQueue
 		keys   []string
 		gens   []uint64
 	}
 	var jobs []job
 	s.mu.Lock()
 	for m, q := range s.queues {
-		if len(q.entries) == 0 || now.Before(q.next) {
+		if q.busy || len(q.entries) == 0 || now.Before(q.next) {
 			continue
 		}
-		j := job{member: m}
+		j := job{member: m, q: q}
 		for len(q.order) > 0 && len(j.keys) < s.r.cfg.ShipBatch {
 			key := q.order[0]
 			q.order = q.order[1:]
@@ -215,30 +225,20 @@ func (s *shipper) round(ctx context.Context) bool {
 			q.order = nil
 		}
 		if len(j.keys) > 0 {
+			q.busy = true
 			jobs = append(jobs, j)
 		}
 	}
 	s.r.m.pending.Set(float64(s.total))
 	s.mu.Unlock()
-	if len(jobs) == 0 {
-		return false
-	}
-	var wg sync.WaitGroup
 	for _, j := range jobs {
-		wg.Go(func() {
+		s.jobs.Go(func() {
 			err := s.ship(ctx, v, j.member, j.keys)
-			s.done(j.member, j.keys, j.gens, err)
+			if s.done(j.member, j.q, j.keys, j.gens, err) {
+				wake(s.wakeCh)
+			}
 		})
 	}
-	wg.Wait()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, q := range s.queues {
-		if len(q.order) >= s.r.cfg.ShipBatch && !time.Now().Before(q.next) {
-			return true
-		}
-	}
-	return false
 }
 
 // ship reads the current copies of keys and merges them on member, in
@@ -284,14 +284,16 @@ func (s *shipper) ship(ctx context.Context, v *View, member string, keys []strin
 }
 
 // done settles a shipped batch: acknowledged entries not changed since
-// are removed (their lag observed); the others go back in the queue.
-func (s *shipper) done(member string, keys []string, gens []uint64, err error) {
+// are removed (their lag observed); the others go back in the queue. It
+// reports whether the backup's queue holds a full batch due now.
+func (s *shipper) done(member string, jq *shipQueue, keys []string, gens []uint64, err error) bool {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	jq.busy = false
 	q := s.queues[member]
 	if q == nil {
-		return
+		return false
 	}
 	if err != nil {
 		s.r.m.shipFailures.Inc()
@@ -323,6 +325,7 @@ func (s *shipper) done(member string, keys []string, gens []uint64, err error) {
 		}
 	}
 	s.r.m.pending.Set(float64(s.total))
+	return !q.busy && len(q.order) >= s.r.cfg.ShipBatch && !now.Before(q.next)
 }
 
 // updateOldest sets the oldest-change gauge (a scan; run a few times a
