@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -32,6 +33,10 @@ type checkOpts struct {
 	// open connections, and non-socket fds, a surviving process may have
 	// gained across the run. Default to 10 and 2.
 	GoroutineSlack, FDSlack int
+	// PollEvery is the monitor's poll period: a membership split it saw
+	// may have begun or ended that much outside its samples. Defaults to
+	// 250 ms (the run's monitorEvery).
+	PollEvery time.Duration
 }
 
 // documentedInFlightBound is README "Guarantees, stated honestly" today:
@@ -59,6 +64,9 @@ func (o checkOpts) withDefaults() checkOpts {
 	}
 	if o.ConvergeBound == 0 {
 		o.ConvergeBound = 10 * time.Second
+	}
+	if o.PollEvery == 0 {
+		o.PollEvery = 250 * time.Millisecond
 	}
 	if o.GoroutineSlack == 0 {
 		o.GoroutineSlack = 10
@@ -282,10 +290,14 @@ type procEvent struct {
 //   - a partition between the two delivering nodes: with replicated shards
 //     both sides hold the row and each side's primary delivers what it
 //     holds (README "Replicated shards": at-least-once under a partition;
-//     repair merges the copies after the heal). The cut must overlap the
+//     repair merges the copies after the heal). The split must overlap the
 //     span between the two deliveries, widened by SettleLag on each side
 //     (failure detection before, shipping and repair after). Such pairs may
-//     also overlap in time: two claimers, one per side.
+//     also overlap in time: two claimers, one per side. A split is a cut
+//     the nemesis installed, a pause (the paused node is failed over, and
+//     acts on its old view for a moment after SIGCONT), or two running
+//     nodes the monitor saw not listing each other as members (a false
+//     suspicion under load splits the membership just the same).
 //
 // Anything else is a violation, as are two concurrent deliveries of a row
 // appended once (two claimers).
@@ -309,6 +321,7 @@ func checkDuplicates(h *history, o checkOpts, f *figures) []violation {
 			bySeq[d.seq] = append(bySeq[d.seq], d)
 		}
 	}
+	splits := splitsOf(h, o)
 	var unexplained, concurrent []int
 	var firstUnexplained, firstConcurrent time.Duration = -1, -1
 	for seq, ds := range bySeq {
@@ -325,7 +338,7 @@ func checkDuplicates(h *history, o checkOpts, f *figures) []violation {
 			prev, cur := ds[j-1], ds[j]
 			f.Duplicates++
 			split := false
-			for _, c := range h.cuts {
+			for _, c := range splits {
 				if c.from-o.SettleLag <= cur.start && prev.start <= c.to+o.SettleLag &&
 					c.separates(h.nodeName(prev.node), h.nodeName(cur.node)) {
 					split = true
@@ -390,6 +403,68 @@ func checkDuplicates(h *history, o checkOpts, f *figures) []violation {
 		}
 	}
 	return vs
+}
+
+// splitsOf returns every membership split of the run: the nemesis's cuts,
+// each pause (the paused node against every other), and each stretch of
+// the monitor's samples in which one running node did not list another
+// as a member (widened by a poll period on each side, the samples' blind
+// spots).
+func splitsOf(h *history, o checkOpts) []cut {
+	out := slices.Clone(h.cuts)
+	stopped := map[string]time.Duration{}
+	for _, e := range h.events {
+		for _, n := range e.Nodes {
+			switch e.Kind {
+			case evStop:
+				stopped[n] = e.At
+			case evCont, evKill:
+				if from, ok := stopped[n]; ok {
+					out = append(out, cut{from: from, to: e.At, sideA: []string{n}, sideB: othersThan(h, n)})
+					delete(stopped, n)
+				}
+			}
+		}
+	}
+	type pair struct{ a, b string }
+	open := map[pair]time.Duration{}
+	last := map[pair]time.Duration{}
+	for _, s := range h.samples {
+		seen := map[pair]bool{}
+		for a, v := range s.Views {
+			for _, b := range s.Expect {
+				if b != a && !strings.Contains(","+v.Members, ","+b+":") {
+					p := pair{a, b}
+					seen[p] = true
+					if _, ok := open[p]; !ok {
+						open[p] = s.At
+					}
+					last[p] = s.At
+				}
+			}
+		}
+		for p, from := range open {
+			if !seen[p] {
+				out = append(out, cut{from: from - o.PollEvery, to: last[p] + o.PollEvery, sideA: []string{p.a}, sideB: []string{p.b}})
+				delete(open, p)
+			}
+		}
+	}
+	for p, from := range open {
+		out = append(out, cut{from: from - o.PollEvery, to: last[p] + o.PollEvery, sideA: []string{p.a}, sideB: []string{p.b}})
+	}
+	return out
+}
+
+// othersThan returns every node of the run but n.
+func othersThan(h *history, n string) []string {
+	var out []string
+	for _, m := range h.nodes {
+		if m != "" && m != n {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // interval is [from, to).

@@ -330,6 +330,41 @@ func TestCheckDuplicates(t *testing.T) {
 		vs, _ = check(b.h, checkOpts{})
 		wantOnly(t, vs, "duplicates-explained")
 	})
+	t.Run("a pause of the repeating node explains it (it acted on its old view)", func(t *testing.T) {
+		b := newHB()
+		r := b.row(0, ackCreated, 0)
+		b.event(19*time.Second, evStop, "n3")
+		b.deliver(r, 2, 20*time.Second, 20*time.Second+40*ms)
+		b.event(23*time.Second, evCont, "n3")
+		b.deliver(r, 3, 23*time.Second+500*ms, 23*time.Second+540*ms)
+		vs, f := check(b.h, checkOpts{})
+		wantOnly(t, vs)
+		if f.DupByCause["partition"] != 1 {
+			t.Fatalf("causes %v; want one by partition (the pause)", f.DupByCause)
+		}
+	})
+	t.Run("nodes the monitor saw not listing each other explain it", func(t *testing.T) {
+		b := newHB()
+		r := b.row(0, ackCreated, 0)
+		all := "n1:active,n2:active,n3:active"
+		for at := 10 * time.Second; at < 30*time.Second; at += 250 * ms {
+			v := map[string]nodeView{"n1": {Members: all}, "n2": {Members: all}, "n3": {Members: all}}
+			if at >= 20*time.Second && at < 22*time.Second {
+				v["n1"] = nodeView{Members: "n1:active,n3:active"} // n1 suspects n2
+			}
+			b.h.samples = append(b.h.samples, viewSample{At: at, Views: v, Expect: []string{"n1", "n2", "n3"}})
+		}
+		b.deliver(r, 2, 20500*ms, 20540*ms)
+		b.deliver(r, 1, 21500*ms, 21540*ms)
+		vs, f := check(b.h, checkOpts{})
+		wantOnly(t, vs)
+		if f.DupByCause["partition"] != 1 {
+			t.Fatalf("causes %v; want one by partition (a view split)", f.DupByCause)
+		}
+		b.deliver(r, 3, 50*time.Second, 50*time.Second+40*ms) // n1 → n3: no split between them
+		vs, _ = check(b.h, checkOpts{})
+		wantOnly(t, vs, "duplicates-explained")
+	})
 	t.Run("two claimers of a row appended once", func(t *testing.T) {
 		b := newHB()
 		r := b.row(0, ackCreated, 0)
