@@ -300,7 +300,7 @@ var errReopening = errors.New("the data file is closed until a reopen succeeds")
 // error wrapping ErrNotWritable and the cause, and Writable returns one,
 // until the writer has closed the data file, dropped its pages from the
 // kernel's cache (so the next reads come from the disk) and opened it
-// again, with Open's checks, and a probe commit of 64 KiB has succeeded.
+// again, with Open's checks, and a probe commit of 1 MiB has succeeded.
 // It retries after Options.RecoverInterval, then at doubling intervals up
 // to RecoverIntervalMax. A node reports itself not ready while this
 // returns an error. After a bbolt panic it returns the ErrCorrupt error
@@ -325,10 +325,12 @@ func (s *Store) writableNow() bool { return s.Writable() == nil }
 // probeKey is the meta key of the probe value a reopen writes and deletes.
 var probeKey = []byte("probe")
 
-// probeBytes is the size of the probe value: 16 pages, written as one
-// run, so the probe needs free space (in the file or on the disk) a
-// batch of appends would need too.
-const probeBytes = 64 << 10
+// probeBytes is the size of the probe value: 256 pages written as one run,
+// so the probe needs the free space (in the file or on the disk) a large
+// batch of appends would, not merely the few pages a failed commit may
+// have left written: on a disk that stays full the store stays
+// unwritable instead of flapping with every small commit that fits.
+const probeBytes = 1 << 20
 
 // reopen recovers from a failed commit, on the writer goroutine: it closes
 // the data file, drops its cached pages, opens it again as Open does

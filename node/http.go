@@ -71,7 +71,13 @@ func (n *Node) routes() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !n.Ready() {
-			writeError(w, &APIError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "not ready: starting, draining or not joined"})
+			msg := "not ready: starting, draining or not joined"
+			if n.ready.Load() {
+				if err := n.store.Writable(); err != nil {
+					msg = "not ready: the store cannot write: " + err.Error()
+				}
+			}
+			writeError(w, &APIError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: msg})
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})

@@ -237,9 +237,13 @@ func (n *Node) wakeHandoff() {
 	}
 }
 
-// Ready reports whether the node serves: store open, cluster joined,
-// ownership applied, not draining.
-func (n *Node) Ready() bool { return n.ready.Load() && !n.draining.Load() }
+// Ready reports whether the node serves: store open and able to commit
+// (boltstore.Store.Writable: false after a failed commit or fsync, a full
+// disk, until the store has reopened its file), cluster joined, ownership
+// applied, not draining.
+func (n *Node) Ready() bool {
+	return n.ready.Load() && !n.draining.Load() && n.store.Writable() == nil
+}
 
 // Shutdown stops the node gracefully, in this order: refuse new appends;
 // stop claiming and let in-flight deliveries finish; mark this node leaving

@@ -348,6 +348,15 @@ func (n *Node) clusterConfig(httpBound *net.TCPAddr) (*cluster.Config, error) {
 // one-transaction ClaimBatch included, is the store's own.
 type heldClaimsStore struct{ *boltstore.Store }
 
+// PendingRoutes lists nothing while the store refuses writes (a failed
+// commit, until it has reopened its file): a sweep could only fail.
+func (s heldClaimsStore) PendingRoutes(ctx context.Context, now time.Time) ([]outbox.ClaimScope, error) {
+	if s.Writable() != nil {
+		return nil, nil
+	}
+	return s.Store.PendingRoutes(ctx, now)
+}
+
 // CountClaimedByNamespace counts claimed rows held here, all shards.
 func (s heldClaimsStore) CountClaimedByNamespace(ctx context.Context, namespaces []string) (map[string]int, error) {
 	return s.CountClaimedHeld(ctx, namespaces)
