@@ -2,8 +2,10 @@ package node
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
 	"net/url"
@@ -26,6 +28,17 @@ const (
 	// value limit, JSON envelope included.
 	MaxTargetURLBytes = 900
 	maxDeadLetterPage = 1000
+	// DeadLetterPageBytes is the default byte budget of one dead-letter
+	// page (GET /v1/namespaces/{ns}/dead-letters, max_bytes): 4 MiB of
+	// JSON rows. A page holds at least one row, so one answer is at most
+	// the budget plus one row (a 1 MiB payload is 1.4 MiB of base64).
+	DeadLetterPageBytes = 4 << 20
+	// MaxDeadLetterPageBytes is the largest max_bytes a caller may ask:
+	// 16 MiB.
+	MaxDeadLetterPageBytes = 16 << 20
+	// minNodeDeadLetterBytes is the least byte budget of one node's part
+	// of a page (the answer's budget is split between the nodes).
+	minNodeDeadLetterBytes = 64 << 10
 )
 
 // namespaceView is GET /v1/namespaces/{ns}: the namespace's cluster-wide
@@ -318,70 +331,309 @@ func (n *Node) handleRelease(w http.ResponseWriter, r *http.Request) {
 
 // ---- dead letters (fanned out to every member) ----
 
-func deadLetterPage(r *http.Request) (after string, limit int, err error) {
-	after = r.URL.Query().Get("after")
-	limit = 100
-	if s := r.URL.Query().Get("limit"); s != "" {
-		limit, err = strconv.Atoi(s)
-		if err != nil || limit < 1 || limit > maxDeadLetterPage {
-			return "", 0, fieldError("limit", "must be an integer from 1 to %d", maxDeadLetterPage)
-		}
-	}
-	return after, limit, nil
+// deadLetterQuery is a page request:
+// ?after=&through=&limit=&max_bytes=&include_payload= (through: internal
+// calls only).
+type deadLetterQuery struct {
+	after, through string
+	limit          int
+	maxBytes       int
+	withPayload    bool
 }
 
+func parseDeadLetterQuery(r *http.Request) (deadLetterQuery, error) {
+	v := r.URL.Query()
+	q := deadLetterQuery{after: v.Get("after"), through: v.Get("through"), limit: 100, maxBytes: DeadLetterPageBytes, withPayload: true}
+	if s := v.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > maxDeadLetterPage {
+			return q, fieldError("limit", "must be an integer from 1 to %d", maxDeadLetterPage)
+		}
+		q.limit = n
+	}
+	if s := v.Get("max_bytes"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > MaxDeadLetterPageBytes {
+			return q, fieldError("max_bytes", "must be an integer from 1 to %d", MaxDeadLetterPageBytes)
+		}
+		q.maxBytes = n
+	}
+	if s := v.Get("include_payload"); s != "" {
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return q, fieldError("include_payload", "must be true or false")
+		}
+		q.withPayload = b
+	}
+	return q, nil
+}
+
+func (q deadLetterQuery) values() url.Values {
+	v := url.Values{"after": {q.after}, "limit": {strconv.Itoa(q.limit)},
+		"max_bytes": {strconv.Itoa(q.maxBytes)}, "include_payload": {strconv.FormatBool(q.withPayload)}}
+	if q.through != "" {
+		v.Set("through", q.through)
+	}
+	return v
+}
+
+// localDeadLetters reads this node's part of a page (q.maxBytes as
+// outbox.RowBytes counts them) as views; more: the page was cut.
+func (n *Node) localDeadLetters(ctx context.Context, ns string, q deadLetterQuery) ([]RowView, bool, error) {
+	page, err := n.store.ListDeadLetterPage(ctx, ns, boltstore.DeadLetterQuery{
+		After: q.after, Through: q.through, Limit: q.limit, MaxBytes: q.maxBytes, WithoutPayload: !q.withPayload})
+	if err != nil {
+		return nil, false, err
+	}
+	views := viewsOf(page.Rows, n.name)
+	if !q.withPayload {
+		for i := range views {
+			views[i].PayloadBytes = page.PayloadBytes[i]
+		}
+	}
+	return views, page.More, nil
+}
+
+// handleInternalDeadLetters is one node's part of a dead-letter page;
+// "more" says the part was cut by limit or max_bytes (this node has dead
+// letters after the last one sent, before through when given).
 func (n *Node) handleInternalDeadLetters(w http.ResponseWriter, r *http.Request) {
-	after, limit, err := deadLetterPage(r)
+	q, err := parseDeadLetterQuery(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	rows, err := n.store.ListDeadLetters(r.Context(), r.PathValue("ns"), after, limit)
+	views, more, err := n.localDeadLetters(r.Context(), r.PathValue("ns"), q)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, deadLettersResp{Rows: viewsOf(rows, n.name)})
+	writeJSON(w, http.StatusOK, deadLettersResp{Rows: views, More: &more})
+}
+
+// deadLetterPart is one node's part of a page: its rows as JSON, in key
+// order, and whether it was cut (more rows follow on that node).
+type deadLetterPart struct {
+	node  string // "" for this node
+	addr  string
+	rows  []deadLetterJSON
+	more  bool
+	chose int // rows of this part the page takes (phase 1)
+}
+
+type deadLetterJSON struct {
+	key  string
+	json []byte
+	// full is the row's JSON size with its payload (phase 1 estimate).
+	full int
+}
+
+// deadLetterParts reads one part from this node (if local) and from each
+// of peers, and returns them with the names of the peers that did not
+// answer.
+func (n *Node) deadLetterParts(ctx context.Context, ns string, q deadLetterQuery, local bool, peers []peerRef) ([]deadLetterPart, []string, error) {
+	var parts []deadLetterPart
+	if local {
+		views, more, err := n.localDeadLetters(ctx, ns, q)
+		if err != nil {
+			return nil, nil, err
+		}
+		part := deadLetterPart{more: more}
+		for i := range views {
+			b, err := json.Marshal(views[i])
+			if err != nil {
+				return nil, nil, err
+			}
+			part.rows = append(part.rows, deadLetterJSON{key: views[i].DispatchKey, json: b, full: fullJSONBytes(len(b), views[i].PayloadBytes)})
+		}
+		parts = append(parts, part)
+	}
+	var mu sync.Mutex
+	path := "/internal/v1/namespaces/" + ns + "/dead-letters?" + q.values().Encode()
+	call := func(ctx context.Context, m peerRef) error {
+		var resp struct {
+			Rows []json.RawMessage `json:"rows"`
+			More *bool             `json:"more"`
+		}
+		if err := n.peers.call(ctx, http.MethodGet, m.addr, path, nil, &resp); err != nil {
+			return err
+		}
+		part := deadLetterPart{node: m.name, addr: m.addr, more: len(resp.Rows) >= q.limit} // a node that sends no "more"
+		if resp.More != nil {
+			part.more = *resp.More
+		}
+		for _, raw := range resp.Rows {
+			var k struct {
+				DispatchKey  string `json:"dispatch_key"`
+				PayloadBytes int    `json:"payload_bytes"`
+			}
+			if err := json.Unmarshal(raw, &k); err != nil {
+				return fmt.Errorf("dead letter from %s: %w", m.name, err)
+			}
+			part.rows = append(part.rows, deadLetterJSON{key: k.DispatchKey, json: raw, full: fullJSONBytes(len(raw), k.PayloadBytes)})
+		}
+		if !slices.IsSortedFunc(part.rows, func(a, b deadLetterJSON) int { return strings.Compare(a.key, b.key) }) {
+			return fmt.Errorf("dead letters from %s are not in key order", m.name)
+		}
+		mu.Lock()
+		parts = append(parts, part)
+		mu.Unlock()
+		return nil
+	}
+	return parts, n.fanOutTo(ctx, peers, call), nil
+}
+
+// fullJSONBytes estimates a row's JSON size with its payload from its size
+// without (payloadBytes > 0 when the payload was left out): base64 plus
+// the field name, minus the payload_bytes field.
+func fullJSONBytes(without, payloadBytes int) int {
+	if payloadBytes == 0 {
+		return without
+	}
+	return without + base64.StdEncoding.EncodedLen(payloadBytes) + len(`"payload_base64":"",`) - len(`"payload_bytes":,`) - len(strconv.Itoa(payloadBytes))
 }
 
 // handleDeadLetters lists a namespace's dead letters across the cluster,
-// ordered by dispatch_key; "next" is the cursor for ?after=.
+// ordered by dispatch_key; "next" is the cursor for ?after=. A page holds
+// at most limit rows and max_bytes of JSON rows (default
+// DeadLetterPageBytes; at least one row), and a request holds about that
+// much in memory whatever the payload sizes and the number of nodes:
+//
+//  1. every node sends its next limit rows without payloads (keys and
+//     payload sizes, a few hundred bytes a row);
+//  2. the page is chosen from them: in key order, up to the first key
+//     after which some node may hold rows it did not send, within limit
+//     and the budget (each row's size with its payload);
+//  3. with include_payload (the default), the nodes holding chosen rows
+//     send them again, with payloads, through the page's last key.
+//
+// include_payload=false answers from step 1 (rows carry payload_bytes).
 func (n *Node) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
 	ns, err := pathName(r, "ns")
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	after, limit, err := deadLetterPage(r)
+	q, err := parseDeadLetterQuery(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	local, err := n.store.ListDeadLetters(r.Context(), ns, after, limit)
+	q.through = ""
+	keys := q
+	keys.withPayload, keys.maxBytes = false, MaxDeadLetterPageBytes
+	parts, unreachable, err := n.deadLetterParts(r.Context(), ns, keys, true, n.peerMembers())
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	all := viewsOf(local, n.name)
-	var mu sync.Mutex
-	q := url.Values{"after": {after}, "limit": {strconv.Itoa(limit)}}
-	unreachable := n.fanOut(r.Context(), func(ctx context.Context, m peerRef) error {
-		var resp deadLettersResp
-		if err := n.peers.call(ctx, http.MethodGet, m.addr, "/internal/v1/namespaces/"+ns+"/dead-letters?"+q.Encode(), nil, &resp); err != nil {
-			return err
+	rows, next := chooseDeadLetters(parts, q.limit, q.maxBytes, q.withPayload, false)
+	if !q.withPayload || len(rows) == 0 {
+		writeDeadLetterPage(w, rows, next, unreachable)
+		return
+	}
+	// Step 3: the chosen rows again, with their payloads, from the nodes
+	// that hold them, through the page's last key.
+	full := q
+	full.through = rows[len(rows)-1].key
+	var peers []peerRef
+	local := false
+	for _, p := range parts {
+		if p.chose == 0 {
+			continue
 		}
-		mu.Lock()
-		all = append(all, resp.Rows...)
-		mu.Unlock()
-		return nil
-	})
-	slices.SortFunc(all, func(a, b RowView) int { return strings.Compare(a.DispatchKey, b.DispatchKey) })
-	out := deadLettersResp{Rows: all}
-	if len(all) >= limit {
-		out.Rows = all[:limit]
-		out.Next = out.Rows[limit-1].DispatchKey
+		if p.node == "" {
+			local = true
+			continue
+		}
+		peers = append(peers, peerRef{name: p.node, addr: p.addr})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"rows": out.Rows, "next": out.Next, "unreachable_nodes": unreachable})
+	size := 0
+	for _, row := range rows {
+		size += row.full
+	}
+	full.maxBytes = min(max(size, 1), MaxDeadLetterPageBytes)
+	parts2, unreachable2, err := n.deadLetterParts(r.Context(), ns, full, local, peers)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	unreachable = append(unreachable, unreachable2...)
+	slices.Sort(unreachable)
+	rows, next2 := chooseDeadLetters(parts2, q.limit, q.maxBytes, true, next != "")
+	writeDeadLetterPage(w, rows, next2, slices.Compact(unreachable))
+}
+
+// chooseDeadLetters merges the nodes' parts of a page: rows in key order
+// up to the last key every node has sent all its rows before (the smallest
+// last key of a part that was cut), at most limit rows and, past the
+// first, maxBytes of JSON (each row's size with its payload when
+// withPayload, as the parts carry it or estimate it). It records in each
+// part how many of its rows were taken. next is the last row's key when
+// rows remain (left out here, cut from a part, or remain already says so),
+// else "".
+func chooseDeadLetters(parts []deadLetterPart, limit, maxBytes int, withPayload, remain bool) (rows []deadLetterJSON, next string) {
+	var cut string
+	hasCut := false
+	type src struct {
+		row  deadLetterJSON
+		part int
+	}
+	var all []src
+	for i, p := range parts {
+		if p.more && len(p.rows) > 0 {
+			if last := p.rows[len(p.rows)-1].key; !hasCut || last < cut {
+				cut, hasCut = last, true
+			}
+		}
+		remain = remain || p.more
+		for _, r := range p.rows {
+			all = append(all, src{r, i})
+		}
+	}
+	slices.SortStableFunc(all, func(a, b src) int { return strings.Compare(a.row.key, b.row.key) })
+	size := 0
+	for _, s := range all {
+		n := len(s.row.json)
+		if withPayload {
+			n = s.row.full
+		}
+		if (hasCut && s.row.key > cut) || len(rows) >= limit || (len(rows) > 0 && size+n > maxBytes) {
+			remain = true
+			break
+		}
+		size += n + 1
+		rows = append(rows, s.row)
+		parts[s.part].chose++
+	}
+	if remain && len(rows) > 0 {
+		next = rows[len(rows)-1].key
+	}
+	return rows, next
+}
+
+// writeDeadLetterPage writes {"rows":[…],"next":…,"unreachable_nodes":[…]}
+// from rows already in JSON, without building the answer a second time.
+func writeDeadLetterPage(w http.ResponseWriter, rows []deadLetterJSON, next string, unreachable []string) {
+	if unreachable == nil {
+		unreachable = []string{}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.WriteString(w, `{"rows":[`)
+	for i, r := range rows {
+		if i > 0 {
+			_, _ = io.WriteString(w, ",")
+		}
+		_, _ = w.Write(r.json)
+	}
+	tail, _ := json.Marshal(struct {
+		Next        string   `json:"next"`
+		Unreachable []string `json:"unreachable_nodes"`
+	}{next, unreachable})
+	_, _ = io.WriteString(w, "],")
+	_, _ = w.Write(tail[1:])
+	_, _ = io.WriteString(w, "\n")
 }
 
 func (n *Node) handleInternalRedrive(w http.ResponseWriter, r *http.Request) {
@@ -449,12 +701,17 @@ const peerCallTimeout = 5 * time.Second
 // peerCallTimeout, and returns the names of the members whose call failed,
 // sorted.
 func (n *Node) fanOut(ctx context.Context, fn func(ctx context.Context, m peerRef) error) []string {
+	return n.fanOutTo(ctx, n.peerMembers(), fn)
+}
+
+// fanOutTo is fanOut to the given members.
+func (n *Node) fanOutTo(ctx context.Context, peers []peerRef, fn func(ctx context.Context, m peerRef) error) []string {
 	var (
 		mu          sync.Mutex
 		wg          sync.WaitGroup
 		unreachable = []string{} // JSON [] rather than null
 	)
-	for _, m := range n.peerMembers() {
+	for _, m := range peers {
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, peerCallTimeout)
 			defer cancel()

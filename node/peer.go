@@ -98,7 +98,10 @@ type redriveResp struct {
 	Redriven int `json:"redriven"`
 }
 
+// deadLettersResp is one node's part of a dead-letter page. More (absent
+// from nodes of earlier versions) says the node has dead letters after the
+// last row sent.
 type deadLettersResp struct {
 	Rows []RowView `json:"rows"`
-	Next string    `json:"next,omitempty"`
+	More *bool     `json:"more,omitempty"`
 }
