@@ -71,7 +71,7 @@ func (n *Node) routes() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !n.Ready() {
-			msg := "not ready: starting, draining or not joined"
+			msg := "not ready: starting, draining, not joined or not accepted by the cluster yet"
 			if n.ready.Load() {
 				if err := n.store.Writable(); err != nil {
 					msg = "not ready: the store cannot write: " + err.Error()

@@ -741,11 +741,13 @@ func (n *Node) peerMembers() []peerRef {
 // ---- cluster views ----
 
 type memberView struct {
-	Name               string  `json:"name"`
-	APIAddr            string  `json:"api_addr"`
-	State              string  `json:"state"`
-	OwnedShards        int     `json:"owned_shards"`
-	OwnedShardFraction float64 `json:"owned_shard_fraction"`
+	Name               string   `json:"name"`
+	APIAddr            string   `json:"api_addr"`
+	GossipAddr         string   `json:"gossip_addr"`
+	GossipKeys         []string `json:"gossip_keys"`
+	State              string   `json:"state"`
+	OwnedShards        int      `json:"owned_shards"`
+	OwnedShardFraction float64  `json:"owned_shard_fraction"`
 }
 
 func (n *Node) handleCluster(w http.ResponseWriter, r *http.Request) {
@@ -753,7 +755,7 @@ func (n *Node) handleCluster(w http.ResponseWriter, r *http.Request) {
 	members := make([]memberView, 0, len(snap.Members))
 	for _, m := range snap.Members {
 		owned := snap.Table.OwnedCount(m.Name)
-		members = append(members, memberView{Name: m.Name, APIAddr: m.APIAddr, State: string(m.State),
+		members = append(members, memberView{Name: m.Name, APIAddr: m.APIAddr, GossipAddr: m.GossipAddr, GossipKeys: append([]string{}, splitList(m.GossipKeys)...), State: string(m.State),
 			OwnedShards: owned, OwnedShardFraction: float64(owned) / float64(snap.ShardCount)})
 	}
 	// Shards with rows in transfer (on the wire, or left marked by a failed
@@ -762,6 +764,7 @@ func (n *Node) handleCluster(w http.ResponseWriter, r *http.Request) {
 	pending := len(foreign)
 	writeJSON(w, http.StatusOK, map[string]any{
 		"node":              n.name,
+		"accepted":          snap.Accepted,
 		"shard_count":       snap.ShardCount,
 		"ownership_version": snap.Version,
 		"members":           members,

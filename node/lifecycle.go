@@ -20,8 +20,9 @@ import (
 // claim with a solo view. The cluster's join loop keeps re-joining missing
 // seeds until Close. ctx bounds that wait: if it ends first, Start returns
 // its error and the node never becomes ready; so does a cluster that refuses
-// the node (another --shards). After an error the caller must Close. The
-// node is ready (GET /readyz) once Start has returned nil.
+// the node (another --shards, or its name used by a live member). After an
+// error the caller must Close. The node is ready (GET /readyz) once Start
+// has returned nil and the cluster has accepted it (awaitAccepted).
 func (n *Node) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("start %s: %w", n.name, err)
@@ -50,6 +51,18 @@ func (n *Node) Start(ctx context.Context) error {
 				return
 			case s := <-snaps:
 				n.applySnapshot(s)
+			}
+		}
+	})
+	// A refusal by the cluster (another live node uses this name) after
+	// Start returned ends the process through Failed.
+	n.wg.Go(func() {
+		select {
+		case <-runCtx.Done():
+		case <-n.cl.Refused():
+			select {
+			case n.failed <- fmt.Errorf("the cluster refused this node: %w", n.cl.RefusedErr()):
+			default:
 			}
 		}
 	})
@@ -88,6 +101,9 @@ func (n *Node) Start(ctx context.Context) error {
 	n.wg.Go(func() { n.handoffLoop(handoffCtx) })
 	n.wg.Go(func() { _ = n.store.RunTombstoneGC(runCtx, time.Minute) })
 	n.wg.Go(func() { n.statsLoop(runCtx) })
+	if n.slotDir != "" {
+		n.wg.Go(func() { n.slotLeaseLoop(runCtx) })
+	}
 	n.ready.Store(true)
 	n.log.Info("node started", "members", len(n.ownership().Members))
 	return nil
@@ -146,9 +162,12 @@ func (n *Node) awaitFirstJoin(ctx context.Context) (err error) {
 		switch {
 		case res.err == nil && res.contacted > 0:
 			n.log.Info("joined cluster", "seeds_contacted", res.contacted)
-			return nil
+			return n.awaitAccepted(ctx, wctx)
+		case errors.Is(res.err, cluster.ErrNameConflict):
+			return fmt.Errorf("the cluster at %v refused this node: %w", n.cfg.Join, res.err)
 		case errors.Is(res.err, cluster.ErrNoPeers) && literalSeeds:
 			n.log.Info("no other seed: starting as the cluster's first node", "join", n.cfg.Join)
+			n.cl.AcceptAlone()
 			return nil
 		case errors.Is(res.err, cluster.ErrShardCountMismatch):
 			return fmt.Errorf("the cluster at %v refused this node: its --shards %d differs from the cluster's (every node must use the same shard count): %w",
@@ -179,11 +198,46 @@ func (n *Node) awaitFirstJoin(ctx context.Context) (err error) {
 					n.cfg.Join, n.cfg.JoinWait, res.err)
 			}
 			n.log.Warn("no seed answered; serving alone until one does", "join", n.cfg.Join, "waited", n.cfg.JoinWait, "err", res.err)
+			n.cl.AcceptAlone()
 			return nil
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
 }
+
+// awaitAccepted waits, within the join wait (wctx), until the cluster
+// accepts this node (cluster.Accepted: every peer holds it at its own
+// address) or refuses it: another live node uses its name, an error that
+// stops the start (the process exits non-zero). If the wait ends first (the
+// peers still hold this name at a dead earlier address until they reclaim
+// it, 30 s after its death with the LAN profile), Start goes on: the node
+// serves appends by forwarding them, owns no shard and is not ready until
+// it is accepted; a refusal after that reaches Failed.
+func (n *Node) awaitAccepted(ctx, wctx context.Context) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for !n.cl.Accepted() {
+		select {
+		case <-n.cl.Refused():
+			return fmt.Errorf("the cluster at %v refused this node: %w", n.cfg.Join, n.cl.RefusedErr())
+		case <-wctx.Done():
+			if ctx.Err() != nil {
+				return fmt.Errorf("start %s: stopped while waiting for the cluster to accept it: %w", n.name, ctx.Err())
+			}
+			n.log.Warn("joined, but the cluster has not accepted this node yet (does it still hold this node's name at an earlier address?): it owns no shards and is not ready until it does",
+				"waited", n.cfg.JoinWait)
+			return nil
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// Failed returns a channel that receives an error when the node can no
+// longer serve and its process should stop with a non-zero status: the
+// cluster refused it after Start returned (another live node uses its
+// name). It never receives before Start and at most once.
+func (n *Node) Failed() <-chan error { return n.failed }
 
 // applySnapshot makes s the node's applied ownership view: it scopes the
 // store's claims to the shards this node owns in s, then publishes s as the
@@ -239,10 +293,11 @@ func (n *Node) wakeHandoff() {
 
 // Ready reports whether the node serves: store open and able to commit
 // (boltstore.Store.Writable: false after a failed commit or fsync, a full
-// disk, until the store has reopened its file), cluster joined, ownership
-// applied, not draining.
+// disk, until the store has reopened its file), cluster joined and
+// accepted (it may own shards: a node whose name its peers still hold at
+// another address is not ready), ownership applied, not draining.
 func (n *Node) Ready() bool {
-	return n.ready.Load() && !n.draining.Load() && n.store.Writable() == nil
+	return n.ready.Load() && !n.draining.Load() && n.ownership().Accepted && n.store.Writable() == nil
 }
 
 // Shutdown stops the node gracefully, in this order: refuse new appends;
@@ -283,6 +338,8 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	}
 	if err := n.cl.Leave(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("leave cluster: %w", err))
+	} else {
+		n.releaseSlot() // left: no longer a live member (slot.go)
 	}
 	if err := n.Close(); err != nil {
 		errs = append(errs, err)

@@ -15,7 +15,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/go-sockaddr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -54,6 +53,8 @@ type Node struct {
 	routePatterns []string
 
 	handoffWake chan struct{}
+	failed      chan error // Failed; 1-buffered
+	slotDir     string     // the claimed {slot} dir; "" without slots
 	intake      intakeGate
 	draining    atomic.Bool
 	ready       atomic.Bool
@@ -93,7 +94,7 @@ func New(cfg Config, log *slog.Logger) (*Node, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	n := &Node{cfg: cfg, log: log, reg: prometheus.NewRegistry(), handoffWake: make(chan struct{}, 1), handoffSem: make(chan struct{}, 1)}
+	n := &Node{cfg: cfg, log: log, reg: prometheus.NewRegistry(), handoffWake: make(chan struct{}, 1), handoffSem: make(chan struct{}, 1), failed: make(chan error, 1)}
 	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	n.m = newNodeMetrics(n.reg)
 
@@ -104,12 +105,18 @@ func New(cfg Config, log *slog.Logger) (*Node, error) {
 	n.store = store
 	if strings.Contains(cfg.DataDir, "{slot}") {
 		// A slot remembers the name of the node that first used it, so a
-		// recreated container (new hostname) rejoins as the same member.
+		// recreated container (new hostname) rejoins as the same member;
+		// its lease tells the next starts that a live member holds it.
 		if cfg.NodeName, err = slotNodeName(dir, cfg.NodeName); err != nil {
 			_ = store.Close()
 			return nil, err
 		}
 		n.cfg.NodeName = cfg.NodeName
+		if err := renewSlotLease(dir); err != nil {
+			_ = store.Close()
+			return nil, err
+		}
+		n.slotDir = dir
 	}
 
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
@@ -208,9 +215,10 @@ func (n *Node) GossipAddr() string { return n.cl.GossipAddr() }
 // Registry returns the node's metrics registry (served on /metrics).
 func (n *Node) Registry() *prometheus.Registry { return n.reg }
 
-// openStore resolves the data dir (claiming a free "{slot}" when the path
-// has one) and opens the bbolt store with a lock timeout, so a second
-// process on the same dir fails clearly instead of hanging.
+// openStore resolves the data dir (claiming a "{slot}" by the rule of
+// openSlot when the path has one) and opens the bbolt store with a lock
+// timeout, so a second process on the same dir fails clearly instead of
+// hanging.
 func openStore(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*boltstore.Store, string, error) {
 	opts := boltstore.Options{
 		ShardCount:         cfg.Shards,
@@ -223,38 +231,7 @@ func openStore(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*boltst
 		s, err := openIn(cfg.DataDir, opts)
 		return s, cfg.DataDir, err
 	}
-	// Slot mode (docker compose replicas sharing one volume): take the
-	// first slot whose file is not locked by another process.
-	opts.LockTimeout = 200 * time.Millisecond
-	for slot := 0; slot < 1024; slot++ {
-		dir := strings.ReplaceAll(cfg.DataDir, "{slot}", "slot-"+strconv.Itoa(slot))
-		s, err := openIn(dir, opts)
-		if errors.Is(err, boltstore.ErrLocked) {
-			continue
-		}
-		return s, dir, err
-	}
-	return nil, "", fmt.Errorf("data dir %s: every slot is in use", cfg.DataDir)
-}
-
-// slotNameFile, inside a slot data dir, holds the node name bound to it.
-const slotNameFile = "node-name"
-
-// slotNodeName returns the node name bound to a slot dir, binding name to
-// it on first use.
-func slotNodeName(dir, name string) (string, error) {
-	path := filepath.Join(dir, slotNameFile)
-	b, err := os.ReadFile(path)
-	if err == nil && len(strings.TrimSpace(string(b))) > 0 {
-		return strings.TrimSpace(string(b)), nil
-	}
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("read node name of slot %s: %w", dir, err)
-	}
-	if err := os.WriteFile(path, []byte(name+"\n"), 0o640); err != nil {
-		return "", fmt.Errorf("bind node name to slot %s: %w", dir, err)
-	}
-	return name, nil
+	return openSlot(cfg, opts, time.Now()) // slot.go
 }
 
 func openIn(dir string, opts boltstore.Options) (*boltstore.Store, error) {
@@ -304,20 +281,21 @@ func (n *Node) clusterConfig(httpBound *net.TCPAddr) (*cluster.Config, error) {
 	} else if ip := net.ParseIP(host); ip != nil && !ip.IsUnspecified() {
 		advIP = host
 	} else {
-		// Bound to every interface: advertise a private IP as memberlist
-		// would, resolved here so the API address can use the same one.
-		priv, err := sockaddr.GetPrivateIP()
-		if err != nil || priv == "" {
-			priv = "127.0.0.1"
+		// Bound to every interface: advertise the default route's address,
+		// chosen here so the API address can use the same one, and say so.
+		ch, err := cluster.ChooseAdvertiseIP()
+		if err != nil {
+			return nil, err
 		}
-		c.AdvertiseAddr, c.AdvertisePort, advIP = priv, port, priv
+		n.logAdvertiseChoice(ch)
+		c.AdvertiseAddr, c.AdvertisePort, advIP = ch.IP, port, ch.IP
 	}
 	if port == 0 {
 		c.AdvertisePort = 0
 	}
 	c.Join = cfg.Join
 	c.ShardCount = cfg.Shards
-	c.SecretKey = cfg.GossipKey
+	c.GossipKeys = cfg.GossipKeys
 	c.Logger = n.log
 	c.Registerer = n.reg
 	// The API address peers use: explicit, else the bound HTTP port on the
@@ -338,6 +316,24 @@ func (n *Node) clusterConfig(httpBound *net.TCPAddr) (*cluster.Config, error) {
 	c.KV.Initial = initial
 	c.KV.Persister = configPersister{n.store}
 	return c, nil
+}
+
+// logAdvertiseChoice says which address a node bound to every interface
+// advertises, why, and which flags set it (issue #16 item 4): a warning
+// when several addresses were as good, since peers that cannot reach the
+// chosen one see this node as dead while it sees them alive.
+func (n *Node) logAdvertiseChoice(ch cluster.AdvertiseChoice) {
+	attrs := []any{"ip", ch.IP, "interface", ch.Interface, "reason", ch.Reason,
+		"set_with", "--advertise-gossip (and --advertise-http for the API)", "bound", n.cfg.GossipAddr}
+	switch {
+	case len(ch.Candidates) > 1:
+		n.log.Warn("several addresses could be advertised to peers; chose the first: set --advertise-gossip to choose",
+			append(attrs, "candidates", strings.Join(ch.Candidates, ","))...)
+	case ch.Reason == cluster.ReasonLoopback:
+		n.log.Warn("advertising loopback: only peers on this host can reach it; set --advertise-gossip", attrs...)
+	default:
+		n.log.Info("advertising gossip address", attrs...)
+	}
 }
 
 // heldClaimsStore is the store as the dispatcher sees it: a namespace's

@@ -554,11 +554,13 @@ type clusterView struct {
 	ShardCount       uint32 `json:"shard_count"`
 	OwnershipVersion uint64 `json:"ownership_version"`
 	Members          []struct {
-		Name               string  `json:"name"`
-		APIAddr            string  `json:"api_addr"`
-		State              string  `json:"state"`
-		OwnedShards        int     `json:"owned_shards"`
-		OwnedShardFraction float64 `json:"owned_shard_fraction"`
+		Name               string   `json:"name"`
+		APIAddr            string   `json:"api_addr"`
+		GossipAddr         string   `json:"gossip_addr"`
+		GossipKeys         []string `json:"gossip_keys"`
+		State              string   `json:"state"`
+		OwnedShards        int      `json:"owned_shards"`
+		OwnedShardFraction float64  `json:"owned_shard_fraction"`
 	} `json:"members"`
 	Handoff struct {
 		ShardsPending int `json:"shards_pending"`
