@@ -22,37 +22,12 @@ func (s *Store) ListDeadLetters(ctx context.Context, namespace, afterKey string,
 	return p.Rows, err
 }
 
-// DeadLetterQuery asks for one page of a namespace's dead letters.
-type DeadLetterQuery struct {
-	// After is the dispatch_key the page starts after ("" from the first).
-	After string
-	// Through, when set, ends the page at this dispatch_key (included):
-	// rows after it are not returned.
-	Through string
-	// Limit bounds the page's rows; ≤ 0 returns nothing.
-	Limit int
-	// MaxBytes bounds the page's size as outbox.RowBytes counts it (the
-	// payload included unless left out): a page holds at least one row
-	// when one remains, even a larger one; after the first, rows are added
-	// while the total stays ≤ MaxBytes. ≤ 0 means no byte bound.
-	MaxBytes int
-	// WithoutPayload leaves every row's Payload nil (it is not even
-	// copied out of the file); PayloadBytes still gives its size.
-	WithoutPayload bool
-}
+// DeadLetterQuery asks for one page of a namespace's dead letters
+// (outbox.DeadLetterQuery).
+type DeadLetterQuery = outbox.DeadLetterQuery
 
-// DeadLetterPage is one page of ListDeadLetterPage.
-type DeadLetterPage struct {
-	// Rows are failed rows ordered by dispatch_key; the caller's copies.
-	Rows []outbox.Row
-	// PayloadBytes[i] is the size in bytes of Rows[i]'s payload, also when
-	// the query left it out.
-	PayloadBytes []int
-	// More reports that the page was cut by Limit or MaxBytes: the
-	// namespace has dead letters here after the page's last row (and
-	// before Through, when set).
-	More bool
-}
+// DeadLetterPage is one page of ListDeadLetterPage (outbox.DeadLetterPage).
+type DeadLetterPage = outbox.DeadLetterPage
 
 // ListDeadLetterPage returns one page of the failed rows of namespace (any
 // shard) whose dispatch_key sorts strictly after q.After (and not after

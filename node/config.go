@@ -17,6 +17,28 @@ import (
 	"github.com/fairshard/fairshard/kv"
 )
 
+// Default caps on the gossiped config (--max-namespaces, --max-targets,
+// --max-holds), checked when an admin call would add an entry (issue #13
+// item 4): a call past a cap is answered 409 limit_exceeded naming it, and
+// changes nothing. At their defaults they keep the config inside the kv
+// store's own caps (kv.DefaultMaxEntries, kv.DefaultMaxBytes), which bound
+// the state every push/pull sends; the kv caps answer 409 too (field
+// "config") if big values reach them first.
+const (
+	// DefaultMaxNamespaces caps the namespaces with settings (any field set).
+	DefaultMaxNamespaces = 5000
+	// DefaultMaxTargets caps the routes with their own delivery target.
+	DefaultMaxTargets = 5000
+	// DefaultMaxHolds caps the workflows held at once.
+	DefaultMaxHolds = 10_000
+)
+
+// MaxHandoffBatchBytes is the largest --handoff-batch-bytes: a handoff call
+// then holds at most this many row bytes plus one row, which fits the
+// receiving route's body limit (httpapi.MaxHandoffBodyBytes) as JSON
+// (base64 payloads grow by a third).
+const MaxHandoffBatchBytes = 32 << 20
+
 // Config is the node's boot configuration: fixed after start. Runtime
 // settings (namespace quotas, pauses, targets, holds) live in the gossiped
 // cluster config instead. Every field has a flag (RegisterFlags); cmd/node

@@ -5,106 +5,31 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
-	"strings"
 	"time"
 
 	"github.com/fairshard/fairshard/cluster"
-	"github.com/fairshard/fairshard/kv"
 )
 
-// Start serves the API, joins the cluster and starts the background loops
-// (dispatcher, ownership watcher, config watcher, handoff, tombstone GC,
-// stats). With --join seeds it first waits, up to JoinWait, for a seed to
+// Start starts the node's services in their declared order (services.go):
+// it serves the API, starts the cluster's join loop, applies ownership and
+// joins the seeds, then starts the config watcher, the stats, slot-lease
+// and tombstone loops, handoff and the dispatcher, and marks the node
+// ready. With --join seeds it first waits, up to JoinWait, for a seed to
 // answer (awaitFirstJoin): the node owns no shard meanwhile, so it cannot
 // claim with a solo view. The cluster's join loop keeps re-joining missing
-// seeds until Close. ctx bounds that wait: if it ends first, Start returns
-// its error and the node never becomes ready; so does a cluster that refuses
-// the node (another --shards, or its name used by a live member). After an
-// error the caller must Close. The node is ready (GET /readyz) once Start
-// has returned nil and the cluster has accepted it (awaitAccepted).
+// seeds until the node stops. ctx bounds that wait: if it ends first, Start
+// returns its error and the node never becomes ready; so does a cluster
+// that refuses the node (another --shards, or its name used by a live
+// member). After an error the caller must Close. The node is ready (GET
+// /readyz) once Start has returned nil and the cluster has accepted it
+// (awaitAccepted).
 func (n *Node) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("start %s: %w", n.name, err)
 	}
-	runCtx, cancel := context.WithCancel(context.Background())
-	n.runCancel = cancel
-	n.dispCtx, n.dispStop = context.WithCancel(runCtx)
-
-	n.wg.Go(func() {
-		if err := n.srv.Serve(n.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			n.log.Error("http server stopped", "err", err)
-		}
-	})
-	// Ownership must be applied before the dispatcher claims anything. A
-	// node with seeds owns nothing until it has joined them: until then its
-	// view ("I own every shard") would let it claim rows a live owner holds
-	// too (e.g. rows it had handed off just before a crash).
-	n.awaitingJoin.Store(len(n.cfg.Join) > 0)
-	snaps, unsubscribe := n.cl.Subscribe("node")
-	n.applySnapshot(n.cl.Snapshot())
-	n.wg.Go(func() {
-		defer unsubscribe()
-		for {
-			select {
-			case <-runCtx.Done():
-				return
-			case s := <-snaps:
-				n.applySnapshot(s)
-			}
-		}
-	})
-	// A refusal by the cluster (another live node uses this name) after
-	// Start returned ends the process through Failed.
-	n.wg.Go(func() {
-		select {
-		case <-runCtx.Done():
-		case <-n.cl.Refused():
-			select {
-			case n.failed <- fmt.Errorf("the cluster refused this node: %w", n.cl.RefusedErr()):
-			default:
-			}
-		}
-	})
-	// The join loop lives as long as the node: a caller's short start-up
-	// context must not end it (it would stop re-joining seeds forever).
-	if err := n.cl.Start(runCtx); err != nil {
-		cancel()
-		return fmt.Errorf("join cluster: %w", err)
+	if err := n.svc.Start(ctx); err != nil {
+		return err
 	}
-	if n.awaitingJoin.Load() {
-		if err := n.awaitFirstJoin(ctx); err != nil {
-			return err // the caller's Close stops what Start launched
-		}
-	}
-	n.applySnapshot(n.cl.Snapshot())
-
-	watch := n.cl.KV().Watch("node", "")
-	n.wg.Go(func() {
-		defer watch.Close()
-		for {
-			select {
-			case <-runCtx.Done():
-				return
-			case <-watch.C():
-				n.applyConfigChanges(watch.Changes())
-			}
-		}
-	})
-	n.wg.Go(func() {
-		if err := n.disp.Run(n.dispCtx); err != nil {
-			n.log.Error("dispatcher stopped", "err", err)
-		}
-	})
-	handoffCtx, handoffStop := context.WithCancel(runCtx)
-	n.handoffStop = handoffStop
-	n.wg.Go(func() { n.handoffLoop(handoffCtx) })
-	n.wg.Go(func() { _ = n.store.RunTombstoneGC(runCtx, time.Minute) })
-	n.wg.Go(func() { n.statsLoop(runCtx) })
-	if n.slotDir != "" {
-		n.wg.Go(func() { n.slotLeaseLoop(runCtx) })
-	}
-	n.ready.Store(true)
 	n.log.Info("node started", "members", len(n.ownership().Members))
 	return nil
 }
@@ -149,7 +74,7 @@ func (n *Node) awaitFirstJoin(ctx context.Context) (err error) {
 	exchangeFailures := 0
 	for {
 		done := make(chan result, 1)
-		n.wg.Go(func() {
+		n.joins.Go(func() {
 			c, err := n.cl.Join(context.Background(), n.cfg.Join...)
 			done <- result{c, err}
 		})
@@ -261,7 +186,7 @@ func (n *Node) applySnapshot(s *cluster.OwnershipSnapshot) {
 	}
 	n.store.SetOwnedShards(s.Owned)
 	n.applied.Store(s)
-	n.wakeHandoff()
+	n.handoff.Wake()
 	n.disp.Wake()
 }
 
@@ -270,111 +195,54 @@ func (n *Node) applySnapshot(s *cluster.OwnershipSnapshot) {
 // read. Never nil after New.
 func (n *Node) ownership() *cluster.OwnershipSnapshot { return n.applied.Load() }
 
-func (n *Node) applyConfigChanges(changes []kv.Entry) {
-	for _, e := range changes {
-		switch {
-		case strings.HasPrefix(e.Key, prefixHold):
-			n.rc.invalidateHolds()
-		case strings.HasPrefix(e.Key, prefixNamespace):
-			if ns, ok := namespaceOfKey(e.Key); ok {
-				n.quota.Invalidate(ns)
-			}
-		}
-	}
-	n.disp.Wake()
-}
-
-func (n *Node) wakeHandoff() {
-	select {
-	case n.handoffWake <- struct{}{}:
-	default:
-	}
-}
-
 // Ready reports whether the node serves: store open and able to commit
-// (boltstore.Store.Writable: false after a failed commit or fsync, a full
-// disk, until the store has reopened its file), cluster joined and
-// accepted (it may own shards: a node whose name its peers still hold at
-// another address is not ready), ownership applied, not draining.
+// (storeWritable: false after a failed commit or fsync, a full disk, until
+// the store has reopened its file), cluster joined and accepted (it may
+// own shards: a node whose name its peers still hold at another address
+// is not ready), ownership applied, not draining.
 func (n *Node) Ready() bool {
-	return n.ready.Load() && !n.draining.Load() && n.ownership().Accepted && n.store.Writable() == nil
+	return n.ready.Load() && !n.api.Draining() && n.ownership().Accepted && n.storeWritable() == nil
 }
 
-// Shutdown stops the node gracefully, in this order: refuse new appends;
-// stop claiming and let in-flight deliveries finish; mark this node leaving
-// (peers stop counting it as an owner), refuse rows from peers and wait for
-// the writes in progress, then hand off every row it holds while the
-// cluster is reachable; leave the gossip; stop serving; close the store. ctx bounds the whole stop; whatever was not handed off when it
-// ends stays on disk and moves when the node returns.
+// Shutdown stops the node gracefully: its services stop in the reverse of
+// their start order (services.go): refuse new appends and announce that
+// this node is leaving (peers take its shards after a gossip round; it
+// stops claiming),
+// let in-flight deliveries finish (at most half the time ctx leaves),
+// refuse rows from peers and wait for the writes in progress, hand off
+// every row it holds while the cluster is reachable, leave the gossip,
+// stop serving, close the store. ctx bounds the whole stop; whatever was
+// not handed off when it ends stays on disk and moves when the node
+// returns. It returns every step's failure, each naming its service.
 func (n *Node) Shutdown(ctx context.Context) error {
-	n.draining.Store(true)
-	var errs []error
-	// Half the grace for in-flight deliveries, the rest for handoff.
-	if dl, ok := ctx.Deadline(); ok {
-		dctx, cancel := context.WithDeadline(ctx, time.Now().Add(time.Until(dl)/2))
-		if err := n.disp.Drain(dctx); err != nil {
-			errs = append(errs, err)
-		}
-		cancel()
-	} else if err := n.disp.Drain(ctx); err != nil {
-		errs = append(errs, err)
-	}
-	if err := n.cl.SetLeaving(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("mark leaving: %w", err))
-	}
-	n.applySnapshot(n.cl.Snapshot())
-	// From here on rows sent here could outlive the last handoff pass:
-	// refuse them (peers hold them and hand them to the new owners) and
-	// let the writes already admitted finish first.
-	if err := n.intake.close(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("close intake: %w", err))
-	}
-	if n.handoffStop != nil {
-		n.handoffStop() // a pass of the loop in flight stops; the drain takes over
-	}
-	left, err := n.drainHandoff(ctx)
-	if err != nil {
-		errs = append(errs, fmt.Errorf("handoff on shutdown: %d shards still hold rows on disk: %w", left, err))
-	}
-	if err := n.cl.Leave(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("leave cluster: %w", err))
-	} else {
-		n.releaseSlot() // left: no longer a live member (slot.go)
-	}
-	if err := n.Close(); err != nil {
-		errs = append(errs, err)
-	}
-	if len(errs) == 0 {
+	err := n.svc.Stop(ctx)
+	if err == nil {
 		n.log.Info("node stopped gracefully")
 	}
-	return errors.Join(errs...)
+	return err
 }
 
-// Close stops the node at once: loops end, in-flight deliveries are
-// abandoned (their claims are re-armed on the next start), memberlist shuts
-// down without a leave, the store closes. Idempotent.
+// Close stops the node at once: the same walk as Shutdown with no grace,
+// so loops end, in-flight deliveries are abandoned (their claims are
+// re-armed on the next start), nothing is handed off, memberlist shuts
+// down without a leave, and the store closes. It returns what failed
+// releasing resources (cluster shutdown, store close). Idempotent; after
+// Shutdown it returns Shutdown's release errors.
 func (n *Node) Close() error {
-	n.closeOnce.Do(func() {
-		n.draining.Store(true)
-		if n.runCancel != nil {
-			n.runCancel()
-		}
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_ = n.srv.Shutdown(sctx)
-		cancel()
-		if n.runCancel == nil { // never started: the listener is ours to close
-			_ = n.ln.Close()
-		}
-		n.wg.Wait()
-		n.peers.close()
-		var errs []error
-		if err := n.cl.Shutdown(); err != nil {
-			errs = append(errs, fmt.Errorf("cluster shutdown: %w", err))
-		}
-		if err := n.store.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close store: %w", err))
-		}
-		n.closeErr = errors.Join(errs...)
-	})
-	return n.closeErr
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = n.svc.Stop(ctx)
+	n.releaseMu.Lock()
+	defer n.releaseMu.Unlock()
+	return n.releaseErr
+}
+
+// released records what failed releasing a resource, for Close.
+func (n *Node) released(err error) error {
+	if err != nil {
+		n.releaseMu.Lock()
+		n.releaseErr = errors.Join(n.releaseErr, err)
+		n.releaseMu.Unlock()
+	}
+	return err
 }

@@ -1,4 +1,4 @@
-package node
+package httpapi
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/fairshard/fairshard/node/settings"
 	"github.com/fairshard/fairshard/outbox"
 )
 
@@ -28,7 +29,7 @@ const (
 	MaxLabelBytes   = 256
 	// MaxWorkflowIDBytes keeps "hold/{workflow_id}" within the gossiped
 	// config's 128-byte key limit, so every workflow can be held.
-	MaxWorkflowIDBytes = 128 - len(prefixHold)
+	MaxWorkflowIDBytes = 128 - len(settings.PrefixHold)
 	MaxDelay           = 30 * 24 * time.Hour
 	maxContentLength   = 256
 )

@@ -1,0 +1,496 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fairshard/fairshard/node/peer"
+	"github.com/fairshard/fairshard/node/settings"
+	"github.com/fairshard/fairshard/outbox"
+)
+
+// Limits of the admin API.
+const (
+	MaxQuota         = 1_000_000
+	MaxTargetTimeout = 10 * time.Minute
+	// MaxTargetURLBytes keeps a target within the gossiped config's 1 KiB
+	// value limit, JSON envelope included.
+	MaxTargetURLBytes = 900
+	maxDeadLetterPage = 1000
+)
+
+// namespaceView is GET /v1/namespaces/{ns}: the namespace's cluster-wide
+// settings plus this node's counts, ceiling and headroom.
+type namespaceView struct {
+	Namespace string `json:"namespace"`
+	// MaxInFlight is the cluster-wide quota (rows); MaxInFlightDefault says
+	// whether it is the node default because none was set.
+	MaxInFlight        uint32 `json:"max_in_flight"`
+	MaxInFlightDefault bool   `json:"max_in_flight_default"`
+	Paused             bool   `json:"paused"`
+	// Retry is the namespace's retry policy override, if any.
+	Retry *settings.RetrySettings `json:"retry,omitempty"`
+	// Node is the node these counts come from.
+	Node               string  `json:"node"`
+	Pending            int     `json:"pending"`
+	Claimed            int     `json:"claimed"`
+	DeadLetters        int     `json:"dead_letters"`
+	OwnedShardFraction float64 `json:"owned_shard_fraction"`
+	// Ceiling is this node's per-node ceiling, ceil(quota × owned/total);
+	// Headroom is Ceiling − Claimed (≥ 0).
+	Ceiling  uint32 `json:"ceiling"`
+	Headroom int    `json:"headroom"`
+	// WaitingRoutes are task queues whose rows wait because no delivery
+	// target is configured for them (nor a node default).
+	WaitingRoutes []string `json:"waiting_routes,omitempty"`
+}
+
+func (a *API) namespaceView(ns string, st outbox.NamespaceStats) namespaceView {
+	s, _ := a.cfg.Settings.Namespace(ns)
+	v := namespaceView{Namespace: ns, Paused: s.Paused, Retry: s.Retry, Node: a.cfg.Self,
+		Pending: st.Pending, Claimed: st.Claimed, DeadLetters: st.Failed}
+	if s.MaxInFlight != nil {
+		v.MaxInFlight = *s.MaxInFlight
+	} else {
+		v.MaxInFlight, v.MaxInFlightDefault = a.cfg.DefaultMaxInFlight, true
+	}
+	f := a.cfg.Ownership().Fraction
+	v.OwnedShardFraction = f.Float()
+	quota := v.MaxInFlight
+	if s.Paused {
+		quota = 0
+	}
+	v.Ceiling = f.PerNodeCeiling(quota)
+	v.Headroom = max(int(v.Ceiling)-st.Claimed, 0)
+	for _, r := range a.cfg.Dispatcher.RoutesWithoutTarget() {
+		if r.Namespace == ns {
+			v.WaitingRoutes = append(v.WaitingRoutes, r.TaskQueue)
+		}
+	}
+	return v
+}
+
+func (a *API) handleListNamespaces(w http.ResponseWriter, r *http.Request) {
+	stats, err := a.cfg.Store.NamespaceStats(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	names := map[string]bool{}
+	for ns := range stats {
+		names[ns] = true
+	}
+	for ns := range a.cfg.Settings.Namespaces() {
+		names[ns] = true
+	}
+	sorted := make([]string, 0, len(names))
+	for ns := range names {
+		sorted = append(sorted, ns)
+	}
+	sort.Strings(sorted)
+	out := make([]namespaceView, 0, len(sorted))
+	for _, ns := range sorted {
+		out = append(out, a.namespaceView(ns, stats[ns]))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"namespaces": out})
+}
+
+func (a *API) handleGetNamespace(w http.ResponseWriter, r *http.Request) {
+	ns, err := pathName(r, "ns")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	stats, err := a.cfg.Store.NamespaceStats(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, a.namespaceView(ns, stats[ns]))
+}
+
+// handlePutNamespace sets max_in_flight, paused and/or retry; absent
+// fields keep their value, and only the fields present are written (each
+// is its own config key), so fields set at once on different nodes all
+// survive. max_in_flight or retry null returns the field to the node's
+// default. A namespace beyond MaxNamespaces is refused (409).
+func (a *API) handlePutNamespace(w http.ResponseWriter, r *http.Request) {
+	ns, err := pathName(r, "ns")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var body map[string]json.RawMessage
+	if err := decodeBody(w, r, &body); err != nil {
+		writeError(w, err)
+		return
+	}
+	var u settings.NamespaceUpdate
+	// Fields in a fixed order, so the first bad one is the same whatever
+	// the body's key order.
+	for _, k := range slices.Sorted(maps.Keys(body)) {
+		raw := body[k]
+		switch k {
+		case "max_in_flight":
+			if isNull(raw) {
+				u.ClearMaxInFlight = true
+				continue
+			}
+			q, err := strconv.ParseUint(string(raw), 10, 32)
+			if err != nil || q > MaxQuota {
+				writeError(w, fieldError("max_in_flight", "must be an integer from 0 to %d (or null for the default)", MaxQuota))
+				return
+			}
+			q32 := uint32(q)
+			u.MaxInFlight = &q32
+		case "paused":
+			var p bool
+			switch string(raw) {
+			case "true":
+				p = true
+			case "false":
+			default:
+				writeError(w, fieldError("paused", "must be true or false"))
+				return
+			}
+			u.Paused = &p
+		case "retry":
+			if isNull(raw) {
+				u.ClearRetry = true
+				continue
+			}
+			var rs settings.RetrySettings
+			if err := strictUnmarshal(raw, &rs); err != nil {
+				writeError(w, fieldError("retry", "must be an object with base_ms, factor, cap_ms, max_attempts: %v", err))
+				return
+			}
+			if err := validateRetry(&rs); err != nil {
+				writeError(w, err)
+				return
+			}
+			u.Retry = &rs
+		default:
+			writeError(w, fieldError(k, "unknown field (want max_in_flight, paused, retry)"))
+			return
+		}
+	}
+	if _, configured := a.cfg.Settings.Namespace(ns); !configured && u.Adds() {
+		if have := len(a.cfg.Settings.Namespaces()); have >= a.cfg.MaxNamespaces {
+			writeError(w, limitExceeded("namespace", "%d namespaces have settings, the limit is %d (--max-namespaces); namespaces without settings use the node defaults", have, a.cfg.MaxNamespaces))
+			return
+		}
+	}
+	if err := a.cfg.Settings.UpdateNamespace(r.Context(), ns, u); err != nil {
+		writeError(w, err)
+		return
+	}
+	a.cfg.Dispatcher.Wake()
+	stats, _ := a.cfg.Store.NamespaceStats(r.Context())
+	writeJSON(w, http.StatusOK, a.namespaceView(ns, stats[ns]))
+}
+
+// validateRetry checks an override's bounds; the error names the field.
+func validateRetry(r *settings.RetrySettings) error {
+	switch {
+	case r.BaseMS < 0 || r.BaseMS > time.Hour.Milliseconds():
+		return fieldError("retry.base_ms", "must be between 0 (node default) and %d", time.Hour.Milliseconds())
+	case r.Factor != 0 && (r.Factor < 1 || r.Factor > 10):
+		return fieldError("retry.factor", "must be 0 (node default) or between 1 and 10")
+	case r.CapMS < 0 || r.CapMS > (24*time.Hour).Milliseconds():
+		return fieldError("retry.cap_ms", "must be between 0 (node default) and %d", (24 * time.Hour).Milliseconds())
+	case r.CapMS > 0 && r.BaseMS > r.CapMS:
+		return fieldError("retry.cap_ms", "must be at least retry.base_ms")
+	case r.MaxAttempts > 1000:
+		return fieldError("retry.max_attempts", "must be between 0 (node default) and 1000")
+	}
+	return nil
+}
+
+// routeFromPath reads and validates {ns} and {tq} of a target path.
+func routeFromPath(r *http.Request) (ns, tq string, err error) {
+	if ns, err = pathName(r, "ns"); err != nil {
+		return "", "", err
+	}
+	if tq, err = pathName(r, "tq"); err != nil {
+		return "", "", err
+	}
+	return ns, tq, nil
+}
+
+func (a *API) handlePutTarget(w http.ResponseWriter, r *http.Request) {
+	ns, tq, err := routeFromPath(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var t settings.TargetSettings
+	if err := decodeBody(w, r, &t); err != nil {
+		writeError(w, err)
+		return
+	}
+	if len(t.URL) > MaxTargetURLBytes {
+		writeError(w, fieldError("url", "is %d bytes, the limit is %d", len(t.URL), MaxTargetURLBytes))
+		return
+	}
+	if err := checkText("url", t.URL, MaxTargetURLBytes); err != nil {
+		writeError(w, err)
+		return
+	}
+	u, perr := url.Parse(strings.NewReplacer("{namespace}", "ns", "{task_queue}", "tq").Replace(t.URL))
+	if t.URL == "" || perr != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		writeError(w, fieldError("url", "must be an absolute http(s) URL"))
+		return
+	}
+	if t.TimeoutMS < 0 || settings.DurationMS(t.TimeoutMS) > MaxTargetTimeout {
+		writeError(w, fieldError("timeout_ms", "must be between 0 (node default) and %d", MaxTargetTimeout.Milliseconds()))
+		return
+	}
+	if !a.cfg.Settings.HasTarget(ns, tq) {
+		if have := a.cfg.Settings.TargetCount(); have >= a.cfg.MaxTargets {
+			writeError(w, limitExceeded("target", "%d routes have their own target, the limit is %d (--max-targets); use --default-target with {namespace} and {task_queue} for many routes", have, a.cfg.MaxTargets))
+			return
+		}
+	}
+	if err := a.cfg.Settings.PutTarget(r.Context(), ns, tq, t); err != nil {
+		writeError(w, err)
+		return
+	}
+	a.cfg.Dispatcher.Wake()
+	writeJSON(w, http.StatusOK, map[string]any{"namespace": ns, "task_queue": tq, "url": t.URL, "timeout_ms": t.TimeoutMS})
+}
+
+func (a *API) handleDeleteTarget(w http.ResponseWriter, r *http.Request) {
+	ns, tq, err := routeFromPath(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := a.cfg.Settings.DeleteTarget(r.Context(), ns, tq); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// holdWorkflow reads and validates the {wf} of a hold path.
+func holdWorkflow(r *http.Request) (string, error) {
+	wf := r.PathValue("wf")
+	if wf == "" || len(wf) > MaxWorkflowIDBytes {
+		return "", fieldError("workflow_id", "must be 1-%d bytes", MaxWorkflowIDBytes)
+	}
+	if err := checkText("workflow_id", wf, MaxWorkflowIDBytes); err != nil {
+		return "", err
+	}
+	return wf, nil
+}
+
+func (a *API) handleHold(w http.ResponseWriter, r *http.Request) {
+	wf, err := holdWorkflow(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if !a.cfg.Settings.IsHeld(wf) {
+		if have := a.cfg.Settings.HoldCount(); have >= a.cfg.MaxHolds {
+			writeError(w, limitExceeded("hold", "%d workflows are held, the limit is %d (--max-holds); release some first", have, a.cfg.MaxHolds))
+			return
+		}
+	}
+	if err := a.cfg.Settings.Hold(r.Context(), wf); err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"workflow_id": r.PathValue("wf"), "held": true})
+}
+
+func (a *API) handleRelease(w http.ResponseWriter, r *http.Request) {
+	wf, err := holdWorkflow(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := a.cfg.Settings.Release(r.Context(), wf); err != nil {
+		writeError(w, err)
+		return
+	}
+	a.cfg.Dispatcher.Wake()
+	writeJSON(w, http.StatusOK, map[string]any{"workflow_id": r.PathValue("wf"), "held": false})
+}
+
+// ---- dead letters: deadletters.go; redrive (fanned out to every member) ----
+
+func (a *API) handleInternalRedrive(w http.ResponseWriter, r *http.Request) {
+	var req peer.RedriveRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	count, err := a.cfg.Store.Redrive(r.Context(), r.PathValue("ns"), req.Keys, time.Now().UTC())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	a.cfg.Dispatcher.Wake()
+	writeJSON(w, http.StatusOK, peer.RedriveResponse{Redriven: count})
+}
+
+// handleRedrive moves dead letters (all of the namespace's, or the listed
+// keys) back to pending with attempt 1, on every node.
+func (a *API) handleRedrive(w http.ResponseWriter, r *http.Request) {
+	ns, err := pathName(r, "ns")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var req peer.RedriveRequest
+	if r.ContentLength != 0 {
+		if err := decodeBody(w, r, &req); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	for i, k := range req.Keys {
+		if k == "" || len(k) > MaxKeyBytes {
+			writeError(w, fieldError("keys["+strconv.Itoa(i)+"]", "must be 1-%d bytes", MaxKeyBytes))
+			return
+		}
+	}
+	total, err := a.cfg.Store.Redrive(r.Context(), ns, req.Keys, time.Now().UTC())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var mu sync.Mutex
+	unreachable := a.fanOut(r.Context(), func(ctx context.Context, m peerRef) error {
+		redriven, err := a.cfg.Peers.Redrive(ctx, m.addr, ns, req)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		total += redriven
+		mu.Unlock()
+		return nil
+	})
+	a.cfg.Dispatcher.Wake()
+	writeJSON(w, http.StatusOK, map[string]any{"redriven": total, "unreachable_nodes": unreachable})
+}
+
+type peerRef struct{ name, addr string }
+
+// peerCallTimeout bounds one peer's part of a fanned-out admin call.
+const peerCallTimeout = 5 * time.Second
+
+// fanOut calls fn for every other member concurrently, each bounded by
+// peerCallTimeout, and returns the names of the members whose call failed,
+// sorted.
+func (a *API) fanOut(ctx context.Context, fn func(ctx context.Context, m peerRef) error) []string {
+	return a.fanOutTo(ctx, a.peerMembers(), fn)
+}
+
+// fanOutTo is fanOut to the given members.
+func (a *API) fanOutTo(ctx context.Context, peers []peerRef, fn func(ctx context.Context, m peerRef) error) []string {
+	var (
+		mu          sync.Mutex
+		wg          sync.WaitGroup
+		unreachable = []string{} // JSON [] rather than null
+	)
+	for _, m := range peers {
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, peerCallTimeout)
+			defer cancel()
+			if err := fn(cctx, m); err != nil {
+				a.log.Warn("peer call failed", "peer", m.name, "err", err)
+				mu.Lock()
+				unreachable = append(unreachable, m.name)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	slices.Sort(unreachable)
+	return unreachable
+}
+
+func (a *API) peerMembers() []peerRef {
+	var out []peerRef
+	for _, m := range a.cfg.Ownership().Members {
+		if m.Name != a.cfg.Self && m.APIAddr != "" {
+			out = append(out, peerRef{m.Name, m.APIAddr})
+		}
+	}
+	return out
+}
+
+// ---- cluster views ----
+
+type memberView struct {
+	Name               string   `json:"name"`
+	APIAddr            string   `json:"api_addr"`
+	GossipAddr         string   `json:"gossip_addr"`
+	GossipKeys         []string `json:"gossip_keys"`
+	State              string   `json:"state"`
+	OwnedShards        int      `json:"owned_shards"`
+	OwnedShardFraction float64  `json:"owned_shard_fraction"`
+}
+
+func (a *API) handleCluster(w http.ResponseWriter, r *http.Request) {
+	snap := a.cfg.Ownership()
+	members := make([]memberView, 0, len(snap.Members))
+	for _, m := range snap.Members {
+		owned := snap.Table.OwnedCount(m.Name)
+		members = append(members, memberView{Name: m.Name, APIAddr: m.APIAddr, GossipAddr: m.GossipAddr, GossipKeys: commaList(m.GossipKeys), State: string(m.State),
+			OwnedShards: owned, OwnedShardFraction: float64(owned) / float64(snap.ShardCount)})
+	}
+	// Shards with rows in transfer (on the wire, or left marked by a failed
+	// release) are still listed: their rows are here until the owner acks.
+	foreign, _ := a.cfg.Store.ForeignShards(r.Context())
+	pending := len(foreign)
+	writeJSON(w, http.StatusOK, map[string]any{
+		"node":              a.cfg.Self,
+		"accepted":          snap.Accepted,
+		"shard_count":       snap.ShardCount,
+		"ownership_version": snap.Version,
+		"members":           members,
+		"handoff": map[string]any{
+			"shards_pending": pending,
+		},
+	})
+}
+
+func (a *API) handleShards(w http.ResponseWriter, _ *http.Request) {
+	snap := a.cfg.Ownership()
+	type shardView struct {
+		Shard uint32 `json:"shard"`
+		Owner string `json:"owner"`
+	}
+	out := make([]shardView, snap.ShardCount)
+	for s := range snap.ShardCount {
+		out[s] = shardView{Shard: s, Owner: snap.Table.Owner(s)}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"shard_count": snap.ShardCount, "ownership_version": snap.Version, "shards": out})
+}
+
+// commaList splits a comma-separated list (a member's key fingerprints),
+// never nil (JSON [] rather than null).
+func commaList(s string) []string {
+	out := []string{}
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// isNull reports whether a decoded field was JSON null (the decoder may
+// hand a custom type either "null" or nothing for it).
+func isNull(raw json.RawMessage) bool { return len(raw) == 0 || string(raw) == "null" }
