@@ -328,47 +328,14 @@ func (a *API) handleRelease(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"workflow_id": r.PathValue("wf"), "held": false})
 }
 
-// ---- dead letters (fanned out to every member) ----
-
-func deadLetterPage(r *http.Request) (after string, limit int, err error) {
-	after = r.URL.Query().Get("after")
-	limit = 100
-	if s := r.URL.Query().Get("limit"); s != "" {
-		limit, err = strconv.Atoi(s)
-		if err != nil || limit < 1 || limit > maxDeadLetterPage {
-			return "", 0, fieldError("limit", "must be an integer from 1 to %d", maxDeadLetterPage)
-		}
-	}
-	return after, limit, nil
-}
+// ---- dead letters: deadletters.go (each shard's listed by its primary);
+// redrive (fanned out to every member, done by each shard's primary) ----
 
 // isPrimary reports whether this node is the primary of key's shard in
 // its applied view: dead letters are listed and redriven by the primary
 // of their shard only (the backups hold copies of the same rows).
 func (a *API) isPrimary(key string) bool {
 	return a.cfg.Ownership().ReplicaSet(shards.ShardOf(key, a.cfg.ShardCount)).Primary() == a.cfg.Self
-}
-
-// primaryDeadLetters lists up to limit dead letters of ns after the key
-// after, of the shards this node is primary of, in key order.
-func (a *API) primaryDeadLetters(ctx context.Context, ns, after string, limit int) ([]outbox.Row, error) {
-	var out []outbox.Row
-	for len(out) < limit {
-		page, err := a.cfg.Store.ListDeadLetters(ctx, ns, after, limit)
-		if err != nil {
-			return nil, err
-		}
-		for _, row := range page {
-			if len(out) < limit && a.isPrimary(row.DispatchKey) {
-				out = append(out, row)
-			}
-		}
-		if len(page) < limit {
-			break
-		}
-		after = page[len(page)-1].DispatchKey
-	}
-	return out, nil
 }
 
 // redrivePrimary redrives ns's dead letters (keys, or all) of the shards
@@ -382,19 +349,19 @@ func (a *API) redrivePrimary(ctx context.Context, ns string, keys []string) (int
 			}
 		}
 	} else {
-		after := ""
+		q := peer.DeadLetterQuery{Limit: maxDeadLetterPage, MaxBytes: MaxDeadLetterPageBytes}
 		for {
-			page, err := a.primaryDeadLetters(ctx, ns, after, maxDeadLetterPage)
+			views, more, err := a.localDeadLetters(ctx, ns, q)
 			if err != nil {
 				return 0, err
 			}
-			for _, row := range page {
-				mine = append(mine, row.DispatchKey)
+			for _, v := range views {
+				mine = append(mine, v.DispatchKey)
 			}
-			if len(page) < maxDeadLetterPage {
+			if !more || len(views) == 0 {
 				break
 			}
-			after = page[len(page)-1].DispatchKey
+			q.After = views[len(views)-1].DispatchKey
 		}
 	}
 	if len(mine) == 0 {
@@ -406,60 +373,6 @@ func (a *API) redrivePrimary(ctx context.Context, ns string, keys []string) (int
 	}
 	a.cfg.Replication.Changed(mine...)
 	return n, nil
-}
-
-func (a *API) handleInternalDeadLetters(w http.ResponseWriter, r *http.Request) {
-	after, limit, err := deadLetterPage(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	rows, err := a.primaryDeadLetters(r.Context(), r.PathValue("ns"), after, limit)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, peer.DeadLettersResponse{Rows: peer.ViewsOf(rows, a.cfg.Self)})
-}
-
-// handleDeadLetters lists a namespace's dead letters across the cluster,
-// ordered by dispatch_key; "next" is the cursor for ?after=.
-func (a *API) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
-	ns, err := pathName(r, "ns")
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	after, limit, err := deadLetterPage(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	local, err := a.primaryDeadLetters(r.Context(), ns, after, limit)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	all := peer.ViewsOf(local, a.cfg.Self)
-	var mu sync.Mutex
-	q := url.Values{"after": {after}, "limit": {strconv.Itoa(limit)}}
-	unreachable := a.fanOut(r.Context(), func(ctx context.Context, m peerRef) error {
-		resp, err := a.cfg.Peers.DeadLetters(ctx, m.addr, ns, q)
-		if err != nil {
-			return err
-		}
-		mu.Lock()
-		all = append(all, resp.Rows...)
-		mu.Unlock()
-		return nil
-	})
-	slices.SortFunc(all, func(x, y peer.RowView) int { return strings.Compare(x.DispatchKey, y.DispatchKey) })
-	out := peer.DeadLettersResponse{Rows: all}
-	if len(all) >= limit {
-		out.Rows = all[:limit]
-		out.Next = out.Rows[limit-1].DispatchKey
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"rows": out.Rows, "next": out.Next, "unreachable_nodes": unreachable})
 }
 
 func (a *API) handleInternalRedrive(w http.ResponseWriter, r *http.Request) {
@@ -527,12 +440,17 @@ const peerCallTimeout = 5 * time.Second
 // peerCallTimeout, and returns the names of the members whose call failed,
 // sorted.
 func (a *API) fanOut(ctx context.Context, fn func(ctx context.Context, m peerRef) error) []string {
+	return a.fanOutTo(ctx, a.peerMembers(), fn)
+}
+
+// fanOutTo is fanOut to the given members.
+func (a *API) fanOutTo(ctx context.Context, peers []peerRef, fn func(ctx context.Context, m peerRef) error) []string {
 	var (
 		mu          sync.Mutex
 		wg          sync.WaitGroup
 		unreachable = []string{} // JSON [] rather than null
 	)
-	for _, m := range a.peerMembers() {
+	for _, m := range peers {
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, peerCallTimeout)
 			defer cancel()
