@@ -77,7 +77,9 @@ type Summary struct {
 	// Wiped names the node killed with its data dir deleted ("" if none).
 	Wiped string
 	// Factor is the replication factor: copies of every row.
-	Factor     int
+	Factor int
+	// LostKeys are up to 10 of the lost rows' dispatch_keys.
+	LostKeys   []string
 	Namespaces []loadgen.NamespaceReport
 	Quotas     map[string]uint32
 }
@@ -494,6 +496,9 @@ func (d *demoRun) summarize(rep loadgen.Report, appended *sync.Map) Summary {
 	appended.Range(func(k, _ any) bool {
 		if keys[k.(string)] == 0 {
 			sum.Lost++
+			if len(sum.LostKeys) < 10 {
+				sum.LostKeys = append(sum.LostKeys, k.(string))
+			}
 		}
 		return true
 	})
@@ -555,6 +560,9 @@ func (d *demoRun) printSummary(s Summary) {
 	fmt.Fprintf(out, "appended        %d\n", s.Appended)
 	fmt.Fprintf(out, "delivered       %d (distinct dispatch_keys)\n", s.Delivered)
 	fmt.Fprintf(out, "lost            %d\n", s.Lost)
+	if s.Lost > 0 {
+		fmt.Fprintf(out, "lost rows, e.g. %s\n", strings.Join(s.LostKeys, " "))
+	}
 	fmt.Fprintf(out, "delivered twice %d\n", s.DeliveredTwice)
 	fmt.Fprintf(out, "copies per row  %d\n", s.Factor)
 	if s.Wiped != "" {
