@@ -507,6 +507,15 @@ func (r *run) processLane(chaosStart time.Time) {
 
 func (r *run) processStep(s planStep) {
 	n := r.c.byName(s.Node)
+	if s.Kind == faultKillWipe {
+		// R copies survive a lost disk, not a second one in the same
+		// replica set before shard sync made a new copy (README
+		// "Replicated shards"): wipe only a fully replicated cluster.
+		if why := r.waitFullyReplicated(60 * time.Second); why != "" {
+			r.tl.add(evNote, []string{n.name}, "kill-wipe becomes a plain kill: the cluster is not fully replicated after 60 s (%s)", why)
+			s.Kind = faultKill
+		}
+	}
 	switch s.Kind {
 	case faultKill, faultKillWipe:
 		// Stamped once the process is reaped: an upper bound on its death,
@@ -668,6 +677,53 @@ func (r *run) networkStep(s planStep) {
 		r.mu.Unlock()
 	}
 	r.tl.addEpisode(laneNetwork, false, string(s.Kind))
+}
+
+// waitFullyReplicated waits until no node is down or paused and every up
+// node reports nothing under-replicated and no shard syncing, twice, a
+// repair poll apart (its figures are as of the last poll); it returns ""
+// or, after timeout, why not.
+func (r *run) waitFullyReplicated(timeout time.Duration) string {
+	deadline := time.Now().Add(timeout)
+	why, good := "", 0
+	for time.Now().Before(deadline) {
+		why = r.replicationGap()
+		if why == "" {
+			good++
+			if good == 2 {
+				return ""
+			}
+		} else {
+			good = 0
+		}
+		time.Sleep(2500 * time.Millisecond)
+	}
+	return why
+}
+
+// replicationGap returns "" when the cluster holds every shard in full,
+// else what is missing.
+func (r *run) replicationGap() string {
+	for _, n := range r.c.all() {
+		if s := n.getState(); s == stateDown || s == statePaused {
+			return n.name + " is down or paused"
+		}
+	}
+	for _, n := range r.c.inState(stateUp) {
+		var v struct {
+			Replication struct {
+				UnderReplicated bool `json:"under_replicated"`
+				Syncing         int  `json:"syncing_shards"`
+			} `json:"replication"`
+		}
+		if err := r.c.getJSON(n.baseURL()+"/v1/cluster", &v); err != nil {
+			return err.Error()
+		}
+		if v.Replication.UnderReplicated || v.Replication.Syncing > 0 {
+			return fmt.Sprintf("%s: under-replicated %v, %d shards syncing", n.name, v.Replication.UnderReplicated, v.Replication.Syncing)
+		}
+	}
+	return ""
 }
 
 // healAll undoes whatever is left: rules, pauses, nodes down.

@@ -35,7 +35,10 @@
 // that lived through everything. kill-wipe (the killed node's data dir
 // deleted before the restart) is on since replicated shards (issue 14):
 // with R = 2 the other copy survives; -chaos.wipe=false or CHAOS_WIPE=0
-// turns it off. After the drain every shard's replicas must agree
+// turns it off. It strikes only a fully replicated cluster (no node down
+// or paused, nothing under-replicated or syncing; else, after 60 s, it is
+// a plain kill): R = 2 does not survive a second lost disk in a replica
+// set before shard sync made a new copy, and README says so. After the drain every shard's replicas must agree
 // (replicas-agree). A partition's duplicates (both sides deliver what they
 // hold) are explained by the cut, as README "Replicated shards" allows.
 //
