@@ -13,9 +13,13 @@ import (
 // second time. So a new primary keeps such a shard out of its claim scope
 // until every other live member reports that it holds no claimed row of
 // it and no state change of it waiting to be shipped (StatesReply's
-// Claimed and Unshipped): the old primary finishes its deliveries, its
-// settles reach the new primary, and only then does the new primary
-// claim. The wait is bounded by Config.HandoverTimeout (a stuck delivery
+// Claimed and Unshipped), and that its copy, if it holds one, has the
+// digest of ours: the old primary finishes its deliveries, its settles
+// reach the new primary (by shipping, by the drop of a leftover copy,
+// which merges it into the new set first, or by repair), and only then
+// does the new primary claim. The digest condition matters when the new
+// primary synced from a backup the old primary had not yet shipped a
+// settle to (a chaos run saw that backup just back from a partition). The wait is bounded by Config.HandoverTimeout (a stuck delivery
 // or an unreachable member then costs a possible duplicate, never a
 // loss). A failover does not wait: the dead primary is not in the view,
 // and the backups hold no claims, so the first round releases the shard.
@@ -72,6 +76,11 @@ func (r *Replicator) handoverRound(ctx context.Context) bool {
 	slices.Sort(waiting)
 	peers := v.peers()
 	states := r.gatherStates(ctx, v, peers, waiting)
+	mine, err := r.localDigests(ctx)
+	if err != nil {
+		r.log.Warn("handover: read local digests", "err", err)
+		return true
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.view.Load() != v {
@@ -90,8 +99,13 @@ func (r *Replicator) handoverRound(ctx context.Context) bool {
 				busy = p + " did not answer"
 				break
 			}
-			if st, _ := stateOf(rep, s); st.Claimed > 0 || st.Unshipped {
+			st, _ := stateOf(rep, s)
+			if st.Claimed > 0 || st.Unshipped {
 				busy = p + " still delivers or ships"
+				break
+			}
+			if st.Rows > 0 && (st.Rows != mine[s].Rows || st.Sum != mine[s].Sum) {
+				busy = p + " holds a copy that differs from ours"
 				break
 			}
 		}
