@@ -299,6 +299,14 @@ func (d *demoRun) stopNode(idx int) {
 		return
 	}
 	m := d.members[idx]
+	d.mu.Unlock()
+	// As an operator would: drain a node only once every shard has its R
+	// synced copies again (after the kill and wipe), so no row's only
+	// copy leaves with it.
+	if !d.waitReplicated(20 * time.Second) {
+		d.event("the cluster is still under-replicated after 20 s; stopping %s anyway", m.name)
+	}
+	d.mu.Lock()
 	m.stop = true
 	d.mu.Unlock()
 	d.event("stopping %s gracefully: it drains and hands its rows off", m.name)
@@ -326,6 +334,29 @@ func (d *demoRun) killAndWipe(idx int) {
 	_ = m.n.Close()
 	err := os.RemoveAll(m.dir)
 	d.event("killed %s and deleted its data dir (err %v): its rows live on in their second copy", m.name, err)
+}
+
+// waitReplicated waits up to timeout until every live node reports no
+// under-replicated shard and none syncing.
+func (d *demoRun) waitReplicated(timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		ok := true
+		for _, m := range d.live() {
+			ctx, cancel := context.WithTimeout(context.Background(), viewTimeout)
+			cv, err := d.on(m.url).Cluster(ctx)
+			cancel()
+			if err != nil || cv.Replication.UnderReplicated || cv.Replication.SyncingShards > 0 {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return true
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return false
 }
 
 func (d *demoRun) live() []*member {
