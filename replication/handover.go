@@ -13,11 +13,10 @@ import (
 // second time. So a new primary keeps such a shard out of its claim scope
 // until every other live member reports that it holds no claimed row of
 // it and no state change of it waiting to be shipped (StatesReply's
-// Claimed and Unshipped), and that its copy, if it holds one, has the
-// digest of ours: the old primary finishes its deliveries, its settles
-// reach the new primary (by shipping, by the drop of a leftover copy,
-// which merges it into the new set first, or by repair), and only then
-// does the new primary claim. The digest condition matters when the new
+// Claimed and Unshipped), and every other replica of the set that holds a
+// copy has the digest of ours: the old primary finishes its deliveries,
+// its settles reach the new primary (by shipping, or by repair between
+// the replicas), and only then does the new primary claim. The digest condition matters when the new
 // primary synced from a backup the old primary had not yet shipped a
 // settle to (a chaos run saw that backup just back from a partition). The wait is bounded by Config.HandoverTimeout (a stuck delivery
 // or an unreachable member then costs a possible duplicate, never a
@@ -104,7 +103,10 @@ func (r *Replicator) handoverRound(ctx context.Context) bool {
 				busy = p + " still delivers or ships"
 				break
 			}
-			if st.Rows > 0 && (st.Rows != mine[s].Rows || st.Sum != mine[s].Sum) {
+			// Replicas only: a leftover copy (a node that left the set or
+			// drains) lacks what was appended since and is merged into the
+			// set before it is dropped; its settles are "unshipped" above.
+			if st.Replica && st.Rows > 0 && (st.Rows != mine[s].Rows || st.Sum != mine[s].Sum) {
 				busy = p + " holds a copy that differs from ours"
 				break
 			}
