@@ -76,8 +76,10 @@ func benchEndToEnd(b *testing.B, st storeKind, mode benchMode) {
 	for i := range b.N {
 		b.StopTimer()
 		store, _ := st.open(b)
-		cfg := Config{Store: store, Planner: testPlanner(), Targets: static(srv.URL),
-			Registerer: prometheus.NewRegistry(), BatchSize: mode.batchSize}
+		cfg := Config{Store: store, Targets: static(srv.URL), Registerer: prometheus.NewRegistry(), BatchSize: mode.batchSize}
+		cfg.fillDefaults()
+		cfg.Hosts = testHosts(b, cfg)
+		cfg.Planner = testPlanner(cfg.Hosts)
 		d, err := New(cfg)
 		if err != nil {
 			b.Fatal(err)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"slices"
 	"sync"
@@ -26,6 +25,7 @@ type Dispatcher struct {
 	store        outbox.Store
 	client       *http.Client
 	ownTransport *http.Transport // built by New, closed when Run returns; nil if injected
+	hosts        *HostLimits     // per-target-host limits and rows in flight
 	m            *metrics
 	log          *slog.Logger
 	// startedAt is the clock reading at New: claims older than it were
@@ -50,6 +50,7 @@ type Dispatcher struct {
 	limited        atomic.Bool
 	startRearmDone atomic.Bool
 	warnedPolicy   sync.Map // namespace → struct{}: invalid override logged once
+	warnedUngated  atomic.Bool
 
 	mu            sync.Mutex
 	claimsStopped bool               // Drain or Run's end: SweepOnce claims nothing more
@@ -89,19 +90,19 @@ func New(cfg Config) (*Dispatcher, error) {
 		inflight:   map[string]int{},
 		inflightNS: map[string]int{},
 	}
+	d.hosts = cfg.Hosts
+	if d.hosts == nil {
+		if d.hosts, err = NewHostLimits(HostLimitsConfig{
+			Targets: cfg.Targets, MaxConnsPerHost: cfg.MaxConnsPerHost,
+			InitialConnsPerHost: cfg.InitialConnsPerHost, Registerer: cfg.Registerer,
+		}); err != nil {
+			m.unregister(cfg.Registerer)
+			return nil, err
+		}
+	}
 	rt := cfg.Transport
 	if rt == nil {
-		d.ownTransport = &http.Transport{
-			Proxy:                 http.ProxyFromEnvironment,
-			DialContext:           (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext,
-			ForceAttemptHTTP2:     true,
-			MaxIdleConns:          0, // no global cap; per host below
-			MaxIdleConnsPerHost:   cfg.MaxConnsPerHost,
-			MaxConnsPerHost:       cfg.MaxConnsPerHost,
-			IdleConnTimeout:       90 * time.Second,
-			TLSHandshakeTimeout:   10 * time.Second,
-			ExpectContinueTimeout: time.Second,
-		}
+		d.ownTransport = newTransport(cfg)
 		rt = d.ownTransport
 	}
 	d.client = &http.Client{
@@ -217,6 +218,10 @@ func (d *Dispatcher) Drain(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Hosts returns the per-target-host limits the dispatcher counts its
+// deliveries against (Config.Hosts, or the one New built).
+func (d *Dispatcher) Hosts() *HostLimits { return d.hosts }
 
 // Wake asks for a sweep soon (after WakeDebounce) instead of at the next
 // poll tick. It never blocks; wakes that arrive while one is pending merge
@@ -374,6 +379,15 @@ func (d *Dispatcher) report(sw backpressure.Sweep, budget int, fs *filteredStore
 			d.m.atCeiling.WithLabelValues(ns.Namespace).Inc()
 			limited = true
 		}
+		if ns.HostLimited {
+			limited = true // a delivery to that host finishing frees a slot
+		}
+	}
+	if len(sw.Rows) > 0 && len(sw.Hosts) == 0 && !d.warnedUngated.Load() {
+		if _, gated := d.hosts.HostOf(sw.Rows[0].Route()); gated && !d.warnedUngated.Swap(true) {
+			d.log.Warn("dispatch: the planner claims without the target hosts' limits (give it the dispatcher's HostLimits: PlannerConfig.Hosts); " +
+				"rows may wait for a connection inside their delivery timeout")
+		}
 	}
 	d.mu.Lock()
 	// A namespace with no visible pending rows is not in the report: its
@@ -413,10 +427,18 @@ func (d *Dispatcher) launch(rows []outbox.Row) {
 	d.m.inFlight.Add(float64(len(rows)))
 	d.mu.Unlock()
 	d.deliveries.Add(len(rows))
+	now := time.Now()
 	for _, row := range rows {
+		// Count the row against its target host before the next sweep
+		// reads the host's usage (sweeps are serialised under sweepMu).
+		host, gated := d.hosts.HostOf(row.Route())
+		hostInflight := 0
+		if gated {
+			hostInflight = d.hosts.acquire(host, row.Namespace, now)
+		}
 		go func() {
 			defer d.deliveries.Done()
-			d.deliverAndSettle(row)
+			d.deliverAndSettle(row, host, hostInflight)
 			d.finish(&row)
 		}()
 	}

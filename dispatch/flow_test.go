@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
@@ -97,7 +98,9 @@ func testBurstyQuiet(t *testing.T, st storeKind) {
 	})
 	cfg := testConfig(targets)
 	cfg.Store, _ = st.open(t)
-	cp := &countingPlanner{Planner: testPlanner(), claimed: map[string]int64{}}
+	cfg.Registerer = prometheus.NewPedanticRegistry()
+	cfg.Hosts = testHosts(t, cfg)
+	cp := &countingPlanner{Planner: testPlanner(cfg.Hosts), claimed: map[string]int64{}}
 	cfg.Planner = cp
 	d, b := setup(t, cfg)
 	stop := run(t, d)

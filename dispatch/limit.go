@@ -1,0 +1,175 @@
+package dispatch
+
+import (
+	"math"
+	"time"
+)
+
+// The adaptive per-host concurrency limit is AIMD (additive increase,
+// multiplicative decrease) with a delay signal; DECISIONS.md "Delivery at
+// the wire" says why AIMD and not a gradient limiter. Its constants:
+const (
+	// DefaultInitialConnsPerHost is a new host's limit (rows in flight),
+	// before it has answered anything (capped by MaxConnsPerHost):
+	// Netflix's AIMDLimit starts at 10, Gradient2 and Palantir's client
+	// limiter at 20.
+	DefaultInitialConnsPerHost = 20
+	// limitBackoff multiplies the limit on a cut (TCP's halving).
+	limitBackoff = 0.5
+	// latencyFactor and latencySlack define "latency well above its
+	// recent minimum": the host's smoothed answer time exceeds both
+	// latencyFactor × the minimum and the minimum + latencySlack (the
+	// slack keeps the scheduling noise of a fast target, 1 ms → 5 ms, from
+	// reading as congestion).
+	latencyFactor = 2.0
+	latencySlack  = 50 * time.Millisecond
+	// latencySmoothing is the weight of a new answer time in the smoothed
+	// one (an exponential moving average), so one slow answer does not
+	// cut the limit but a run of them does.
+	latencySmoothing = 0.1
+	// minRTTWindow is how long an answer time counts towards the recent
+	// minimum: the minimum is taken over the current and the previous
+	// window, so a host that became slower for good is judged against its
+	// new normal after 10–20 s.
+	minRTTWindow = 10 * time.Second
+)
+
+// loadSignal is what one delivery attempt says about the host's load.
+type loadSignal int
+
+const (
+	// signalNone: the attempt says nothing about load (it was abandoned,
+	// never sent, or answered with a 5xx other than 503, 408 or 425).
+	signalNone loadSignal = iota
+	// signalSuccess: the host answered (2xx, 3xx, a 4xx other than 429):
+	// its answer time is a latency sample.
+	signalSuccess
+	// signalDrop: the host is overloaded or unreachable: timeout,
+	// connection error, 429 or 503.
+	signalDrop
+)
+
+// Reasons of a limit cut, the reason label of
+// fairshard_target_host_limit_cuts_total.
+const (
+	cutTimeout    = "timeout"
+	cutConnection = "connection"
+	cut429        = "status_429"
+	cut503        = "status_503"
+	cutLatency    = "latency"
+)
+
+// sample is one finished delivery attempt as the host's limit sees it.
+type sample struct {
+	signal loadSignal
+	// reason names a drop (cut* constants).
+	reason string
+	// sent is when the request went on the wire (or, if it never did,
+	// when the attempt started).
+	sent time.Time
+	// at is when the attempt ended.
+	at time.Time
+	// rtt is the answer time: on the wire → response headers (successes).
+	rtt time.Duration
+	// inflight is the host's rows in flight when the request was
+	// launched, itself included.
+	inflight int
+}
+
+// aimdLimit is one host's adaptive concurrency limit, in [1, max]. Not
+// safe for concurrent use (HostLimits holds its lock).
+//
+//   - Increase: an answered attempt that was not slow adds 1 when the
+//     limit was in use (at least half of it in flight when the request
+//     went out), as Netflix's AIMDLimit does: the limit doubles per round
+//     trip while the host keeps up, and does not grow while the node has
+//     too little work to test it.
+//   - Decrease: a drop (timeout, connection error, 429, 503) or a slow
+//     answer (smoothed answer time well above the recent minimum) halves
+//     it, at most once per round trip: attempts that went out before the
+//     last cut carry no news about it and neither cut nor grow the limit
+//     (TCP's one reduction per window, RFC 5681 §3.2 / NewReno).
+type aimdLimit struct {
+	limit   float64
+	max     float64
+	lastCut time.Time
+	// minCur and minPrev are the smallest answer times of the current and
+	// the previous minRTTWindow (0: none yet); winStart starts minCur.
+	minCur, minPrev time.Duration
+	winStart        time.Time
+	smoothed        time.Duration // 0: no answer yet
+}
+
+func newAIMDLimit(initial, maxLimit int) aimdLimit {
+	maxLimit = max(maxLimit, 1)
+	return aimdLimit{limit: float64(min(max(initial, 1), maxLimit)), max: float64(maxLimit)}
+}
+
+// current is the limit in whole rows (≥ 1).
+func (l *aimdLimit) current() int { return max(int(l.limit), 1) }
+
+// minRTT is the recent minimum answer time (0: none yet).
+func (l *aimdLimit) minRTT() time.Duration {
+	switch {
+	case l.minCur == 0:
+		return l.minPrev
+	case l.minPrev == 0:
+		return l.minCur
+	}
+	return min(l.minCur, l.minPrev)
+}
+
+// observe feeds one attempt to the limit. It returns the reason of the cut
+// it made, "" when it made none.
+func (l *aimdLimit) observe(s sample) string {
+	if s.signal == signalNone {
+		return ""
+	}
+	stale := !l.lastCut.IsZero() && s.sent.Before(l.lastCut)
+	reason := s.reason
+	if s.signal == signalSuccess {
+		l.recordRTT(s.rtt, s.at)
+		if !l.slow() {
+			if !stale && 2*s.inflight >= l.current() {
+				l.limit = math.Min(l.max, l.limit+1)
+			}
+			return ""
+		}
+		reason = cutLatency
+	}
+	next := math.Max(1, math.Floor(l.limit*limitBackoff))
+	if stale || next == l.limit {
+		return "" // already cut this round trip, or already at 1
+	}
+	l.limit, l.lastCut = next, s.at
+	return reason
+}
+
+// recordRTT adds an answer time to the recent minimum and the smoothed
+// answer time.
+func (l *aimdLimit) recordRTT(rtt time.Duration, at time.Time) {
+	rtt = max(rtt, time.Microsecond)
+	switch since := at.Sub(l.winStart); {
+	case l.winStart.IsZero() || since >= 2*minRTTWindow:
+		l.minPrev, l.minCur, l.winStart = 0, rtt, at
+	case since >= minRTTWindow:
+		l.minPrev, l.minCur, l.winStart = l.minCur, rtt, at
+	default:
+		l.minCur = min(l.minCur, rtt)
+	}
+	if l.smoothed == 0 {
+		l.smoothed = rtt
+	} else {
+		l.smoothed += time.Duration(latencySmoothing * float64(rtt-l.smoothed))
+	}
+}
+
+// slow reports whether the smoothed answer time is well above the recent
+// minimum (latencyFactor and latencySlack).
+func (l *aimdLimit) slow() bool {
+	m := l.minRTT()
+	if m == 0 {
+		return false
+	}
+	return l.smoothed > time.Duration(latencyFactor*float64(m)) && l.smoothed > m+latencySlack
+}
