@@ -133,18 +133,30 @@ func New(cfg Config, log *slog.Logger) (*Node, error) {
 	n.rc = newRuntimeConfig(cl, cfg.DefaultTarget)
 	n.rc.nodeRetry = dispatch.RetryPolicy{Base: cfg.RetryBase, Factor: cfg.RetryFactor, Cap: cfg.RetryCap, MaxAttempts: uint32(cfg.MaxAttempts)}
 	n.quota = backpressure.NewQuotaCache(n.rc, cfg.DefaultMaxInFlight, cfg.QuotaTTL)
+	targets := dispatch.TargetsFunc(func(r outbox.ClaimScope) (dispatch.Target, bool) {
+		t, ok := n.rc.target(r)
+		return dispatch.Target{URL: t.URL, Timeout: durationMS(t.TimeoutMS)}, ok
+	})
+	// The target hosts' limits are one ceiling of the planner (beside each
+	// namespace's) and the dispatcher's record of what is on the wire.
+	hosts, err := dispatch.NewHostLimits(dispatch.HostLimitsConfig{Targets: targets, MaxConnsPerHost: cfg.MaxConnsPerHost, Registerer: n.reg})
+	if err != nil {
+		_ = cl.Shutdown()
+		_ = ln.Close()
+		_ = store.Close()
+		return nil, fmt.Errorf("create target host limits: %w", err)
+	}
 	planner := backpressure.NewPlanner(backpressure.PlannerConfig{
 		Quotas:   n.quota,
 		Fraction: func() shards.OwnedShardFraction { return cl.Snapshot().Fraction },
+		Hosts:    hosts,
 		Logger:   log,
 	})
 	n.disp, err = dispatch.New(dispatch.Config{
-		Store:   heldClaimsStore{store},
-		Planner: planner,
-		Targets: dispatch.TargetsFunc(func(r outbox.ClaimScope) (dispatch.Target, bool) {
-			t, ok := n.rc.target(r)
-			return dispatch.Target{URL: t.URL, Timeout: durationMS(t.TimeoutMS)}, ok
-		}),
+		Store:             heldClaimsStore{store},
+		Planner:           planner,
+		Targets:           targets,
+		Hosts:             hosts,
 		Held:              n.rc.heldWorkflows,
 		RetryPolicyFor:    n.rc.retryPolicyFor,
 		Paused:            n.rc.paused,
