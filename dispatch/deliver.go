@@ -89,7 +89,7 @@ type result struct {
 func (d *Dispatcher) deliverAndSettle(row outbox.Row, host string, hostInflight int) {
 	target, ok := d.cfg.Targets.Target(row.Route())
 	var res result
-	if !ok || !usableURL(target.URL) {
+	if !ok || !usableURL(expandURL(target.URL, row.Route())) {
 		res = result{kind: outcomeWait}
 	} else {
 		res = d.deliver(row, target)

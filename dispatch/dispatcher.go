@@ -247,13 +247,14 @@ func (d *Dispatcher) Eligible(route outbox.ClaimScope) bool {
 	return d.hasTarget(route)
 }
 
-// hasTarget reports whether the route has a usable target: configured, with
-// an absolute http or https URL. A route whose target URL is malformed
-// waits like one without target (a configuration error must not burn
-// the rows' attempts).
+// hasTarget reports whether the route has a usable target: configured, its
+// URL, once the route's placeholders are substituted, an absolute http or
+// https URL (a placeholder may stand in the host). A route whose target
+// URL is malformed waits like one without target (a configuration error
+// must not burn the rows' attempts).
 func (d *Dispatcher) hasTarget(route outbox.ClaimScope) bool {
-	t, ok := d.cfg.Targets.Target(route)
-	return ok && usableURL(t.URL)
+	_, ok := d.hosts.HostOf(route)
+	return ok
 }
 
 // RoutesWithoutTarget returns the routes that had visible pending rows but
@@ -312,8 +313,8 @@ func (d *Dispatcher) SweepOnce(ctx context.Context) (backpressure.Sweep, error) 
 	start := time.Now()
 	sw, err := d.cfg.Planner.Sweep(ctx, planned, budget, held)
 	d.m.sweepDur.Observe(time.Since(start).Seconds())
+	d.report(sw, budget, fs) // first: a delivery may end before launch returns, and its answer wakes a short sweep
 	d.launch(sw.Rows)
-	d.report(sw, budget, fs)
 	if err != nil {
 		if ctx.Err() == nil {
 			d.m.sweepErrors.Inc()
