@@ -22,6 +22,10 @@ const (
 	// and the start of a sweep triggered by Wake. It merges a burst of
 	// appends and settles into one sweep.
 	DefaultWakeDebounce = 2 * time.Millisecond
+	// DefaultRefillDebounce is the shortest gap between the end of one
+	// sweep and a sweep triggered only by finished deliveries (a freed
+	// host slot or headroom): one sweep refills the slots of many answers.
+	DefaultRefillDebounce = 5 * time.Millisecond
 	// DefaultBatchSize is the most rows (all namespaces together) one sweep
 	// claims.
 	DefaultBatchSize = 256
@@ -40,8 +44,12 @@ const (
 	DefaultSettleTimeout = 5 * time.Second
 	// DefaultMaxConnsPerHost is the upper bound of a target host's
 	// adaptive concurrency limit (rows in flight to one scheme://host:port
-	// from this node).
-	DefaultMaxConnsPerHost = 64
+	// from this node). A fast host needs about rows/s × (answer time + one
+	// sweep) slots, since a freed slot is filled by the next sweep: 256
+	// keeps ~13,000 rows/s to one host with 10–20 ms sweeps
+	// (docs/BENCHMARKS.md); the limit only gets there while the host keeps
+	// up.
+	DefaultMaxConnsPerHost = 256
 	// DefaultLastErrorMax bounds a row's last_error (bytes).
 	DefaultLastErrorMax = 512
 
@@ -203,6 +211,12 @@ type Config struct {
 	// WakeDebounce is the shortest gap between the end of a sweep and a
 	// sweep triggered by Wake. Defaults to 2 ms; must be < PollInterval.
 	WakeDebounce time.Duration
+	// RefillDebounce is the shortest gap between the end of a sweep and a
+	// sweep triggered only by finished deliveries freeing a host slot or
+	// headroom the last sweep was short of (a Wake meanwhile still sweeps
+	// after WakeDebounce). Defaults to 5 ms (at most PollInterval/2, at
+	// least WakeDebounce); must be in [WakeDebounce, PollInterval).
+	RefillDebounce time.Duration
 	// BatchSize is the most rows one sweep claims, all namespaces together.
 	// Defaults to 256.
 	BatchSize int
@@ -236,7 +250,7 @@ type Config struct {
 	// share of a full host may still send, so a host can briefly see up
 	// to twice its limit; the built Transport allows 2 × MaxConnsPerHost
 	// connections per host so no request ever queues for one. Defaults to
-	// 64.
+	// 256.
 	MaxConnsPerHost int
 	// InitialConnsPerHost is a new host's limit before it has answered,
 	// in [1, MaxConnsPerHost]. Defaults to min(20, MaxConnsPerHost).
@@ -264,6 +278,7 @@ func (c *Config) fillDefaults() {
 	}
 	def(&c.PollInterval, DefaultPollInterval)
 	def(&c.WakeDebounce, DefaultWakeDebounce)
+	def(&c.RefillDebounce, max(min(DefaultRefillDebounce, c.PollInterval/2), c.WakeDebounce))
 	def(&c.DeliveryTimeout, DefaultDeliveryTimeout)
 	def(&c.VisibilityTimeout, c.DeliveryTimeout+DefaultVisibilitySlack)
 	def(&c.RearmInterval, DefaultRearmInterval)
@@ -300,6 +315,7 @@ func (c *Config) validate() error {
 	}{
 		{"PollInterval", c.PollInterval},
 		{"WakeDebounce", c.WakeDebounce},
+		{"RefillDebounce", c.RefillDebounce},
 		{"DeliveryTimeout", c.DeliveryTimeout},
 		{"VisibilityTimeout", c.VisibilityTimeout},
 		{"RearmInterval", c.RearmInterval},
@@ -319,6 +335,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: Config.Targets is required", ErrInvalidConfig)
 	case c.WakeDebounce >= c.PollInterval:
 		return fmt.Errorf("%w: Config.WakeDebounce (%v) must be < PollInterval (%v)", ErrInvalidConfig, c.WakeDebounce, c.PollInterval)
+	case c.RefillDebounce < c.WakeDebounce || c.RefillDebounce >= c.PollInterval:
+		return fmt.Errorf("%w: Config.RefillDebounce (%v) must be in [WakeDebounce %v, PollInterval %v)", ErrInvalidConfig, c.RefillDebounce, c.WakeDebounce, c.PollInterval)
 	case c.VisibilityTimeout <= c.DeliveryTimeout:
 		return fmt.Errorf("%w: Config.VisibilityTimeout (%v) must be > DeliveryTimeout (%v): a claim must outlive its delivery attempt",
 			ErrInvalidConfig, c.VisibilityTimeout, c.DeliveryTimeout)
@@ -343,6 +361,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	d := DefaultConfig()
 	fs.DurationVar(&c.PollInterval, "dispatch.poll-interval", d.PollInterval, "fallback sweep period when nothing wakes the dispatcher")
 	fs.DurationVar(&c.WakeDebounce, "dispatch.wake-debounce", d.WakeDebounce, "shortest gap between a sweep and a wake-triggered sweep")
+	fs.DurationVar(&c.RefillDebounce, "dispatch.refill-debounce", d.RefillDebounce, "shortest gap between a sweep and one triggered by finished deliveries")
 	fs.IntVar(&c.BatchSize, "dispatch.batch-size", d.BatchSize, "most rows one sweep claims (all namespaces)")
 	fs.IntVar(&c.MaxInFlight, "dispatch.max-in-flight", d.MaxInFlight, "most rows this node delivers at once")
 	fs.DurationVar(&c.DeliveryTimeout, "dispatch.delivery-timeout", d.DeliveryTimeout, "timeout of one HTTP delivery attempt")

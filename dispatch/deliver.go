@@ -102,7 +102,7 @@ func (d *Dispatcher) deliverAndSettle(row outbox.Row, host string, hostInflight 
 		}
 		d.hosts.release(host, row.Namespace, sample{signal: res.load, reason: res.loadReason, sent: sent, at: now, rtt: res.rtt, inflight: hostInflight})
 		if d.limited.Load() {
-			d.Wake() // a sweep was short of slots: this one is free now
+			d.wakeRefill() // a sweep was short of slots: this one is free now
 		}
 	}
 	d.settle(row, res)
@@ -240,10 +240,10 @@ func loadOfStatus(code int) (loadSignal, string) {
 	return signalSuccess, ""
 }
 
-// wireClock times one attempt: a connect timer from its start, replaced by
-// the delivery timer when the request gets a connection (GotConn). It
-// records when that happened and whether the request was written in full
-// (WroteRequest without error).
+// wireClock times one attempt with one timer: from its start it bounds
+// getting a connection; when the request gets one (GotConn) it is re-armed
+// for the delivery timeout. It records when that happened and whether the
+// request was written in full (WroteRequest without error).
 type wireClock struct {
 	timeout time.Duration
 	cancel  context.CancelCauseFunc
@@ -263,8 +263,20 @@ type wireState struct {
 
 func startWireClock(timeout time.Duration, cancel context.CancelCauseFunc) *wireClock {
 	w := &wireClock{timeout: timeout, cancel: cancel}
-	w.timer = time.AfterFunc(timeout, func() { cancel(errConnectTimeout) })
+	w.timer = time.AfterFunc(timeout, w.expire)
 	return w
+}
+
+// expire cancels the attempt with the cause of the phase it is in.
+func (w *wireClock) expire() {
+	w.mu.Lock()
+	wired := !w.onWire.IsZero()
+	w.mu.Unlock()
+	if wired {
+		w.cancel(errDeliveryTimeout)
+	} else {
+		w.cancel(errConnectTimeout)
+	}
 }
 
 func (w *wireClock) trace() *httptrace.ClientTrace {
@@ -275,9 +287,9 @@ func (w *wireClock) trace() *httptrace.ClientTrace {
 			if w.stopped || !w.onWire.IsZero() {
 				return // a retry on another connection keeps the first deadline
 			}
-			w.onWire = time.Now()
-			if w.timer.Stop() {
-				w.timer = time.AfterFunc(w.timeout, func() { w.cancel(errDeliveryTimeout) })
+			if w.timer.Stop() { // else the connect timeout fired first
+				w.onWire = time.Now()
+				w.timer.Reset(w.timeout)
 			}
 		},
 		WroteRequest: func(info httptrace.WroteRequestInfo) {

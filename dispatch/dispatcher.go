@@ -32,7 +32,8 @@ type Dispatcher struct {
 	// made by an earlier run of this node (RearmAllOnStart).
 	startedAt time.Time
 
-	wake chan struct{} // 1-buffered: Wake's coalescing signal
+	wake   chan struct{} // 1-buffered: Wake's coalescing signal
+	refill chan struct{} // 1-buffered: a slot or headroom a short sweep wanted is free (wakeRefill)
 
 	// sweepMu serialises sweeps (two concurrent sweeps could together
 	// exceed a ceiling; backpressure package doc). It also guards knownNS.
@@ -85,6 +86,7 @@ func New(cfg Config) (*Dispatcher, error) {
 		log:        cfg.Logger,
 		startedAt:  cfg.Now(),
 		wake:       make(chan struct{}, 1),
+		refill:     make(chan struct{}, 1),
 		knownNS:    map[string]uint32{},
 		loopsDone:  make(chan struct{}),
 		inflight:   map[string]int{},
@@ -217,6 +219,18 @@ func (d *Dispatcher) Drain(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// wakeRefill asks for a sweep after RefillDebounce: a delivery finished
+// and freed a host slot or namespace headroom that the last sweep was
+// short of. Waiting a little lets one sweep refill the slots of many
+// answers instead of one sweep per answer; a Wake meanwhile (an append)
+// still sweeps after WakeDebounce.
+func (d *Dispatcher) wakeRefill() {
+	select {
+	case d.refill <- struct{}{}:
+	default:
+	}
 }
 
 // Hosts returns the per-target-host limits the dispatcher counts its
@@ -429,10 +443,20 @@ func (d *Dispatcher) launch(rows []outbox.Row) {
 	d.mu.Unlock()
 	d.deliveries.Add(len(rows))
 	now := time.Now()
+	type routeHost struct {
+		host  string
+		gated bool
+	}
+	hostOf := map[outbox.ClaimScope]routeHost{} // rows of a sweep share few routes
 	for _, row := range rows {
 		// Count the row against its target host before the next sweep
 		// reads the host's usage (sweeps are serialised under sweepMu).
-		host, gated := d.hosts.HostOf(row.Route())
+		rh, seen := hostOf[row.Route()]
+		if !seen {
+			rh.host, rh.gated = d.hosts.HostOf(row.Route())
+			hostOf[row.Route()] = rh
+		}
+		host, gated := rh.host, rh.gated
 		hostInflight := 0
 		if gated {
 			hostInflight = d.hosts.acquire(host, row.Namespace, now)
@@ -463,7 +487,7 @@ func (d *Dispatcher) finish(row *outbox.Row) {
 	}
 	d.mu.Unlock()
 	if d.limited.Load() {
-		d.Wake()
+		d.wakeRefill()
 	}
 }
 
@@ -494,29 +518,42 @@ func (d *Dispatcher) inflightKeys() map[string]struct{} {
 	return out
 }
 
-// sweepLoop sweeps once at start, then on every jittered poll tick and,
-// debounced, on Wake, until ctx ends.
+// sweepLoop sweeps once at start, then on every jittered poll tick, after
+// WakeDebounce on Wake and after RefillDebounce on wakeRefill, until ctx
+// ends. The gaps count from the end of the last sweep.
 func (d *Dispatcher) sweepLoop(ctx context.Context) {
 	timer := time.NewTimer(d.pollJitter())
 	defer timer.Stop()
 	debounce := time.NewTimer(time.Hour)
-	debounce.Stop() // armed only after a Wake (Go ≥ 1.23: no stale tick)
+	debounce.Stop() // armed only after a wake (Go ≥ 1.23: no stale tick)
 	for {
 		_, _ = d.SweepOnce(ctx) // errors are logged and counted inside
 		lastEnd := time.Now()
 		timer.Reset(d.pollJitter())
+		wait := time.Duration(0)
 		select {
 		case <-ctx.Done():
 			return
 		case <-timer.C:
 		case <-d.wake:
-			if gap := d.cfg.WakeDebounce - time.Since(lastEnd); gap > 0 {
-				debounce.Reset(gap)
-				select {
-				case <-ctx.Done():
-					return
-				case <-debounce.C:
-				}
+			wait = d.cfg.WakeDebounce
+		case <-d.refill:
+			wait = d.cfg.RefillDebounce
+		}
+		for wait > 0 {
+			gap := wait - time.Since(lastEnd)
+			if gap <= 0 {
+				break
+			}
+			debounce.Reset(gap)
+			select {
+			case <-ctx.Done():
+				return
+			case <-debounce.C:
+				wait = 0
+			case <-d.wake: // an append does not wait for a refill's gap
+				debounce.Stop()
+				wait = d.cfg.WakeDebounce
 			}
 		}
 		if ctx.Err() != nil {

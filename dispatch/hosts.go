@@ -32,7 +32,7 @@ type HostLimitsConfig struct {
 	// Targets resolves a route's target (the same as the dispatcher's).
 	Targets Targets
 	// MaxConnsPerHost is the upper bound of each host's limit (rows in
-	// flight, ≥ 1). Defaults to DefaultMaxConnsPerHost (64).
+	// flight, ≥ 1). Defaults to DefaultMaxConnsPerHost (256).
 	MaxConnsPerHost int
 	// InitialConnsPerHost is a new host's limit, in [1, MaxConnsPerHost].
 	// Defaults to min(DefaultInitialConnsPerHost, MaxConnsPerHost).
@@ -83,6 +83,8 @@ type hostState struct {
 	inflight int
 	byNS     map[string]int
 	lastUsed time.Time
+	// The host's series, looked up once (not per delivery).
+	limitG, inflightG prometheus.Gauge
 }
 
 // hostTemplate is a parsed target URL template: static when its scheme
@@ -244,7 +246,7 @@ func (h *HostLimits) acquire(host, ns string, now time.Time) int {
 	s.inflight++
 	s.byNS[ns]++
 	s.lastUsed = now
-	h.m.inflight.WithLabelValues(host).Set(float64(s.inflight))
+	s.inflightG.Set(float64(s.inflight))
 	return s.inflight
 }
 
@@ -262,17 +264,18 @@ func (h *HostLimits) release(host, ns string, smp sample) {
 	if reason := s.lim.observe(smp); reason != "" {
 		h.m.cuts.WithLabelValues(host, reason).Inc()
 	}
-	h.m.inflight.WithLabelValues(host).Set(float64(s.inflight))
-	h.m.limit.WithLabelValues(host).Set(float64(s.lim.current()))
+	s.inflightG.Set(float64(s.inflight))
+	s.limitG.Set(float64(s.lim.current()))
 }
 
 // state returns the host's state, creating it. Called with mu held.
 func (h *HostLimits) state(host string) *hostState {
 	s, ok := h.hosts[host]
 	if !ok {
-		s = &hostState{lim: newAIMDLimit(h.initial, h.max), byNS: map[string]int{}}
+		s = &hostState{lim: newAIMDLimit(h.initial, h.max), byNS: map[string]int{},
+			limitG: h.m.limit.WithLabelValues(host), inflightG: h.m.inflight.WithLabelValues(host)}
 		h.hosts[host] = s
-		h.m.limit.WithLabelValues(host).Set(float64(s.lim.current()))
+		s.limitG.Set(float64(s.lim.current()))
 	}
 	return s
 }

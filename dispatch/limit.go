@@ -17,16 +17,18 @@ const (
 	// limitBackoff multiplies the limit on a cut (TCP's halving).
 	limitBackoff = 0.5
 	// latencyFactor and latencySlack define "latency well above its
-	// recent minimum": the host's smoothed answer time exceeds both
-	// latencyFactor × the minimum and the minimum + latencySlack (the
-	// slack keeps the scheduling noise of a fast target, 1 ms → 5 ms, from
-	// reading as congestion).
+	// recent minimum": the host's average answer time over a latency
+	// window exceeds both latencyFactor × the minimum and the minimum +
+	// latencySlack (the slack keeps the scheduling noise of a fast target,
+	// 1 ms → 5 ms, from reading as congestion).
 	latencyFactor = 2.0
 	latencySlack  = 50 * time.Millisecond
-	// latencySmoothing is the weight of a new answer time in the smoothed
-	// one (an exponential moving average), so one slow answer does not
-	// cut the limit but a run of them does.
-	latencySmoothing = 0.1
+	// latencyWindow and latencyWindowSamples bound a latency window: its
+	// average is judged once it spans at least a second and ten answers
+	// (Netflix's WindowedLimit judges windows of 1 s and 10 samples too),
+	// so a burst of slow answers on a busy machine is not a trend.
+	latencyWindow        = time.Second
+	latencyWindowSamples = 10
 	// minRTTWindow is how long an answer time counts towards the recent
 	// minimum: the minimum is taken over the current and the previous
 	// window, so a host that became slower for good is judged against its
@@ -79,25 +81,29 @@ type sample struct {
 // aimdLimit is one host's adaptive concurrency limit, in [1, max]. Not
 // safe for concurrent use (HostLimits holds its lock).
 //
-//   - Increase: an answered attempt that was not slow adds 1 when the
-//     limit was in use (at least half of it in flight when the request
-//     went out), as Netflix's AIMDLimit does: the limit doubles per round
-//     trip while the host keeps up, and does not grow while the node has
-//     too little work to test it.
+//   - Increase: an answered attempt adds 1 when the limit was in use (at
+//     least half of it in flight when the request went out), as Netflix's
+//     AIMDLimit does: the limit doubles per round trip while the host
+//     keeps up, and does not grow while the node has too little work to
+//     test it.
 //   - Decrease: a drop (timeout, connection error, 429, 503) or a slow
-//     answer (smoothed answer time well above the recent minimum) halves
-//     it, at most once per round trip: attempts that went out before the
-//     last cut carry no news about it and neither cut nor grow the limit
-//     (TCP's one reduction per window, RFC 5681 §3.2 / NewReno).
+//     latency window (average answer time well above the recent minimum)
+//     halves it, at most once per round trip: attempts that went out
+//     before the last cut carry no news about it and neither cut nor grow
+//     the limit, nor count in a latency window (TCP's one reduction per
+//     window, RFC 5681 §3.2 / NewReno).
 type aimdLimit struct {
 	limit   float64
 	max     float64
 	lastCut time.Time
 	// minCur and minPrev are the smallest answer times of the current and
-	// the previous minRTTWindow (0: none yet); winStart starts minCur.
+	// the previous minRTTWindow (0: none yet); minStart starts minCur.
 	minCur, minPrev time.Duration
-	winStart        time.Time
-	smoothed        time.Duration // 0: no answer yet
+	minStart        time.Time
+	// The latency window: answers since winStart (their count and sum).
+	winStart time.Time
+	winN     int
+	winSum   time.Duration
 }
 
 func newAIMDLimit(initial, maxLimit int) aimdLimit {
@@ -128,9 +134,13 @@ func (l *aimdLimit) observe(s sample) string {
 	stale := !l.lastCut.IsZero() && s.sent.Before(l.lastCut)
 	reason := s.reason
 	if s.signal == signalSuccess {
-		l.recordRTT(s.rtt, s.at)
-		if !l.slow() {
-			if !stale && 2*s.inflight >= l.current() {
+		rtt := max(s.rtt, time.Microsecond)
+		l.recordMin(rtt, s.at)
+		if stale {
+			return ""
+		}
+		if !l.windowSlow(rtt, s.at) {
+			if 2*s.inflight >= l.current() {
 				l.limit = math.Min(l.max, l.limit+1)
 			}
 			return ""
@@ -142,34 +152,45 @@ func (l *aimdLimit) observe(s sample) string {
 		return "" // already cut this round trip, or already at 1
 	}
 	l.limit, l.lastCut = next, s.at
+	l.winStart, l.winN, l.winSum = time.Time{}, 0, 0 // judge what comes after the cut
 	return reason
 }
 
-// recordRTT adds an answer time to the recent minimum and the smoothed
-// answer time.
-func (l *aimdLimit) recordRTT(rtt time.Duration, at time.Time) {
-	rtt = max(rtt, time.Microsecond)
-	switch since := at.Sub(l.winStart); {
-	case l.winStart.IsZero() || since >= 2*minRTTWindow:
-		l.minPrev, l.minCur, l.winStart = 0, rtt, at
+// recordMin adds an answer time to the recent minimum.
+func (l *aimdLimit) recordMin(rtt time.Duration, at time.Time) {
+	switch since := at.Sub(l.minStart); {
+	case l.minStart.IsZero() || since >= 2*minRTTWindow:
+		l.minPrev, l.minCur, l.minStart = 0, rtt, at
 	case since >= minRTTWindow:
-		l.minPrev, l.minCur, l.winStart = l.minCur, rtt, at
+		l.minPrev, l.minCur, l.minStart = l.minCur, rtt, at
 	default:
 		l.minCur = min(l.minCur, rtt)
 	}
-	if l.smoothed == 0 {
-		l.smoothed = rtt
-	} else {
-		l.smoothed += time.Duration(latencySmoothing * float64(rtt-l.smoothed))
-	}
 }
 
-// slow reports whether the smoothed answer time is well above the recent
+// windowSlow adds an answer time to the latency window and, when the
+// window is complete, judges it and starts the next one. It reports
+// whether the completed window was slow.
+func (l *aimdLimit) windowSlow(rtt time.Duration, at time.Time) bool {
+	if l.winN == 0 {
+		l.winStart = at
+	}
+	l.winN++
+	l.winSum += rtt
+	if l.winN < latencyWindowSamples || at.Sub(l.winStart) < latencyWindow {
+		return false
+	}
+	avg := l.winSum / time.Duration(l.winN)
+	l.winStart, l.winN, l.winSum = time.Time{}, 0, 0
+	return l.slow(avg)
+}
+
+// slow reports whether an average answer time is well above the recent
 // minimum (latencyFactor and latencySlack).
-func (l *aimdLimit) slow() bool {
+func (l *aimdLimit) slow(avg time.Duration) bool {
 	m := l.minRTT()
 	if m == 0 {
 		return false
 	}
-	return l.smoothed > time.Duration(latencyFactor*float64(m)) && l.smoothed > m+latencySlack
+	return avg > time.Duration(latencyFactor*float64(m)) && avg > m+latencySlack
 }

@@ -318,14 +318,18 @@ func TestAIMDLimit(t *testing.T) {
 			samples: []sample{drop(0, 1, cut429), drop(2, 3, cut429), drop(4, 5, cut429)}, want: 1, cuts: []string{cut429}},
 		{name: "ignored signals change nothing", initial: 5, max: 64, samples: []sample{{signal: signalNone, at: at(1)}}, want: 5},
 		{name: "one slow answer among fast ones is noise", initial: 20, max: 64,
-			samples: append(repeat(ok(0, 1, 20*time.Millisecond, 0), 20), ok(0, 2, 300*time.Millisecond, 0)), want: 20},
-		{name: "answers well above the recent minimum cut it", initial: 20, max: 64,
-			samples: append(repeat(ok(0, 1, 20*time.Millisecond, 0), 20), repeat(ok(5, 100, 400*time.Millisecond, 0), 20)...),
-			want:    10, cuts: []string{cutLatency}},
+			samples: concat(series(0, 75, 13, 20*time.Millisecond, 0), series(975, 75, 1, 300*time.Millisecond, 0), series(1050, 75, 10, 20*time.Millisecond, 0)),
+			want: 20},
+		{name: "a slow latency window cuts it, once", initial: 20, max: 64,
+			samples: concat(series(0, 50, 25, 20*time.Millisecond, 0), series(1300, 60, 25, 400*time.Millisecond, 0)),
+			want: 10, cuts: []string{cutLatency}},
+		{name: "a burst of slow answers inside a fast window is not a trend", initial: 20, max: 64,
+			samples: concat(series(0, 10, 150, 20*time.Millisecond, 0), series(1500, 5, 20, 150*time.Millisecond, 0), series(1600, 10, 100, 20*time.Millisecond, 0)),
+			want: 20},
 		{name: "a 2 s target is not slow: 2 s is its minimum", initial: 20, max: 64,
-			samples: repeat(ok(0, 2000, 2*time.Second, 40), 44), want: 64},
+			samples: series(0, 45, 44, 2*time.Second, 40), want: 64},
 		{name: "a small rise on a fast target is noise (slack)", initial: 20, max: 64,
-			samples: append(repeat(ok(0, 1, time.Millisecond, 0), 20), repeat(ok(0, 2, 20*time.Millisecond, 0), 50)...), want: 20},
+			samples: concat(series(0, 20, 60, time.Millisecond, 0), series(1200, 20, 120, 20*time.Millisecond, 0)), want: 20},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -345,25 +349,43 @@ func TestAIMDLimit(t *testing.T) {
 	// the slower latency is the new normal: no longer slow, and the limit
 	// grows again.
 	l := newAIMDLimit(20, 64)
-	for i := range 20 {
-		l.observe(ok(0, i, 10*time.Millisecond, 0))
+	for _, smp := range series(0, 50, 20, 10*time.Millisecond, 0) {
+		l.observe(smp)
 	}
 	cuts := 0
-	for i := range 400 {
-		ms := 1000 + i*100 // 40 s of 200 ms answers
-		if l.observe(ok(ms, ms+200, 200*time.Millisecond, 0)) != "" {
+	for _, smp := range series(1000, 100, 400, 200*time.Millisecond, 0) { // 40 s of 200 ms answers
+		if l.observe(smp) != "" {
 			cuts++
 		}
 	}
-	if cuts == 0 || l.slow() || l.minRTT() != 200*time.Millisecond {
-		t.Fatalf("after 40 s of 200 ms answers: %d latency cuts, slow %v, recent minimum %v; want cuts at first, then 200ms as the new normal",
-			cuts, l.slow(), l.minRTT())
+	if cuts == 0 || l.slow(200*time.Millisecond) || l.minRTT() != 200*time.Millisecond {
+		t.Fatalf("after 40 s of 200 ms answers: %d latency cuts, 200 ms slow %v, recent minimum %v; want cuts at first, then 200ms as the new normal",
+			cuts, l.slow(200*time.Millisecond), l.minRTT())
 	}
 	before := l.current()
 	l.observe(ok(50_000, 50_200, 200*time.Millisecond, 64))
 	if l.current() != before+1 {
 		t.Fatalf("limit %d after an answer at the new normal, want %d (growing again)", l.current(), before+1)
 	}
+}
+
+// series is n answers taking rtt, the first sent at startMS, then one
+// every stepMS, each launched with inflight rows in flight.
+func series(startMS, stepMS, n int, rtt time.Duration, inflight int) []sample {
+	out := make([]sample, n)
+	for i := range out {
+		sent := t0.Add(time.Duration(startMS+i*stepMS) * time.Millisecond)
+		out[i] = sample{signal: signalSuccess, sent: sent, at: sent.Add(rtt), rtt: rtt, inflight: inflight}
+	}
+	return out
+}
+
+func concat(parts ...[]sample) []sample {
+	var out []sample
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
 }
 
 func repeat(s sample, n int) []sample {

@@ -113,14 +113,15 @@ func nsMax(r *loadgen.Receiver, ns string) int {
 func firstStrings(s []string, n int) []string { return s[:min(n, len(s))] }
 
 // TestSlowTargetNoisyQuiet is the issue's scenario as a new user meets
-// it: two nodes, default delivery flags (64 connections per target host),
-// one target that answers 200 after 2 s, 3,000 noisy rows then 20 quiet
-// ones. Before issue 11 the target received 9,136 requests for the 3,000
-// noisy rows (claimed rows waited for a connection inside their delivery
+// it: two nodes, default delivery flags, one target that answers 200
+// after 2 s, 3,000 noisy rows then 20 quiet ones. Before issue 11 the
+// target received 9,136 requests for the 3,000 noisy rows (64 connections
+// per host; claimed rows waited for a connection inside their delivery
 // timeout and were cut off mid-flight) and the worst quiet row came 11 s
 // after its append. Now: 0 repeat deliveries, and every quiet row
 // delivered within one target latency plus a sweep. The noisy backlog
-// drains at the target's pace (about 64 rows per 2 s per node).
+// drains at the target's pace: each node's limit for the host starts at
+// 20 and doubles per 2 s round trip up to --max-conns-per-host.
 func TestSlowTargetNoisyQuiet(t *testing.T) {
 	c := newCluster(t, clusterOpts{TargetDelay: slowTarget, Flags: defaultDeliveryFlags})
 	c.startNode("wire-0")
