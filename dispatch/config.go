@@ -25,7 +25,7 @@ const (
 	// DefaultRefillDebounce is the shortest gap between the end of one
 	// sweep and a sweep triggered only by finished deliveries (a freed
 	// host slot or headroom): one sweep refills the slots of many answers.
-	DefaultRefillDebounce = 5 * time.Millisecond
+	DefaultRefillDebounce = 10 * time.Millisecond
 	// DefaultBatchSize is the most rows (all namespaces together) one sweep
 	// claims.
 	DefaultBatchSize = 256
@@ -213,8 +213,9 @@ type Config struct {
 	WakeDebounce time.Duration
 	// RefillDebounce is the shortest gap between the end of a sweep and a
 	// sweep triggered only by finished deliveries freeing a host slot or
-	// headroom the last sweep was short of (a Wake meanwhile still sweeps
-	// after WakeDebounce). Defaults to 5 ms (at most PollInterval/2, at
+	// headroom the last sweep was short of; the gap is also at least the
+	// last sweep's duration (a Wake meanwhile still sweeps after
+	// WakeDebounce). Defaults to 10 ms (at most PollInterval/2, at
 	// least WakeDebounce); must be in [WakeDebounce, PollInterval).
 	RefillDebounce time.Duration
 	// BatchSize is the most rows one sweep claims, all namespaces together.

@@ -519,14 +519,16 @@ func (d *Dispatcher) inflightKeys() map[string]struct{} {
 }
 
 // sweepLoop sweeps once at start, then on every jittered poll tick, after
-// WakeDebounce on Wake and after RefillDebounce on wakeRefill, until ctx
-// ends. The gaps count from the end of the last sweep.
+// WakeDebounce on Wake and after max(RefillDebounce, the last sweep's
+// duration) on wakeRefill, until ctx ends. The gaps count from the end of
+// the last sweep.
 func (d *Dispatcher) sweepLoop(ctx context.Context) {
 	timer := time.NewTimer(d.pollJitter())
 	defer timer.Stop()
 	debounce := time.NewTimer(time.Hour)
 	debounce.Stop() // armed only after a wake (Go ≥ 1.23: no stale tick)
 	for {
+		start := time.Now()
 		_, _ = d.SweepOnce(ctx) // errors are logged and counted inside
 		lastEnd := time.Now()
 		timer.Reset(d.pollJitter())
@@ -538,7 +540,10 @@ func (d *Dispatcher) sweepLoop(ctx context.Context) {
 		case <-d.wake:
 			wait = d.cfg.WakeDebounce
 		case <-d.refill:
-			wait = d.cfg.RefillDebounce
+			// Refills wait at least as long as the last sweep took: the
+			// loop spends at most about half its time refilling, and
+			// deliveries keep the CPU for the rest.
+			wait = max(d.cfg.RefillDebounce, lastEnd.Sub(start))
 		}
 		for wait > 0 {
 			gap := wait - time.Since(lastEnd)

@@ -23,7 +23,7 @@ func TestConfigDefaults(t *testing.T) {
 	}{
 		{"PollInterval", c.PollInterval, 20 * time.Millisecond},
 		{"WakeDebounce", c.WakeDebounce, 2 * time.Millisecond},
-		{"RefillDebounce", c.RefillDebounce, 5 * time.Millisecond},
+		{"RefillDebounce", c.RefillDebounce, 10 * time.Millisecond},
 		{"BatchSize", c.BatchSize, 256},
 		{"MaxInFlight", c.MaxInFlight, 4096},
 		{"DeliveryTimeout", c.DeliveryTimeout, 10 * time.Second},
