@@ -23,8 +23,8 @@ const (
 	// appends and settles into one sweep.
 	DefaultWakeDebounce = 2 * time.Millisecond
 	// DefaultRefillDebounce is the shortest gap between the end of one
-	// sweep and a sweep triggered only by finished deliveries (a freed
-	// host slot or headroom): one sweep refills the slots of many answers.
+	// sweep and a sweep triggered only by answers freeing host slots: one
+	// sweep refills the slots of many answers.
 	DefaultRefillDebounce = 10 * time.Millisecond
 	// DefaultBatchSize is the most rows (all namespaces together) one sweep
 	// claims.
@@ -212,9 +212,9 @@ type Config struct {
 	// sweep triggered by Wake. Defaults to 2 ms; must be < PollInterval.
 	WakeDebounce time.Duration
 	// RefillDebounce is the shortest gap between the end of a sweep and a
-	// sweep triggered only by finished deliveries freeing a host slot or
-	// headroom the last sweep was short of; the gap is also at least the
-	// last sweep's duration (a Wake meanwhile still sweeps after
+	// sweep triggered only by answers freeing host slots the last sweep was
+	// short of (a settle freeing namespace headroom wakes the loop like
+	// Wake); the gap is also at least the last sweep's duration (a Wake meanwhile still sweeps after
 	// WakeDebounce). Defaults to 10 ms (at most PollInterval/2, at
 	// least WakeDebounce); must be in [WakeDebounce, PollInterval).
 	RefillDebounce time.Duration

@@ -101,7 +101,7 @@ func (d *Dispatcher) deliverAndSettle(row outbox.Row, host string, hostInflight 
 			sent = now
 		}
 		d.hosts.release(host, row.Namespace, sample{signal: res.load, reason: res.loadReason, sent: sent, at: now, rtt: res.rtt, inflight: hostInflight})
-		if d.limited.Load() {
+		if d.hostLimited.Load() {
 			d.wakeRefill() // a sweep was short of slots: this one is free now
 		}
 	}

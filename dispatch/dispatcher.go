@@ -47,8 +47,11 @@ type Dispatcher struct {
 	deliveries       sync.WaitGroup // delivery goroutines
 
 	// limited is set when the last sweep left work behind for want of
-	// headroom or budget: settles then wake the loop.
+	// headroom or budget: settles then wake the loop. hostLimited is set
+	// when it left rows behind for want of a target host's slots: answers
+	// then wake it (after RefillDebounce).
 	limited        atomic.Bool
+	hostLimited    atomic.Bool
 	startRearmDone atomic.Bool
 	warnedPolicy   sync.Map // namespace → struct{}: invalid override logged once
 	warnedUngated  atomic.Bool
@@ -221,9 +224,8 @@ func (d *Dispatcher) Drain(ctx context.Context) error {
 	return nil
 }
 
-// wakeRefill asks for a sweep after RefillDebounce: a delivery finished
-// and freed a host slot or namespace headroom that the last sweep was
-// short of. Waiting a little lets one sweep refill the slots of many
+// wakeRefill asks for a sweep after RefillDebounce: a delivery's answer
+// freed a host slot that the last sweep was short of. Waiting a little lets one sweep refill the slots of many
 // answers instead of one sweep per answer; a Wake meanwhile (an append)
 // still sweeps after WakeDebounce.
 func (d *Dispatcher) wakeRefill() {
@@ -379,7 +381,7 @@ func (f *filteredStore) PendingRoutes(ctx context.Context, now time.Time) ([]out
 // report turns a sweep into metrics and the wake-on-settle decision.
 // Called with sweepMu held.
 func (d *Dispatcher) report(sw backpressure.Sweep, budget int, fs *filteredStore) {
-	limited := len(sw.Rows) >= budget
+	limited, hostLimited := len(sw.Rows) >= budget, false
 	seen := make(map[string]bool, len(sw.Namespaces))
 	for _, ns := range sw.Namespaces {
 		seen[ns.Namespace] = true
@@ -395,7 +397,7 @@ func (d *Dispatcher) report(sw backpressure.Sweep, budget int, fs *filteredStore
 			limited = true
 		}
 		if ns.HostLimited {
-			limited = true // a delivery to that host finishing frees a slot
+			hostLimited = true // an answer from that host frees a slot
 		}
 	}
 	if len(sw.Rows) > 0 && len(sw.Hosts) == 0 && !d.warnedUngated.Load() {
@@ -421,6 +423,7 @@ func (d *Dispatcher) report(sw backpressure.Sweep, budget int, fs *filteredStore
 	}
 	d.mu.Unlock()
 	d.limited.Store(limited)
+	d.hostLimited.Store(hostLimited)
 	if len(sw.Rows) > 0 && len(sw.Rows) >= budget && budget == d.cfg.BatchSize {
 		// A full batch: more may be claimable right away.
 		d.Wake()
@@ -487,7 +490,7 @@ func (d *Dispatcher) finish(row *outbox.Row) {
 	}
 	d.mu.Unlock()
 	if d.limited.Load() {
-		d.wakeRefill()
+		d.Wake() // headroom a sweep was short of is free: as before issue 11
 	}
 }
 
