@@ -103,7 +103,7 @@ func (b *bundle) add(t *testing.T, ns, tq string, n int) []string {
 func (b *bundle) complete(t *testing.T, rows []outbox.Row) {
 	t.Helper()
 	for _, r := range rows {
-		if err := b.mem.Complete(ctx, outbox.CompleteParams{DispatchKey: r.DispatchKey, Now: outboxtest.T0}); err != nil {
+		if err := b.mem.Complete(ctx, outbox.CompleteParams{DispatchKey: r.DispatchKey, Claim: r.Version, Now: outboxtest.T0}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -48,8 +48,10 @@ func (s *Store) ListDeadLetters(ctx context.Context, namespace, afterKey string,
 	return out, nil
 }
 
-// Redrive turns failed rows of namespace back to pending: Attempt 1,
-// LastError and FinishedAt cleared, VisibleAfter = now. keys nil redrives
+// Redrive turns failed rows of namespace back to pending in a new
+// generation (outbox.ApplyRedrive: Attempt 1, LastError and FinishedAt
+// cleared, VisibleAfter = now, Version.Gen + 1, so no stale copy of the
+// dead letter can undo it). keys nil redrives
 // every dead letter of the namespace (in transactions of at most 1000 rows);
 // otherwise only the listed keys that are failed rows of that namespace
 // (others are skipped). It returns the number of rows redriven.
@@ -102,8 +104,7 @@ func (s *Store) redriveKeys(ctx context.Context, namespace string, keys []string
 				continue
 			}
 			nw := old
-			nw.Status, nw.Attempt, nw.LastError = outbox.StatusPending, 1, ""
-			nw.VisibleAfter, nw.FinishedAt, nw.ClaimedAt = now, time.Time{}, time.Time{}
+			outbox.ApplyRedrive(&nw, now)
 			if err := w.write(rk, &old, xfer, &nw, false, nil); err != nil {
 				return err
 			}

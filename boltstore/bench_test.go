@@ -261,7 +261,7 @@ func benchClaimComplete(b *testing.B, workers int) {
 		for range workers {
 			wg.Go(func() {
 				for k := range work {
-					if err := s.Complete(ctx, outbox.CompleteParams{DispatchKey: k, Now: now}); err != nil {
+					if err := s.Complete(ctx, outbox.CompleteParams{DispatchKey: k, Claim: outbox.FirstVersion, Now: now}); err != nil {
 						b.Error(err)
 					}
 					done.Add(1)
@@ -350,7 +350,7 @@ func BenchmarkRearmStale10k(b *testing.B) {
 					r.Status, r.FinishedAt = outbox.StatusDone, now
 					rows = append(rows, r)
 				}
-				if _, _, _, err := s.Merge(ctx, rows); err != nil {
+				if _, err := s.Merge(ctx, rows); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -17,7 +17,9 @@ import (
 // wrapping ErrCorrupt, or nil. It runs bbolt's page-level tx.Check, then
 // recounts every row and compares each index (pending, claimed, tombstone,
 // dead-letter, transfer) and counter (routes, namespace, namespace×shard,
-// shard) with the recount, entry by entry in both directions. It checks the
+// shard) with the recount, entry by entry in both directions, and every
+// shard's digest (outbox.ShardDigest: row count and sum of
+// outbox.DigestOf) with one recomputed from the rows. It checks the
 // invariants the indexes encode: a row's key prefix is its shard, a transfer
 // mark is only on pending or terminal rows, and every row is in exactly one
 // status index. It runs as a write operation (bbolt's check is only safe
@@ -58,6 +60,7 @@ func (s *Store) checkTx(w *wtx) error {
 		nssWant  = map[string]counts{}
 		shWant   = map[string]counts{}
 		rtWant   = map[string]counts{}
+		dgWant   = map[uint32]*outbox.ShardDigest{}
 		idxOrder = []struct {
 			name string
 			b    *bolt.Bucket
@@ -133,6 +136,12 @@ func (s *Store) checkTx(w *wtx) error {
 		if xfer {
 			add(shWant, sk, shCountsLen, shTransfer)
 		}
+		d := dgWant[row.Shard]
+		if d == nil {
+			d = &outbox.ShardDigest{Shard: row.Shard}
+			dgWant[row.Shard] = d
+		}
+		d.Add(&row)
 	}
 	// Entries present for every row; now no entry beyond them.
 	for _, idx := range idxOrder {
@@ -173,6 +182,36 @@ func (s *Store) checkTx(w *wtx) error {
 				if v := cb.b.Get([]byte(k)); v == nil {
 					return fmt.Errorf("%s counter %x missing, rows account for %v", cb.name, k, want)
 				}
+			}
+		}
+	}
+	seen := 0
+	err := w.b.digests.ForEach(func(k, v []byte) error {
+		if len(k) != 4 {
+			return fmt.Errorf("digests key %x", k)
+		}
+		shard := binary.BigEndian.Uint32(k)
+		rows, sum, err := decodeDigest(v)
+		if err != nil {
+			return fmt.Errorf("digest of shard %d: %w", shard, err)
+		}
+		want := dgWant[shard]
+		if want == nil {
+			return fmt.Errorf("digest of shard %d = %d rows, sum %016x; the shard holds no row", shard, rows, sum)
+		}
+		if rows != want.Rows || sum != want.Sum {
+			return fmt.Errorf("digest of shard %d = %d rows, sum %016x; its rows make %d rows, sum %016x", shard, rows, sum, want.Rows, want.Sum)
+		}
+		seen++
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if seen != len(dgWant) {
+		for shard, want := range dgWant {
+			if w.b.digests.Get(appendShard(nil, shard)) == nil {
+				return fmt.Errorf("digest of shard %d missing; its rows make %d rows, sum %016x", shard, want.Rows, want.Sum)
 			}
 		}
 	}

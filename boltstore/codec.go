@@ -9,7 +9,7 @@ import (
 	"github.com/fairshard/fairshard/outbox"
 )
 
-// On-disk layout (format version 1). Every bucket is top level.
+// On-disk layout (format version 2). Every bucket is top level.
 //
 //	rows      dispatch_key                       → encoded row (see encodeRow)
 //	byshard   group(2) ‖ time(12) ‖ dispatch_key → shard(4)  every row; group = shard mod 16, time = CreatedAt
@@ -23,8 +23,16 @@ import (
 //	ns        namespace                          → counts: pending, claimed, done, failed, cancelled
 //	nsshard   str(namespace) ‖ shard(4)          → counts: pending, claimed
 //	shards    shard(4)                           → counts: pending, claimed, terminal, in-transfer
+//	digests   shard(4)                           → uvarint rows ‖ sum(8): the shard's outbox.ShardDigest
 //	config    key                                → opaque bytes (cluster config entries)
 //	meta      "format" → uvarint, "shard_count" → uint32
+//
+// Format 2 (this build) added the row Version (row values of format 2) and
+// the digests bucket. A format 1 file (written before row versions) is
+// upgraded when it is opened: its digests are computed in one pass over
+// the rows and the meta format becomes 2. Its row values stay as they are
+// (row format 1 decodes with the zero Version) until a change rewrites
+// them. A build that reads only format 1 refuses an upgraded file.
 //
 // route = str(namespace) ‖ str(task_queue), str(s) = uvarint(len(s)) ‖ s: a
 // prefix-free encoding, so one route's keys are one contiguous key range.
@@ -41,7 +49,7 @@ import (
 // (per-shard ranges would rewrite up to one page per shard, ShardCount
 // pages per commit: measured, that halved append throughput with 256
 // shards, because every page written costs fsync time). The price is paid
-// by the handoff: BeginTransfer reads the shard's group and skips the other
+// by the handoff: ReadShard reads the shard's group and skips the other
 // shards' entries by value (at most ~16 entries read per row returned).
 var (
 	bucketRows     = []byte("rows")
@@ -56,18 +64,30 @@ var (
 	bucketNS       = []byte("ns")
 	bucketNSShard  = []byte("nsshard")
 	bucketShards   = []byte("shards")
+	bucketDigests  = []byte("digests")
 	bucketConfig   = []byte("config")
 	bucketMeta     = []byte("meta")
 
 	allBuckets = [][]byte{bucketRows, bucketByShard, bucketPending, bucketClaimed, bucketTombs, bucketDead,
 		bucketDLQ, bucketTransfer, bucketRoutes, bucketNS, bucketNSShard, bucketShards,
-		bucketConfig, bucketMeta}
+		bucketConfig, bucketMeta, bucketDigests}
 
 	metaFormat     = []byte("format")
 	metaShardCount = []byte("shard_count")
 )
 
-const formatVersion = 1
+// formatVersion is the file format this build writes; it also reads
+// formatV1 files, upgrading them at Open.
+const (
+	formatVersion = 2
+	formatV1      = 1
+)
+
+// Row value formats: rowV1 (file format 1) has no Version; rowV2 has one.
+const (
+	rowV1 = 1
+	rowV2 = 2
+)
 
 const timeKeyLen = 12
 
@@ -187,10 +207,11 @@ const (
 )
 
 // encodeRow encodes every Row field but DispatchKey, which is the rows key:
-// version(1) status(1) flags(1) uvarint attempt, uvarint ordinal, uvarint
-// shard, the non-zero times as (varint seconds, uvarint nanos), then
-// str(workflow_id, namespace, task_queue, activity_type, content_type,
-// last_error) and, if non-nil, str(payload).
+// format(1)=rowV2 status(1) flags(1) uvarint gen, uvarint seq, uvarint
+// attempt, uvarint ordinal, uvarint shard, the non-zero times as (varint
+// seconds, uvarint nanos), then str(workflow_id, namespace, task_queue,
+// activity_type, content_type, last_error) and, if non-nil, str(payload).
+// A rowV1 value is the same without gen and seq.
 func encodeRow(dst []byte, r *outbox.Row) []byte {
 	var flags byte
 	if !r.VisibleAfter.IsZero() {
@@ -208,7 +229,9 @@ func encodeRow(dst []byte, r *outbox.Row) []byte {
 	if r.Payload != nil {
 		flags |= flagPayload
 	}
-	dst = append(dst, formatVersion, statusCode(r.Status), flags)
+	dst = append(dst, rowV2, statusCode(r.Status), flags)
+	dst = binary.AppendUvarint(dst, uint64(r.Version.Gen))
+	dst = binary.AppendUvarint(dst, r.Version.Seq)
 	dst = binary.AppendUvarint(dst, uint64(r.Attempt))
 	dst = binary.AppendUvarint(dst, r.Ordinal)
 	dst = binary.AppendUvarint(dst, uint64(r.Shard))
@@ -233,7 +256,7 @@ func encodeRow(dst []byte, r *outbox.Row) []byte {
 func decodeRow(key, val []byte) (outbox.Row, error) {
 	var r outbox.Row
 	r.DispatchKey = string(key)
-	if len(val) < 3 || val[0] != formatVersion {
+	if len(val) < 3 || (val[0] != rowV1 && val[0] != rowV2) {
 		return r, fmt.Errorf("row %q: %w (header)", r.DispatchKey, errBadValue)
 	}
 	st, ok := statusOf(val[1])
@@ -243,6 +266,13 @@ func decodeRow(key, val []byte) (outbox.Row, error) {
 	r.Status = st
 	flags := val[2]
 	d := decoder{b: val[3:]}
+	if val[0] == rowV2 {
+		gen := d.uvarint()
+		if gen > 1<<32-1 {
+			d.err = errBadValue
+		}
+		r.Version = outbox.Version{Gen: uint32(gen), Seq: d.uvarint()}
+	}
 	r.Attempt = uint32(d.uvarint())
 	r.Ordinal = d.uvarint()
 	r.Shard = uint32(d.uvarint())
@@ -384,4 +414,18 @@ func nsIndex(s outbox.Status) int {
 	default:
 		return nsCancelled
 	}
+}
+
+// digestVal encodes a shard digest: uvarint rows ‖ sum (8 bytes, big-endian).
+func digestVal(rows int64, sum uint64) []byte {
+	b := binary.AppendUvarint(make([]byte, 0, 18), uint64(rows))
+	return binary.BigEndian.AppendUint64(b, sum)
+}
+
+func decodeDigest(v []byte) (rows int64, sum uint64, err error) {
+	n, k := binary.Uvarint(v)
+	if k <= 0 || len(v) != k+8 {
+		return 0, 0, errBadValue
+	}
+	return int64(n), binary.BigEndian.Uint64(v[k:]), nil
 }

@@ -71,11 +71,11 @@ func crashChildMain(dir string) int {
 				for _, c := range claimed {
 					switch rng.IntN(4) {
 					case 0:
-						err = s.Complete(ctx, outbox.CompleteParams{DispatchKey: c.DispatchKey, Now: time.Now()})
+						err = s.Complete(ctx, outbox.CompleteParams{DispatchKey: c.DispatchKey, Claim: c.Version, Now: time.Now()})
 					case 1:
-						err = s.Retry(ctx, outbox.RetryParams{DispatchKey: c.DispatchKey, NextAttempt: c.Attempt + 1, VisibleAfter: time.Now(), LastError: "again"})
+						err = s.Retry(ctx, outbox.RetryParams{DispatchKey: c.DispatchKey, Claim: c.Version, NextAttempt: c.Attempt + 1, VisibleAfter: time.Now(), LastError: "again"})
 					case 2:
-						err = s.Fail(ctx, outbox.FailParams{DispatchKey: c.DispatchKey, LastError: "boom", Now: time.Now()})
+						err = s.Fail(ctx, outbox.FailParams{DispatchKey: c.DispatchKey, Claim: c.Version, LastError: "boom", Now: time.Now()})
 					}
 					if err != nil {
 						os.Exit(6)

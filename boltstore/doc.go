@@ -33,9 +33,14 @@
 //   - Owned-shard scoping: [Store.SetOwnedShards] swaps an immutable owned
 //     set; claims, CountClaimed*, CountInFlight and PendingRoutes see owned
 //     shards only; Append, Get and the admin calls see every row.
-//   - Handoff primitives ([Store.ForeignShards], [Store.BeginTransfer],
-//     [Store.CompleteTransfer], [Store.AbortTransfer], [Store.Merge]) with
-//     written-down merge rules; in-transfer marks are cleared on Open.
+//   - Shard-level calls for package transfer and the coming replica
+//     repair: [Store.ForeignShards], [Store.ReadShard] (pages bounded by
+//     rows and bytes from a resume token; marking rows in-transfer for a
+//     move), [Store.CompleteTransfer], [Store.AbortTransfer],
+//     [Store.MarkedRows], [Store.Merge] (incoming copies, by outbox.Merge)
+//     and [Store.ShardDigest] (count and order-independent hash of key and
+//     version per shard, maintained in every write transaction);
+//     in-transfer marks are cleared on Open.
 //   - Tombstone retention: done/cancelled rows are kept
 //     Options.TombstoneRetention (default 24 h) after FinishedAt; failed rows
 //     (dead letters) Options.DeadLetterRetention (default 7 days, never less

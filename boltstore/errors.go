@@ -1,6 +1,10 @@
 package boltstore
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/fairshard/fairshard/outbox"
+)
 
 // Sentinel errors returned by boltstore, besides the outbox ones
 // (outbox.ErrClosed, outbox.ErrInvalidRow, outbox.ErrNotFound). Callers test
@@ -23,8 +27,9 @@ var (
 	// ErrInvalidOptions is returned by Open for unusable Options (ShardCount
 	// 0, negative durations).
 	ErrInvalidOptions = errors.New("boltstore: invalid options")
-	// ErrShardOwned is returned by BeginTransfer for a shard this node owns
-	// (or one outside [0, ShardCount)): only rows of non-owned shards are
-	// handed off.
-	ErrShardOwned = errors.New("boltstore: shard is owned by this node")
 )
+
+// ErrShardOwned is returned by a marking ReadShard of a shard this node
+// owns (or one outside [0, ShardCount)): only rows of non-owned shards are
+// handed off. It is outbox.ErrShardOwned.
+var ErrShardOwned = outbox.ErrShardOwned

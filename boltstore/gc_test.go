@@ -24,9 +24,9 @@ func TestTombstoneRetention(t *testing.T) {
 	mustAppend(t, s, rows...)
 	mustAppend(t, s, row("f", "ns", "q"), row("live", "ns", "q"))
 	for _, r := range rows {
-		must(t, s.Complete(ctx, outbox.CompleteParams{DispatchKey: r.DispatchKey, Now: t0}))
+		must(t, s.Complete(ctx, outbox.CompleteParams{DispatchKey: r.DispatchKey, Claim: claimOf(t, s, r.DispatchKey), Now: t0}))
 	}
-	must(t, s.Fail(ctx, outbox.FailParams{DispatchKey: "f", Now: t0}))
+	must(t, s.Fail(ctx, outbox.FailParams{DispatchKey: "f", Claim: claimOf(t, s, "f"), Now: t0}))
 
 	b.clock.Advance(time.Hour) // exactly at the end of retention: still kept
 	if n, err := s.ExpireTombstones(ctx); err != nil || n != 0 {
@@ -58,7 +58,7 @@ func TestTombstoneRetention(t *testing.T) {
 func TestRunTombstoneGCStopsWithContext(t *testing.T) {
 	s, b := newTestStore(t, func(o *Options) { o.TombstoneRetention = time.Minute })
 	mustAppend(t, s, row("a", "ns", "q"))
-	must(t, s.Complete(ctx, outbox.CompleteParams{DispatchKey: "a", Now: b.clock.Now()}))
+	must(t, s.Complete(ctx, outbox.CompleteParams{DispatchKey: "a", Claim: claimOf(t, s, "a"), Now: b.clock.Now()}))
 	b.clock.Advance(time.Hour)
 	c, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -82,10 +82,10 @@ func TestDeadLettersAndRedrive(t *testing.T) {
 	for i := range 7 {
 		k := fmt.Sprintf("k%d", i)
 		mustAppend(t, s, row(k, "ns", "q"))
-		must(t, s.Fail(ctx, outbox.FailParams{DispatchKey: k, LastError: "boom", Now: now}))
+		must(t, s.Fail(ctx, outbox.FailParams{DispatchKey: k, Claim: claimOf(t, s, k), LastError: "boom", Now: now}))
 	}
 	mustAppend(t, s, row("other", "ns2", "q"), row("alive", "ns", "q"))
-	must(t, s.Fail(ctx, outbox.FailParams{DispatchKey: "other", Now: now}))
+	must(t, s.Fail(ctx, outbox.FailParams{DispatchKey: "other", Claim: claimOf(t, s, "other"), Now: now}))
 
 	var pages [][]string
 	after := ""

@@ -100,7 +100,7 @@ func TestGroupCommitIsolatesAFailingOp(t *testing.T) {
 	var appendErr1, appendErr2, transferErr error
 	wg.Go(func() { _, appendErr1 = s.Append(ctx, []outbox.Row{row("before", "ns", "q")}) })
 	eventually(t, 5*time.Second, func() bool { return len(s.queue) == 1 })
-	wg.Go(func() { _, transferErr = s.BeginTransfer(ctx, 2, 10) })
+	wg.Go(func() { _, transferErr = beginTransfer(s, 2, 10) })
 	eventually(t, 5*time.Second, func() bool { return len(s.queue) == 2 })
 	wg.Go(func() { _, appendErr2 = s.Append(ctx, []outbox.Row{row("after", "ns", "q")}) })
 	eventually(t, 5*time.Second, func() bool { return len(s.queue) == 3 })

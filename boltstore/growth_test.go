@@ -38,7 +38,7 @@ func TestFileGrowthUnderChurn(t *testing.T) {
 	for range completers {
 		wg.Go(func() {
 			for k := range work {
-				if err := s.Complete(ctx, outbox.CompleteParams{DispatchKey: k, Now: b.clock.Now()}); err != nil {
+				if err := s.Complete(ctx, outbox.CompleteParams{DispatchKey: k, Claim: outbox.FirstVersion, Now: b.clock.Now()}); err != nil {
 					errs <- err
 				}
 				roundDone.Done()

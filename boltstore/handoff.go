@@ -3,8 +3,8 @@ package boltstore
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
-	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -12,144 +12,249 @@ import (
 	"github.com/fairshard/fairshard/shards"
 )
 
-// Handoff, as the node's handoff loop drives it (DESIGN.md "Data placement
-// and handoff"):
+// Moving and copying shards, as package transfer drives it (DESIGN.md
+// "Data placement and handoff"):
 //
-//  1. ForeignShards lists non-owned shards holding transferable rows
-//     (pending rows and tombstones; claimed rows finish here first).
-//  2. BeginTransfer reads a batch of one such shard and marks it
-//     in-transfer in the same transaction: a marked row is never claimable.
-//  3. The loop sends the batch; the owner calls Merge and acks once durable.
+//  1. ForeignShards lists non-owned shards holding pending or terminal rows
+//     here (claimed rows finish here first), in transfer or not.
+//  2. ReadShard with Mark reads a page of one such shard, bounded by rows
+//     and bytes, from a resume token, and marks its rows in-transfer in the
+//     same transaction: a marked row is never claimable.
+//  3. The caller sends the page; the owner calls Merge and acks once durable.
 //  4. CompleteTransfer deletes the rows still marked; AbortTransfer unmarks
 //     them if the send failed.
 //
-// Any change to a marked row (Complete, Fail, Merge, Redrive) clears its
-// mark, so CompleteTransfer leaves it alone and a later round resends the
-// new state; the receiver's Merge rules let the newer state win. Open clears
-// every mark (the sender crashed mid-transfer): resending is harmless.
+// Any change to a marked row (settle, cancel, Merge, Redrive) clears its
+// mark, so CompleteTransfer leaves it alone and a later pass resends the
+// new state; the receiver's Merge keeps the newer copy. Open clears every
+// mark (the sender crashed mid-transfer): resending is harmless. ReadShard
+// without Mark is a copy (a replica sync): a read-only page of every row.
 
 // ForeignShards returns, ascending, the shards this node does not own that
-// hold rows here which could be handed off now (pending or terminal, not
-// already in transfer). Cost: one pass over the per-shard counters.
+// hold rows here a handoff still has to move: pending or terminal rows,
+// marked in-transfer or not (a marked row is still here until its
+// transfer completes, so a shard whose rows are all on the wire, or whose
+// marks a failed CompleteTransfer or AbortTransfer left, still counts).
+// Cost: one pass over the per-shard counters.
 func (s *Store) ForeignShards(ctx context.Context) ([]uint32, error) {
 	var out []uint32
 	err := s.view(ctx, "foreign shards", func(_ *bolt.Tx, b buckets) error {
 		var err error
 		out, err = foreignShards(b, s.owned.Load(), func(c counts) bool {
-			return c[shPending]+c[shTerminal]-c[shTransfer] > 0
+			return c[shPending]+c[shTerminal] > 0
 		})
 		return err
 	})
 	return out, err
 }
 
-// BeginTransfer reads up to limit transferable rows of a non-owned shard
-// (pending and terminal rows not already in transfer; claimed rows are
-// skipped until they settle), in CreatedAt order from where the previous
-// call for the shard stopped (wrapping around), and marks them
-// in-transfer in the same transaction. It fails with ErrShardOwned if shard
-// is owned (or ≥ ShardCount) when the transaction runs. An empty result
-// means nothing is left to send.
-func (s *Store) BeginTransfer(ctx context.Context, shard uint32, limit int) ([]outbox.Row, error) {
-	what := fmt.Sprintf("begin transfer of shard %d", shard)
-	if limit <= 0 {
+// MarkedRows counts the rows marked in-transfer (on the wire, or left by a
+// CompleteTransfer or AbortTransfer that failed and is being retried).
+// Cost: one pass over the per-shard counters.
+func (s *Store) MarkedRows(ctx context.Context) (int, error) {
+	var n int64
+	err := s.view(ctx, "count marked rows", func(_ *bolt.Tx, b buckets) error {
+		return b.shards.ForEach(func(k, v []byte) error {
+			c, err := decodeCounts(v, shCountsLen)
+			if err != nil {
+				return fmt.Errorf("%w: shard %x counters", ErrCorrupt, k)
+			}
+			n += c[shTransfer]
+			return nil
+		})
+	})
+	return int(n), err
+}
+
+// ReadShard reads the next page of one shard's rows (see outbox.ShardRead
+// and outbox.ShardPage) in (CreatedAt, dispatch_key) order: the shard's
+// entries of the byshard index after p.After, which is the byshard key of
+// the last row examined (the resume token; valid across restarts). Entries
+// of the other shards of the same byshard group are stepped over by value
+// (at most ~16 entries read per row returned). A page holds at most
+// p.MaxRows rows and, past its first row, at most p.MaxBytes bytes as
+// outbox.RowBytes counts them.
+//
+// With p.Mark (a move) it is a write: pending and terminal rows not
+// already marked are marked in-transfer in the same transaction (claimed
+// and marked rows are stepped over); a shard owned when the transaction
+// runs, or ≥ ShardCount, fails with outbox.ErrShardOwned. Without it (a
+// copy) it is a short read transaction returning every row as stored.
+// A token that is not a byshard key of the shard's group fails with
+// outbox.ErrInvalidToken.
+func (s *Store) ReadShard(ctx context.Context, p outbox.ShardRead) (outbox.ShardPage, error) {
+	what := fmt.Sprintf("read shard %d", p.Shard)
+	if p.Mark {
+		what = fmt.Sprintf("mark rows of shard %d for transfer", p.Shard)
+	}
+	if p.MaxRows <= 0 {
+		return outbox.ShardPage{Next: p.After}, s.checkOpen(what)
+	}
+	if err := checkToken(p); err != nil {
+		return outbox.ShardPage{Next: p.After}, fmt.Errorf("boltstore: %s: %w", what, err)
+	}
+	var page outbox.ShardPage
+	if !p.Mark {
+		err := s.view(ctx, what, func(_ *bolt.Tx, b buckets) error {
+			var err error
+			page, _, err = scanShard(b, p, nil)
+			return err
+		})
+		if err != nil {
+			return outbox.ShardPage{Next: p.After}, err
+		}
+		return page, nil
+	}
+	err := s.submit(ctx, what, p.MaxRows, func(w *wtx) error {
+		if p.Shard >= s.opts.ShardCount || s.owned.Load().has(p.Shard) {
+			return fmt.Errorf("boltstore: %s: %w", what, outbox.ErrShardOwned)
+		}
+		var err error
+		page, err = markShard(w, p)
+		return err
+	})
+	if err != nil {
+		return outbox.ShardPage{Next: p.After}, err
+	}
+	return page, nil
+}
+
+// ReadShards is a marking ReadShard of several shards in ONE transaction
+// (one fsync), sharing one budget: reads[i] is read with what is left of
+// maxRows and maxBytes after the pages before it (each read's own MaxRows,
+// MaxBytes and Mark are ignored; every read marks). It stops once the
+// budget is spent and returns the pages of the reads it made, in order
+// (fewer than len(reads) when the budget ran out). A shard this node owns
+// (or ≥ ShardCount) is not read: its page is empty and Done. A node
+// draining a few rows from each of hundreds of shards pays one commit per
+// batch instead of one per shard. A bad token fails the whole call with
+// outbox.ErrInvalidToken, nothing marked.
+func (s *Store) ReadShards(ctx context.Context, reads []outbox.ShardRead, maxRows, maxBytes int) ([]outbox.ShardPage, error) {
+	const what = "mark rows of shards for transfer"
+	if maxRows <= 0 || len(reads) == 0 {
 		return nil, s.checkOpen(what)
 	}
-	var out []outbox.Row
-	var resume []byte
-	err := s.submit(ctx, what, limit, func(w *wtx) error {
-		out = out[:0]
-		if shard >= s.opts.ShardCount || s.owned.Load().has(shard) {
-			return fmt.Errorf("boltstore: %s: %w", what, ErrShardOwned)
+	for _, p := range reads {
+		if err := checkToken(p); err != nil {
+			return nil, fmt.Errorf("boltstore: %s: shard %d: %w", what, p.Shard, err)
 		}
-		// A circular scan of the shard's group in byshard, from just after
-		// where the previous call for this shard stopped: each call costs
-		// what it returns (plus the group's other shards' entries stepped
-		// over), and a full lap sees every row, including rows unmarked by
-		// AbortTransfer or a restart behind the resume point.
-		group := byShardGroup(shard)
-		want := appendShard(nil, shard)
-		from := s.transferResume(shard)
-		resume = nil
-		var rks [][]byte
-		c := w.b.byShard.Cursor()
-		visit := func(k, v []byte) error {
-			if len(k) < len(group)+timeKeyLen {
-				return fmt.Errorf("%w: byshard key %x", ErrCorrupt, k)
+	}
+	var pages []outbox.ShardPage
+	err := s.submit(ctx, what, maxRows, func(w *wtx) error {
+		pages = pages[:0]
+		owned := s.owned.Load()
+		rows, size := 0, 0
+		for _, p := range reads {
+			if rows >= maxRows || (maxBytes > 0 && size >= maxBytes) {
+				break
 			}
-			if !bytes.Equal(v, want) {
-				return nil
+			if p.Shard >= s.opts.ShardCount || owned.has(p.Shard) {
+				pages = append(pages, outbox.ShardPage{Next: p.After, Done: true})
+				continue
 			}
-			rk := rowKey(string(k[len(group)+timeKeyLen:]))
-			row, xfer, ok, err := w.getRow(rk)
+			p.Mark, p.MaxRows, p.MaxBytes = true, maxRows-rows, 0
+			if maxBytes > 0 {
+				p.MaxBytes = maxBytes - size
+			}
+			page, err := markShard(w, p)
 			if err != nil {
 				return err
 			}
-			if !ok {
-				return fmt.Errorf("%w: byshard entry for %q without a row", ErrCorrupt, rk)
+			rows += len(page.Rows)
+			for i := range page.Rows {
+				size += outbox.RowBytes(&page.Rows[i])
 			}
-			if row.Status == outbox.StatusClaimed || xfer {
-				return nil
-			}
-			rks = append(rks, rk)
-			out = append(out, row)
-			resume = append(resume[:0], k...)
-			return nil
-		}
-		start := group
-		if len(from) > 0 {
-			start = from
-		}
-		k, v := c.Seek(start)
-		if len(from) > 0 && bytes.Equal(k, from) {
-			k, v = c.Next()
-		}
-		for ; k != nil && bytes.HasPrefix(k, group) && len(rks) < limit; k, v = c.Next() {
-			if err := visit(k, v); err != nil {
-				return err
-			}
-		}
-		if len(rks) < limit && len(from) > 0 {
-			// Wrap: from the group's start up to the resume point.
-			for k, v = c.Seek(group); k != nil && bytes.Compare(k, from) <= 0 && len(rks) < limit; k, v = c.Next() {
-				if err := visit(k, v); err != nil {
-					return err
-				}
-			}
-		}
-		for i, rk := range rks {
-			if err := w.write(rk, &out[i], false, &out[i], true, nil); err != nil {
-				return err
-			}
+			pages = append(pages, page)
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	if len(out) > 0 {
-		s.setTransferResume(shard, resume)
-	}
-	return out, nil
+	return pages, nil
 }
 
-// transferResume returns a copy of the byshard key where the last
-// BeginTransfer of shard stopped (nil: start of the group). It is only a
-// starting point: the scan is circular, so a stale or lost value costs time,
-// never rows.
-func (s *Store) transferResume(shard uint32) []byte {
-	s.resumeMu.Lock()
-	defer s.resumeMu.Unlock()
-	return append([]byte(nil), s.resume[shard]...)
+// checkToken verifies that p.After, if set, is a byshard key of p.Shard's
+// group.
+func checkToken(p outbox.ShardRead) error {
+	group := byShardGroup(p.Shard)
+	if len(p.After) > 0 && (len(p.After) < len(group)+timeKeyLen || !bytes.HasPrefix(p.After, group)) {
+		return fmt.Errorf("%w: %x is not a token of shard %d", outbox.ErrInvalidToken, p.After, p.Shard)
+	}
+	return nil
 }
 
-func (s *Store) setTransferResume(shard uint32, key []byte) {
-	s.resumeMu.Lock()
-	defer s.resumeMu.Unlock()
-	if s.resume == nil {
-		s.resume = make(map[uint32][]byte)
+// markShard is a marking read inside the writer's transaction: scanShard,
+// then the page's rows are marked in-transfer.
+func markShard(w *wtx, p outbox.ShardRead) (outbox.ShardPage, error) {
+	page, rks, err := scanShard(w.b, p, w.marked)
+	if err != nil {
+		return page, err
 	}
-	s.resume[shard] = key
+	for i, rk := range rks {
+		if err := w.write(rk, &page.Rows[i], false, &page.Rows[i], true, nil); err != nil {
+			return page, err
+		}
+	}
+	return page, nil
+}
+
+// scanShard reads one page of p.Shard from the byshard index (see
+// ReadShard); with p.Mark it steps over claimed rows and rows xferOf says
+// are marked. It returns the page and its rows' keys.
+func scanShard(b buckets, p outbox.ShardRead, xferOf func(rk []byte) bool) (outbox.ShardPage, [][]byte, error) {
+	page := outbox.ShardPage{Next: p.After, Done: true}
+	var rks [][]byte
+	group := byShardGroup(p.Shard)
+	want := appendShard(nil, p.Shard)
+	size := 0
+	c := b.byShard.Cursor()
+	k, v := c.Seek(group)
+	if len(p.After) > 0 {
+		k, v = c.Seek(p.After)
+		if bytes.Equal(k, p.After) {
+			k, v = c.Next()
+		}
+	}
+	for ; k != nil && bytes.HasPrefix(k, group); k, v = c.Next() {
+		if len(k) < len(group)+timeKeyLen {
+			return page, nil, fmt.Errorf("%w: byshard key %x", ErrCorrupt, k)
+		}
+		if !bytes.Equal(v, want) {
+			continue
+		}
+		if len(page.Rows) >= p.MaxRows {
+			page.Done = false
+			break
+		}
+		rk := rowKey(string(k[len(group)+timeKeyLen:]))
+		if p.Mark && xferOf(rk) {
+			page.Next = append(page.Next[:0:0], k...)
+			continue
+		}
+		val := b.rows.Get(rk)
+		if val == nil {
+			return page, nil, fmt.Errorf("%w: byshard entry for %q without a row", ErrCorrupt, rk)
+		}
+		row, err := decodeRow(rk, val)
+		if err != nil {
+			return page, nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+		}
+		if p.Mark && row.Status == outbox.StatusClaimed {
+			page.Next = append(page.Next[:0:0], k...)
+			continue
+		}
+		n := outbox.RowBytes(&row)
+		if p.MaxBytes > 0 && len(page.Rows) > 0 && size+n > p.MaxBytes {
+			page.Done = false
+			break
+		}
+		size += n
+		page.Rows = append(page.Rows, row)
+		page.Next = append(page.Next[:0:0], k...)
+		rks = append(rks, rk)
+	}
+	return page, rks, nil
 }
 
 // CompleteTransfer deletes the rows of keys that are still marked
@@ -198,47 +303,42 @@ func (s *Store) endTransfer(ctx context.Context, what string, keys []string, del
 	return n, err
 }
 
-// Merge stores rows received by handoff, deduplicating by dispatch_key. The
-// whole batch is validated first (outbox.ErrInvalidRow, nothing written).
-// Incoming rows are normalised: Shard is recomputed from the key; a claimed
-// row becomes pending (its sender is not delivering it any more: handoff
-// never sends claimed rows, so this is only a guard) with ClaimedAt
-// cleared; Attempt 0 becomes 1; a zero CreatedAt becomes the store clock and
-// a zero VisibleAfter becomes CreatedAt; a terminal row without FinishedAt
-// gets the store clock.
-//
-// Rules, for an incoming row whose key already exists here:
-//
-//	existing terminal                  → keep existing (skipped): a finished row never comes back
-//	incoming terminal, existing live   → take incoming (updated): terminal beats live
-//	existing claimed, incoming pending → keep existing (skipped): a claim in progress is not undone
-//	both pending                       → take incoming iff its Attempt is higher, or equal with a
-//	                                     later VisibleAfter (it carries more delivery history);
-//	                                     otherwise keep existing (skipped)
-//
-// A taken row keeps the earlier of the two CreatedAt. Rows repeated within a
-// batch are merged in order. A merge that changes a row clears its transfer
-// mark. It returns how many rows were created, updated and skipped.
-func (s *Store) Merge(ctx context.Context, rows []outbox.Row) (created, updated, skipped int, err error) {
+// Merge stores copies of rows received from other nodes (handoff, sync,
+// replication), deduplicating by dispatch_key. The whole batch is
+// validated first (outbox.ErrInvalidRow, nothing written). Each copy is
+// given its defaults by outbox.NormalizeIncoming (a claimed copy becomes
+// pending: claims are local to the node delivering the row), its Shard is
+// recomputed from the key, and it is merged with the stored copy by
+// outbox.Merge: the newer state wins by the row version (a redriven row
+// beats any copy of its dead letter; terminal beats live within a
+// generation; a claim here beats the pending copy it was made from), and
+// the earlier CreatedAt is kept. Rows repeated within a batch are merged
+// in order. A stored row the merge changes loses its transfer mark; so
+// does a marked row it leaves unchanged (the row came back while we were
+// sending it away: the sender gave its copy up, so our own pending
+// CompleteTransfer must not delete the last copy). It returns how many
+// rows were created, updated and skipped (unchanged).
+func (s *Store) Merge(ctx context.Context, rows []outbox.Row) (outbox.MergeResult, error) {
 	now := s.now()
 	prep := make([]prepared, len(rows))
 	for i := range rows {
 		r := rows[i]
 		if err := validateRow(i, &r); err != nil {
-			return 0, 0, 0, fmt.Errorf("boltstore: merge: %w", err)
+			return outbox.MergeResult{}, fmt.Errorf("boltstore: merge: %w", err)
 		}
 		if !r.Status.Valid() {
-			return 0, 0, 0, fmt.Errorf("boltstore: merge row %d: %w: dispatch_key %q: status %q", i, outbox.ErrInvalidRow, r.DispatchKey, r.Status)
+			return outbox.MergeResult{}, fmt.Errorf("boltstore: merge row %d: %w: dispatch_key %q: status %q", i, outbox.ErrInvalidRow, r.DispatchKey, r.Status)
 		}
-		normalizeIncoming(&r, now)
+		outbox.NormalizeIncoming(&r, now)
 		r.Shard = shards.ShardOf(r.DispatchKey, s.opts.ShardCount)
 		prep[i] = prepared{rk: rowKey(r.DispatchKey), row: r}
 	}
 	if len(rows) == 0 {
-		return 0, 0, 0, s.checkOpen("merge")
+		return outbox.MergeResult{}, s.checkOpen("merge")
 	}
-	err = s.submit(ctx, "merge", len(rows), func(w *wtx) error {
-		created, updated, skipped = 0, 0, 0
+	var res outbox.MergeResult
+	err := s.submit(ctx, "merge", len(rows), func(w *wtx) error {
+		res = outbox.MergeResult{}
 		for i := range prep {
 			in := prep[i].row
 			old, xfer, ok, err := w.getRow(prep[i].rk)
@@ -249,78 +349,69 @@ func (s *Store) Merge(ctx context.Context, rows []outbox.Row) (created, updated,
 				if err := w.write(prep[i].rk, nil, false, &in, false, nil); err != nil {
 					return err
 				}
-				created++
+				res.Created++
 				continue
 			}
-			if !mergeTakesIncoming(&old, &in) {
+			merged := outbox.Merge(old, in)
+			if outbox.Compare(merged, old) == 0 && merged.CreatedAt.Equal(old.CreatedAt) {
 				if xfer {
-					// The row came back while we were sending it away (the
-					// two views disagreed, or ownership flipped back). The
-					// sender has given its copy up, so ours must not be
-					// deleted by our own pending CompleteTransfer: drop the
-					// mark, keep the row.
 					if err := w.write(prep[i].rk, &old, true, &old, false, nil); err != nil {
 						return err
 					}
 				}
-				skipped++
+				res.Skipped++
 				continue
 			}
-			if !old.CreatedAt.IsZero() && old.CreatedAt.Before(in.CreatedAt) {
-				in.CreatedAt = old.CreatedAt
-			}
-			if err := w.write(prep[i].rk, &old, xfer, &in, false, nil); err != nil {
+			if err := w.write(prep[i].rk, &old, xfer, &merged, false, nil); err != nil {
 				return err
 			}
-			updated++
+			res.Updated++
 		}
 		return nil
 	})
 	if err != nil {
-		return 0, 0, 0, err
+		return outbox.MergeResult{}, err
 	}
-	return created, updated, skipped, nil
+	return res, nil
 }
 
-// normalizeIncoming fills a row's defaults as Append and Merge store it:
-// attempt 1, created and visible now, no claim (an incoming claimed copy is
-// pending here), FinishedAt only on terminal rows.
-func normalizeIncoming(r *outbox.Row, now time.Time) {
-	if r.Status == outbox.StatusClaimed {
-		r.Status = outbox.StatusPending
-	}
-	if r.Attempt == 0 {
-		r.Attempt = 1
-	}
-	if r.CreatedAt.IsZero() {
-		r.CreatedAt = now
-	}
-	if r.VisibleAfter.IsZero() {
-		r.VisibleAfter = r.CreatedAt
-	}
-	r.ClaimedAt = time.Time{}
-	if r.Status.Terminal() {
-		if r.FinishedAt.IsZero() {
-			r.FinishedAt = now
+// ShardDigest returns the digest of the rows of shard held here (every
+// row, owned shard or not, in transfer or not), as maintained in the
+// transaction of every change: see outbox.ShardDigest. A shard holding
+// nothing has the zero digest. Cost: one read.
+func (s *Store) ShardDigest(ctx context.Context, shard uint32) (outbox.ShardDigest, error) {
+	d := outbox.ShardDigest{Shard: shard}
+	err := s.view(ctx, fmt.Sprintf("read digest of shard %d", shard), func(_ *bolt.Tx, b buckets) error {
+		v := b.digests.Get(appendShard(nil, shard))
+		if v == nil {
+			return nil
 		}
-	} else {
-		r.FinishedAt = time.Time{}
-	}
+		var err error
+		if d.Rows, d.Sum, err = decodeDigest(v); err != nil {
+			return fmt.Errorf("%w: digest of shard %d", ErrCorrupt, shard)
+		}
+		return nil
+	})
+	return d, err
 }
 
-// mergeTakesIncoming applies Merge's rules to an existing and an incoming
-// (normalised, so never claimed) row of the same key.
-func mergeTakesIncoming(existing, incoming *outbox.Row) bool {
-	switch {
-	case existing.Status.Terminal():
-		return false
-	case incoming.Status.Terminal():
-		return true
-	case existing.Status == outbox.StatusClaimed:
-		return false
-	case incoming.Attempt != existing.Attempt:
-		return incoming.Attempt > existing.Attempt
-	default:
-		return incoming.VisibleAfter.After(existing.VisibleAfter)
-	}
+// ShardDigests returns the digests of every shard holding rows here,
+// ascending by shard. Cost: one pass over at most ShardCount small entries.
+func (s *Store) ShardDigests(ctx context.Context) ([]outbox.ShardDigest, error) {
+	var out []outbox.ShardDigest
+	err := s.view(ctx, "read shard digests", func(_ *bolt.Tx, b buckets) error {
+		return b.digests.ForEach(func(k, v []byte) error {
+			if len(k) != 4 {
+				return fmt.Errorf("%w: digests key %x", ErrCorrupt, k)
+			}
+			d := outbox.ShardDigest{Shard: binary.BigEndian.Uint32(k)}
+			var err error
+			if d.Rows, d.Sum, err = decodeDigest(v); err != nil {
+				return fmt.Errorf("%w: digest of shard %d", ErrCorrupt, d.Shard)
+			}
+			out = append(out, d)
+			return nil
+		})
+	})
+	return out, err
 }

@@ -180,3 +180,29 @@ func eventually(t testing.TB, timeout time.Duration, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// beginTransfer marks up to limit transferable rows of shard in-transfer
+// and returns them: a marking ReadShard from the shard's start (marked
+// rows are stepped over, so repeated calls return the next rows).
+func beginTransfer(s *Store, shard uint32, limit int) ([]outbox.Row, error) {
+	p, err := s.ReadShard(context.Background(), outbox.ShardRead{Shard: shard, MaxRows: limit, Mark: true})
+	return p.Rows, err
+}
+
+// claimOf returns the fence a test settles key with: its claim's version.
+// A pending row is claimed first (alone, at the store clock), so a test can
+// settle a row no Claim took; a claimed or terminal row's version is
+// returned as it is.
+func claimOf(t testing.TB, s *Store, key string) outbox.Version {
+	t.Helper()
+	var v outbox.Version
+	_, err := s.settle(context.Background(), "test claim "+key, key, func(r *outbox.Row) bool {
+		changed := outbox.ApplyClaim(r, s.now())
+		v = r.Version
+		return changed
+	})
+	if err != nil {
+		t.Fatalf("claim %q: %v", key, err)
+	}
+	return v
+}

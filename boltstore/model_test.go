@@ -62,8 +62,9 @@ func TestTwoNodeHandoffNeverDoubleClaimable(t *testing.T) {
 	}
 	publish()
 	var keys []string
-	inFlight := map[string]int{}     // key → node delivering it
-	crashResent := map[string]bool{} // keys merged by a receiver whose sender then crashed
+	inFlight := map[string]int{}          // key → node delivering it
+	claimV := map[string]outbox.Version{} // key → its claim's version (the settle fence)
+	crashResent := map[string]bool{}      // keys merged by a receiver whose sender then crashed
 	duplicates := 0
 	steps := 600
 	if testing.Short() {
@@ -93,16 +94,17 @@ func TestTwoNodeHandoffNeverDoubleClaimable(t *testing.T) {
 					continue
 				}
 				inFlight[r.DispatchKey] = n
+				claimV[r.DispatchKey] = r.Version
 			}
 		case op < 6: // settle one in-flight row
 			for k, n := range inFlight {
 				switch rng.IntN(3) {
 				case 0:
-					must(t, nodes[n].Complete(ctx, outbox.CompleteParams{DispatchKey: k, Now: now}))
+					must(t, nodes[n].Complete(ctx, outbox.CompleteParams{DispatchKey: k, Claim: claimV[k], Now: now}))
 				case 1:
-					must(t, nodes[n].Retry(ctx, outbox.RetryParams{DispatchKey: k, NextAttempt: 2, VisibleAfter: now}))
+					must(t, nodes[n].Retry(ctx, outbox.RetryParams{DispatchKey: k, Claim: claimV[k], NextAttempt: 2, VisibleAfter: now}))
 				case 2:
-					must(t, nodes[n].Fail(ctx, outbox.FailParams{DispatchKey: k, LastError: "x", Now: now}))
+					must(t, nodes[n].Fail(ctx, outbox.FailParams{DispatchKey: k, Claim: claimV[k], LastError: "x", Now: now}))
 				}
 				delete(inFlight, k)
 				break
@@ -118,14 +120,14 @@ func TestTwoNodeHandoffNeverDoubleClaimable(t *testing.T) {
 			if len(fs) == 0 {
 				continue
 			}
-			rows, err := nodes[from].BeginTransfer(ctx, fs[rng.IntN(len(fs))], 1+rng.IntN(6))
+			rows, err := beginTransfer(nodes[from], fs[rng.IntN(len(fs))], 1+rng.IntN(6))
 			must(t, err)
 			switch rng.IntN(4) {
 			case 0: // send failed
 				_, err = nodes[from].AbortTransfer(ctx, keysOfRows(rows))
 				must(t, err)
 			case 1: // receiver merged, sender crashed before deleting
-				_, _, _, err = nodes[to].Merge(ctx, rows)
+				_, err = nodes[to].Merge(ctx, rows)
 				must(t, err)
 				for _, r := range rows {
 					crashResent[r.DispatchKey] = true
@@ -141,7 +143,7 @@ func TestTwoNodeHandoffNeverDoubleClaimable(t *testing.T) {
 					}
 				}
 			default:
-				_, _, _, err = nodes[to].Merge(ctx, rows)
+				_, err = nodes[to].Merge(ctx, rows)
 				must(t, err)
 				_, err = nodes[from].CompleteTransfer(ctx, keysOfRows(rows))
 				must(t, err)

@@ -237,6 +237,26 @@ func TestCheckFindsTampering(t *testing.T) {
 			k, _ := tx.Bucket(bucketByShard).Cursor().First()
 			return tx.Bucket(bucketByShard).Delete(append([]byte(nil), k...))
 		}, "byshard index entry missing"},
+		{"digest sum off", func(tx *bolt.Tx) error {
+			k, v := tx.Bucket(bucketDigests).Cursor().First()
+			rows, sum, err := decodeDigest(v)
+			if err != nil {
+				return err
+			}
+			return tx.Bucket(bucketDigests).Put(append([]byte(nil), k...), digestVal(rows, sum+1))
+		}, "digest of shard"},
+		{"digest missing", func(tx *bolt.Tx) error {
+			k, _ := tx.Bucket(bucketDigests).Cursor().First()
+			return tx.Bucket(bucketDigests).Delete(append([]byte(nil), k...))
+		}, "digest of shard"},
+		{"row version changed behind the digest", func(tx *bolt.Tx) error {
+			r, err := decodeRow(rowKey("a"), tx.Bucket(bucketRows).Get(rowKey("a")))
+			if err != nil {
+				return err
+			}
+			r.Version = r.Version.Next()
+			return tx.Bucket(bucketRows).Put(rowKey("a"), encodeRow(nil, &r))
+		}, "digest of shard"},
 		{"undecodable row", func(tx *bolt.Tx) error {
 			return tx.Bucket(bucketRows).Put(rowKey("a"), []byte{1, 9})
 		}, "malformed"},

@@ -38,9 +38,10 @@ type prepared struct {
 }
 
 // Append implements outbox.Store: insert-or-ignore on dispatch_key. Rows
-// are validated, defaulted (status pending, Attempt 1 if zero, CreatedAt =
-// the store clock if zero, VisibleAfter = CreatedAt if zero, Shard =
-// shards.ShardOf) and encoded before they are queued; an invalid row fails
+// are validated, defaulted (outbox.NewRow at the store clock: pending,
+// Attempt 1 if zero, CreatedAt now if zero, VisibleAfter = CreatedAt if
+// zero, Version FirstVersion; Shard = shards.ShardOf) and encoded before
+// they are queued; an invalid row fails
 // the call with outbox.ErrInvalidRow and nothing is written. It returns
 // after the group commit holding the batch has been fsync'd. A row whose key
 // exists, live or tombstone, on any shard, is AppendDuplicate.
@@ -52,8 +53,7 @@ func (s *Store) Append(ctx context.Context, rows []outbox.Row) ([]outbox.AppendO
 		if err := validateRow(i, &r); err != nil {
 			return nil, fmt.Errorf("boltstore: append: %w", err)
 		}
-		r.Status = outbox.StatusPending // appends always start pending
-		normalizeIncoming(&r, now)
+		outbox.NewRow(&r, now)
 		r.Shard = shards.ShardOf(r.DispatchKey, s.opts.ShardCount)
 		prep[i] = prepared{rk: rowKey(r.DispatchKey), row: r, enc: encodeRow(nil, &r)}
 	}
@@ -275,8 +275,7 @@ func (s *Store) claimTx(w *wtx, p outbox.ClaimParams) ([]outbox.Row, error) {
 	for i := range cands {
 		old := cands[i].row
 		nw := old
-		nw.Status = outbox.StatusClaimed
-		nw.ClaimedAt = p.Now
+		outbox.ApplyClaim(&nw, p.Now)
 		if err := w.write(cands[i].rk, &old, false, &nw, false, nil); err != nil {
 			return nil, err
 		}
@@ -333,9 +332,7 @@ func (s *Store) RearmStale(ctx context.Context, p outbox.RearmParams) ([]outbox.
 				return fmt.Errorf("%w: claimed index entry for %q without a claimed row", ErrCorrupt, rk)
 			}
 			nw := old
-			nw.Status = outbox.StatusPending
-			nw.VisibleAfter = p.VisibleAfter
-			nw.ClaimedAt = time.Time{}
+			outbox.ApplyRearm(&nw, p.VisibleAfter)
 			if err := w.write(rk, &old, false, &nw, false, nil); err != nil {
 				return err
 			}
@@ -367,11 +364,14 @@ func (s *Store) RearmAllClaimed(ctx context.Context, visibleAfter time.Time) (in
 
 // settle applies change to the row of dispatchKey if it exists; change
 // returns false to leave the row as it is (the contract's no-op cases). A
-// settled row loses any transfer mark: its state changed, so the handoff
-// must resend it (CompleteTransfer deletes only rows still marked).
-func (s *Store) settle(ctx context.Context, what, dispatchKey string, change func(r *outbox.Row) bool) error {
+// changed row loses any transfer mark: its state changed, so the handoff
+// must resend it (CompleteTransfer deletes only rows still marked). It
+// reports whether the row changed.
+func (s *Store) settle(ctx context.Context, what, dispatchKey string, change func(r *outbox.Row) bool) (bool, error) {
 	rk := rowKey(dispatchKey)
-	return s.submit(ctx, what, 1, func(w *wtx) error {
+	var changed bool
+	err := s.submit(ctx, what, 1, func(w *wtx) error {
+		changed = false
 		old, xfer, ok, err := w.getRow(rk)
 		if err != nil || !ok {
 			return err
@@ -380,49 +380,51 @@ func (s *Store) settle(ctx context.Context, what, dispatchKey string, change fun
 		if !change(&nw) {
 			return nil
 		}
+		changed = true
 		return w.write(rk, &old, xfer, &nw, false, nil)
 	})
+	return changed, err
 }
 
-// Complete implements outbox.Store: pending or claimed → done, FinishedAt =
-// p.Now (the store clock if zero), ClaimedAt cleared. Missing or terminal
-// rows are a no-op.
+// Complete implements outbox.Store with outbox.ApplyComplete: the row
+// claimed under p.Claim (or pending in its generation) becomes done,
+// FinishedAt = p.Now (the store clock if zero). Anything else is a no-op.
 func (s *Store) Complete(ctx context.Context, p outbox.CompleteParams) error {
 	now := cmp.Or(p.Now, s.now())
-	return s.settle(ctx, "complete "+p.DispatchKey, p.DispatchKey, func(r *outbox.Row) bool {
-		if r.Status.Terminal() {
-			return false
-		}
-		r.Status, r.FinishedAt, r.ClaimedAt = outbox.StatusDone, now, time.Time{}
-		return true
+	_, err := s.settle(ctx, "complete "+p.DispatchKey, p.DispatchKey, func(r *outbox.Row) bool {
+		return outbox.ApplyComplete(r, p, now)
 	})
+	return err
 }
 
-// Retry implements outbox.Store: claimed → pending with Attempt =
-// p.NextAttempt (Attempt+1 if zero), VisibleAfter and LastError; ClaimedAt
-// cleared. Missing or non-claimed rows are a no-op.
+// Retry implements outbox.Store with outbox.ApplyRetry: the row claimed
+// under p.Claim goes back to pending with Attempt = p.NextAttempt
+// (Attempt+1 if zero), VisibleAfter and LastError. Anything else is a
+// no-op.
 func (s *Store) Retry(ctx context.Context, p outbox.RetryParams) error {
-	return s.settle(ctx, "retry "+p.DispatchKey, p.DispatchKey, func(r *outbox.Row) bool {
-		if r.Status != outbox.StatusClaimed {
-			return false
-		}
-		r.Status = outbox.StatusPending
-		r.Attempt = cmp.Or(p.NextAttempt, r.Attempt+1)
-		r.VisibleAfter, r.LastError, r.ClaimedAt = p.VisibleAfter, p.LastError, time.Time{}
-		return true
+	_, err := s.settle(ctx, "retry "+p.DispatchKey, p.DispatchKey, func(r *outbox.Row) bool {
+		return outbox.ApplyRetry(r, p)
 	})
+	return err
 }
 
-// Fail implements outbox.Store: pending or claimed → failed (dead letter),
-// LastError set, FinishedAt = p.Now (the store clock if zero), ClaimedAt
-// cleared. Missing or terminal rows are a no-op.
+// Fail implements outbox.Store with outbox.ApplyFail: the row claimed
+// under p.Claim becomes failed (dead letter), LastError set, FinishedAt =
+// p.Now (the store clock if zero). Anything else is a no-op.
 func (s *Store) Fail(ctx context.Context, p outbox.FailParams) error {
 	now := cmp.Or(p.Now, s.now())
-	return s.settle(ctx, "fail "+p.DispatchKey, p.DispatchKey, func(r *outbox.Row) bool {
-		if r.Status.Terminal() {
-			return false
-		}
-		r.Status, r.LastError, r.FinishedAt, r.ClaimedAt = outbox.StatusFailed, p.LastError, now, time.Time{}
-		return true
+	_, err := s.settle(ctx, "fail "+p.DispatchKey, p.DispatchKey, func(r *outbox.Row) bool {
+		return outbox.ApplyFail(r, p, now)
+	})
+	return err
+}
+
+// Cancel implements outbox.Store with outbox.ApplyCancel: a pending row
+// (in transfer or not) becomes cancelled, FinishedAt = p.Now (the store
+// clock if zero), LastError = p.Reason when set. It reports whether it did.
+func (s *Store) Cancel(ctx context.Context, p outbox.CancelParams) (bool, error) {
+	now := cmp.Or(p.Now, s.now())
+	return s.settle(ctx, "cancel "+p.DispatchKey, p.DispatchKey, func(r *outbox.Row) bool {
+		return outbox.ApplyCancel(r, p, now)
 	})
 }

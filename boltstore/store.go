@@ -47,11 +47,6 @@ type Store struct {
 	// state of the file may be damaged, so every later write fails.
 	broken atomic.Pointer[error]
 
-	// resume holds, per shard, the byshard key where the last BeginTransfer
-	// stopped (an optimisation; see transferResume).
-	resumeMu sync.Mutex
-	resume   map[uint32][]byte
-
 	// totals mirrors the ns counters summed over namespaces, per status,
 	// for the fairshard_store_rows gauge.
 	totals [nsCountsLen]atomic.Int64
@@ -143,16 +138,36 @@ func (s *Store) initFile() (int, error) {
 				return err
 			}
 		}
+		meta := tx.Bucket(bucketMeta)
+		if meta == nil {
+			return fmt.Errorf("%s: %w: bucket %q missing", s.path, ErrCorrupt, bucketMeta)
+		}
+		v := meta.Get(metaFormat)
+		if v == nil {
+			return fmt.Errorf("%s: %w: no format version", s.path, ErrCorrupt)
+		}
+		format, n := binary.Uvarint(v)
+		switch {
+		case n <= 0:
+			return fmt.Errorf("%s: %w: unreadable format version %x", s.path, ErrCorrupt, v)
+		case format == formatV1:
+			// Written before row versions: add the digests (below).
+			if _, err := tx.CreateBucket(bucketDigests); err != nil {
+				return fmt.Errorf("%s: upgrade from format 1: create bucket %q: %w", s.path, bucketDigests, err)
+			}
+		case format != formatVersion:
+			return fmt.Errorf("%s: %w: format version %d, this build reads %d and %d", s.path, ErrCorrupt, format, formatV1, formatVersion)
+		}
 		w, err := newWtx(tx)
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.path, err)
 		}
-		if v := w.b.meta.Get(metaFormat); v == nil {
-			return fmt.Errorf("%s: %w: no format version", s.path, ErrCorrupt)
-		} else if f, n := binary.Uvarint(v); n <= 0 || f != formatVersion {
-			return fmt.Errorf("%s: %w: format version %d, this build reads %d", s.path, ErrCorrupt, f, formatVersion)
+		if format == formatV1 {
+			if err := s.upgradeV1(w); err != nil {
+				return fmt.Errorf("%s: upgrade from format 1: %w", s.path, err)
+			}
 		}
-		v := w.b.meta.Get(metaShardCount)
+		v = w.b.meta.Get(metaShardCount)
 		if len(v) != 4 {
 			return fmt.Errorf("%s: %w: no shard_count", s.path, ErrCorrupt)
 		}
@@ -267,3 +282,26 @@ func (s *Store) view(ctx context.Context, what string, fn func(tx *bolt.Tx, b bu
 
 // now reads the store's clock.
 func (s *Store) now() time.Time { return s.opts.Now() }
+
+// upgradeV1 turns a format 1 file (no row versions, no digests) into a
+// format 2 one inside Open's transaction: one pass over the rows computes
+// every shard's digest (the rows' Version decodes as zero), then the meta
+// format becomes 2. Row values are left as they are; a change rewrites
+// each in format 2. Cost: O(rows), once.
+func (s *Store) upgradeV1(w *wtx) error {
+	c := w.b.rows.Cursor()
+	n := 0
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		row, err := decodeRow(k, v)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrCorrupt, err)
+		}
+		w.digest(&row, +1)
+		n++
+	}
+	if err := w.b.meta.Put(metaFormat, binary.AppendUvarint(nil, formatVersion)); err != nil {
+		return err
+	}
+	s.log.Info("upgraded the data file from format 1 to 2 (row versions, shard digests)", slog.Int("rows", n))
+	return nil
+}

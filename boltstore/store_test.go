@@ -37,7 +37,7 @@ func TestAppendGetRoundTrip(t *testing.T) {
 	}
 	s = reopen(t, s, b) // durable, and decoded from disk
 	want := full
-	want.Status, want.Shard = outbox.StatusPending, shardOf(full.DispatchKey)
+	want.Status, want.Shard, want.Version = outbox.StatusPending, shardOf(full.DispatchKey), outbox.FirstVersion
 	if r := mustGet(t, s, full.DispatchKey); !reflect.DeepEqual(r, want) {
 		t.Fatalf("full row round trip:\n got %+v\nwant %+v", r, want)
 	}
@@ -65,7 +65,7 @@ func TestAppendDuplicates(t *testing.T) {
 		t.Fatalf("duplicate overwrote the stored row: %+v", r)
 	}
 	// A tombstone dedupes until its retention ends.
-	if err := s.Complete(ctx, outbox.CompleteParams{DispatchKey: "a", Now: b.clock.Now()}); err != nil {
+	if err := s.Complete(ctx, outbox.CompleteParams{DispatchKey: "a", Claim: claimOf(t, s, "a"), Now: b.clock.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	if got := mustAppend(t, s, row("a", "ns", "q")); got[0] != outbox.AppendDuplicate {
@@ -174,20 +174,26 @@ func TestSettleTransitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Retry on a pending row is a no-op.
-	must(t, s.Retry(ctx, outbox.RetryParams{DispatchKey: "k4", NextAttempt: 9}))
+	must(t, s.Retry(ctx, outbox.RetryParams{DispatchKey: "k4", Claim: mustGet(t, s, "k4").Version, NextAttempt: 9}))
 	if r := mustGet(t, s, "k4"); r.Attempt != 1 || r.Status != outbox.StatusPending {
 		t.Fatalf("retry of pending row changed it: %+v", r)
 	}
-	must(t, s.Complete(ctx, outbox.CompleteParams{DispatchKey: "k1", Now: now}))
-	must(t, s.Retry(ctx, outbox.RetryParams{DispatchKey: "k2", NextAttempt: 2, VisibleAfter: now.Add(time.Minute), LastError: "503"}))
-	must(t, s.Fail(ctx, outbox.FailParams{DispatchKey: "k3", LastError: "400", Now: now}))
-	must(t, s.Complete(ctx, outbox.CompleteParams{DispatchKey: "k4", Now: now})) // pending → done
-	must(t, s.Fail(ctx, outbox.FailParams{DispatchKey: "k5", LastError: "bad", Now: now}))
+	must(t, s.Complete(ctx, outbox.CompleteParams{DispatchKey: "k1", Claim: claimOf(t, s, "k1"), Now: now}))
+	must(t, s.Retry(ctx, outbox.RetryParams{DispatchKey: "k2", Claim: claimOf(t, s, "k2"), NextAttempt: 2, VisibleAfter: now.Add(time.Minute), LastError: "503"}))
+	must(t, s.Fail(ctx, outbox.FailParams{DispatchKey: "k3", Claim: claimOf(t, s, "k3"), LastError: "400", Now: now}))
+	// pending → done: a late success after a re-arm (same generation).
+	must(t, s.Complete(ctx, outbox.CompleteParams{DispatchKey: "k4", Claim: mustGet(t, s, "k4").Version, Now: now}))
+	// Fail applies only to a claim: k5 pending stays pending until claimed.
+	must(t, s.Fail(ctx, outbox.FailParams{DispatchKey: "k5", Claim: mustGet(t, s, "k5").Version, LastError: "early", Now: now}))
+	if r := mustGet(t, s, "k5"); r.Status != outbox.StatusPending {
+		t.Fatalf("fail of a pending row applied: %+v", r)
+	}
+	must(t, s.Fail(ctx, outbox.FailParams{DispatchKey: "k5", Claim: claimOf(t, s, "k5"), LastError: "bad", Now: now}))
 	// No-ops: missing rows, settling terminal rows.
 	must(t, s.Complete(ctx, outbox.CompleteParams{DispatchKey: "missing", Now: now}))
-	must(t, s.Fail(ctx, outbox.FailParams{DispatchKey: "k1", LastError: "late", Now: now}))
-	must(t, s.Complete(ctx, outbox.CompleteParams{DispatchKey: "k3", Now: now}))
-	must(t, s.Retry(ctx, outbox.RetryParams{DispatchKey: "k1", NextAttempt: 5}))
+	must(t, s.Fail(ctx, outbox.FailParams{DispatchKey: "k1", Claim: mustGet(t, s, "k1").Version, LastError: "late", Now: now}))
+	must(t, s.Complete(ctx, outbox.CompleteParams{DispatchKey: "k3", Claim: mustGet(t, s, "k3").Version, Now: now}))
+	must(t, s.Retry(ctx, outbox.RetryParams{DispatchKey: "k1", Claim: mustGet(t, s, "k1").Version, NextAttempt: 5}))
 
 	for key, want := range map[string]struct {
 		st      outbox.Status
@@ -241,7 +247,7 @@ func TestRearmStale(t *testing.T) {
 			t.Fatalf("claim %d: %v %v", i, rows, err)
 		}
 	}
-	must(t, s.Complete(ctx, outbox.CompleteParams{DispatchKey: "a", Now: t0}))
+	must(t, s.Complete(ctx, outbox.CompleteParams{DispatchKey: "a", Claim: claimOf(t, s, "a"), Now: t0}))
 	vis := t0.Add(time.Hour)
 	rows, err := s.RearmStale(ctx, outbox.RearmParams{OlderThan: t0.Add(3 * time.Second), VisibleAfter: vis, Limit: 10,
 		ExcludeKeys: map[string]struct{}{"b": {}}})
@@ -278,8 +284,8 @@ func TestOwnedShardScoping(t *testing.T) {
 	if err != nil || len(rows) != 3 {
 		t.Fatalf("claim all: %v %v", keysOfRows(rows), err)
 	}
-	must(t, s.Retry(ctx, outbox.RetryParams{DispatchKey: mine, NextAttempt: 2, VisibleAfter: now}))
-	must(t, s.Retry(ctx, outbox.RetryParams{DispatchKey: theirs, NextAttempt: 2, VisibleAfter: now}))
+	must(t, s.Retry(ctx, outbox.RetryParams{DispatchKey: mine, Claim: claimOf(t, s, mine), NextAttempt: 2, VisibleAfter: now}))
+	must(t, s.Retry(ctx, outbox.RetryParams{DispatchKey: theirs, Claim: claimOf(t, s, theirs), NextAttempt: 2, VisibleAfter: now}))
 	// Now: mine pending, theirs pending, mine2 claimed, theirs2 claimed.
 	s.SetOwnedShards([]uint32{0, 1, 3, 99})
 	if !s.Owns(1) || s.Owns(2) || s.Owns(99) {
@@ -391,8 +397,8 @@ func TestMetrics(t *testing.T) {
 	s, b := newTestStore(t, func(o *Options) { o.TombstoneRetention = time.Hour })
 	now := b.clock.Now()
 	mustAppend(t, s, row("a", "ns", "q"), row("b", "ns", "q"), row("c", "ns", "q"))
-	must(t, s.Complete(ctx, outbox.CompleteParams{DispatchKey: "a", Now: now}))
-	must(t, s.Fail(ctx, outbox.FailParams{DispatchKey: "b", Now: now}))
+	must(t, s.Complete(ctx, outbox.CompleteParams{DispatchKey: "a", Claim: claimOf(t, s, "a"), Now: now}))
+	must(t, s.Fail(ctx, outbox.FailParams{DispatchKey: "b", Claim: claimOf(t, s, "b"), Now: now}))
 	b.clock.Advance(2 * time.Hour)
 	if n, err := s.ExpireTombstones(ctx); err != nil || n != 1 {
 		t.Fatalf("expire: %d %v, want 1 (dead letters kept longer)", n, err)

@@ -10,13 +10,13 @@ import (
 
 // buckets holds one transaction's handles on every bucket.
 type buckets struct {
-	rows, byShard, pending, claimed, tombs, dead, dlq, transfer, routes, ns, nsShard, shards, config, meta *bolt.Bucket
+	rows, byShard, pending, claimed, tombs, dead, dlq, transfer, routes, ns, nsShard, shards, config, meta, digests *bolt.Bucket
 }
 
 func openBuckets(tx *bolt.Tx) (buckets, error) {
 	var b buckets
 	ptrs := []**bolt.Bucket{&b.rows, &b.byShard, &b.pending, &b.claimed, &b.tombs, &b.dead, &b.dlq,
-		&b.transfer, &b.routes, &b.ns, &b.nsShard, &b.shards, &b.config, &b.meta}
+		&b.transfer, &b.routes, &b.ns, &b.nsShard, &b.shards, &b.config, &b.meta, &b.digests}
 	for i, name := range allBuckets {
 		bk := tx.Bucket(name)
 		if bk == nil {
@@ -44,6 +44,7 @@ type wtx struct {
 	dNSShard map[nsShard]counts // (namespace, shard) → delta (nssCountsLen)
 	dShard   map[uint32]counts  // shard → delta (shCountsLen)
 	dRoute   map[string]int64   // routeKey → delta of its "pending" entries
+	dDigest  map[uint32]*digestDelta
 
 	// xferState caches whether the transfer bucket is empty in this tx
 	// (0 unknown, 1 empty, 2 maybe not), so getRow skips the mark lookup
@@ -54,6 +55,13 @@ type wtx struct {
 	statusDelta [nsCountsLen]int64
 	// expired counts tombstones removed by the sweep in this tx.
 	expired int
+}
+
+// digestDelta is the change of one shard's digest within a transaction
+// (sum wraps mod 2⁶⁴, as the digest does).
+type digestDelta struct {
+	rows int64
+	sum  uint64
 }
 
 func newWtx(tx *bolt.Tx) (*wtx, error) {
@@ -73,6 +81,7 @@ func newWtx(tx *bolt.Tx) (*wtx, error) {
 		dNSShard: make(map[nsShard]counts),
 		dShard:   make(map[uint32]counts),
 		dRoute:   make(map[string]int64),
+		dDigest:  make(map[uint32]*digestDelta),
 	}, nil
 }
 
@@ -87,13 +96,18 @@ func (w *wtx) getRow(rk []byte) (row outbox.Row, xfer, ok bool, err error) {
 	if err != nil {
 		return row, false, false, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
+	return row, w.marked(rk), true, nil
+}
+
+// marked reports whether the row under rk is marked in-transfer.
+func (w *wtx) marked(rk []byte) bool {
 	if w.xferState == 0 {
 		w.xferState = 2
 		if k, _ := w.b.transfer.Cursor().First(); k == nil {
 			w.xferState = 1
 		}
 	}
-	return row, w.xferState == 2 && w.b.transfer.Get(rk) != nil, true, nil
+	return w.xferState == 2 && w.b.transfer.Get(rk) != nil
 }
 
 // indexKeys are the secondary-index entries one row state owns.
@@ -214,7 +228,26 @@ func (w *wtx) write(rk []byte, old *outbox.Row, oldXfer bool, nw *outbox.Row, ne
 	}
 	w.count(old, oldXfer, -1)
 	w.count(nw, newXfer, +1)
+	if nw != old {
+		w.digest(old, -1)
+		w.digest(nw, +1)
+	}
 	return nil
+}
+
+// digest adds (d = +1) or removes (d = -1) r's contribution to its
+// shard's digest.
+func (w *wtx) digest(r *outbox.Row, d int64) {
+	if r == nil {
+		return
+	}
+	dd := w.dDigest[r.Shard]
+	if dd == nil {
+		dd = &digestDelta{}
+		w.dDigest[r.Shard] = dd
+	}
+	dd.rows += d
+	dd.sum += uint64(d) * outbox.DigestOf(r)
 }
 
 func (w *wtx) count(r *outbox.Row, xfer bool, d int64) {
@@ -280,6 +313,11 @@ func (w *wtx) flush() error {
 			return fmt.Errorf("shard %d counters: %w", shard, err)
 		}
 	}
+	for shard, d := range w.dDigest {
+		if err := addDigest(w.b.digests, shard, d); err != nil {
+			return fmt.Errorf("shard %d digest: %w", shard, err)
+		}
+	}
 	for rk, d := range w.dRoute {
 		if err := addCounts(w.b.routes, []byte(rk), counts{d}); err != nil {
 			return fmt.Errorf("route %x counter: %w", rk, err)
@@ -309,4 +347,33 @@ func addCounts(b *bolt.Bucket, key []byte, d counts) error {
 		return b.Delete(key)
 	}
 	return b.Put(key, cur.encode())
+}
+
+// addDigest applies d to a shard's stored digest. An entry whose row count
+// reaches zero is deleted (its sum must then be zero too, or the file's
+// digest disagrees with its rows: ErrCorrupt).
+func addDigest(b *bolt.Bucket, shard uint32, d *digestDelta) error {
+	if d.rows == 0 && d.sum == 0 {
+		return nil
+	}
+	key := appendShard(nil, shard)
+	var rows int64
+	var sum uint64
+	if v := b.Get(key); v != nil {
+		var err error
+		if rows, sum, err = decodeDigest(v); err != nil {
+			return fmt.Errorf("%w: %w", ErrCorrupt, err)
+		}
+	}
+	rows += d.rows
+	sum += d.sum
+	switch {
+	case rows < 0:
+		return fmt.Errorf("%w: digest row count would go negative (%d)", ErrCorrupt, rows)
+	case rows == 0 && sum != 0:
+		return fmt.Errorf("%w: digest of an empty shard has sum %x", ErrCorrupt, sum)
+	case rows == 0:
+		return b.Delete(key)
+	}
+	return b.Put(key, digestVal(rows, sum))
 }

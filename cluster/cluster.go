@@ -16,6 +16,9 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fairshard/fairshard/kv"
+	"github.com/fairshard/fairshard/lifecycle"
 )
 
 // Errors returned by this package. Test them with errors.Is; the returned
@@ -33,9 +36,6 @@ var (
 	// ErrBadMeta is returned when a peer's node meta cannot be read (not a
 	// fairshard node, or corrupt); such a peer is refused.
 	ErrBadMeta = errors.New("cluster: unreadable peer node meta")
-	// ErrInvalidConfigEntry is returned by PutConfig and DeleteConfig for a
-	// bad key or value.
-	ErrInvalidConfigEntry = errors.New("cluster: invalid config entry")
 	// ErrShutdown is returned by calls on a Cluster after Shutdown.
 	ErrShutdown = errors.New("cluster: shut down")
 	// ErrAlreadyStarted is returned by a second Start.
@@ -47,17 +47,25 @@ var (
 	// this node's own gossip address: there is nobody else to join yet
 	// (the first node of a cluster, or a DNS name listing only itself).
 	ErrNoPeers = errors.New("cluster: no address to join but this node's own")
+	// ErrStateExchange is returned by Join when a seed answered but the
+	// push/pull state exchange with it failed: the peer refused this
+	// node's state or sent one this node cannot take (another gossip key
+	// or label, a state over memberlist's 20 MiB limit). Unlike "nobody
+	// answered", it means a cluster is there that this node is not part
+	// of, so it must not serve as if alone.
+	ErrStateExchange = errors.New("cluster: a seed answered but the state exchange failed")
 )
 
 // Cluster is one node's membership in a fairshard cluster: memberlist
-// gossip, shard ownership snapshots and the gossiped cluster config. Build
-// it with New; it is safe for concurrent use.
+// gossip, shard ownership snapshots, and the host of the gossiped cluster
+// config (a kv.Store, KV). Build it with New; it is safe for concurrent use.
 type Cluster struct {
 	cfg      *Config // defaulted, validated, private copy
 	name     string
 	protocol uint8
 	log      *slog.Logger
 	ml       *memberlist.Memberlist
+	dials    *dialTracker
 	metrics  *metrics
 
 	metaMu sync.Mutex // serialises state changes
@@ -78,15 +86,8 @@ type Cluster struct {
 	subs        map[*subscriber]struct{} // nil after Shutdown
 
 	// gossiped config
-	config           *configStore
-	broadcasts       *memberlist.TransmitLimitedQueue
-	persistMu        sync.Mutex         // serialises ConfigPersist calls
-	persisted        map[string]Version // last version handed to ConfigPersist, per key
-	persistPendingMu sync.Mutex
-	persistPending   map[string]struct{} // remote keys to persist
-	persistCh        chan struct{}       // 1-buffered
-	watchMu          sync.RWMutex
-	watches          map[*ConfigWatch]struct{} // nil after Shutdown
+	kv         *kv.Store
+	broadcasts *memberlist.TransmitLimitedQueue
 
 	// peer admission
 	refuseMu      sync.Mutex
@@ -94,20 +95,22 @@ type Cluster struct {
 	refusalSeq    uint64
 	lastRefusal   refusal
 
-	// lifecycle
+	// lifecycle: every background loop runs in loops, started in order
+	// (kv persistence, kv collection, recompute, memberlist, join) and
+	// stopped in reverse by Shutdown.
 	lifeMu   sync.Mutex // serialises Start, Leave and Shutdown
 	started  bool
 	left     atomic.Bool
 	shutdown atomic.Bool
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
+	loops    *lifecycle.Group
 }
 
-// New validates cfg, creates the memberlist (listening on the gossip
-// address; peers may join it from now on), loads cfg.InitialConfig and
+// New validates cfg, opens the gossiped config store (cfg.KV: its
+// persisted entries, caps and Persister), creates the memberlist
+// (listening on the gossip address; peers may join it from now on) and
 // publishes a first ownership snapshot in which this node alone owns every
-// shard. It does not contact anyone: call Start to join the seeds. On error
-// nothing is left running. cfg is not modified.
+// shard. It does not contact anyone: call Start to join the seeds. On
+// error nothing is left running. cfg is not modified.
 func New(cfg *Config) (*Cluster, error) {
 	if cfg == nil {
 		return nil, fmt.Errorf("%w: nil *Config", ErrInvalidConfig)
@@ -117,80 +120,100 @@ func New(cfg *Config) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{
-		cfg:            cfg,
-		name:           cfg.Name,
-		protocol:       cfg.protocolVersion,
-		log:            cfg.Logger.With("component", "cluster", "node", cfg.Name),
-		state:          MemberActive,
-		recomputeCh:    make(chan struct{}, 1),
-		peers:          make(map[string]peer),
-		subs:           make(map[*subscriber]struct{}),
-		config:         newConfigStore(),
-		persisted:      make(map[string]Version),
-		persistPending: make(map[string]struct{}),
-		persistCh:      make(chan struct{}, 1),
-		watches:        make(map[*ConfigWatch]struct{}),
-		refusedLogged:  make(map[string]time.Time),
+		cfg:           cfg,
+		name:          cfg.Name,
+		protocol:      cfg.protocolVersion,
+		log:           cfg.Logger.With("component", "cluster", "node", cfg.Name),
+		state:         MemberActive,
+		recomputeCh:   make(chan struct{}, 1),
+		peers:         make(map[string]peer),
+		subs:          make(map[*subscriber]struct{}),
+		refusedLogged: make(map[string]time.Time),
 	}
+	c.loops = lifecycle.NewGroup(c.log)
 	meta, err := c.encodeMeta(MemberActive)
 	if err != nil {
 		return nil, err
 	}
 	c.meta.Store(&meta)
-	c.metrics = newMetrics(c)
-	for _, e := range cfg.InitialConfig {
-		e = e.clone()
-		if len(e.Value) == 0 {
-			e.Value = nil
-		}
-		if ok, live := c.config.apply(e); ok {
-			c.persisted[e.Key] = e.Version // it came from the persisted store
-			c.metrics.configEntries.Set(float64(live))
-		}
-	}
-
-	mc := cfg.Config // private copy made by withDefaults
-	d := &delegate{c: c}
-	mc.Delegate, mc.Events, mc.Alive, mc.Merge, mc.Conflict = d, &events{c: c}, d, d, d
-	mc.LogOutput = nil
-	mc.Logger = log.New(&logBridge{l: c.log.With("component", "memberlist")}, "", 0)
-	c.broadcasts = &memberlist.TransmitLimitedQueue{
-		NumNodes:       func() int { return int(max(c.numMembers.Load(), 1)) },
-		RetransmitMult: mc.RetransmitMult,
-	}
-	ml, err := memberlist.Create(mc)
-	if err != nil {
-		return nil, fmt.Errorf("create memberlist for node %q on %s:%d: %w", cfg.Name, mc.BindAddr, mc.BindPort, err)
-	}
-	c.ml = ml
 	reg := cfg.Registerer
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
+
+	mc := cfg.Config // private copy made by withDefaults
+	c.broadcasts = &memberlist.TransmitLimitedQueue{
+		NumNodes:       func() int { return int(max(c.numMembers.Load(), 1)) },
+		RetransmitMult: mc.RetransmitMult,
+	}
+	kcfg := cfg.KV
+	kcfg.Node, kcfg.Broadcast = cfg.Name, c.queueBroadcast
+	kcfg.Logger, kcfg.Registerer = c.log.With("component", "kv"), reg
+	if c.kv, err = kv.New(kcfg); err != nil {
+		if errors.Is(err, kv.ErrInvalidConfig) {
+			return nil, fmt.Errorf("%w: KV: %v", ErrInvalidConfig, err)
+		}
+		return nil, fmt.Errorf("open gossiped config of node %q: %w", cfg.Name, err)
+	}
+	c.metrics = newMetrics(c)
+
+	d := &delegate{c: c}
+	mc.Delegate, mc.Events, mc.Alive, mc.Merge, mc.Conflict = d, &events{c: c}, d, d, d
+	mc.LogOutput = nil
+	mc.Logger = log.New(&logBridge{l: c.log.With("component", "memberlist")}, "", 0)
+	if mc.Transport == nil {
+		if c.dials, err = newTransport(mc, mc.Logger); err != nil {
+			c.kv.Close()
+			return nil, fmt.Errorf("create memberlist for node %q: %w", cfg.Name, err)
+		}
+		mc.Transport = c.dials
+	}
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		if c.dials != nil {
+			_ = c.dials.Shutdown()
+		}
+		c.kv.Close()
+		return nil, fmt.Errorf("create memberlist for node %q on %s:%d: %w", cfg.Name, mc.BindAddr, mc.BindPort, err)
+	}
+	c.ml = ml
 	if err := c.metrics.register(reg); err != nil {
 		_ = ml.Shutdown()
+		c.kv.Close()
 		return nil, err
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	c.cancel = cancel
 	c.Recompute()
-	c.goFunc(func() { c.recomputeLoop(ctx) })
-	if cfg.ConfigPersist != nil {
-		c.goFunc(func() { c.persistLoop(ctx) })
+	// Start order; Shutdown stops them in reverse: the join loop first,
+	// then memberlist (no more gossip comes in), then ownership, and the
+	// kv loops last so persistence flushes what gossip brought.
+	for _, l := range []lifecycle.Loop{
+		{Name: "kv-persist", Run: c.kv.RunPersist},
+		{Name: "kv-collect", Run: c.kv.RunCollect},
+		{Name: "recompute", Run: c.recomputeLoop},
+		{Name: "memberlist", Run: c.memberlistLoop},
+	} {
+		_ = c.loops.Go(nil, l) // a fresh group is never stopped
 	}
+	st := c.kv.Stats()
 	c.log.Info("cluster node created", "gossip_addr", c.GossipAddr(), "api_addr", cfg.APIAddr,
-		"shard_count", cfg.ShardCount, "config_entries", len(cfg.InitialConfig))
+		"shard_count", cfg.ShardCount, "config_entries", st.Live, "config_tombstones", st.Tombstones)
 	return c, nil
 }
 
-func (c *Cluster) goFunc(f func()) {
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		f()
-	}()
+// memberlistLoop holds the memberlist open until the lifecycle stops it,
+// then shuts it down (without a leave message: Leave sends that first).
+func (c *Cluster) memberlistLoop(ctx context.Context) error {
+	<-ctx.Done()
+	if err := c.ml.Shutdown(); err != nil {
+		return fmt.Errorf("shut down memberlist of node %q: %w", c.name, err)
+	}
+	return nil
 }
+
+// KV returns the gossiped cluster config this node hosts: read, write and
+// watch it there. It is open from New until Shutdown.
+func (c *Cluster) KV() *kv.Store { return c.kv }
 
 func (c *Cluster) encodeMeta(state MemberState) ([]byte, error) {
 	return nodeMeta{
@@ -232,24 +255,23 @@ func (c *Cluster) Start(ctx context.Context) error {
 	if len(c.cfg.Join) == 0 {
 		return nil
 	}
-	loopCtx, cancel := context.WithCancel(ctx)
-	prev := c.cancel
-	c.cancel = func() { cancel(); prev() }
-	c.goFunc(func() { c.joinLoop(loopCtx) })
+	if err := c.loops.Go(ctx, lifecycle.Loop{Name: "join", Run: c.joinLoop}); err != nil {
+		return ErrShutdown
+	}
 	return nil
 }
 
-func (c *Cluster) joinLoop(ctx context.Context) {
+func (c *Cluster) joinLoop(ctx context.Context) error {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-timer.C:
 		}
 		if c.left.Load() || c.shutdown.Load() {
-			return
+			return nil
 		}
 		c.rejoinOnce(ctx)
 		// ±10% jitter so restarted nodes do not re-join in lockstep.
@@ -294,7 +316,9 @@ func (c *Cluster) rejoinOnce(ctx context.Context) {
 // address it resolves to) now, in addition to the background loop of
 // Start. It returns how many addresses answered. An error means none
 // answered; when a peer was refused during the attempt the error wraps
-// ErrShardCountMismatch, ErrProtocolMismatch or ErrBadMeta. memberlist's
+// ErrShardCountMismatch, ErrProtocolMismatch or ErrBadMeta, and when a
+// seed answered but the state exchange with it failed, ErrStateExchange.
+// memberlist's
 // join is bounded by Config.TCPTimeout per address and cannot be
 // interrupted, so ctx is checked only while resolving. Errors also:
 // ErrShutdown, ErrLeft.
@@ -319,6 +343,10 @@ func (c *Cluster) joinAddrs(targets []string) (int, error) {
 	c.refuseMu.Lock()
 	before := c.refusalSeq
 	c.refuseMu.Unlock()
+	var dialled map[string]uint64
+	if c.dials != nil {
+		dialled = c.dials.counts(targets)
+	}
 	n, err := c.ml.Join(targets)
 	if err == nil {
 		return n, nil
@@ -328,6 +356,13 @@ func (c *Cluster) joinAddrs(targets []string) (int, error) {
 	c.refuseMu.Unlock()
 	if r.seq > before {
 		return n, fmt.Errorf("join %v: %w", targets, r.err)
+	}
+	if c.dials != nil {
+		if reached := c.dials.reached(dialled); len(reached) > 0 {
+			slices.Sort(reached)
+			return n, fmt.Errorf("join %v: %w with %v (a different gossip key or label, or a cluster state over memberlist's 20 MiB limit?): %v",
+				targets, ErrStateExchange, reached, err)
+		}
 	}
 	return n, fmt.Errorf("join %v: %w", targets, err)
 }
@@ -406,7 +441,13 @@ func (c *Cluster) SetLeaving(ctx context.Context) error {
 // it. Peers then drop this node at once instead of waiting for failure
 // detection. Call SetLeaving and drain first; call Shutdown after. It is
 // safe to repeat. ctx bounds the whole call (default 5 s without a
-// deadline). Errors: ErrShutdown, or memberlist's leave timed out.
+// deadline); the wait for the leave broadcast is bounded by
+// leaveBroadcastRounds gossip intervals (at least minLeaveBroadcastWait)
+// as well. Errors: ErrShutdown, or
+// memberlist's leave timed out while a live peer remained. When every peer
+// left or died while the broadcast was queued (a whole cluster stopped at
+// once), memberlist has nobody to gossip it to and nobody needs it: that
+// is not an error.
 func (c *Cluster) Leave(ctx context.Context) error {
 	c.lifeMu.Lock()
 	defer c.lifeMu.Unlock()
@@ -439,7 +480,14 @@ func (c *Cluster) Leave(ctx context.Context) error {
 	}
 
 	start := time.Now()
-	err := c.ml.Leave(timeoutOf(ctx, 5*time.Second))
+	err := c.ml.Leave(min(timeoutOf(ctx, 5*time.Second), max(leaveBroadcastRounds*c.cfg.GossipInterval, minLeaveBroadcastWait)))
+	if err != nil && len(c.ml.Members()) == 0 {
+		// memberlist gossips only to live peers: once the others have left
+		// (they marked themselves left, and we heard it) the broadcast can
+		// never go out, and there is no one left to tell.
+		c.log.Info("leave broadcast not sent: no live peer is left to tell", "error", err)
+		err = nil
+	}
 	if err == nil && c.numMembers.Load() > 1 {
 		select {
 		case <-ctx.Done():
@@ -454,23 +502,36 @@ func (c *Cluster) Leave(ctx context.Context) error {
 	return nil
 }
 
+// leaveBroadcastRounds bounds, in gossip intervals, Leave's wait for its
+// broadcast: memberlist sends a message RetransmitMult × ⌈log10(N+1)⌉
+// times (4 below 10 nodes, 8 below 100) to GossipNodes peers a round, so a
+// leave with live peers goes out in a few rounds; 25 rounds is 5 s with
+// LAN timing (serf's BroadcastTimeout). minLeaveBroadcastWait keeps the
+// bound sane for short intervals on a loaded machine (FastConfig: 2 s).
+const (
+	leaveBroadcastRounds  = 25
+	minLeaveBroadcastWait = 2 * time.Second
+)
+
 // Shutdown stops this node's gossip and goroutines without a leave message
-// (peers detect the loss by probing; call Leave first for a graceful exit),
-// closes every Subscribe channel and ConfigWatch, flushes pending config
-// persistence and unregisters the metrics. It is idempotent and returns
-// after every goroutine of this Cluster has exited. memberlist does not wait
-// for a probe in flight: one of its goroutines may outlive Shutdown by up to
-// ProbeInterval (1 s with DefaultConfig, 100 ms with FastConfig), which
-// matters to goroutine-leak checks in tests.
+// (peers detect the loss by probing; call Leave first for a graceful exit):
+// it stops the background loops in the reverse of their start order (join,
+// memberlist, ownership recompute, tombstone collection, then config
+// persistence, which flushes what gossip brought), closes the gossiped
+// config store and every Subscribe channel and Watch, and unregisters the
+// metrics. It is idempotent and returns after every goroutine of this
+// Cluster has exited. memberlist does not wait for a probe in flight: one
+// of its goroutines may outlive Shutdown by up to ProbeInterval (1 s with
+// DefaultConfig, 100 ms with FastConfig), which matters to goroutine-leak
+// checks in tests.
 func (c *Cluster) Shutdown() error {
 	c.lifeMu.Lock()
 	defer c.lifeMu.Unlock()
 	if c.shutdown.Swap(true) {
 		return nil
 	}
-	c.cancel()
-	err := c.ml.Shutdown()
-	c.wg.Wait()
+	err := c.loops.Stop(context.Background())
+	c.kv.Close()
 	c.metrics.unregister()
 
 	c.subMu.Lock()
@@ -479,19 +540,8 @@ func (c *Cluster) Shutdown() error {
 	}
 	c.subs = nil
 	c.subMu.Unlock()
-
-	c.watchMu.Lock()
-	ws := c.watches
-	c.watches = nil
-	c.watchMu.Unlock()
-	for w := range ws {
-		w.close()
-	}
 	c.log.Info("cluster node shut down")
-	if err != nil {
-		return fmt.Errorf("shut down memberlist of node %q: %w", c.name, err)
-	}
-	return nil
+	return err
 }
 
 func (c *Cluster) isShutdown() bool { return c.shutdown.Load() }

@@ -15,6 +15,8 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fairshard/fairshard/kv"
 )
 
 // Defaults and bounds of [Config]. Durations are wall-clock time.
@@ -83,18 +85,11 @@ type Config struct {
 	// a node that serves no API.
 	APIAddr string
 
-	// InitialConfig seeds the gossiped config store at New: the entries the
-	// ConfigPersist hook saved before a restart, tombstones included. Each
-	// entry needs a key and a version (Clock > 0 and Node).
-	InitialConfig []Entry
-	// ConfigPersist, when set, is called with every accepted config change,
-	// local or remote, tombstones included. For a local PutConfig or
-	// DeleteConfig it runs before the change is applied, and its error
-	// fails the call with nothing changed. For remote changes it runs on a
-	// background goroutine, latest version per key; failures are logged
-	// and counted (the next push/pull brings the entry back anyway). It
-	// is never called concurrently with itself.
-	ConfigPersist func(Entry) error
+	// KV configures the gossiped cluster config this node hosts (KV()):
+	// the entries its Persister saved before a restart (Initial), the
+	// Persister, caps and tombstone timing. Cluster sets its Node,
+	// Broadcast, Logger and Registerer (this Config's) itself.
+	KV kv.Config
 
 	// Logger receives structured logs, memberlist's own included (bridged
 	// by level). It shadows memberlist.Config.Logger. nil discards.
@@ -134,7 +129,8 @@ func DefaultConfig() *Config {
 // FastConfig returns DefaultConfig with timing shrunk for tests and
 // single-host demos on loopback: probe every 100 ms, gossip every 20 ms,
 // push/pull every 1 s, dead nodes reclaimable after 1 s, re-join every
-// 200 ms, leave delay 100 ms. It binds 127.0.0.1 on a free port (BindPort 0);
+// 200 ms, leave delay 100 ms; config tombstones kept at least 3 s (three
+// push/pull rounds) and checked for collection every 200 ms. It binds 127.0.0.1 on a free port (BindPort 0);
 // set BindAddr to give each node its own loopback address.
 func FastConfig() *Config {
 	c := DefaultConfig()
@@ -156,6 +152,8 @@ func FastConfig() *Config {
 	mc.QueueCheckInterval = time.Second
 	c.RejoinInterval = 200 * time.Millisecond
 	c.LeavePropagateDelay = 100 * time.Millisecond
+	c.KV.TombstoneMinAge = 3 * time.Second
+	c.KV.CollectInterval = 200 * time.Millisecond
 	return c
 }
 
@@ -254,14 +252,6 @@ func (c *Config) validate() error {
 		return bad("Merge is set: cluster installs its own merge delegate")
 	case c.Conflict != nil:
 		return bad("Conflict is set: cluster installs its own conflict delegate")
-	}
-	for i, e := range c.InitialConfig {
-		if err := e.validate(); err != nil {
-			return bad("InitialConfig[%d]: %v", i, err)
-		}
-		if e.Version.Clock == 0 || e.Version.Node == "" {
-			return bad("InitialConfig[%d] (key %q) has no version", i, e.Key)
-		}
 	}
 	return nil
 }

@@ -7,8 +7,8 @@ import (
 	"github.com/hashicorp/memberlist"
 )
 
-// delegate is the memberlist.Delegate (node meta, config gossip and
-// push/pull state), AliveDelegate and MergeDelegate (peer admission) and
+// delegate is the memberlist.Delegate (node meta, and the kv store's
+// gossip and push/pull state), AliveDelegate and MergeDelegate (peer admission) and
 // ConflictDelegate of a Cluster. memberlist calls these from its own
 // goroutines, some while holding its node lock (PITFALLS, memberlist#237):
 // none of them calls back into memberlist or blocks.
@@ -32,24 +32,21 @@ func (d *delegate) NodeMeta(limit int) []byte {
 }
 
 // NotifyMsg receives a gossiped config entry. buf is reused by memberlist
-// after the call; the decoder copies what it keeps.
-func (d *delegate) NotifyMsg(buf []byte) { d.c.receiveConfig(buf, "gossip") }
+// after the call; the decoder copies what it keeps. The store counts and
+// logs what it cannot decode.
+func (d *delegate) NotifyMsg(buf []byte) { _ = d.c.kv.MergeMessage(buf) }
 
 // GetBroadcasts hands queued config entries to memberlist's gossip.
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 	return d.c.broadcasts.GetBroadcasts(overhead, limit)
 }
 
-// LocalState is the config half of a TCP push/pull: every entry,
-// tombstones included.
-func (d *delegate) LocalState(join bool) []byte {
-	return encodeState(d.c.config.list("", true))
-}
+// LocalState is the config half of a TCP push/pull: the kv store's full
+// state, tombstones included, bounded by its caps.
+func (d *delegate) LocalState(join bool) []byte { return d.c.kv.LocalState() }
 
 // MergeRemoteState merges a peer's full config state.
-func (d *delegate) MergeRemoteState(buf []byte, join bool) {
-	d.c.receiveConfig(buf, "push_pull")
-}
+func (d *delegate) MergeRemoteState(buf []byte, join bool) { _ = d.c.kv.MergeRemoteState(buf) }
 
 // NotifyAlive admits or refuses a node announced alive (by gossip or a
 // push/pull). A non-nil error keeps the node out of memberlist's view.

@@ -1,7 +1,8 @@
 // Package cluster owns a fairshard node's membership in its cluster:
 // memberlist gossip, the shard ownership snapshot every other component
-// reads, and the small gossiped cluster config (namespace quotas and
-// pauses, workflow holds, delivery targets, as opaque values).
+// reads, and hosting the gossiped cluster config (a kv.Store: namespace
+// settings, workflow holds, delivery targets, as opaque values) over
+// memberlist's delegate.
 //
 // # What it owns
 //
@@ -17,23 +18,28 @@
 //   - Ownership ([Cluster.Snapshot], [Cluster.Subscribe]): after every
 //     membership change, shards.Assign over the active members gives a new
 //     immutable, versioned [OwnershipSnapshot] (members, table, this node's
-//     owned shards and OwnedShardFraction). Suspect members keep their
-//     shards until declared dead; leaving members own none.
-//   - Cluster config ([Cluster.PutConfig], [Cluster.GetConfig],
-//     [Cluster.ListConfig], [Cluster.WatchConfig]): a replicated map of
-//     versioned [Entry] values, last writer wins by (Lamport clock, node
-//     name), spread by memberlist broadcasts and full-state push/pull, and
-//     handed to a persistence hook ([Config].ConfigPersist) so a restarted
-//     node keeps its entries ([Config].InitialConfig) and catches up.
+//     owned shards and OwnedShardFraction, and per shard a [ReplicaSet]:
+//     [primary] today, with the epoch of its last change). Suspect members
+//     keep their shards until declared dead; leaving members own none.
+//   - The gossiped cluster config ([Cluster.KV], package kv): cluster
+//     feeds the store its peers' broadcasts (NotifyMsg) and full states
+//     (MergeRemoteState), serves its state (LocalState), queues what it
+//     hands out for gossip (kvhost.go) and tells it the live members (who
+//     must see a delete before its tombstone is collected). The store's
+//     Persister and caps come in through [Config].KV.
+//   - Joining ([Cluster.Join]): a seed that answers but whose push/pull
+//     fails is told apart from one that does not answer
+//     ([ErrStateExchange], transport.go), so a node never mistakes a
+//     cluster it cannot sync with for an empty one.
 //   - Lifecycle ([Cluster.SetLeaving], [Cluster.Leave], [Cluster.Shutdown])
 //     and metrics (metrics.go) on an injected prometheus.Registerer.
 //
 // # What it does not own
 //
 // HTTP (it only carries each node's API address), rows, handoff and the
-// meaning of config values: the node layer (cmd/node) wires a store to
-// ConfigPersist and decodes the values. It exports no memberlist types but
-// the embedded *memberlist.Config of [Config].
+// meaning of config values: the node layer wires its store to the kv
+// Persister and decodes the values. It exports no memberlist types but the
+// embedded *memberlist.Config of [Config].
 //
 // # Lifecycle
 //
@@ -54,6 +60,8 @@
 // events poke a 1-buffered channel and a goroutine owned by the Cluster
 // recomputes ownership; gossip is merged in memory and persisted by
 // another goroutine. Snapshots are published through an atomic pointer, so
-// a reader always sees a complete one. Shutdown stops and waits for every
-// goroutine the Cluster started.
+// a reader always sees a complete one. Every goroutine the Cluster starts
+// is a loop of one lifecycle.Group (kv persistence, kv collection,
+// recompute, memberlist, join, in that order); Shutdown stops them in
+// reverse and waits for each.
 package cluster

@@ -59,12 +59,13 @@ func (c *Cluster) livePeers() []peer {
 	return out
 }
 
-// recomputeLoop recomputes ownership whenever membership changed.
-func (c *Cluster) recomputeLoop(ctx context.Context) {
+// recomputeLoop recomputes ownership whenever membership changed, until
+// ctx ends.
+func (c *Cluster) recomputeLoop(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-c.recomputeCh:
 			c.Recompute()
 		}

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -21,9 +20,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"pgregory.net/rapid"
+
+	"github.com/fairshard/fairshard/kv"
 )
 
-// Internal tests: codecs, merge algebra, validation, admission and metrics.
+// Internal tests: codecs, validation, admission and metrics. The config
+// store's own laws are tested in package kv.
 // The multi-node behaviour is tested in cluster_test.go with clustertest.
 
 var internalIP atomic.Uint32
@@ -76,12 +78,13 @@ func TestConfigValidation(t *testing.T) {
 		{"own merge delegate", func(c *Config) { c.Merge = &delegate{} }, "Merge"},
 		{"own conflict delegate", func(c *Config) { c.Conflict = &delegate{} }, "Conflict"},
 		{"initial entry without key", func(c *Config) {
-			c.InitialConfig = []Entry{{Value: []byte("x"), Version: Version{1, "n"}}}
-		}, "InitialConfig[0]"},
-		{"initial entry without version", func(c *Config) { c.InitialConfig = []Entry{{Key: "k"}} }, "InitialConfig[0]"},
+			c.KV.Initial = []kv.Entry{{Value: []byte("x"), Version: kv.Version{Clock: 1, Node: "n"}}}
+		}, "KV: kv: invalid config: Initial[0]"},
+		{"initial entry without version", func(c *Config) { c.KV.Initial = []kv.Entry{{Key: "k"}} }, "Initial[0]"},
 		{"initial entry value too big", func(c *Config) {
-			c.InitialConfig = []Entry{{Key: "k", Value: make([]byte, MaxConfigValueBytes+1), Version: Version{1, "n"}}}
-		}, "InitialConfig[0]"},
+			c.KV.Initial = []kv.Entry{{Key: "k", Value: make([]byte, kv.MaxValueBytes+1), Version: kv.Version{Clock: 1, Node: "n"}}}
+		}, "Initial[0]"},
+		{"tombstone TTL below its minimum age", func(c *Config) { c.KV.TombstoneTTL = time.Second }, "TombstoneTTL"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -162,157 +165,6 @@ func TestMetaCodec(t *testing.T) {
 		_, err := nodeMeta{Name: strings.Repeat("n", 300), APIAddr: strings.Repeat("a", 300)}.encodeChecked()
 		if !errors.Is(err, ErrInvalidConfig) {
 			t.Fatalf("err = %v", err)
-		}
-	})
-}
-
-func entryGen() *rapid.Generator[Entry] {
-	return rapid.Custom(func(t *rapid.T) Entry {
-		e := Entry{
-			Key:     rapid.SampledFrom([]string{"a", "b", "ns/x", "ns/y"}).Draw(t, "key"),
-			Deleted: rapid.Bool().Draw(t, "deleted"),
-			Version: Version{
-				Clock: rapid.Uint64Range(1, 4).Draw(t, "clock"),
-				Node:  rapid.SampledFrom([]string{"n1", "n2", "n3"}).Draw(t, "node"),
-			},
-		}
-		if !e.Deleted {
-			e.Value = []byte(rapid.SampledFrom([]string{"", "1", "2", `{"q":8}`}).Draw(t, "value"))
-			if len(e.Value) == 0 {
-				e.Value = nil
-			}
-		}
-		return e
-	})
-}
-
-func configGen() *rapid.Generator[map[string]Entry] {
-	return rapid.Custom(func(t *rapid.T) map[string]Entry {
-		m := map[string]Entry{}
-		for _, e := range rapid.SliceOfN(entryGen(), 0, 6).Draw(t, "entries") {
-			if cur, ok := m[e.Key]; ok {
-				e = mergeEntry(cur, e)
-			}
-			m[e.Key] = e
-		}
-		return m
-	})
-}
-
-func equalConfig(a, b map[string]Entry) bool {
-	return maps.EqualFunc(a, b, func(x, y Entry) bool { return compareEntries(x, y) == 0 })
-}
-
-func TestConfigMergeLaws(t *testing.T) {
-	t.Run("entry merge is idempotent, commutative and associative", rapid.MakeCheck(func(t *rapid.T) {
-		a, b, c := entryGen().Draw(t, "a"), entryGen().Draw(t, "b"), entryGen().Draw(t, "c")
-		if compareEntries(mergeEntry(a, a), a) != 0 {
-			t.Fatal("merge(a, a) != a")
-		}
-		if compareEntries(mergeEntry(a, b), mergeEntry(b, a)) != 0 {
-			t.Fatalf("merge not commutative for %+v, %+v", a, b)
-		}
-		if compareEntries(mergeEntry(mergeEntry(a, b), c), mergeEntry(a, mergeEntry(b, c))) != 0 {
-			t.Fatal("merge not associative")
-		}
-	}))
-	t.Run("config merge is idempotent, commutative and associative", rapid.MakeCheck(func(t *rapid.T) {
-		a, b, c := configGen().Draw(t, "a"), configGen().Draw(t, "b"), configGen().Draw(t, "c")
-		if !equalConfig(mergeConfig(a, a), a) {
-			t.Fatal("merge(a, a) != a")
-		}
-		if !equalConfig(mergeConfig(a, b), mergeConfig(b, a)) {
-			t.Fatal("merge not commutative")
-		}
-		if !equalConfig(mergeConfig(mergeConfig(a, b), c), mergeConfig(a, mergeConfig(b, c))) {
-			t.Fatal("merge not associative")
-		}
-	}))
-	t.Run("replicas converge whatever the delivery order and repetition", rapid.MakeCheck(func(t *rapid.T) {
-		entries := rapid.SliceOfN(entryGen(), 1, 12).Draw(t, "entries")
-		order := rapid.Permutation(entries).Draw(t, "order")
-		dup := rapid.SliceOfN(rapid.SampledFrom(entries), 0, 4).Draw(t, "redelivered")
-		s1, s2 := newConfigStore(), newConfigStore()
-		for _, e := range entries {
-			s1.apply(e)
-		}
-		for _, e := range append(order, dup...) {
-			s2.apply(e)
-		}
-		if !equalConfig(s1.entries, s2.entries) || s1.live != s2.live {
-			t.Fatalf("replicas diverged:\n%+v\n%+v", s1.entries, s2.entries)
-		}
-		live := 0
-		for _, e := range s1.entries {
-			if !e.Deleted {
-				live++
-			}
-		}
-		if live != s1.live {
-			t.Fatalf("live count %d, want %d", s1.live, live)
-		}
-	}))
-	t.Run("a local write is newer than anything seen", rapid.MakeCheck(func(t *rapid.T) {
-		s := newConfigStore()
-		for _, e := range rapid.SliceOfN(entryGen(), 0, 8).Draw(t, "seen") {
-			s.apply(e)
-		}
-		key := rapid.SampledFrom([]string{"a", "b", "new"}).Draw(t, "key")
-		v := s.nextVersion(key, "n0")
-		for _, e := range s.entries {
-			if v.Compare(e.Version) <= 0 {
-				t.Fatalf("new version %s not after seen %s", v, e.Version)
-			}
-		}
-	}))
-}
-
-func TestGossipCodec(t *testing.T) {
-	t.Run("round trip", rapid.MakeCheck(func(t *rapid.T) {
-		entries := rapid.SliceOfN(entryGen(), 0, 10).Draw(t, "entries")
-		kind, got, err := decodeGossip(encodeState(entries))
-		if err != nil || kind != msgConfigState || len(got) != len(entries) {
-			t.Fatalf("state: kind %d, %d entries, err %v", kind, len(got), err)
-		}
-		for i := range entries {
-			if compareEntries(got[i], entries[i]) != 0 || got[i].Key != entries[i].Key {
-				t.Fatalf("entry %d: %+v != %+v", i, got[i], entries[i])
-			}
-		}
-		if len(entries) > 0 {
-			kind, got, err = decodeGossip(encodeEntryMsg(entries[0]))
-			if err != nil || kind != msgConfigEntry || compareEntries(got[0], entries[0]) != 0 {
-				t.Fatalf("entry message: %v %+v", err, got)
-			}
-		}
-	}))
-	t.Run("garbage never panics", rapid.MakeCheck(func(t *rapid.T) {
-		b := rapid.SliceOfN(rapid.Byte(), 0, 200).Draw(t, "bytes")
-		if rapid.Bool().Draw(t, "plausible header") && len(b) >= 2 {
-			b[0], b[1] = rapid.SampledFrom([]byte{msgConfigEntry, msgConfigState}).Draw(t, "kind"), ProtocolVersion
-		}
-		_, _, _ = decodeGossip(b)
-	}))
-	t.Run("a largest entry fits a default gossip packet", func(t *testing.T) {
-		e := Entry{Key: strings.Repeat("k", MaxConfigKeyBytes), Value: make([]byte, MaxConfigValueBytes),
-			Version: Version{Clock: 1 << 62, Node: strings.Repeat("n", MaxNodeNameBytes)}}
-		// UDPBufferSize minus compound header, label, AES-GCM and user-message overheads.
-		budget := memberlist.DefaultLANConfig().UDPBufferSize - 2 - 0 - 29 - 2 - 1
-		if n := len(encodeEntryMsg(e)); n > budget {
-			t.Fatalf("largest entry message is %d bytes, gossip budget %d", n, budget)
-		}
-	})
-	t.Run("other protocol version is refused", func(t *testing.T) {
-		b := encodeEntryMsg(Entry{Key: "k", Version: Version{1, "n"}})
-		b[1] = ProtocolVersion + 1
-		if _, _, err := decodeGossip(b); !errors.Is(err, errGossipVersion) {
-			t.Fatalf("err = %v", err)
-		}
-	})
-	t.Run("state that claims too many entries", func(t *testing.T) {
-		b := []byte{msgConfigState, ProtocolVersion, 0xff, 0xff, 0xff, 0xff, 0x0f}
-		if _, _, err := decodeGossip(b); err == nil {
-			t.Fatal("accepted")
 		}
 	})
 }
@@ -421,115 +273,62 @@ func TestProtocolVersionMismatchIsRefusedOverTheWire(t *testing.T) {
 	_ = regB
 }
 
-func TestPutConfigValidationAndPersistFailure(t *testing.T) {
-	var fail atomic.Bool
-	var persisted []Entry
-	var mu sync.Mutex
-	c, _ := testNode(t, "node-1", func(cfg *Config) {
-		cfg.ConfigPersist = func(e Entry) error {
-			if fail.Load() {
-				return errors.New("disk full")
-			}
-			mu.Lock()
-			persisted = append(persisted, e)
-			mu.Unlock()
-			return nil
-		}
-	})
-	ctx := context.Background()
-	for name, kv := range map[string]struct {
-		k string
-		v []byte
-	}{
-		"empty key":     {"", []byte("1")},
-		"long key":      {strings.Repeat("k", MaxConfigKeyBytes+1), nil},
-		"invalid utf-8": {"\xff", nil},
-		"big value":     {"k", make([]byte, MaxConfigValueBytes+1)},
-	} {
-		if _, err := c.PutConfig(ctx, kv.k, kv.v); !errors.Is(err, ErrInvalidConfigEntry) {
-			t.Errorf("%s: PutConfig = %v, want ErrInvalidConfigEntry", name, err)
-		}
+// TestRemoteConfigPersistFailureIsRetried: a gossiped entry whose
+// persistence fails on the receiver is retried until it is durable (issue
+// #16 item 9), over real gossip between two nodes.
+func TestRemoteConfigPersistFailureIsRetried(t *testing.T) {
+	p := &flakyPersister{entries: map[string]kv.Entry{}}
+	p.fail.Store(true)
+	a, _ := testNode(t, "node-a", nil)
+	b, _ := testNode(t, "node-b", func(cfg *Config) { cfg.KV.Persister = p })
+	if _, err := b.Join(context.Background(), a.GossipAddr()); err != nil {
+		t.Fatal(err)
 	}
-	fail.Store(true)
-	if _, err := c.PutConfig(ctx, "k", []byte("v")); err == nil || !strings.Contains(err.Error(), "disk full") {
-		t.Fatalf("PutConfig with a failing persist hook = %v", err)
-	}
-	if _, ok := c.GetConfig("k"); ok || len(c.AllConfig()) != 0 {
-		t.Fatal("a write whose persistence failed was applied")
-	}
-	if got := testutil.ToFloat64(c.metrics.configUpdates.WithLabelValues("local")); got != 0 {
-		t.Fatalf("local updates = %v after a failed write", got)
-	}
-	fail.Store(false)
-	e, err := c.PutConfig(ctx, "k", []byte("v"))
+	e, err := a.KV().Put(context.Background(), "ns/acme/paused", []byte("true"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, ok := c.GetConfig("k"); !ok || string(got.Value) != "v" || got.Version != e.Version {
-		t.Fatalf("GetConfig = %+v, %v", got, ok)
-	}
-	cancelled, cancel := context.WithCancel(ctx)
-	cancel()
-	if _, err := c.PutConfig(cancelled, "k2", nil); !errors.Is(err, context.Canceled) {
-		t.Fatalf("PutConfig with a cancelled ctx = %v", err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(persisted) != 1 || persisted[0].Version != e.Version {
-		t.Fatalf("persisted %+v", persisted)
-	}
+	eventuallyT(t, func() bool { got, ok := b.KV().Get(e.Key); return ok && got.Version == e.Version }, "entry not gossiped to node-b")
+	eventuallyT(t, func() bool { return p.failures.Load() >= 3 }, "failed persist not retried")
+	p.fail.Store(false)
+	eventuallyT(t, func() bool { got, ok := p.get(e.Key); return ok && got.Version == e.Version },
+		"the entry was never persisted once the disk recovered")
 }
 
-func TestRemoteConfigIsPersistedAndFailuresCounted(t *testing.T) {
-	var fail atomic.Bool
-	var mu sync.Mutex
-	persisted := map[string]Entry{}
-	c, _ := testNode(t, "node-1", func(cfg *Config) {
-		cfg.ConfigPersist = func(e Entry) error {
-			if fail.Load() {
-				return errors.New("disk full")
-			}
-			mu.Lock()
-			persisted[e.Key] = e
-			mu.Unlock()
-			return nil
-		}
-	})
-	d := &delegate{c: c}
-	w := c.WatchConfig("t", "ns/")
-	defer w.Close()
+type flakyPersister struct {
+	fail     atomic.Bool
+	failures atomic.Int64
+	mu       sync.Mutex
+	entries  map[string]kv.Entry
+}
 
-	// Two versions of one key and one other key, as gossip and push/pull.
-	d.NotifyMsg(encodeEntryMsg(Entry{Key: "ns/a", Value: []byte("1"), Version: Version{3, "peer"}}))
-	d.MergeRemoteState(encodeState([]Entry{
-		{Key: "ns/a", Value: []byte("2"), Version: Version{5, "peer"}},
-		{Key: "other", Value: []byte("x"), Version: Version{1, "peer"}},
-	}), false)
-	d.NotifyMsg([]byte{msgConfigEntry, ProtocolVersion, 0xff}) // garbage
-	eventuallyT(t, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return persisted["ns/a"].Version == (Version{5, "peer"}) && persisted["other"].Version.Clock == 1
-	}, "remote entries not persisted")
-	<-w.C()
-	if ch := w.Changes(); len(ch) != 1 || string(ch[0].Value) != "2" {
-		t.Fatalf("watch coalesces per key: got %+v", ch)
+func (p *flakyPersister) Save(_ context.Context, e kv.Entry) error {
+	if p.fail.Load() {
+		p.failures.Add(1)
+		return errors.New("disk full")
 	}
-	if got := testutil.ToFloat64(c.metrics.gossipDropped.WithLabelValues("decode")); got != 1 {
-		t.Fatalf("dropped{decode} = %v", got)
-	}
-	// The clock moved past what was seen: the next local write wins.
-	e, err := c.PutConfig(context.Background(), "ns/a", []byte("3"))
-	if err != nil || e.Version.Clock != 6 {
-		t.Fatalf("local write after seeing clock 5: %+v, %v", e, err)
-	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.entries[e.Key] = e
+	return nil
+}
 
-	fail.Store(true)
-	d.NotifyMsg(encodeEntryMsg(Entry{Key: "ns/b", Value: []byte("1"), Version: Version{9, "peer"}}))
-	eventuallyT(t, func() bool { return testutil.ToFloat64(c.metrics.configPersistErrors) == 1 }, "persist failure not counted")
-	if _, ok := c.GetConfig("ns/b"); !ok {
-		t.Fatal("a remote entry whose persistence failed is still served from memory")
+func (p *flakyPersister) Forget(_ context.Context, key string) error {
+	if p.fail.Load() {
+		p.failures.Add(1)
+		return errors.New("disk full")
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.entries, key)
+	return nil
+}
+
+func (p *flakyPersister) get(key string) (kv.Entry, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e, ok := p.entries[key]
+	return e, ok
 }
 
 func eventuallyT(t *testing.T, cond func() bool, msg string) {
@@ -545,13 +344,13 @@ func eventuallyT(t *testing.T, cond func() bool, msg string) {
 
 func TestMetrics(t *testing.T) {
 	c, reg := testNode(t, "node-1", func(cfg *Config) {
-		cfg.InitialConfig = []Entry{{Key: "ns/gone", Deleted: true, Version: Version{2, "node-0"}}}
+		cfg.KV.Initial = []kv.Entry{{Key: "ns/gone", Deleted: true, Version: kv.Version{Clock: 2, Node: "node-0"}}}
 	})
 	ctx := context.Background()
-	if _, err := c.PutConfig(ctx, "ns/a", []byte("1")); err != nil {
+	if _, err := c.KV().Put(ctx, "ns/a", []byte("1")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.PutConfig(ctx, "ns/b", []byte("1")); err != nil {
+	if _, err := c.KV().Put(ctx, "ns/b", []byte("1")); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.SetLeaving(ctx); err != nil {
@@ -608,7 +407,8 @@ fairshard_ownership_shards_moved_total 1024
 		t.Fatalf("%d series left after Shutdown", n)
 	}
 	c2, _ := testNode(t, "node-1b", func(cfg *Config) { cfg.Registerer = reg })
-	// A second live Cluster on the same registry is an error, not a panic.
+	// A second live Cluster on the same registry is an error, not a panic,
+	// and leaves nothing running.
 	cfg := FastConfig()
 	cfg.Name, cfg.BindAddr, cfg.Registerer = "node-1c", "127.0.250.253", reg
 	if c3, err := New(cfg); err == nil {

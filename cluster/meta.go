@@ -10,11 +10,13 @@ import (
 )
 
 // ProtocolVersion is fairshard's cluster protocol version: the node-meta
-// codec, the config gossip messages and the ownership function
-// (shards.Assign) together. Nodes refuse peers that speak another version
-// ([ErrProtocolMismatch]); bump it whenever any of the three changes
-// incompatibly.
-const ProtocolVersion uint8 = 1
+// codec, the config gossip messages (kv.WireVersion) and the ownership
+// function (shards.Assign) together. Nodes refuse peers that speak another
+// version ([ErrProtocolMismatch]); bump it whenever any of the three
+// changes incompatibly. Version 2: the config gossip moved to package kv
+// (kv.WireVersion 2: tombstones carry their deletion time, full states
+// their sender).
+const ProtocolVersion uint8 = 2
 
 // metaFormat is the first byte of encoded node meta. A decoder reads the
 // fields it knows and ignores trailing bytes, so a later format may append

@@ -17,22 +17,18 @@ import (
 //	fairshard_ownership_changes_total                counter snapshots whose table differed from the previous one
 //	fairshard_ownership_shards_moved_total           counter shards whose owner changed, summed over those snapshots
 //	fairshard_cluster_refused_members_total{reason}  counter refused alive/merge messages: shard_count, protocol_version, bad_meta
-//	fairshard_cluster_config_entries                 gauge   live (not deleted) config entries
-//	fairshard_cluster_config_updates_total{source}   counter accepted config changes: local writes, remote (gossip, push/pull)
-//	fairshard_cluster_config_persist_errors_total    counter remote config changes the persist hook failed to store
-//	fairshard_gossip_messages_dropped_total{reason}  counter config gossip dropped: decode, protocol_version
+//
+// The gossiped config's metrics (fairshard_cluster_config_*,
+// fairshard_gossip_messages_dropped_total) are the kv store's, registered
+// on the same Registerer (kv/metrics.go).
 type metrics struct {
-	ownedShards         prometheus.Gauge
-	ownedFraction       prometheus.Gauge
-	ownershipChanges    prometheus.Counter
-	shardsMoved         prometheus.Counter
-	refused             *prometheus.CounterVec
-	configEntries       prometheus.Gauge
-	configUpdates       *prometheus.CounterVec
-	configPersistErrors prometheus.Counter
-	gossipDropped       *prometheus.CounterVec
-	members             *membersCollector
-	health              prometheus.GaugeFunc
+	ownedShards      prometheus.Gauge
+	ownedFraction    prometheus.Gauge
+	ownershipChanges prometheus.Counter
+	shardsMoved      prometheus.Counter
+	refused          *prometheus.CounterVec
+	members          *membersCollector
+	health           prometheus.GaugeFunc
 
 	registered []prometheus.Collector
 	reg        prometheus.Registerer
@@ -60,22 +56,6 @@ func newMetrics(c *Cluster) *metrics {
 			Name: "fairshard_cluster_refused_members_total",
 			Help: "Alive or merge messages of peers refused for an incompatible shard count, protocol version or unreadable meta.",
 		}, []string{"reason"}),
-		configEntries: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "fairshard_cluster_config_entries",
-			Help: "Live (not deleted) entries of the gossiped cluster config.",
-		}),
-		configUpdates: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fairshard_cluster_config_updates_total",
-			Help: "Accepted cluster config changes by source: local writes or remote (gossip, push/pull).",
-		}, []string{"source"}),
-		configPersistErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fairshard_cluster_config_persist_errors_total",
-			Help: "Remote cluster config changes the persist hook failed to store.",
-		}),
-		gossipDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fairshard_gossip_messages_dropped_total",
-			Help: "Cluster config gossip messages dropped because they could not be decoded or came from another protocol version. Hopefully 0.",
-		}, []string{"reason"}),
 		members: &membersCollector{c: c, desc: prometheus.NewDesc(
 			"fairshard_cluster_members",
 			"Live cluster members as this node sees them, by declared state: active, leaving. Suspect members count as live until declared dead.",
@@ -93,12 +73,6 @@ func newMetrics(c *Cluster) *metrics {
 	for _, r := range []string{"shard_count", "protocol_version", "bad_meta"} {
 		m.refused.WithLabelValues(r)
 	}
-	for _, s := range []string{"local", "remote"} {
-		m.configUpdates.WithLabelValues(s)
-	}
-	for _, r := range []string{"decode", "protocol_version"} {
-		m.gossipDropped.WithLabelValues(r)
-	}
 	return m
 }
 
@@ -108,7 +82,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 	m.reg = reg
 	for _, col := range []prometheus.Collector{
 		m.members, m.health, m.ownedShards, m.ownedFraction, m.ownershipChanges, m.shardsMoved,
-		m.refused, m.configEntries, m.configUpdates, m.configPersistErrors, m.gossipDropped,
+		m.refused,
 	} {
 		if err := reg.Register(col); err != nil {
 			m.unregister()

@@ -25,6 +25,14 @@ type Member struct {
 // safe for concurrent use and must not be modified; hold the pointer, not a
 // copy of its parts.
 //
+// It is the one ownership view every consumer reads: the node applies it
+// (claim scope) and then hands the same applied snapshot to the planner's
+// ceilings, append routing and handoff. Per shard it carries a replica set
+// (ReplicaSet): the ordered replica list [primary, backups…] and an epoch.
+// Today the list holds the primary alone (replication factor 1); the
+// replicated-shards work fills the backups from the pure replica-set
+// function in package shards, in one place: replicaLists in Recompute.
+//
 // Who owns shards: members that memberlist holds alive or suspect (it
 // reports only a death or a leave) and whose meta says active. A suspect member keeps its shards until it is
 // declared dead, so a slow probe does not move shards back and forth; a
@@ -51,6 +59,67 @@ type OwnershipSnapshot struct {
 	// with NewOwnedShardFraction's clamp: a node owning nothing reports
 	// 1/ShardCount (it has no rows to claim anyway).
 	Fraction shards.OwnedShardFraction
+
+	// replicas[s] is shard s's ordered replica list; nil while every list
+	// is the primary alone (Table.Owner), as today.
+	replicas [][]string
+	// epochs[s] is the Version of the snapshot in which shard s's replica
+	// list last changed on this node.
+	epochs []uint64
+}
+
+// ReplicaSet is one shard's replicas as an OwnershipSnapshot sees them.
+type ReplicaSet struct {
+	// Shard is the shard number.
+	Shard uint32
+	// Replicas lists the members holding the shard, primary first, then
+	// the backups in failover order. Today it holds the primary alone
+	// (replication factor 1); it is empty when no active member owns the
+	// shard (a lone node that is leaving).
+	Replicas []string
+	// Epoch is the Version of this node's snapshot in which Replicas last
+	// changed: it grows whenever the list changes and stays put otherwise.
+	// Like Version it is local to this node; compare lists, not epochs,
+	// across nodes.
+	Epoch uint64
+}
+
+// Primary returns the shard's primary ("" when it has none).
+func (r ReplicaSet) Primary() string {
+	if len(r.Replicas) == 0 {
+		return ""
+	}
+	return r.Replicas[0]
+}
+
+// ReplicaSet returns shard's replica set; the zero ReplicaSet (with Shard
+// set) for a shard ≥ ShardCount.
+func (s *OwnershipSnapshot) ReplicaSet(shard uint32) ReplicaSet {
+	rs := ReplicaSet{Shard: shard}
+	if shard >= s.ShardCount {
+		return rs
+	}
+	if s.epochs != nil {
+		rs.Epoch = s.epochs[shard]
+	}
+	if s.replicas != nil {
+		rs.Replicas = s.replicas[shard]
+	} else if o := s.Table.Owner(shard); o != "" {
+		rs.Replicas = []string{o}
+	}
+	return rs
+}
+
+// OwningNothing returns a copy of s in which this node owns no shard
+// (Owned empty, Fraction clamped to 1/ShardCount), everything else alike:
+// the view a node applies while it may not claim yet (before it has
+// joined the cluster). Rows it routes to itself by the table are stored
+// and kept, not claimed.
+func (s *OwnershipSnapshot) OwningNothing() *OwnershipSnapshot {
+	cp := *s
+	cp.Owned = []uint32{}
+	cp.Fraction = shards.NewOwnedShardFraction(0, s.ShardCount)
+	return &cp
 }
 
 // Owns reports whether this node owns shard.
@@ -106,6 +175,11 @@ func (c *Cluster) Recompute() *OwnershipSnapshot {
 	}
 	slices.SortFunc(members, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
 	c.numMembers.Store(int64(len(members)))
+	names := make([]string, len(members))
+	for i, m := range members {
+		names[i] = m.Name
+	}
+	c.kv.SetMembers(names) // who must see a config tombstone before it is collected
 
 	prev := c.snap.Load()
 	if prev != nil && slices.Equal(prev.Members, members) {
@@ -130,6 +204,8 @@ func (c *Cluster) Recompute() *OwnershipSnapshot {
 		snap.Version = prev.Version + 1
 		moved = len(prev.Table.Diff(table))
 	}
+	snap.replicas = replicaLists(table)
+	snap.epochs = epochsOf(prev, snap)
 	c.snap.Store(snap)
 
 	c.metrics.ownedShards.Set(float64(len(owned)))
@@ -195,4 +271,26 @@ func (c *Cluster) publish(snap *OwnershipSnapshot) {
 		}
 		s.ch <- snap
 	}
+}
+
+// replicaLists returns every shard's ordered replica list for table, or
+// nil while each list is the primary alone (replication factor 1, today).
+// Replication (issue #14) makes this the call to the pure replica-set
+// function of package shards, shards.ReplicaSets(active members, shard
+// count, factor), whose Replicas(shard) are the lists and whose primaries
+// are Assign's owners, i.e. this table.
+func replicaLists(table *shards.Table) [][]string { return nil }
+
+// epochsOf dates every shard's replica list: a shard whose list is the
+// same as in prev keeps its epoch, any other gets next's Version.
+func epochsOf(prev, next *OwnershipSnapshot) []uint64 {
+	out := make([]uint64, next.ShardCount)
+	for sh := range next.ShardCount {
+		out[sh] = next.Version
+		if prev != nil && prev.ShardCount == next.ShardCount &&
+			slices.Equal(prev.ReplicaSet(sh).Replicas, next.ReplicaSet(sh).Replicas) {
+			out[sh] = prev.epochs[sh]
+		}
+	}
+	return out
 }

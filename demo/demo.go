@@ -7,8 +7,6 @@ package demo
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,6 +20,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/fairshard/fairshard/client"
 	"github.com/fairshard/fairshard/loadgen"
 	"github.com/fairshard/fairshard/node"
 )
@@ -82,10 +81,13 @@ type member struct {
 }
 
 type demoRun struct {
-	opts    Options
-	dir     string
-	recv    *loadgen.Receiver
-	target  string
+	opts   Options
+	dir    string
+	recv   *loadgen.Receiver
+	target string
+	// view reads the cluster for the live view: one attempt, bounded by
+	// viewTimeout, so a stopped node costs one refresh of its numbers.
+	view    *client.Client
 	mu      sync.Mutex
 	members []*member
 	events  []string
@@ -145,6 +147,12 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 			return Summary{}, err
 		}
 	}
+	view, err := client.New(client.Options{Nodes: d.urls(), Timeout: viewTimeout, Retry: client.RetryConfig{MaxAttempts: 1}})
+	if err != nil {
+		return Summary{}, err
+	}
+	defer view.Close()
+	d.view = view
 	if err := d.configure(ctx); err != nil {
 		return Summary{}, err
 	}
@@ -315,62 +323,48 @@ func (d *demoRun) closeAll() {
 	}
 }
 
+// viewTimeout bounds each read of the live view.
+const viewTimeout = 2 * time.Second
+
+// configure sets the demo namespaces' quotas through the API client (with
+// its retries: the settings must land).
 func (d *demoRun) configure(ctx context.Context) error {
+	c, err := client.New(client.Options{Nodes: d.urls()})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
 	for _, ns := range namespaces {
 		if ns.quota == 0 {
 			continue
 		}
-		body := fmt.Sprintf(`{"max_in_flight":%d}`, ns.quota)
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPut, d.members[0].url+"/v1/namespaces/"+ns.name, strings.NewReader(body))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
+		if _, err := c.SetMaxInFlight(ctx, ns.name, ns.quota); err != nil {
 			return fmt.Errorf("demo: set quota of %s: %w", ns.name, err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("demo: set quota of %s: HTTP %d", ns.name, resp.StatusCode)
 		}
 	}
 	return nil
 }
 
-type clusterView struct {
-	Members []struct {
-		Name               string  `json:"name"`
-		State              string  `json:"state"`
-		OwnedShards        int     `json:"owned_shards"`
-		OwnedShardFraction float64 `json:"owned_shard_fraction"`
-	} `json:"members"`
-	Version uint64 `json:"ownership_version"`
-}
-
-type nsView struct {
-	Namespace string `json:"namespace"`
-	Pending   int    `json:"pending"`
-	Claimed   int    `json:"claimed"`
-	Ceiling   uint32 `json:"ceiling"`
-	Quota     uint32 `json:"max_in_flight"`
-}
-
-func getJSON(url string, v any) error {
-	c := http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get(url)
+// on returns the view client pinned to one node (namespace counts are per
+// node).
+func (d *demoRun) on(url string) *client.Client {
+	c, err := d.view.WithNodes(url)
 	if err != nil {
-		return err
+		panic(err) // the URL came from a node we started
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return errors.New(resp.Status)
-	}
-	return json.NewDecoder(resp.Body).Decode(v)
+	return c
 }
 
 func (d *demoRun) render(el time.Duration, deliveredPerSec, appended int64) {
 	var b strings.Builder
 	live := d.live()
-	var cv clusterView
+	var cv client.Cluster
 	if len(live) > 0 {
-		_ = getJSON(live[0].url+"/v1/cluster", &cv)
+		ctx, cancel := context.WithTimeout(context.Background(), viewTimeout)
+		if got, err := d.on(live[0].url).Cluster(ctx); err == nil {
+			cv = *got
+		}
+		cancel()
 	}
 	// Per-namespace numbers summed over the live nodes.
 	type agg struct {
@@ -379,22 +373,22 @@ func (d *demoRun) render(el time.Duration, deliveredPerSec, appended int64) {
 	}
 	sums := map[string]*agg{}
 	for _, m := range live {
-		var out struct {
-			Namespaces []nsView `json:"namespaces"`
-		}
-		if getJSON(m.url+"/v1/namespaces", &out) != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), viewTimeout)
+		list, err := d.on(m.url).ListNamespaces(ctx)
+		cancel()
+		if err != nil {
 			continue
 		}
-		for _, v := range out.Namespaces {
-			a := sums[v.Namespace]
+		for _, v := range list {
+			a := sums[v.Name]
 			if a == nil {
 				a = &agg{}
-				sums[v.Namespace] = a
+				sums[v.Name] = a
 			}
 			a.pending += v.Pending
 			a.claimed += v.Claimed
 			a.ceiling += v.Ceiling
-			a.quota = v.Quota
+			a.quota = v.MaxInFlight
 		}
 	}
 	recv := map[string]loadgen.NamespaceReport{}
@@ -404,7 +398,7 @@ func (d *demoRun) render(el time.Duration, deliveredPerSec, appended int64) {
 	if d.opts.TTY {
 		b.WriteString("\033[H\033[2J")
 		fmt.Fprintf(&b, "fairshard demo  t=%4.0fs  appended=%d  delivered=%d  (%d/s)  ownership v%d\n\n",
-			el.Seconds(), appended, d.recv.Delivered(), deliveredPerSec, cv.Version)
+			el.Seconds(), appended, d.recv.Delivered(), deliveredPerSec, cv.OwnershipVersion)
 		fmt.Fprintf(&b, "%-6s %-8s %7s %9s\n", "NODE", "STATE", "SHARDS", "FRACTION")
 		for _, m := range cv.Members {
 			fmt.Fprintf(&b, "%-6s %-8s %7d %9.3f\n", m.Name, m.State, m.OwnedShards, m.OwnedShardFraction)

@@ -22,6 +22,7 @@ import (
 // holds each request 200 ms never has more than 3 concurrent requests at
 // the target (measured there), and its backlog of 30 rows drains.
 func TestQuotaCapsConcurrencyAtTarget(t *testing.T) {
+	skipInLaterStorePass(t)
 	for _, st := range storeKinds {
 		t.Run(st.name, func(t *testing.T) { testQuotaCaps(t, st) })
 	}
@@ -79,6 +80,7 @@ func testQuotaCaps(t *testing.T, st storeKind) {
 // row, about 25 ms per sweep with 10,000 rows, 85-150 ms under -race on the
 // shared 2-core machine.
 func TestBurstyNamespaceDoesNotDelayQuiet(t *testing.T) {
+	skipInLaterStorePass(t)
 	for _, st := range storeKinds {
 		t.Run(st.name, func(t *testing.T) { testBurstyQuiet(t, st) })
 	}

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -25,8 +26,56 @@ import (
 	"github.com/fairshard/fairshard/outbox/memstore"
 )
 
+// TestMain runs the package's tests once per store kind (memstore, then
+// boltstore on real files), so every dispatcher test also holds on the
+// production store; benchmarks loop over the kinds themselves and run in
+// the first pass only.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(perStore{m})
+}
+
+// perStore is a goleak.TestingM that runs m once per storeKinds entry with
+// newStore pointing at it.
+type perStore struct{ m *testing.M }
+
+// storePass is the index in storeKinds of the pass running.
+var storePass int
+
+// skipInLaterStorePass skips a test that loops over storeKinds itself
+// after the first pass has run it.
+func skipInLaterStorePass(t *testing.T) {
+	t.Helper()
+	if storePass > 0 {
+		t.Skip("runs every store kind itself; ran in the first pass")
+	}
+}
+
+func (p perStore) Run() int {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	for i, k := range storeKinds {
+		storePass = i
+		newStore = func(tb testing.TB) outbox.Store {
+			s, _ := k.open(tb)
+			return s
+		}
+		if i > 0 {
+			for _, name := range []string{"test.bench", "test.fuzz"} {
+				if f := flag.Lookup(name); f != nil {
+					_ = f.Value.Set("")
+				}
+			}
+		}
+		if testing.Verbose() {
+			fmt.Printf("=== dispatch tests on %s\n", k.name)
+		}
+		if code := p.m.Run(); code != 0 {
+			fmt.Printf("--- FAIL: dispatch tests on %s\n", k.name)
+			return code
+		}
+	}
+	return 0
 }
 
 // storeKind is a Store implementation the tests and benchmarks can run on.
@@ -66,8 +115,8 @@ var storeKinds = []storeKind{
 	}},
 }
 
-// newStore is the store most tests use: the in-memory reference store.
-// Point it at another storeKind to run every test against that Store.
+// newStore is the store most tests use; TestMain points it at each
+// storeKind in turn.
 var newStore = func(tb testing.TB) outbox.Store {
 	s, _ := storeKinds[0].open(tb)
 	return s

@@ -17,16 +17,19 @@ const (
 	// limitBackoff multiplies the limit on a cut (TCP's halving).
 	limitBackoff = 0.5
 	// latencyFactor and latencySlack define "latency well above its
-	// recent minimum": the host's average answer time over a latency
-	// window exceeds both latencyFactor × the minimum and the minimum +
-	// latencySlack (the slack keeps the scheduling noise of a fast target,
-	// 1 ms → 5 ms, from reading as congestion).
+	// recent minimum": even the fastest answer of a latency window exceeds
+	// both latencyFactor × the recent minimum and the minimum +
+	// latencySlack. Judging a window by its fastest answer, as TCP Vegas
+	// and BBR judge a round by its minimum RTT, reads queueing at the host
+	// (every answer slower) and not a busy client (some answers slow):
+	// a loaded machine's scheduling delays raise the average, not the
+	// minimum. The slack keeps a 1 ms target's noise (1 ms → 5 ms) from
+	// reading as congestion.
 	latencyFactor = 2.0
 	latencySlack  = 50 * time.Millisecond
-	// latencyWindow and latencyWindowSamples bound a latency window: its
-	// average is judged once it spans at least a second and ten answers
-	// (Netflix's WindowedLimit judges windows of 1 s and 10 samples too),
-	// so a burst of slow answers on a busy machine is not a trend.
+	// latencyWindow and latencyWindowSamples bound a latency window: it is
+	// judged once it spans at least a second and ten answers (Netflix's
+	// WindowedLimit judges windows of 1 s and 10 samples too).
 	latencyWindow        = time.Second
 	latencyWindowSamples = 10
 	// minRTTWindow is how long an answer time counts towards the recent
@@ -87,7 +90,7 @@ type sample struct {
 //     keeps up, and does not grow while the node has too little work to
 //     test it.
 //   - Decrease: a drop (timeout, connection error, 429, 503) or a slow
-//     latency window (average answer time well above the recent minimum)
+//     latency window (its fastest answer well above the recent minimum)
 //     halves it, at most once per round trip: attempts that went out
 //     before the last cut carry no news about it and neither cut nor grow
 //     the limit, nor count in a latency window (TCP's one reduction per
@@ -100,10 +103,11 @@ type aimdLimit struct {
 	// the previous minRTTWindow (0: none yet); minStart starts minCur.
 	minCur, minPrev time.Duration
 	minStart        time.Time
-	// The latency window: answers since winStart (their count and sum).
+	// The latency window: answers since winStart, their count and the
+	// fastest.
 	winStart time.Time
 	winN     int
-	winSum   time.Duration
+	winMin   time.Duration
 }
 
 func newAIMDLimit(initial, maxLimit int) aimdLimit {
@@ -152,7 +156,7 @@ func (l *aimdLimit) observe(s sample) string {
 		return "" // already cut this round trip, or already at 1
 	}
 	l.limit, l.lastCut = next, s.at
-	l.winStart, l.winN, l.winSum = time.Time{}, 0, 0 // judge what comes after the cut
+	l.winStart, l.winN, l.winMin = time.Time{}, 0, 0 // judge what comes after the cut
 	return reason
 }
 
@@ -169,28 +173,28 @@ func (l *aimdLimit) recordMin(rtt time.Duration, at time.Time) {
 }
 
 // windowSlow adds an answer time to the latency window and, when the
-// window is complete, judges it and starts the next one. It reports
-// whether the completed window was slow.
+// window is complete, judges it by its fastest answer and starts the next
+// one. It reports whether the completed window was slow.
 func (l *aimdLimit) windowSlow(rtt time.Duration, at time.Time) bool {
 	if l.winN == 0 {
-		l.winStart = at
+		l.winStart, l.winMin = at, rtt
 	}
 	l.winN++
-	l.winSum += rtt
+	l.winMin = min(l.winMin, rtt)
 	if l.winN < latencyWindowSamples || at.Sub(l.winStart) < latencyWindow {
 		return false
 	}
-	avg := l.winSum / time.Duration(l.winN)
-	l.winStart, l.winN, l.winSum = time.Time{}, 0, 0
-	return l.slow(avg)
+	fastest := l.winMin
+	l.winStart, l.winN, l.winMin = time.Time{}, 0, 0
+	return l.slow(fastest)
 }
 
-// slow reports whether an average answer time is well above the recent
-// minimum (latencyFactor and latencySlack).
-func (l *aimdLimit) slow(avg time.Duration) bool {
+// slow reports whether a window's fastest answer time is well above the
+// recent minimum (latencyFactor and latencySlack).
+func (l *aimdLimit) slow(fastest time.Duration) bool {
 	m := l.minRTT()
 	if m == 0 {
 		return false
 	}
-	return avg > time.Duration(latencyFactor*float64(m)) && avg > m+latencySlack
+	return fastest > time.Duration(latencyFactor*float64(m)) && fastest > m+latencySlack
 }

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -321,10 +322,13 @@ func TestAIMDLimit(t *testing.T) {
 			samples: concat(series(0, 75, 13, 20*time.Millisecond, 0), series(975, 75, 1, 300*time.Millisecond, 0), series(1050, 75, 10, 20*time.Millisecond, 0)),
 			want:    20},
 		{name: "a slow latency window cuts it, once", initial: 20, max: 64,
-			samples: concat(series(0, 50, 25, 20*time.Millisecond, 0), series(1300, 60, 25, 400*time.Millisecond, 0)),
+			samples: concat(series(0, 50, 25, 20*time.Millisecond, 0), series(1300, 60, 40, 400*time.Millisecond, 0)),
 			want:    10, cuts: []string{cutLatency}},
 		{name: "a burst of slow answers inside a fast window is not a trend", initial: 20, max: 64,
 			samples: concat(series(0, 10, 150, 20*time.Millisecond, 0), series(1500, 5, 20, 150*time.Millisecond, 0), series(1600, 10, 100, 20*time.Millisecond, 0)),
+			want:    20},
+		{name: "slow answers beside fast ones are a busy client, not a queueing host", initial: 20, max: 64,
+			samples: byAnswer(concat(series(0, 50, 25, time.Millisecond, 0), series(1300, 20, 100, 200*time.Millisecond, 0), series(1310, 20, 100, time.Millisecond, 0))),
 			want:    20},
 		{name: "a 2 s target is not slow: 2 s is its minimum", initial: 20, max: 64,
 			samples: series(0, 45, 44, 2*time.Second, 40), want: 64},
@@ -378,6 +382,13 @@ func series(startMS, stepMS, n int, rtt time.Duration, inflight int) []sample {
 		out[i] = sample{signal: signalSuccess, sent: sent, at: sent.Add(rtt), rtt: rtt, inflight: inflight}
 	}
 	return out
+}
+
+// byAnswer orders samples by when their answer came, as the limit sees
+// them.
+func byAnswer(s []sample) []sample {
+	slices.SortStableFunc(s, func(a, b sample) int { return a.at.Compare(b.at) })
+	return s
 }
 
 func concat(parts ...[]sample) []sample {

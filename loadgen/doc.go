@@ -2,13 +2,15 @@
 // measures what comes out the other end. It is shared by `fairshard load`,
 // `fairshard demo` and the e2e suite, so there is one copy of load code.
 //
-//   - Generator appends rows through POST /v1/rows on one or more nodes,
-//     open loop or at a target rate, over weighted namespaces.
+//   - Generator appends rows through the Go API client (package client:
+//     POST /v1/rows over one or more nodes, with its failover and
+//     retries), open loop or at a target rate, over weighted namespaces.
 //   - Receiver is an http.Handler delivery target: it records every
 //     delivery by dispatch_key, counts duplicates, tracks concurrent
 //     in-flight requests per namespace (current and max) and the
 //     append-to-delivery latency carried in each payload.
 //
 // Both are safe for concurrent use. Neither imports fairshard internals:
-// they speak only the documented HTTP API and delivery headers.
+// they speak only the documented HTTP API (through package client) and
+// delivery headers.
 package loadgen

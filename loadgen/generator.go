@@ -1,12 +1,10 @@
 package loadgen
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -15,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/fairshard/fairshard/client"
 )
 
 // Namespace is one tenant of the load with its relative weight.
@@ -30,7 +30,8 @@ type Namespace struct {
 // Config shapes a load run.
 type Config struct {
 	// Nodes are base URLs of cluster nodes (http://host:port); batches go to
-	// them round-robin.
+	// them round robin, and a failed batch is retried on another (see
+	// package client).
 	Nodes []string
 	// Token is sent as a bearer token when set.
 	Token string
@@ -55,13 +56,17 @@ type Config struct {
 	// KeyPrefix starts every dispatch_key; keys are "{prefix}{n}". Defaults
 	// to "load-<unix nanos>-".
 	KeyPrefix string
-	// Client is the HTTP client; defaults to one with a 30 s timeout.
+	// Client is the HTTP client under the API client; defaults to the API
+	// client's own.
 	Client *http.Client
+	// Retry shapes the retries of a failed batch; zero fields take package
+	// client's defaults (4 attempts, 100 ms backoff doubling up to 2 s).
+	Retry client.RetryConfig
 	// OnAppended, if set, is called with each acknowledged row's key,
 	// namespace and status ("created", "duplicate", "accepted").
 	OnAppended func(key, namespace, status string)
-	// OnFailed, if set, is called for each failed request with the node it
-	// went to, the keys of its batch and the error. A failed request may
+	// OnFailed, if set, is called for each failed attempt with the node it
+	// went to, the keys of its batch and the error. A failed attempt may
 	// still have stored its rows (e.g. the node died before answering), so
 	// a key that failed and was then retried elsewhere may exist twice
 	// across a crash: at-least-once.
@@ -72,20 +77,22 @@ type Config struct {
 type Report struct {
 	Appended int64            `json:"appended"`
 	ByStatus map[string]int64 `json:"by_status"`
-	// Errors counts failed requests (each retried once on the next node).
+	// Errors counts failed attempts (each retried, on another node when
+	// there is one, up to Config.Retry's attempts).
 	Errors int64 `json:"errors"`
-	// GaveUp counts rows whose request failed twice: they were not
-	// acknowledged (though a timed-out request may still have stored them).
+	// GaveUp counts rows whose batch failed on every attempt: they were not
+	// acknowledged (though a timed-out attempt may still have stored them).
 	GaveUp     int64         `json:"gave_up"`
 	Elapsed    time.Duration `json:"elapsed_ns"`
 	RowsPerSec float64       `json:"appended_per_sec"`
-	// AppendLatency is the per-request latency of POST /v1/rows.
+	// AppendLatency is the latency of successful POST /v1/rows requests.
 	AppendLatency Summary `json:"append_latency"`
 }
 
 // Generator appends rows to a cluster. Build with NewGenerator; Run once.
 type Generator struct {
 	cfg      Config
+	api      *client.Client
 	next     atomic.Int64
 	appended atomic.Int64
 	errs     atomic.Int64
@@ -117,10 +124,12 @@ func NewGenerator(cfg Config) (*Generator, error) {
 	if cfg.KeyPrefix == "" {
 		cfg.KeyPrefix = fmt.Sprintf("load-%d-", time.Now().UnixNano())
 	}
-	if cfg.Client == nil {
-		cfg.Client = &http.Client{Timeout: 30 * time.Second}
+	api, err := client.New(client.Options{Nodes: cfg.Nodes, Token: cfg.Token, HTTPClient: cfg.Client, Retry: cfg.Retry,
+		UserAgent: "fairshard-load"})
+	if err != nil {
+		return nil, fmt.Errorf("loadgen: %w", err)
 	}
-	g := &Generator{cfg: cfg, byStatus: map[string]int64{}}
+	g := &Generator{cfg: cfg, api: api, byStatus: map[string]int64{}}
 	for i, ns := range cfg.Namespaces {
 		if ns.Name == "" {
 			return nil, fmt.Errorf("loadgen: namespace %d has no name", i)
@@ -149,17 +158,11 @@ func (g *Generator) LastError() string {
 	return ""
 }
 
-type wireRow struct {
-	DispatchKey string          `json:"dispatch_key"`
-	Namespace   string          `json:"namespace"`
-	TaskQueue   string          `json:"task_queue"`
-	Payload     json.RawMessage `json:"payload"`
-}
-
 // Run appends until Rows or Duration is reached or ctx ends, and reports.
-// Failed requests are counted and retried once with the same keys (an
-// append is idempotent) on the next node of Nodes, so one node that is
-// down or draining costs no rows; a batch that fails twice is given up
+// Each batch is one client.Append: failed attempts are counted
+// (Report.Errors, Config.OnFailed) and retried with the same keys (an
+// append is idempotent) on another node, so a node that is down or
+// draining costs no rows; a batch that fails every attempt is given up
 // (Report.GaveUp).
 func (g *Generator) Run(ctx context.Context) (Report, error) {
 	// Requests run under reqCtx, which only the caller cancels: a batch in
@@ -179,11 +182,12 @@ func (g *Generator) Run(ctx context.Context) (Report, error) {
 		defer t.Stop()
 		tick = t.C
 	}
+	defer g.api.Close()
 	var eg errgroup.Group
 	for w := range g.cfg.Concurrency {
 		eg.Go(func() error {
 			rng := rand.New(rand.NewPCG(uint64(w), uint64(start.UnixNano())))
-			for n := 0; ; n++ {
+			for {
 				if tick != nil {
 					select {
 					case <-ctx.Done():
@@ -201,7 +205,7 @@ func (g *Generator) Run(ctx context.Context) (Report, error) {
 					}
 					size = int(min(int64(size), int64(g.cfg.Rows)-first))
 				}
-				g.send(reqCtx, rng, (w+n)%len(g.cfg.Nodes), first, size)
+				g.send(reqCtx, rng, first, size)
 			}
 		})
 	}
@@ -219,8 +223,8 @@ func (g *Generator) Run(ctx context.Context) (Report, error) {
 	return rep, nil
 }
 
-func (g *Generator) send(ctx context.Context, rng *rand.Rand, nodeIdx int, first int64, size int) {
-	rows := make([]wireRow, size)
+func (g *Generator) send(ctx context.Context, rng *rand.Rand, first int64, size int) {
+	rows := make([]client.Row, size)
 	pad := ""
 	if g.cfg.PayloadBytes > 40 {
 		pad = strings.Repeat("x", g.cfg.PayloadBytes-40)
@@ -228,83 +232,51 @@ func (g *Generator) send(ctx context.Context, rng *rand.Rand, nodeIdx int, first
 	now := time.Now().UnixNano()
 	for i := range rows {
 		ns := g.cfg.Namespaces[g.picks[rng.IntN(len(g.picks))]]
-		tq := fmt.Sprintf("q%d", rng.IntN(max(ns.TaskQueues, 1)))
-		rows[i] = wireRow{
+		rows[i] = client.Row{
 			DispatchKey: fmt.Sprintf("%s%d", g.cfg.KeyPrefix, first+int64(i)),
 			Namespace:   ns.Name,
-			TaskQueue:   tq,
+			TaskQueue:   fmt.Sprintf("q%d", rng.IntN(max(ns.TaskQueues, 1))),
 			Payload:     json.RawMessage(fmt.Sprintf(`{"t":%d,"pad":%q}`, now, pad)),
 		}
 	}
-	body, _ := json.Marshal(map[string]any{"rows": rows})
-	for attempt := range 2 {
-		node := g.cfg.Nodes[(nodeIdx+attempt)%len(g.cfg.Nodes)]
-		t0 := time.Now()
-		statuses, err := g.post(ctx, node, body)
-		if err == nil {
-			g.lat.Add(time.Since(t0))
-			g.appended.Add(int64(size))
-			g.mu.Lock()
-			for _, s := range statuses {
-				g.byStatus[s]++
-			}
-			g.mu.Unlock()
-			if g.cfg.OnAppended != nil {
-				for i, r := range rows {
-					g.cfg.OnAppended(r.DispatchKey, r.Namespace, statuses[i])
-				}
-			}
+	var keys []string
+	hooked := client.WithAttemptHook(ctx, func(a client.Attempt) {
+		if a.Err == nil {
+			g.lat.Add(a.Duration)
 			return
 		}
 		if ctx.Err() != nil {
-			return
+			return // the caller stopped the run: not the cluster's failure
 		}
 		g.errs.Add(1)
-		msg := err.Error()
+		msg := a.Err.Error()
 		g.lastErr.Store(&msg)
 		if g.cfg.OnFailed != nil {
-			keys := make([]string, len(rows))
-			for i := range rows {
-				keys[i] = rows[i].DispatchKey
+			if keys == nil {
+				keys = make([]string, len(rows))
+				for i := range rows {
+					keys[i] = rows[i].DispatchKey
+				}
 			}
-			g.cfg.OnFailed(node, keys, err)
+			g.cfg.OnFailed(a.Node, keys, a.Err)
 		}
-		if attempt == 0 {
-			time.Sleep(100 * time.Millisecond) // brief pause before the one retry
+	})
+	results, err := g.api.Append(hooked, rows...)
+	if err != nil {
+		if ctx.Err() == nil {
+			g.gaveUp.Add(int64(size))
+		}
+		return
+	}
+	g.appended.Add(int64(size))
+	g.mu.Lock()
+	for _, r := range results {
+		g.byStatus[string(r.Status)]++
+	}
+	g.mu.Unlock()
+	if g.cfg.OnAppended != nil {
+		for i, r := range rows {
+			g.cfg.OnAppended(r.DispatchKey, r.Namespace, string(results[i].Status))
 		}
 	}
-	g.gaveUp.Add(int64(size))
-}
-
-func (g *Generator) post(ctx context.Context, node string, body []byte) ([]string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(node, "/")+"/v1/rows", bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if g.cfg.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+g.cfg.Token)
-	}
-	resp, err := g.cfg.Client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("POST %s/v1/rows: HTTP %d: %.200s", node, resp.StatusCode, data)
-	}
-	var out struct {
-		Rows []struct {
-			Status string `json:"status"`
-		} `json:"rows"`
-	}
-	if err := json.Unmarshal(data, &out); err != nil {
-		return nil, fmt.Errorf("POST %s/v1/rows: bad answer: %w", node, err)
-	}
-	st := make([]string, len(out.Rows))
-	for i, r := range out.Rows {
-		st[i] = r.Status
-	}
-	return st, nil
 }

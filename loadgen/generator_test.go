@@ -5,19 +5,25 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fairshard/fairshard/client"
 )
 
 // fakeNode answers POST /v1/rows like a fairshard node ("created" for
-// every row), or with status when it is non-zero.
+// every row), or with status when it is non-zero. A fake: a real node
+// cannot be made to refuse every append on demand.
 func fakeNode(t *testing.T, status int, seen *atomic.Int64) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
-			Rows []wireRow `json:"rows"`
+			Rows []struct {
+				DispatchKey string `json:"dispatch_key"`
+			} `json:"rows"`
 		}
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
@@ -43,7 +49,7 @@ func fakeNode(t *testing.T, status int, seen *atomic.Int64) *httptest.Server {
 }
 
 // A node that refuses appends (draining, down) costs no rows: each failed
-// batch is retried on the next node.
+// batch is retried on another node.
 func TestGeneratorRetriesFailedBatchOnNextNode(t *testing.T) {
 	var okRows, badRows atomic.Int64
 	bad := fakeNode(t, http.StatusServiceUnavailable, &badRows)
@@ -99,11 +105,12 @@ func TestGeneratorRetriesFailedBatchOnNextNode(t *testing.T) {
 	}
 }
 
-// A batch refused by every node is given up and counted.
+// A batch refused by every node on every attempt is given up and counted.
 func TestGeneratorCountsGivenUpRows(t *testing.T) {
 	var n atomic.Int64
 	bad := fakeNode(t, http.StatusServiceUnavailable, &n)
-	g, err := NewGenerator(Config{Nodes: []string{bad.URL}, Rows: 30, BatchSize: 10, Concurrency: 1})
+	g, err := NewGenerator(Config{Nodes: []string{bad.URL}, Rows: 30, BatchSize: 10, Concurrency: 1,
+		Retry: client.RetryConfig{MaxAttempts: 2, BaseDelay: time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +118,7 @@ func TestGeneratorCountsGivenUpRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Appended != 0 || rep.GaveUp != 30 || rep.Errors != 6 {
-		t.Fatalf("appended %d, gave up %d, errors %d; want 0, 30, 6", rep.Appended, rep.GaveUp, rep.Errors)
+	if rep.Appended != 0 || rep.GaveUp != 30 || rep.Errors != 6 || !strings.Contains(g.LastError(), "unavailable") {
+		t.Fatalf("appended %d, gave up %d, errors %d (last %q); want 0, 30, 6 (2 attempts of 3 batches), a 503", rep.Appended, rep.GaveUp, rep.Errors, g.LastError())
 	}
 }

@@ -2,11 +2,11 @@ package node
 
 import (
 	"encoding/json"
-
 	"errors"
 	"fmt"
-	"github.com/fairshard/fairshard/cluster"
 	"net/http"
+
+	"github.com/fairshard/fairshard/kv"
 )
 
 // Error codes of the public API's JSON errors ({"error":{"code","message"}}).
@@ -17,6 +17,7 @@ const (
 	CodeUnauthorized     = "unauthorized"
 	CodeNotFound         = "not_found"
 	CodeMethodNotAllowed = "method_not_allowed"
+	CodeLimitExceeded    = "limit_exceeded"
 	CodeUnavailable      = "unavailable"
 	CodeInternal         = "internal"
 )
@@ -44,6 +45,13 @@ func tooLarge(field, format string, args ...any) *APIError {
 		Message: field + ": " + fmt.Sprintf(format, args...)}
 }
 
+// limitExceeded is a write refused at a documented cap (409): it names
+// the thing capped in Field and the cap in Message.
+func limitExceeded(field, format string, args ...any) *APIError {
+	return &APIError{Status: http.StatusConflict, Code: CodeLimitExceeded, Field: field,
+		Message: field + ": " + fmt.Sprintf(format, args...)}
+}
+
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
@@ -54,10 +62,17 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // *APIError become a 500 whose message is err's text.
 func writeError(w http.ResponseWriter, err error) {
 	var ae *APIError
-	if !errors.As(err, &ae) && errors.Is(err, cluster.ErrInvalidConfigEntry) {
+	var le *kv.LimitError
+	switch {
+	case errors.As(err, &ae):
+	case errors.Is(err, kv.ErrInvalidEntry):
 		// A value the gossiped config refuses (size, encoding) is the
 		// caller's input, not a server fault.
 		ae = &APIError{Status: http.StatusBadRequest, Code: CodeInvalidField, Message: err.Error()}
+	case errors.As(err, &le):
+		// The whole config is at a cap of the kv store (entries or bytes),
+		// which bounds the state every push/pull sends.
+		ae = limitExceeded("config", "%v", le)
 	}
 	if ae == nil {
 		ae = &APIError{Status: http.StatusInternalServerError, Code: CodeInternal, Message: err.Error()}

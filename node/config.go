@@ -10,6 +10,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/fairshard/fairshard/kv"
 )
 
 // Config is the node's boot configuration: fixed after start. Runtime
@@ -88,6 +90,11 @@ type Config struct {
 	HandoffInterval time.Duration
 	// HandoffBatch is the most rows per handoff call. Defaults to 500.
 	HandoffBatch int
+	// HandoffBatchBytes is the byte budget of one handoff call (rows as
+	// outbox.RowBytes counts them; a call may exceed it by one row, so a
+	// single large row still moves). Defaults to 8 MiB; at most
+	// MaxHandoffBatchBytes, so every call fits the receiver's body limit.
+	HandoffBatchBytes int
 	// ShutdownGrace bounds a graceful stop (in-flight deliveries, then
 	// handoff). Defaults to 30 s.
 	ShutdownGrace time.Duration
@@ -96,6 +103,12 @@ type Config struct {
 	TombstoneRetention time.Duration
 	// QuotaTTL is how long a namespace quota is cached. Defaults to 2 s.
 	QuotaTTL time.Duration
+	// MaxNamespaces, MaxTargets and MaxHolds cap the gossiped config:
+	// namespaces with settings, routes with their own target, workflows
+	// held. An admin call past a cap is answered 409. Default to
+	// DefaultMaxNamespaces, DefaultMaxTargets and DefaultMaxHolds; at most
+	// kv.DefaultMaxEntries each.
+	MaxNamespaces, MaxTargets, MaxHolds int
 
 	// LogLevel is debug, info, warn or error; LogFormat is text or json.
 	LogLevel  string
@@ -159,9 +172,13 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxConnsPerHost, "max-conns-per-host", 256, "upper bound of each target host's adaptive concurrency limit (rows this node delivers at once to one scheme://host:port)")
 	fs.DurationVar(&c.HandoffInterval, "handoff-interval", 5*time.Second, "handoff loop period (it also runs on every ownership change)")
 	fs.IntVar(&c.HandoffBatch, "handoff-batch", 500, "most rows per handoff call")
+	fs.IntVar(&c.HandoffBatchBytes, "handoff-batch-bytes", 8<<20, "byte budget of one handoff call (payloads and fields; one larger row still moves alone)")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 30*time.Second, "bound on a graceful stop: in-flight deliveries, then handoff")
 	fs.DurationVar(&c.TombstoneRetention, "tombstone-retention", 24*time.Hour, "dedupe window: how long finished rows keep their key")
 	fs.DurationVar(&c.QuotaTTL, "quota-ttl", 2*time.Second, "how long a namespace quota is cached")
+	fs.IntVar(&c.MaxNamespaces, "max-namespaces", DefaultMaxNamespaces, "most namespaces with settings (cluster-wide, gossiped config)")
+	fs.IntVar(&c.MaxTargets, "max-targets", DefaultMaxTargets, "most routes with their own delivery target (cluster-wide)")
+	fs.IntVar(&c.MaxHolds, "max-holds", DefaultMaxHolds, "most workflows held at once (cluster-wide)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
 }
@@ -270,11 +287,22 @@ func (c *Config) Validate() error {
 	if c.HandoffBatch < 1 {
 		bad("handoff-batch", "must be at least 1")
 	}
+	if c.HandoffBatchBytes < 1 || c.HandoffBatchBytes > MaxHandoffBatchBytes {
+		bad("handoff-batch-bytes", "must be between 1 and %d", MaxHandoffBatchBytes)
+	}
 	if c.ShutdownGrace <= 0 {
 		bad("shutdown-grace", "must be positive")
 	}
 	if c.TombstoneRetention <= 0 {
 		bad("tombstone-retention", "must be positive")
+	}
+	for _, lim := range []struct {
+		flag string
+		v    int
+	}{{"max-namespaces", c.MaxNamespaces}, {"max-targets", c.MaxTargets}, {"max-holds", c.MaxHolds}} {
+		if lim.v < 1 || lim.v > kv.DefaultMaxEntries {
+			bad(lim.flag, "%d is not between 1 and %d (the gossiped config's entry cap)", lim.v, kv.DefaultMaxEntries)
+		}
 	}
 	switch strings.ToLower(c.LogLevel) {
 	case "debug", "info", "warn", "error":

@@ -16,6 +16,14 @@
 // member owns their shards: they stay on disk) → leave the gossip → stop
 // serving → close the store. Close stops at once.
 //
+// # Ownership
+//
+// The node has one applied ownership view (applySnapshot, ownership): a
+// cluster snapshot becomes the store's claim scope first and is then the
+// view the planner's ceilings, append routing, handoff and the admin views
+// read, so they never disagree with the scope. While the node waits to
+// join, that view owns nothing.
+//
 // # What it does not own
 //
 // Claim semantics (package backpressure), delivery (dispatch), storage

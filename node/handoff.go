@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/fairshard/fairshard/outbox"
+	"github.com/fairshard/fairshard/transfer"
 )
 
 // handoffLoop moves rows this node holds for shards it does not own to
@@ -35,20 +37,26 @@ func (n *Node) handoffLoop(ctx context.Context) {
 // returns the rows moved and the first error; other owners still get their
 // turn.
 func (n *Node) handoffOnce(ctx context.Context) (int, error) {
-	// One pass at a time: Shutdown's drain must not race a pass of the loop
-	// whose rows are marked in-transfer (and so invisible to ForeignShards).
+	// One pass at a time: Shutdown's drain waits for a pass of the loop to
+	// finish its batch instead of interleaving with it.
 	select {
 	case n.handoffSem <- struct{}{}:
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
 	defer func() { <-n.handoffSem }()
+	// Marks whose release failed earlier are released first, whether or not
+	// any row moves in this pass: their shard may be owned here again (its
+	// rows must become claimable) or have no live owner.
+	if err := n.mover.RetryStranded(ctx); err != nil {
+		return 0, fmt.Errorf("release rows left in transfer: %w", err)
+	}
 	foreign, err := n.store.ForeignShards(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("list foreign shards: %w", err)
 	}
 	n.m.handoffShardsPending.Set(float64(len(foreign)))
-	snap := n.cl.Snapshot()
+	snap := n.ownership()
 	type dest struct {
 		addr   string
 		shards []uint32
@@ -78,67 +86,53 @@ func (n *Node) handoffOnce(ctx context.Context) (int, error) {
 	return moved, firstErr
 }
 
-// handoffTo sends the transferable rows of shards (all owned by owner) in
-// batches of up to HandoffBatch rows gathered across shards, so a node
-// holding a few rows in each of hundreds of shards makes a few calls, not
-// hundreds: each batch is marked in transfer shard by shard, sent in one
-// call, and deleted after the owner's durable ack, or unmarked when the
-// call failed (which ends this owner's turn). It returns the rows moved and
-// the first error.
+// MaxHandoffBatchBytes is the largest --handoff-batch-bytes: a handoff call
+// then holds at most this many row bytes plus one row, which fits
+// MaxHandoffBodyBytes as JSON (base64 payloads grow by a third).
+const MaxHandoffBatchBytes = 32 << 20
+
+// MaxHandoffBodyBytes is the body limit of the internal handoff route.
+const MaxHandoffBodyBytes = 64 << 20
+
+// handoffTo moves the transferable rows of shards (all owned by owner) to
+// it through the node's transfer.Mover: batches gathered across shards
+// (so a node holding a few rows in each of hundreds of shards makes a few
+// calls, not hundreds), bounded by --handoff-batch rows and
+// --handoff-batch-bytes, each marked in transfer, sent in one call, and
+// deleted after the owner's durable ack, or unmarked when the call failed
+// (which ends this owner's turn). Releases that fail are retried by the
+// Mover before its next batch. It returns the rows moved and the first
+// error.
 func (n *Node) handoffTo(ctx context.Context, owner, addr string, shards []uint32) (int, error) {
-	moved := 0
-	var firstErr error
-	for len(shards) > 0 && ctx.Err() == nil {
-		var batch []outbox.Row
-		nShards := 0
-		for len(shards) > 0 && len(batch) < n.cfg.HandoffBatch {
-			want := n.cfg.HandoffBatch - len(batch)
-			rows, err := n.store.BeginTransfer(ctx, shards[0], want)
-			if err != nil {
-				firstErr = cmpErr(firstErr, fmt.Errorf("shard %d: begin transfer: %w", shards[0], err))
-				shards = shards[1:]
-				continue
-			}
-			if len(rows) > 0 {
-				nShards++
-			}
-			if len(rows) < want {
-				shards = shards[1:] // nothing more to send of this shard
-			}
-			batch = append(batch, rows...)
-		}
-		if len(batch) == 0 {
-			break
-		}
-		keys := make([]string, len(batch))
-		for i := range batch {
-			keys[i] = batch[i].DispatchKey
-		}
-		var resp handoffResp
-		callCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		// Marked rows are invisible to ForeignShards: count their shards as
-		// pending until the batch is settled either way.
-		n.inTransferShards.Store(int64(nShards))
-		err := n.peers.call(callCtx, "POST", addr, "/internal/v1/handoff", internalAppendReq{Rows: viewsOf(batch, "")}, &resp)
-		cancel()
-		if err != nil {
-			defer n.inTransferShards.Store(0)
-			if _, aerr := n.store.AbortTransfer(context.Background(), keys); aerr != nil {
-				n.log.Error("abort transfer failed; marks clear on restart", "to", owner, "rows", len(batch), "err", aerr)
-			}
-			n.m.handoffErrors.Inc()
-			return moved, cmpErr(firstErr, fmt.Errorf("%d rows of %d shards to %s: %w", len(batch), nShards, owner, err))
-		}
-		_, err = n.store.CompleteTransfer(context.Background(), keys)
-		n.inTransferShards.Store(0)
-		if err != nil {
-			return moved, cmpErr(firstErr, fmt.Errorf("delete %d rows handed off to %s: %w", len(batch), owner, err))
-		}
-		moved += len(batch)
-		n.m.handoffSent.Add(float64(len(batch)))
-		n.log.Debug("handed off rows", "to", owner, "rows", len(batch), "shards", nShards)
+	st, err := n.mover.Move(ctx, peerSink{peers: n.peers, addr: addr}, shards)
+	n.m.handoffSent.Add(float64(st.Rows))
+	if st.Rows > 0 {
+		n.log.Debug("handed off rows", "to", owner, "rows", st.Rows, "batches", st.Batches, "bytes", st.Bytes)
 	}
-	return moved, firstErr
+	if err != nil {
+		n.m.handoffErrors.Inc()
+		return st.Rows, fmt.Errorf("to %s: %w", owner, err)
+	}
+	return st.Rows, nil
+}
+
+// peerSink is a transfer.Sink on another node: one POST of a batch to its
+// internal handoff route, answered once the rows are durable there.
+type peerSink struct {
+	peers *peerClient
+	addr  string
+}
+
+// Merge sends rows to the peer's /internal/v1/handoff in the binary batch
+// encoding (transfer.EncodeBatch) and returns its merge counts. The call is
+// bounded by 30 s (a batch is at most --handoff-batch-bytes plus one row).
+func (p peerSink) Merge(ctx context.Context, rows []outbox.Row) (outbox.MergeResult, error) {
+	var resp handoffResp
+	callCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	body := transfer.EncodeBatch(make([]byte, 0, transfer.EncodedSize(rows)), rows)
+	err := p.peers.callBody(callCtx, http.MethodPost, p.addr, "/internal/v1/handoff", transfer.ContentType, body, &resp)
+	return resp, err
 }
 
 func cmpErr(first, err error) error {
@@ -181,7 +175,7 @@ func (n *Node) drainHandoff(ctx context.Context) (int, error) {
 // anyOwner reports whether some shard of shards has a live owner other
 // than this node that handoff could send to.
 func (n *Node) anyOwner(shards []uint32) bool {
-	snap := n.cl.Snapshot()
+	snap := n.ownership()
 	for _, shard := range shards {
 		if owner, ok := snap.Owner(shard); ok && owner.Name != n.name && owner.APIAddr != "" {
 			return true

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -16,8 +17,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/shards"
+	"github.com/fairshard/fairshard/transfer"
 )
 
 // routes builds the HTTP API: public /v1 (bearer token when configured),
@@ -29,7 +32,8 @@ import (
 // they form empty or dot segments ("a//b", "x/./y"), which the router
 // cleans before matching.
 func (n *Node) routes() http.Handler {
-	mux := http.NewServeMux()
+	mux := &routeMux{ServeMux: http.NewServeMux()}
+	defer func() { n.routePatterns = mux.patterns }()
 	pub := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, n.auth(n.cfg.APIToken, h)) }
 	internal := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, n.auth(n.cfg.ClusterSecret, h)) }
 
@@ -50,6 +54,10 @@ func (n *Node) routes() http.Handler {
 	pub("DELETE /v1/workflows/{wf}/hold", n.handleRelease)
 	pub("GET /v1/cluster", n.handleCluster)
 	pub("GET /v1/shards", n.handleShards)
+	pub("GET /v1/openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", api.ContentType)
+		_, _ = io.WriteString(w, api.OpenAPIYAML())
+	})
 
 	internal("POST /internal/v1/rows", n.handleInternalAppend)
 	internal("POST /internal/v1/handoff", n.handleInternalHandoff)
@@ -68,7 +76,33 @@ func (n *Node) routes() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
-	return jsonMuxErrors(mux)
+	return jsonMuxErrors(mux.ServeMux)
+}
+
+// routeMux is a ServeMux that remembers the patterns registered on it, so
+// Routes can list them (the OpenAPI test in api/ compares them with
+// api/openapi.yaml).
+type routeMux struct {
+	*http.ServeMux
+	patterns []string
+}
+
+func (m *routeMux) Handle(pattern string, h http.Handler) {
+	m.ServeMux.Handle(pattern, h)
+	m.patterns = append(m.patterns, pattern)
+}
+
+func (m *routeMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	m.Handle(pattern, http.HandlerFunc(h))
+}
+
+// Routes returns the patterns of every route the node serves, in
+// net/http.ServeMux syntax ("GET /v1/rows/{key...}"), node-to-node routes
+// included, sorted. Every public one must be described in api/openapi.yaml.
+func (n *Node) Routes() []string {
+	out := slices.Clone(n.routePatterns)
+	slices.Sort(out)
+	return out
 }
 
 // jsonMuxErrors turns the mux's own plain-text 404 and 405 answers into the
@@ -187,7 +221,7 @@ func (n *Node) handleAppend(w http.ResponseWriter, r *http.Request) {
 // cannot be reached are stored here and answered "accepted" (handoff moves
 // them later). It returns once every row is durable somewhere.
 func (n *Node) appendRouted(ctx context.Context, rows []outbox.Row) ([]appendResult, error) {
-	snap := n.cl.Snapshot()
+	snap := n.ownership()
 	results := make([]appendResult, len(rows))
 	var local []int
 	remote := map[string][]int{}
@@ -297,26 +331,52 @@ func (n *Node) handleInternalAppend(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, resp)
 }
 
+// handleInternalHandoff is the receiving end of a transfer batch (a
+// handoff or drain from another node: see handoff.go): the rows are merged
+// into the store (outbox.Merge by row version) and the answer, sent once
+// they are durable, counts what was created, updated and skipped. The body
+// is a batch in the binary encoding (Content-Type transfer.ContentType, what
+// nodes send) or JSON {"rows": [RowView…]} (older nodes). Senders bound a
+// batch by --handoff-batch-bytes (≤ MaxHandoffBatchBytes) plus one row, so
+// the body limit is MaxHandoffBodyBytes.
 func (n *Node) handleInternalHandoff(w http.ResponseWriter, r *http.Request) {
 	if !n.intake.enter() {
 		writeError(w, errLeaving)
 		return
 	}
 	defer n.intake.exit()
-	var req internalAppendReq
-	r.Body = http.MaxBytesReader(w, r.Body, 256<<20)
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		writeError(w, &APIError{Status: http.StatusBadRequest, Code: CodeInvalidJSON, Message: err.Error()})
-		return
+	r.Body = http.MaxBytesReader(w, r.Body, MaxHandoffBodyBytes)
+	var rows []outbox.Row
+	if r.Header.Get("Content-Type") == transfer.ContentType {
+		body, err := io.ReadAll(r.Body)
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, tooLarge("body", "handoff batch exceeds %d bytes", MaxHandoffBodyBytes))
+			return
+		}
+		if err == nil {
+			rows, err = transfer.DecodeBatch(body, 0)
+		}
+		if err != nil {
+			writeError(w, &APIError{Status: http.StatusBadRequest, Code: CodeInvalidField, Field: "body", Message: "body: " + err.Error()})
+			return
+		}
+	} else {
+		var req internalAppendReq
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			writeError(w, &APIError{Status: http.StatusBadRequest, Code: CodeInvalidJSON, Message: err.Error()})
+			return
+		}
+		rows = rowsOf(req.Rows)
 	}
-	created, updated, skipped, err := n.store.Merge(r.Context(), rowsOf(req.Rows))
+	res, err := n.store.Merge(r.Context(), rows)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	n.m.handoffReceived.Add(float64(len(req.Rows)))
+	n.m.handoffReceived.Add(float64(len(rows)))
 	n.disp.Wake()
-	writeJSON(w, http.StatusOK, handoffResp{Created: created, Updated: updated, Skipped: skipped})
+	writeJSON(w, http.StatusOK, res)
 }
 
 // ---- reads ----
@@ -338,7 +398,7 @@ func (n *Node) handleGetRow(w http.ResponseWriter, r *http.Request) {
 	}
 	// Ask the owner first, then every other member (a row may be held on
 	// the node that accepted it while its owner was unreachable).
-	snap := n.cl.Snapshot()
+	snap := n.ownership()
 	var order []string
 	addrs := map[string]string{}
 	if owner, ok := snap.Owner(shards.ShardOf(key, n.cfg.Shards)); ok && owner.Name != n.name {

@@ -3,6 +3,8 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fairshard/fairshard/boltstore"
+	"github.com/fairshard/fairshard/kv"
 )
 
 // Limits of the admin API.
@@ -60,7 +63,7 @@ func (n *Node) namespaceView(ns string, st boltstore.NamespaceStats) namespaceVi
 	} else {
 		v.MaxInFlight, v.MaxInFlightDefault = n.cfg.DefaultMaxInFlight, true
 	}
-	f := n.cl.Snapshot().Fraction
+	f := n.ownership().Fraction
 	v.OwnedShardFraction = f.Float()
 	quota := v.MaxInFlight
 	if s.Paused {
@@ -86,8 +89,8 @@ func (n *Node) handleListNamespaces(w http.ResponseWriter, r *http.Request) {
 	for ns := range stats {
 		names[ns] = true
 	}
-	for _, e := range n.cl.ListConfig(prefixNamespace) {
-		names[strings.TrimPrefix(e.Key, prefixNamespace)] = true
+	for ns := range n.rc.namespaces() {
+		names[ns] = true
 	}
 	sorted := make([]string, 0, len(names))
 	for ns := range names {
@@ -115,8 +118,11 @@ func (n *Node) handleGetNamespace(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, n.namespaceView(ns, stats[ns]))
 }
 
-// handlePutNamespace sets max_in_flight and/or paused; absent fields keep
-// their value. max_in_flight null returns the namespace to the default.
+// handlePutNamespace sets max_in_flight, paused and/or retry; absent
+// fields keep their value, and only the fields present are written (each
+// is its own config key), so fields set at once on different nodes all
+// survive. max_in_flight or retry null returns the field to the node's
+// default. A namespace beyond MaxNamespaces is refused (409).
 func (n *Node) handlePutNamespace(w http.ResponseWriter, r *http.Request) {
 	ns, err := pathName(r, "ns")
 	if err != nil {
@@ -128,12 +134,19 @@ func (n *Node) handlePutNamespace(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	s, _ := n.rc.namespace(ns)
-	for k, raw := range body {
+	var writes []kv.Write
+	put := func(field string, v any) {
+		b, _ := json.Marshal(v)
+		writes = append(writes, kv.Write{Key: nsKey(ns, field), Value: b})
+	}
+	// Fields in a fixed order, so a batch is written the same way whatever
+	// the body's key order.
+	for _, k := range slices.Sorted(maps.Keys(body)) {
+		raw := body[k]
 		switch k {
-		case "max_in_flight":
+		case fieldMaxInFlight:
 			if isNull(raw) {
-				s.MaxInFlight = nil
+				writes = append(writes, kv.Write{Key: nsKey(ns, k), Delete: true})
 				continue
 			}
 			q, err := strconv.ParseUint(string(raw), 10, 32)
@@ -141,21 +154,20 @@ func (n *Node) handlePutNamespace(w http.ResponseWriter, r *http.Request) {
 				writeError(w, fieldError("max_in_flight", "must be an integer from 0 to %d (or null for the default)", MaxQuota))
 				return
 			}
-			q32 := uint32(q)
-			s.MaxInFlight = &q32
-		case "paused":
+			put(k, uint32(q))
+		case fieldPaused:
 			switch string(raw) {
 			case "true":
-				s.Paused = true
+				put(k, true)
 			case "false":
-				s.Paused = false
+				put(k, false)
 			default:
 				writeError(w, fieldError("paused", "must be true or false"))
 				return
 			}
-		case "retry":
+		case fieldRetry:
 			if isNull(raw) {
-				s.Retry = nil
+				writes = append(writes, kv.Write{Key: nsKey(ns, k), Delete: true})
 				continue
 			}
 			var rs retrySettings
@@ -167,15 +179,23 @@ func (n *Node) handlePutNamespace(w http.ResponseWriter, r *http.Request) {
 				writeError(w, err)
 				return
 			}
-			s.Retry = &rs
+			put(k, rs)
 		default:
 			writeError(w, fieldError(k, "unknown field (want max_in_flight, paused, retry)"))
 			return
 		}
 	}
-	if err := n.rc.putJSON(r.Context(), prefixNamespace+ns, s); err != nil {
-		writeError(w, err)
-		return
+	if _, configured := n.rc.namespace(ns); !configured && slices.ContainsFunc(writes, func(w kv.Write) bool { return !w.Delete }) {
+		if have := len(n.rc.namespaces()); have >= n.cfg.MaxNamespaces {
+			writeError(w, limitExceeded("namespace", "%d namespaces have settings, the limit is %d (--max-namespaces); namespaces without settings use the node defaults", have, n.cfg.MaxNamespaces))
+			return
+		}
+	}
+	if len(writes) > 0 {
+		if _, err := n.rc.kv.Update(r.Context(), writes...); err != nil {
+			writeError(w, fmt.Errorf("set namespace %s: %w", ns, err))
+			return
+		}
 	}
 	n.quota.Invalidate(ns)
 	n.disp.Wake()
@@ -222,7 +242,14 @@ func (n *Node) handlePutTarget(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fieldError("timeout_ms", "must be between 0 (node default) and %d", MaxTargetTimeout.Milliseconds()))
 		return
 	}
-	if err := n.rc.putJSON(r.Context(), prefixTarget+ns+"/"+tq, t); err != nil {
+	key := prefixTarget + ns + "/" + tq
+	if _, exists := n.rc.kv.Get(key); !exists {
+		if have := n.rc.kv.Count(prefixTarget); have >= n.cfg.MaxTargets {
+			writeError(w, limitExceeded("target", "%d routes have their own target, the limit is %d (--max-targets); use --default-target with {namespace} and {task_queue} for many routes", have, n.cfg.MaxTargets))
+			return
+		}
+	}
+	if err := n.rc.putJSON(r.Context(), key, t); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -259,6 +286,12 @@ func (n *Node) handleHold(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		writeError(w, err)
 		return
+	}
+	if _, held := n.rc.kv.Get(key); !held {
+		if have := n.rc.kv.Count(prefixHold); have >= n.cfg.MaxHolds {
+			writeError(w, limitExceeded("hold", "%d workflows are held, the limit is %d (--max-holds); release some first", have, n.cfg.MaxHolds))
+			return
+		}
 	}
 	if err := n.rc.putJSON(r.Context(), key, struct{}{}); err != nil {
 		writeError(w, err)
@@ -440,7 +473,7 @@ func (n *Node) fanOut(ctx context.Context, fn func(ctx context.Context, m peerRe
 
 func (n *Node) peerMembers() []peerRef {
 	var out []peerRef
-	for _, m := range n.cl.Snapshot().Members {
+	for _, m := range n.ownership().Members {
 		if m.Name != n.name && m.APIAddr != "" {
 			out = append(out, peerRef{m.Name, m.APIAddr})
 		}
@@ -459,15 +492,17 @@ type memberView struct {
 }
 
 func (n *Node) handleCluster(w http.ResponseWriter, r *http.Request) {
-	snap := n.cl.Snapshot()
+	snap := n.ownership()
 	members := make([]memberView, 0, len(snap.Members))
 	for _, m := range snap.Members {
 		owned := snap.Table.OwnedCount(m.Name)
 		members = append(members, memberView{Name: m.Name, APIAddr: m.APIAddr, State: string(m.State),
 			OwnedShards: owned, OwnedShardFraction: float64(owned) / float64(snap.ShardCount)})
 	}
+	// Shards with rows in transfer (on the wire, or left marked by a failed
+	// release) are still listed: their rows are here until the owner acks.
 	foreign, _ := n.store.ForeignShards(r.Context())
-	pending := len(foreign) + int(n.inTransferShards.Load())
+	pending := len(foreign)
 	writeJSON(w, http.StatusOK, map[string]any{
 		"node":              n.name,
 		"shard_count":       snap.ShardCount,
@@ -480,7 +515,7 @@ func (n *Node) handleCluster(w http.ResponseWriter, r *http.Request) {
 }
 
 func (n *Node) handleShards(w http.ResponseWriter, _ *http.Request) {
-	snap := n.cl.Snapshot()
+	snap := n.ownership()
 	type shardView struct {
 		Shard uint32 `json:"shard"`
 		Owner string `json:"owner"`

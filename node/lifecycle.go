@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/fairshard/fairshard/cluster"
+	"github.com/fairshard/fairshard/kv"
 )
 
 // Start serves the API, joins the cluster and starts the background loops
@@ -64,7 +66,7 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	n.applySnapshot(n.cl.Snapshot())
 
-	watch := n.cl.WatchConfig("node", "")
+	watch := n.cl.KV().Watch("node", "")
 	n.wg.Go(func() {
 		defer watch.Close()
 		for {
@@ -87,7 +89,7 @@ func (n *Node) Start(ctx context.Context) error {
 	n.wg.Go(func() { _ = n.store.RunTombstoneGC(runCtx, time.Minute) })
 	n.wg.Go(func() { n.statsLoop(runCtx) })
 	n.ready.Store(true)
-	n.log.Info("node started", "members", len(n.cl.Snapshot().Members))
+	n.log.Info("node started", "members", len(n.ownership().Members))
 	return nil
 }
 
@@ -97,7 +99,10 @@ func (n *Node) Start(ctx context.Context) error {
 // only this node is retried like an unanswered one (during a full restart
 // the name may not list the others yet). If no seed answers in time (a
 // whole cluster starting at once), the node serves alone and the cluster's
-// rejoin loop keeps trying. If ctx ends first, Start fails with ctx's error
+// rejoin loop keeps trying; but if a seed answered and the state exchange
+// with it kept failing (cluster.ErrStateExchange: another gossip key, a
+// state memberlist refuses), Start fails: a cluster is there, and serving
+// alone would own its shards without its config. If ctx ends first, Start fails with ctx's error
 // and the node never owns a shard. A cluster that refuses this node
 // (another shard count or protocol version) is an error: a misconfigured
 // node must not serve a cluster of its own.
@@ -125,6 +130,7 @@ func (n *Node) awaitFirstJoin(ctx context.Context) (err error) {
 		contacted int
 		err       error
 	}
+	exchangeFailures := 0
 	for {
 		done := make(chan result, 1)
 		n.wg.Go(func() {
@@ -150,6 +156,13 @@ func (n *Node) awaitFirstJoin(ctx context.Context) (err error) {
 		case errors.Is(res.err, cluster.ErrProtocolMismatch):
 			return fmt.Errorf("the cluster at %v refused this node: it speaks another protocol version: %w", n.cfg.Join, res.err)
 		}
+		// Consecutive attempts whose seed answered but whose state exchange
+		// failed; one alone may be a seed caught shutting down.
+		if errors.Is(res.err, cluster.ErrStateExchange) {
+			exchangeFailures++
+		} else {
+			exchangeFailures = 0
+		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("start %s: stopped while joining %v: %w", n.name, n.cfg.Join, ctx.Err())
 		}
@@ -158,6 +171,13 @@ func (n *Node) awaitFirstJoin(ctx context.Context) (err error) {
 			if ctx.Err() != nil {
 				return fmt.Errorf("start %s: stopped while joining %v: %w", n.name, n.cfg.Join, ctx.Err())
 			}
+			if exchangeFailures >= 2 {
+				// Someone is there, but the push/pull with it fails: serving
+				// alone would own every shard beside a live cluster, without
+				// its config (pauses, quotas) — issue #13 item 4.
+				return fmt.Errorf("the cluster at %v answered but this node could not exchange state with it for %v (check --gossip-key; see the node log): %w",
+					n.cfg.Join, n.cfg.JoinWait, res.err)
+			}
 			n.log.Warn("no seed answered; serving alone until one does", "join", n.cfg.Join, "waited", n.cfg.JoinWait, "err", res.err)
 			return nil
 		case <-time.After(250 * time.Millisecond):
@@ -165,36 +185,46 @@ func (n *Node) awaitFirstJoin(ctx context.Context) (err error) {
 	}
 }
 
-// applySnapshot scopes the store's claims to the shards this node owns now,
-// updates the metrics and wakes the handoff loop and the dispatcher. Views
-// are applied in version order: an older snapshot that loses a race with a
-// newer one is ignored. Before the first join the node owns nothing.
+// applySnapshot makes s the node's applied ownership view: it scopes the
+// store's claims to the shards this node owns in s, then publishes s as the
+// view every other consumer reads (ownership: the planner's ceilings,
+// append routing, handoff, the admin views), and wakes the handoff loop
+// and the dispatcher. So claim scope and ceilings always come from the
+// same snapshot. Views are applied in version order: an older snapshot
+// that loses a race with a newer one is ignored. Before the first join the
+// node owns nothing (s.OwningNothing).
 func (n *Node) applySnapshot(s *cluster.OwnershipSnapshot) {
 	if s == nil {
 		return
 	}
 	n.snapMu.Lock()
 	defer n.snapMu.Unlock()
-	if s.Version < n.appliedVersion {
+	if cur := n.applied.Load(); cur != nil && s.Version < cur.Version {
 		return
 	}
-	n.appliedVersion = s.Version
-	owned := s.Owned
-	if owned == nil || n.awaitingJoin.Load() {
-		owned = []uint32{}
+	if n.awaitingJoin.Load() {
+		s = s.OwningNothing()
 	}
-	n.store.SetOwnedShards(owned)
+	n.store.SetOwnedShards(s.Owned)
+	n.applied.Store(s)
 	n.wakeHandoff()
 	n.disp.Wake()
 }
 
-func (n *Node) applyConfigChanges(changes []cluster.Entry) {
+// ownership returns the node's applied ownership view (applySnapshot):
+// the one snapshot claim scope, ceilings, append routing and handoff all
+// read. Never nil after New.
+func (n *Node) ownership() *cluster.OwnershipSnapshot { return n.applied.Load() }
+
+func (n *Node) applyConfigChanges(changes []kv.Entry) {
 	for _, e := range changes {
 		switch {
-		case len(e.Key) > len(prefixHold) && e.Key[:len(prefixHold)] == prefixHold:
+		case strings.HasPrefix(e.Key, prefixHold):
 			n.rc.invalidateHolds()
-		case len(e.Key) > len(prefixNamespace) && e.Key[:len(prefixNamespace)] == prefixNamespace:
-			n.quota.Invalidate(e.Key[len(prefixNamespace):])
+		case strings.HasPrefix(e.Key, prefixNamespace):
+			if ns, ok := namespaceOfKey(e.Key); ok {
+				n.quota.Invalidate(ns)
+			}
 		}
 	}
 	n.disp.Wake()

@@ -17,6 +17,7 @@ type nodeMetrics struct {
 	handoffReceived      prometheus.Counter
 	handoffErrors        prometheus.Counter
 	handoffShardsPending prometheus.Gauge
+	handoffInTransfer    prometheus.Gauge
 	pending              *prometheus.GaugeVec
 	oldestPendingAge     *prometheus.GaugeVec
 	deadLetters          *prometheus.GaugeVec
@@ -43,7 +44,10 @@ func newNodeMetrics(reg prometheus.Registerer) *nodeMetrics {
 			Name: "fairshard_handoff_errors_total", Help: "Handoff batches that failed and were unmarked for a later retry.",
 		}),
 		handoffShardsPending: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "fairshard_handoff_shards_pending", Help: "Non-owned shards that still hold transferable rows on this node.",
+			Name: "fairshard_handoff_shards_pending", Help: "Non-owned shards that still hold pending or finished rows on this node (in transfer or not).",
+		}),
+		handoffInTransfer: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fairshard_handoff_rows_in_transfer", Help: "Rows marked in-transfer on this node (on the wire to their owner, or left by a failed release being retried): not claimable here.",
 		}),
 		pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "fairshard_pending_rows", Help: "Pending rows held on this node, by namespace.",
@@ -56,7 +60,7 @@ func newNodeMetrics(reg prometheus.Registerer) *nodeMetrics {
 		}, []string{"namespace"}),
 	}
 	reg.MustRegister(m.appendRows, m.appendRequests, m.forwardErrors, m.handoffSent, m.handoffReceived,
-		m.handoffErrors, m.handoffShardsPending, m.pending, m.oldestPendingAge, m.deadLetters)
+		m.handoffErrors, m.handoffShardsPending, m.handoffInTransfer, m.pending, m.oldestPendingAge, m.deadLetters)
 	return m
 }
 
@@ -71,6 +75,9 @@ func (n *Node) statsLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if marked, err := n.store.MarkedRows(ctx); err == nil {
+			n.m.handoffInTransfer.Set(float64(marked))
 		}
 		stats, err := n.store.NamespaceStats(ctx)
 		if err != nil {

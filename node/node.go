@@ -25,6 +25,7 @@ import (
 	"github.com/fairshard/fairshard/dispatch"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/shards"
+	"github.com/fairshard/fairshard/transfer"
 )
 
 // DataFileName is the bbolt file inside a node's data dir.
@@ -49,6 +50,8 @@ type Node struct {
 	ln      net.Listener
 	srv     *http.Server
 	apiAddr string
+	// routePatterns are the HTTP routes (see Routes), set by routes().
+	routePatterns []string
 
 	handoffWake chan struct{}
 	intake      intakeGate
@@ -57,18 +60,19 @@ type Node struct {
 	// awaitingJoin is true from Start until the first join of the seeds
 	// succeeded or JoinWait passed; the node owns no shard meanwhile.
 	awaitingJoin atomic.Bool
-	// snapMu orders applySnapshot calls; appliedVersion is the newest
-	// ownership version applied to the store.
-	snapMu         sync.Mutex
-	appliedVersion uint64
+	// snapMu orders applySnapshot calls; applied is the node's one applied
+	// ownership view (ownership()), published after the store's claim
+	// scope was set from it.
+	snapMu  sync.Mutex
+	applied atomic.Pointer[cluster.OwnershipSnapshot]
 	// handoffSem serialises handoff passes (the loop's and Shutdown's); a
 	// pass holds its one slot. handoffStop ends the loop's passes when
 	// Shutdown takes over the handoff.
 	handoffSem  chan struct{}
 	handoffStop context.CancelFunc
-	// inTransferShards counts the shards of the handoff batch on the wire
-	// (marked in-transfer, not yet deleted or unmarked); 0 between batches.
-	inTransferShards atomic.Int64
+	// mover moves rows of shards this node does not own (handoff, drain)
+	// and keeps their resume tokens and failed releases across passes.
+	mover *transfer.Mover
 
 	runCancel context.CancelFunc
 	dispCtx   context.Context
@@ -130,7 +134,8 @@ func New(cfg Config, log *slog.Logger) (*Node, error) {
 	n.cl = cl
 	n.name = cl.Name()
 	n.apiAddr = ccfg.APIAddr
-	n.rc = newRuntimeConfig(cl, cfg.DefaultTarget)
+	n.applied.Store(cl.Snapshot()) // alone, owning every shard: the store's default scope too
+	n.rc = newRuntimeConfig(cl.KV(), cfg.DefaultTarget)
 	n.rc.nodeRetry = dispatch.RetryPolicy{Base: cfg.RetryBase, Factor: cfg.RetryFactor, Cap: cfg.RetryCap, MaxAttempts: uint32(cfg.MaxAttempts)}
 	n.quota = backpressure.NewQuotaCache(n.rc, cfg.DefaultMaxInFlight, cfg.QuotaTTL)
 	targets := dispatch.TargetsFunc(func(r outbox.ClaimScope) (dispatch.Target, bool) {
@@ -147,8 +152,10 @@ func New(cfg Config, log *slog.Logger) (*Node, error) {
 		return nil, fmt.Errorf("create target host limits: %w", err)
 	}
 	planner := backpressure.NewPlanner(backpressure.PlannerConfig{
-		Quotas:   n.quota,
-		Fraction: func() shards.OwnedShardFraction { return cl.Snapshot().Fraction },
+		Quotas: n.quota,
+		// Ceilings come from the same applied view as the claim scope
+		// (issue #12 item 3), not from the live membership snapshot.
+		Fraction: func() shards.OwnedShardFraction { return n.ownership().Fraction },
 		Hosts:    hosts,
 		Logger:   log,
 	})
@@ -178,6 +185,17 @@ func New(cfg Config, log *slog.Logger) (*Node, error) {
 		return nil, fmt.Errorf("create dispatcher: %w", err)
 	}
 	n.peers = newPeerClient(cfg.ClusterSecret)
+	n.mover, err = transfer.NewMover(store, transfer.MoverConfig{
+		Limits:     transfer.Limits{MaxRows: cfg.HandoffBatch, MaxBytes: cfg.HandoffBatchBytes},
+		Logger:     log,
+		Registerer: n.reg,
+	})
+	if err != nil {
+		_ = cl.Shutdown()
+		_ = ln.Close()
+		_ = store.Close()
+		return nil, fmt.Errorf("create handoff mover: %w", err)
+	}
 	n.srv = &http.Server{Handler: n.routes(), ReadHeaderTimeout: 10 * time.Second}
 	log.Info("node created", "data_dir", dir, "api_addr", n.apiAddr, "gossip_addr", cl.GossipAddr(), "shards", cfg.Shards)
 	return n, nil
@@ -325,26 +343,12 @@ func (n *Node) clusterConfig(httpBound *net.TCPAddr) (*cluster.Config, error) {
 		}
 		c.APIAddr = net.JoinHostPort(h, strconv.Itoa(httpBound.Port))
 	}
-	saved, err := n.store.LoadConfigEntries(context.Background())
+	initial, err := loadConfig(context.Background(), n.store, n.log)
 	if err != nil {
 		return nil, fmt.Errorf("load persisted cluster config: %w", err)
 	}
-	for key, b := range saved {
-		e, err := decodeEntry(b)
-		if err != nil {
-			n.log.Warn("skipping unreadable persisted config entry", "key", key, "err", err)
-			continue
-		}
-		c.InitialConfig = append(c.InitialConfig, e)
-	}
-	store := n.store
-	c.ConfigPersist = func(e cluster.Entry) error {
-		b, err := encodeEntry(e)
-		if err != nil {
-			return err
-		}
-		return store.SaveConfigEntry(context.Background(), e.Key, b)
-	}
+	c.KV.Initial = initial
+	c.KV.Persister = configPersister{n.store}
 	return c, nil
 }
 

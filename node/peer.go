@@ -9,6 +9,8 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/fairshard/fairshard/outbox"
 )
 
 // errPeerNotFound is returned by peer calls answered 404.
@@ -31,19 +33,28 @@ func (c *peerClient) close() { c.http.CloseIdleConnections() }
 
 // call sends in as JSON (nil: no body) and decodes a 2xx answer into out.
 func (c *peerClient) call(ctx context.Context, method, apiAddr, path string, in, out any) error {
-	var body io.Reader
+	var body []byte
 	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
+		var err error
+		if body, err = json.Marshal(in); err != nil {
 			return err
 		}
-		body = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+apiAddr+path, body)
+	return c.callBody(ctx, method, apiAddr, path, "application/json", body, out)
+}
+
+// callBody sends body (nil: none) with the given content type and decodes
+// a 2xx JSON answer into out.
+func (c *peerClient) callBody(ctx context.Context, method, apiAddr, path, contentType string, body []byte, out any) error {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+apiAddr+path, rd)
 	if err != nil {
 		return fmt.Errorf("peer %s %s: %w", method, path, err)
 	}
-	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Type", contentType)
 	if c.secret != "" {
 		req.Header.Set("Authorization", "Bearer "+c.secret)
 	}
@@ -75,11 +86,9 @@ type internalAppendResp struct {
 	Outcomes []string `json:"outcomes"`
 }
 
-type handoffResp struct {
-	Created int `json:"created"`
-	Updated int `json:"updated"`
-	Skipped int `json:"skipped"`
-}
+// handoffResp is the answer to a transfer batch: outbox.MergeResult
+// (created, updated, skipped).
+type handoffResp = outbox.MergeResult
 
 type redriveReq struct {
 	Keys []string `json:"keys,omitempty"`

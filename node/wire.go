@@ -26,6 +26,10 @@ type RowView struct {
 	FinishedAt   *time.Time    `json:"finished_at,omitempty"`
 	LastError    string        `json:"last_error,omitempty"`
 	Shard        uint32        `json:"shard"`
+	// Version is the row's version (outbox.Version: generation, change
+	// counter): how copies of the row on different nodes are merged. A
+	// node that sends none is read as the zero version.
+	Version *outbox.Version `json:"version,omitempty"`
 	// Node is the node holding the row (set by the API layer).
 	Node string `json:"node,omitempty"`
 }
@@ -44,6 +48,7 @@ func viewOf(r outbox.Row, node string) RowView {
 		Payload: r.Payload, ContentType: r.ContentType, Status: r.Status, Attempt: r.Attempt,
 		VisibleAfter: r.VisibleAfter, ClaimedAt: optTime(r.ClaimedAt), CreatedAt: r.CreatedAt,
 		FinishedAt: optTime(r.FinishedAt), LastError: r.LastError, Shard: r.Shard, Node: node,
+		Version: &r.Version,
 	}
 }
 
@@ -59,6 +64,9 @@ func (v RowView) row() outbox.Row {
 	}
 	if v.FinishedAt != nil {
 		r.FinishedAt = *v.FinishedAt
+	}
+	if v.Version != nil {
+		r.Version = *v.Version
 	}
 	return r
 }

@@ -6,16 +6,28 @@
 //
 //	           Append                Claim                  Complete
 //	(caller) ─────────▶ pending ─────────────▶ claimed ───────────────▶ done
-//	                     ▲   ▲                  │  │
-//	                     │   └──── Retry ───────┘  │ Fail
-//	                     │   (attempt+1, backoff)  ▼
-//	                     └──── RearmStale ───── failed (dead letter)
-//	                      (claim outlived its
-//	                       visibility timeout)
+//	                  │  ▲   ▲                  │  │
+//	           Cancel │  │   └──── Retry ───────┘  │ Fail
+//	                  ▼  │   (attempt+1, backoff)  ▼
+//	          cancelled  └──── RearmStale ───── failed (dead letter)
+//	                     ▲ (claim outlived its     │
+//	                     │  visibility timeout)    │
+//	                     └──────── Redrive ────────┘
+//	                          (a new generation)
 //
 // done, failed and cancelled are terminal. A terminal row is kept as a
 // tombstone for a retention window so a late duplicate Append of its
 // dispatch_key reports [AppendDuplicate] instead of creating the row again.
+//
+// # Versions and copies
+//
+// Every change but a claim raises the row's [Version] (a redrive raises its
+// generation). Copies of a row held by different nodes are reconciled by
+// [Merge], a join over the order [Compare] defines: a finished row never
+// goes back to live, a redriven row is never reverted by a stale copy of
+// its dead letter. The transitions are shared functions ([ApplyClaim] …
+// [ApplyRedrive]) so every Store applies them alike; settles are fenced by
+// the claim they settle (CompleteParams.Claim and friends).
 //
 // # What this package does not own
 //

@@ -86,6 +86,10 @@ type Row struct {
 	// Shard is shards.ShardOf(DispatchKey, shardCount), set by the store on
 	// Append.
 	Shard uint32
+	// Version orders this copy of the row against other copies of it (on
+	// other nodes, or resent by a handoff): see [Version] and [Merge]. The
+	// store sets it; Append starts every row at [FirstVersion].
+	Version Version
 }
 
 // Route returns the row's (namespace, task_queue) pair.

@@ -51,7 +51,11 @@ type RearmParams struct {
 // RetryParams settles a claimed row as "try again later".
 type RetryParams struct {
 	DispatchKey string
-	// NextAttempt becomes the row's Attempt (normally Attempt+1).
+	// Claim is the fence: the Version of the row as the Claim being settled
+	// returned it. The retry applies only while the row is still claimed
+	// under that claim (not re-armed, re-claimed or settled since).
+	Claim Version
+	// NextAttempt becomes the row's Attempt (Attempt+1 if zero).
 	NextAttempt uint32
 	// VisibleAfter is when the row may be claimed again (now + backoff).
 	VisibleAfter time.Time
@@ -59,19 +63,37 @@ type RetryParams struct {
 	LastError string
 }
 
-// FailParams settles a row as a dead letter.
+// FailParams settles a claimed row as a dead letter.
 type FailParams struct {
 	DispatchKey string
+	// Claim is the fence: the Version of the row as the Claim being settled
+	// returned it. The row is dead-lettered only while it is still claimed
+	// under that claim.
+	Claim Version
 	// LastError says why the row failed for good.
 	LastError string
-	// Now is recorded as FinishedAt.
+	// Now is recorded as FinishedAt (the store clock if zero).
 	Now time.Time
 }
 
-// CompleteParams settles a row as delivered.
+// CompleteParams settles a claimed row as delivered.
 type CompleteParams struct {
 	DispatchKey string
-	// Now is recorded as FinishedAt.
+	// Claim is the fence: the Version of the row as the Claim being settled
+	// returned it. The row becomes done while it is still claimed under that
+	// claim, or pending in the same generation (re-armed, not claimed
+	// again: the delivery did succeed); see ApplyComplete.
+	Claim Version
+	// Now is recorded as FinishedAt (the store clock if zero).
+	Now time.Time
+}
+
+// CancelParams withdraws a pending row.
+type CancelParams struct {
+	DispatchKey string
+	// Reason, when set, is recorded as the row's LastError.
+	Reason string
+	// Now is recorded as FinishedAt (the store clock if zero).
 	Now time.Time
 }
 
@@ -87,33 +109,43 @@ type Store interface {
 	// one outcome per input row, in order. A row whose dispatch_key already
 	// exists (live or tombstone), or appears earlier in the same batch, is
 	// reported AppendDuplicate and leaves the stored row unchanged. New rows
-	// are stored pending, with Attempt 1 (if zero), CreatedAt defaulted to
-	// now, VisibleAfter defaulted to CreatedAt, and Shard computed from the
-	// dispatch_key. Append returns only once the batch is durable (for a disk
+	// are stored as outbox.NewRow makes them (pending, Attempt 1 if zero,
+	// CreatedAt defaulted to now, VisibleAfter to CreatedAt, Version
+	// FirstVersion), with Shard computed from the dispatch_key. Append returns only once the batch is durable (for a disk
 	// store: fsync'd); retrying the same batch is safe. A row failing
 	// validation yields ErrInvalidRow and nothing of the batch is written.
 	Append(ctx context.Context, rows []Row) ([]AppendOutcome, error)
 
 	// Claim atomically flips up to Limit visible pending rows to claimed
 	// (ClaimedAt = Now) and returns them ordered by (VisibleAfter,
-	// DispatchKey). A row is returned by at most one Claim.
+	// DispatchKey). A row is returned by at most one Claim. Each returned
+	// row's Version identifies the claim: pass it as the settle's Claim.
 	Claim(ctx context.Context, p ClaimParams) ([]Row, error)
 
 	// RearmStale flips claimed rows with ClaimedAt < OlderThan back to
 	// pending with the given VisibleAfter, oldest claim first, keeping their
-	// Attempt. Terminal rows and rows claimed at or after the cut-off are
+	// Attempt and raising their Version (outbox.ApplyRearm). Terminal rows and rows claimed at or after the cut-off are
 	// untouched. It returns the re-armed rows.
 	RearmStale(ctx context.Context, p RearmParams) ([]Row, error)
 
-	// Complete marks a pending or claimed row done. A missing or terminal
-	// row is a no-op (nil error).
+	// Complete, Retry and Fail settle one claim (fenced by p.Claim, the
+	// Version the claim returned): a settle from a claim that was re-armed
+	// and claimed again, or already settled, is a no-op, as is a missing
+	// row (nil error). The transitions are outbox.ApplyComplete, ApplyRetry
+	// and ApplyFail; each raises the row's Version.
+
+	// Complete marks the claimed row done (or a pending row of the claim's
+	// generation: a late success after a re-arm).
 	Complete(ctx context.Context, p CompleteParams) error
-	// Retry flips a claimed row back to pending with a new Attempt,
-	// VisibleAfter and LastError. A missing or non-claimed row is a no-op.
+	// Retry flips the claimed row back to pending with a new Attempt,
+	// VisibleAfter and LastError.
 	Retry(ctx context.Context, p RetryParams) error
-	// Fail marks a pending or claimed row failed (dead letter). A missing or
-	// terminal row is a no-op.
+	// Fail marks the claimed row failed (dead letter).
 	Fail(ctx context.Context, p FailParams) error
+	// Cancel marks a pending row cancelled and reports whether it did; a
+	// missing, claimed (being delivered) or terminal row is left as it is
+	// (false, nil error). See outbox.ApplyCancel.
+	Cancel(ctx context.Context, p CancelParams) (bool, error)
 
 	// CountInFlight counts the namespace's pending + claimed rows.
 	CountInFlight(ctx context.Context, namespace string) (int, error)

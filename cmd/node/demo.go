@@ -17,12 +17,15 @@ import (
 // package demo. Exit 0 when no row was lost.
 func demoCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fairshard demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	nodes := fs.Int("nodes", 3, "initial cluster size (a node is added part-way and one stopped later)")
 	duration := fs.Duration("duration", 36*time.Second, "how long the load runs")
 	rate := fs.Float64("rate", 1500, "offered load, rows/s")
 	keep := fs.Bool("keep", false, "leave the cluster running after the summary and print its URLs")
-	if err := fs.Parse(args); err != nil {
+	if code, ok := parseFlags(fs, "demo", args, stdout, stderr); !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "fairshard demo: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
 	if *nodes < 2 || *nodes > 50 {

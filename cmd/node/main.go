@@ -2,13 +2,11 @@
 // durable outbox dispatcher. It only wires: flags and environment into
 // node.Config, signals into a graceful stop, and the subcommands below.
 //
-//	fairshard [serve] [flags]   run a node (the default)
-//	fairshard version           print the version
-//	fairshard check DATA_DIR    verify a data dir's store; exit 0 if consistent
-//	fairshard demo [flags]      run a local 3-node demo cluster with load
-//	fairshard load [flags]      generate load against a running cluster
-//	fairshard target [flags]    run a sample delivery target that records deliveries
-//	fairshard probe URL         exit 0 if URL answers 2xx (container healthcheck)
+// The subcommands are listed in commands() (fairshard --help prints them):
+// serve (the default), version, check, demo, load, target, probe, help.
+// Every one answers --help with its usage and exit 0.
+//
+// Build it as a binary named fairshard: go build -o fairshard ./cmd/node
 package main
 
 import (
@@ -17,7 +15,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -33,49 +30,161 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
 }
 
+// command is one subcommand of the binary.
+type command struct {
+	name string
+	// args is the usage after the name, e.g. "[flags] DATA_DIR".
+	args string
+	// summary is the one line `fairshard --help` shows.
+	summary string
+	run     func(args, environ []string, stdout, stderr io.Writer) int
+}
+
+// commands lists the subcommands in the order `fairshard --help` shows
+// them. Every one answers --help with its usage and exit 0 (tested).
+func commands() []command {
+	return []command{
+		{"serve", "[flags]", "run a node (the default command)", serve},
+		{"version", "", "print the version",
+			func(args, _ []string, stdout, stderr io.Writer) int { return versionCmd(args, stdout, stderr) }},
+		{"check", "[--shards N] [--digests] DATA_DIR", "verify a stopped node's data dir (indexes, counters, shard digests); exit 0 if consistent",
+			func(args, _ []string, stdout, stderr io.Writer) int { return check(args, stdout, stderr) }},
+		{"demo", "[flags]", "run a local multi-node cluster with load, a live view and a summary",
+			func(args, _ []string, stdout, stderr io.Writer) int { return demoCmd(args, stdout, stderr) }},
+		{"load", "[flags]", "generate load against a running cluster and report",
+			func(args, _ []string, stdout, stderr io.Writer) int { return load(args, stdout, stderr) }},
+		{"target", "[flags]", "run a sample delivery target that answers 200 and prints a summary",
+			func(args, _ []string, stdout, stderr io.Writer) int { return target(args, stdout, stderr) }},
+		{"probe", "URL", "exit 0 if URL answers 2xx (the container health check)",
+			func(args, _ []string, stdout, stderr io.Writer) int { return probe(args, stdout, stderr) }},
+		{"help", "[COMMAND]", "print this help, or a command's",
+			func(args, environ []string, stdout, stderr io.Writer) int { return help(args, environ, stdout, stderr) }},
+	}
+}
+
+func lookup(name string) (command, bool) {
+	for _, c := range commands() {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
+}
+
+func commandNames() string {
+	var names []string
+	for _, c := range commands() {
+		names = append(names, c.name)
+	}
+	return strings.Join(names, ", ")
+}
+
 // run is main without os.Exit, for tests. It returns the exit code.
 func run(args, environ []string, stdout, stderr io.Writer) int {
-	cmd := "serve"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		cmd, args = args[0], args[1:]
+	if len(args) > 0 {
+		switch args[0] {
+		case "-h", "-help", "--help":
+			return help(nil, environ, stdout, stderr)
+		case "-version", "--version":
+			return versionCmd(nil, stdout, stderr)
+		}
 	}
-	switch cmd {
-	case "serve":
-		return serve(args, environ, stderr)
-	case "version":
-		fmt.Fprintf(stdout, "fairshard %s\n", version)
-		return 0
-	case "check":
-		return check(args, stdout, stderr)
-	case "demo":
-		return demoCmd(args, stdout, stderr)
-	case "load":
-		return load(args, stdout, stderr)
-	case "target":
-		return target(args, stdout, stderr)
-	case "probe":
-		return probe(args, stderr)
-	case "help", "-h", "--help":
-		fmt.Fprintln(stdout, "usage: fairshard [serve|version|check DATA_DIR|demo|load|target|probe URL] [flags]; fairshard serve --help lists the flags")
-		return 0
-	default:
-		fmt.Fprintf(stderr, "fairshard: unknown command %q (want serve, version, check, demo, load, target, probe or help)\n", cmd)
+	name := "serve"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		name, args = args[0], args[1:]
+	}
+	c, ok := lookup(name)
+	if !ok {
+		fmt.Fprintf(stderr, "fairshard: unknown command %q (want %s); fairshard --help lists them\n", name, commandNames())
 		return 2
 	}
+	return c.run(args, environ, stdout, stderr)
+}
+
+// help prints the list of commands, or a command's own help.
+func help(args, environ []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] != "-h" && args[0] != "--help" && args[0] != "-help" {
+		c, ok := lookup(args[0])
+		if !ok || c.name == "help" {
+			fmt.Fprintf(stderr, "fairshard help: unknown command %q (want %s)\n", args[0], commandNames())
+			return 2
+		}
+		return c.run([]string{"--help"}, environ, stdout, stderr)
+	}
+	fmt.Fprintf(stdout, "fairshard: a clustered, multi-tenant, durable outbox dispatcher (version %s).\n\n", version)
+	fmt.Fprintf(stdout, "usage: fairshard [COMMAND] [flags]\n\ncommands:\n")
+	for _, c := range commands() {
+		fmt.Fprintf(stdout, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(stdout, "\nfairshard COMMAND --help shows a command's usage and flags; without a command, fairshard\nruns serve. Every serve flag is also an environment variable %s<FLAG_NAME>.\n", node.EnvPrefix)
+	return 0
+}
+
+// usageFunc prints "usage: fairshard NAME ARGS", the summary and the flags.
+func usageFunc(fs *flag.FlagSet, name string) func() {
+	return func() {
+		c, _ := lookup(name)
+		fmt.Fprintf(fs.Output(), "usage: %s\n\n%s.\n", strings.TrimSpace("fairshard "+c.name+" "+c.args), upperFirst(c.summary))
+		var any bool
+		fs.VisitAll(func(*flag.Flag) { any = true })
+		if any {
+			fmt.Fprintf(fs.Output(), "\nflags:\n")
+			fs.PrintDefaults()
+		}
+	}
+}
+
+func upperFirst(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// parseFlags parses a subcommand's flags. --help (or -h) prints its usage to
+// stdout: (0, false). A bad flag prints the error and the usage to stderr:
+// (2, false). Otherwise (0, true).
+func parseFlags(fs *flag.FlagSet, name string, args []string, stdout, stderr io.Writer) (int, bool) {
+	fs.Usage = usageFunc(fs, name)
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return 0, false
+	case err != nil:
+		fs.SetOutput(stderr)
+		fmt.Fprintf(stderr, "fairshard %s: %v\n", name, err)
+		fs.Usage()
+		return 2, false
+	}
+	fs.SetOutput(stderr)
+	return 0, true
+}
+
+// versionCmd prints the version set at build time.
+func versionCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("fairshard version", flag.ContinueOnError)
+	if code, ok := parseFlags(fs, "version", args, stdout, stderr); !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "fairshard version: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	fmt.Fprintf(stdout, "fairshard %s\n", version)
+	return 0
 }
 
 // parseServeFlags parses serve's flags and FAIRSHARD_* variables into a
 // validated node.Config.
-func parseServeFlags(args, environ []string, stderr io.Writer) (node.Config, []string, error) {
-	fs := flag.NewFlagSet("fairshard serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// --help returns flag.ErrHelp (serve prints the usage); nothing is printed
+// here.
+func parseServeFlags(args, environ []string, _ io.Writer) (node.Config, []string, error) {
 	var cfg node.Config
-	cfg.RegisterFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: fairshard serve [flags]\n\n")
-		fs.PrintDefaults()
-		envUsage(fs)
-	}
+	fs := serveFlags(&cfg)
+	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		return cfg, nil, err
 	}
@@ -92,19 +201,25 @@ func parseServeFlags(args, environ []string, stderr io.Writer) (node.Config, []s
 	return cfg, unknown, nil
 }
 
-func newLogger(cfg node.Config, w io.Writer) *slog.Logger {
-	var lvl slog.Level
-	_ = lvl.UnmarshalText([]byte(cfg.LogLevel))
-	opts := &slog.HandlerOptions{Level: lvl}
-	if cfg.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+// serveFlags is serve's flag set over cfg, with its usage (flags, then
+// the environment variables).
+func serveFlags(cfg *node.Config) *flag.FlagSet {
+	fs := flag.NewFlagSet("fairshard serve", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	usage := usageFunc(fs, "serve")
+	fs.Usage = func() {
+		usage()
+		envUsage(fs)
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return fs
 }
 
-func serve(args, environ []string, stderr io.Writer) int {
+func serve(args, environ []string, stdout, stderr io.Writer) int {
 	cfg, unknown, err := parseServeFlags(args, environ, stderr)
 	if errors.Is(err, flag.ErrHelp) {
+		fs := serveFlags(&node.Config{})
+		fs.SetOutput(stdout)
+		fs.Usage()
 		return 0
 	}
 	if err != nil {

@@ -8,12 +8,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,6 +27,7 @@ import (
 	"github.com/fairshard/fairshard/loadgen"
 	"github.com/fairshard/fairshard/node"
 	"github.com/fairshard/fairshard/outbox"
+	bolt "go.etcd.io/bbolt"
 	"go.uber.org/goleak"
 )
 
@@ -160,21 +163,214 @@ func TestInvalidConfigExits2(t *testing.T) {
 }
 
 func TestHelpVersionAndUnknownCommand(t *testing.T) {
-	code, _, stderr := runCmd(t, nil, "serve", "--help")
-	if code != 0 || !strings.Contains(stderr, "-node-name") || !strings.Contains(stderr, "FAIRSHARD_NODE_NAME") {
-		t.Errorf("serve --help: exit %d, want 0 and the flags and their variables:\n%s", code, stderr)
+	code, stdout, _ := runCmd(t, nil, "serve", "--help")
+	if code != 0 || !strings.Contains(stdout, "-node-name") || !strings.Contains(stdout, "FAIRSHARD_NODE_NAME") {
+		t.Errorf("serve --help: exit %d, want 0 and the flags and their variables on stdout:\n%s", code, stdout)
 	}
-	code, stdout, _ := runCmd(t, nil, "version")
-	if code != 0 || stdout != "fairshard dev\n" {
-		t.Errorf("version: exit %d, %q; want 0, \"fairshard dev\\n\"", code, stdout)
+	for _, args := range [][]string{{"version"}, {"--version"}, {"-version"}} {
+		code, stdout, _ := runCmd(t, nil, args...)
+		if code != 0 || stdout != "fairshard dev\n" {
+			t.Errorf("%v: exit %d, %q; want 0, \"fairshard dev\\n\"", args, code, stdout)
+		}
 	}
-	code, stdout, _ = runCmd(t, nil, "help")
-	if code != 0 || !strings.Contains(stdout, "check DATA_DIR") {
-		t.Errorf("help: exit %d, %q", code, stdout)
-	}
-	code, _, stderr = runCmd(t, nil, "frobnicate")
+	code, _, stderr := runCmd(t, nil, "frobnicate")
 	if code != 2 || !strings.Contains(stderr, `"frobnicate"`) || !strings.Contains(stderr, "probe") {
 		t.Errorf("unknown command: exit %d, stderr %q; want 2, naming it and every command", code, stderr)
+	}
+	code, _, stderr = runCmd(t, nil, "help", "frobnicate")
+	if code != 2 || !strings.Contains(stderr, `"frobnicate"`) {
+		t.Errorf("help of an unknown command: exit %d, stderr %q; want 2", code, stderr)
+	}
+}
+
+// TestHelpListsEveryCommand: fairshard --help (and -h, help) lists every
+// subcommand on one line with its summary, on stdout, exit 0.
+func TestHelpListsEveryCommand(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}} {
+		code, stdout, stderr := runCmd(t, nil, args...)
+		if code != 0 || stderr != "" {
+			t.Errorf("%v: exit %d, stderr %q; want 0 and nothing on stderr", args, code, stderr)
+		}
+		for _, c := range commands() {
+			line := regexp.MustCompile(`(?m)^  ` + regexp.QuoteMeta(c.name) + ` +` + regexp.QuoteMeta(c.summary) + `$`)
+			if c.summary == "" || strings.Contains(c.summary, "\n") || !line.MatchString(stdout) {
+				t.Errorf("%v does not list %q on one line with its summary %q:\n%s", args, c.name, c.summary, stdout)
+			}
+		}
+	}
+}
+
+// TestEverySubcommandHelpExits0: every subcommand's --help, -h and
+// "help NAME" print its usage on stdout and exit 0, starting nothing.
+func TestEverySubcommandHelpExits0(t *testing.T) {
+	for _, c := range commands() {
+		for _, args := range [][]string{{c.name, "--help"}, {c.name, "-h"}, {"help", c.name}} {
+			if c.name == "help" && args[0] == "help" && len(args) == 2 && args[1] == "help" {
+				continue // "help help" is refused like any other non-command
+			}
+			code, stdout, stderr := runCmd(t, nil, args...)
+			if code != 0 || stderr != "" || !strings.Contains(stdout, "fairshard") {
+				t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 0 and the usage on stdout", args, code, stdout, stderr)
+			}
+			if c.name != "help" && !strings.Contains(stdout, "usage: fairshard "+c.name) {
+				t.Errorf("%v: the usage does not start with \"usage: fairshard %s\":\n%s", args, c.name, stdout)
+			}
+		}
+	}
+	// A bad flag is still an error: exit 2, the message and the usage on
+	// stderr.
+	for _, c := range commands() {
+		if c.name == "help" {
+			continue
+		}
+		code, _, stderr := runCmd(t, nil, c.name, "--no-such-flag")
+		if code != 2 || !strings.Contains(stderr, "no-such-flag") {
+			t.Errorf("%s --no-such-flag: exit %d, stderr %q; want 2 naming the flag", c.name, code, stderr)
+		}
+	}
+}
+
+// duplicateKeys returns the keys repeated within any object of one JSON
+// text.
+func duplicateKeys(text []byte) ([]string, error) {
+	dec := json.NewDecoder(bytes.NewReader(text))
+	var dups []string
+	var walk func() error
+	walk = func() error {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		switch tok {
+		case json.Delim('{'):
+			seen := map[string]bool{}
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return err
+				}
+				k := kt.(string)
+				if seen[k] {
+					dups = append(dups, k)
+				}
+				seen[k] = true
+				if err := walk(); err != nil {
+					return err
+				}
+			}
+			_, err = dec.Token()
+			return err
+		case json.Delim('['):
+			for dec.More() {
+				if err := walk(); err != nil {
+					return err
+				}
+			}
+			_, err = dec.Token()
+			return err
+		}
+		return nil
+	}
+	return dups, walk()
+}
+
+// TestJSONLogsHaveNoRepeatedKeysAndDurationStrings: the process logger
+// writes each key once per object (last value wins: a memberlist bridge's
+// "component" over the cluster's, a call's "node" over a With's), merges
+// repeated groups, keeps slog's own keys, and writes durations as strings.
+func TestJSONLogsHaveNoRepeatedKeysAndDurationStrings(t *testing.T) {
+	var buf bytes.Buffer
+	cfg := node.DefaultConfig()
+	cfg.LogFormat, cfg.LogLevel = "json", "debug"
+	log := newLogger(cfg, &buf)
+	log.With("component", "cluster", "node", "n1").With("component", "memberlist").
+		WithGroup("peer").With("addr", "a", "rtt", 3*time.Millisecond).
+		Info("hello", "addr", "b", "grace", 2500*time.Millisecond, slog.Group("sub", "d", time.Second, "d", time.Minute))
+	log.Info("builtin keys", "msg", "mine", "level", 3, "time", "now", "attr_msg", "x")
+	log.Info("groups", slog.Group("g", "a", 1), slog.Group("g", "b", 2), slog.Group("", "inline", true, "inline", false))
+	lines := bytes.Split(bytes.TrimSpace(buf.Bytes()), []byte("\n"))
+	if len(lines) != 3 {
+		t.Fatalf("%d lines, want 3:\n%s", len(lines), buf.String())
+	}
+	for _, l := range lines {
+		if dups, err := duplicateKeys(l); err != nil || len(dups) > 0 {
+			t.Errorf("repeated keys %v (err %v) in %s", dups, err, l)
+		}
+	}
+	var first struct {
+		Msg       string `json:"msg"`
+		Component string `json:"component"`
+		Node      string `json:"node"`
+		Peer      struct {
+			Addr  string `json:"addr"`
+			RTT   string `json:"rtt"`
+			Grace string `json:"grace"`
+			Sub   struct {
+				D string `json:"d"`
+			} `json:"sub"`
+		} `json:"peer"`
+	}
+	if err := json.Unmarshal(lines[0], &first); err != nil {
+		t.Fatalf("%v: %s", err, lines[0])
+	}
+	if first.Msg != "hello" || first.Component != "memberlist" || first.Node != "n1" || first.Peer.Addr != "b" ||
+		first.Peer.RTT != "3ms" || first.Peer.Grace != "2.5s" || first.Peer.Sub.D != "1m0s" {
+		t.Errorf("first line decoded as %+v from %s", first, lines[0])
+	}
+	var second map[string]any
+	_ = json.Unmarshal(lines[1], &second)
+	if second["msg"] != "builtin keys" || second["level"] != "INFO" || second["attr_msg"] != "x" || second["attr_level"] != float64(3) {
+		t.Errorf("second line %s: slog's keys must stay slog's, ours renamed attr_* (then the later \"attr_msg\" wins)", lines[1])
+	}
+	var third struct {
+		G      map[string]int `json:"g"`
+		Inline bool           `json:"inline"`
+	}
+	_ = json.Unmarshal(lines[2], &third)
+	if third.G["a"] != 1 || third.G["b"] != 2 || third.Inline {
+		t.Errorf("third line %s: want g merged to {a:1,b:2} and inline=false", lines[2])
+	}
+}
+
+// durationKey matches keys that name a duration; in JSON logs their
+// values must be strings such as "5s".
+var durationKey = regexp.MustCompile(`(?i)(grace|timeout|interval|duration|took|elapsed|wait|delay|backoff|age|after|rtt)$`)
+
+// checkJSONLog fails on any log line of a JSON log that is not JSON, that
+// repeats a key, or that writes a duration-named value as a number.
+func checkJSONLog(t *testing.T, log string) {
+	t.Helper()
+	n := 0
+	for _, l := range strings.Split(strings.TrimSpace(log), "\n") {
+		if !strings.HasPrefix(l, "{") {
+			continue
+		}
+		n++
+		if dups, err := duplicateKeys([]byte(l)); err != nil || len(dups) > 0 {
+			t.Errorf("log line with repeated keys %v (err %v): %s", dups, err, l)
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Errorf("log line is not JSON: %v: %s", err, l)
+			continue
+		}
+		var walk func(map[string]any)
+		walk = func(m map[string]any) {
+			for k, v := range m {
+				switch v := v.(type) {
+				case float64:
+					if durationKey.MatchString(k) {
+						t.Errorf("log line writes duration %q as the number %v: %s", k, v, l)
+					}
+				case map[string]any:
+					walk(v)
+				}
+			}
+		}
+		walk(m)
+	}
+	if n == 0 {
+		t.Errorf("no JSON log lines in:\n%s", log)
 	}
 }
 
@@ -208,6 +404,28 @@ func TestCheck(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, "ok") {
 		t.Fatalf("check of a good store: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
+	// --digests prints each shard's digest, as the store maintains it.
+	code, stdout, stderr = runCmd(t, nil, "check", "--digests", dir)
+	s, err := boltstore.Open(filepath.Join(dir, node.DataFileName), boltstore.Options{ShardCount: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	digests, err := s.ShardDigests(context.Background())
+	_ = s.Close()
+	if err != nil || len(digests) == 0 {
+		t.Fatalf("digests of the test store: %v %v", digests, err)
+	}
+	for _, d := range digests {
+		if line := fmt.Sprintf("shard %d rows %d sum %016x\n", d.Shard, d.Rows, d.Sum); code != 0 || !strings.Contains(stdout, line) {
+			t.Fatalf("check --digests: exit %d, stdout %q lacks %q (stderr %q)", code, stdout, line, stderr)
+		}
+	}
+	// A digest that disagrees with the rows is found.
+	tamperDigest(t, dir)
+	if code, _, stderr := runCmd(t, nil, "check", dir); code != 1 || !strings.Contains(stderr, "digest of shard") {
+		t.Fatalf("check of a store with a wrong digest: exit %d, stderr %q", code, stderr)
+	}
+	dir = newStoreFile(t)
 
 	for _, args := range [][]string{{"check"}, {"check", "a", "b"}, {"check", "--shards", "x", dir}} {
 		if code, _, _ := runCmd(t, nil, args...); code != 2 {
@@ -228,7 +446,7 @@ func TestCheck(t *testing.T) {
 
 	// Locked: a running node (here: the store opened in this process)
 	// holds the file lock.
-	s, err := boltstore.Open(filepath.Join(dir, node.DataFileName), boltstore.Options{ShardCount: 1024})
+	s, err = boltstore.Open(filepath.Join(dir, node.DataFileName), boltstore.Options{ShardCount: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -422,6 +640,10 @@ func TestServeStartsAndStopsOnSIGTERM(t *testing.T) {
 	if !strings.Contains(stderr.String(), "draining") || !strings.Contains(stderr.String(), "stopped gracefully") {
 		t.Errorf("no drain and graceful stop in the log:\n%s", stderr.String())
 	}
+	checkJSONLog(t, stderr.String())
+	if !strings.Contains(stderr.String(), `"grace":"5s"`) {
+		t.Errorf("the drain line does not log the grace as \"5s\":\n%s", stderr.String())
+	}
 	if code, _, errOut := runCmd(t, nil, "check", dir); code != 0 {
 		t.Errorf("check of the stopped node's data dir: exit %d: %s", code, errOut)
 	}
@@ -431,4 +653,31 @@ func TestMain(m *testing.M) {
 	// serve, check and probe run in-process: nothing they start may
 	// outlive them.
 	goleak.VerifyTestMain(m)
+}
+
+// tamperDigest flips a bit of one shard's digest in a stopped node's data
+// file (the digests bucket of boltstore's layout), leaving its rows alone.
+func tamperDigest(t *testing.T, dir string) {
+	t.Helper()
+	db, err := bolt.Open(filepath.Join(dir, node.DataFileName), 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	err = db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("digests"))
+		if b == nil {
+			return fmt.Errorf("no digests bucket")
+		}
+		k, v := b.Cursor().First()
+		if k == nil {
+			return fmt.Errorf("no digest")
+		}
+		nv := append([]byte(nil), v...)
+		nv[len(nv)-1] ^= 1
+		return b.Put(append([]byte(nil), k...), nv)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }

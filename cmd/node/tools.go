@@ -22,22 +22,22 @@ import (
 )
 
 // check runs the store's consistency check on DATA_DIR: bbolt's page check
-// plus every index and counter against a full recount. Like a node start, it
-// clears in-transfer marks a crashed handoff left (the next start would do
-// the same); it changes nothing else. Exit 0: consistent;
-// 1: inconsistent, corrupt or locked; 2: usage.
+// plus every index, counter and per-shard digest (row count and sum of
+// outbox.DigestOf, which replicas compare) against a full recount. Like a
+// node start, it clears in-transfer marks a crashed handoff left and
+// upgrades a format 1 file (the next start would do the same); it changes
+// nothing else. With --digests it prints every shard's digest (shard, rows,
+// sum in hex), one per line, to compare two nodes' copies by hand. Exit 0:
+// consistent; 1: inconsistent, corrupt or locked; 2: usage.
 func check(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fairshard check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	shardCount := fs.Uint("shards", 1024, "the cluster's shard count (must match the data file)")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: fairshard check [--shards N] DATA_DIR")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	printDigests := fs.Bool("digests", false, "print every shard's digest (shard rows sum) after the check")
+	if code, ok := parseFlags(fs, "check", args, stdout, stderr); !ok {
+		return code
 	}
 	if fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "fairshard check: want exactly one DATA_DIR")
 		fs.Usage()
 		return 2
 	}
@@ -64,26 +64,44 @@ func check(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "fairshard check: %s is inconsistent: %v\n", path, err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "%s: ok\n", path)
+	digests, err := s.ShardDigests(context.Background())
+	if err != nil {
+		fmt.Fprintf(stderr, "fairshard check: read the shard digests of %s: %v\n", path, err)
+		return 1
+	}
+	rows := int64(0)
+	for _, d := range digests {
+		rows += d.Rows
+	}
+	fmt.Fprintf(stdout, "%s: ok (%d rows in %d shards; indexes, counters and shard digests agree with the rows)\n", path, rows, len(digests))
+	if *printDigests {
+		for _, d := range digests {
+			fmt.Fprintf(stdout, "shard %d rows %d sum %016x\n", d.Shard, d.Rows, d.Sum)
+		}
+	}
 	return 0
 }
 
 // probe GETs a URL and exits 0 on a 2xx answer: the container healthcheck
 // (the image has no curl).
-func probe(args []string, stderr io.Writer) int {
-	if len(args) != 1 {
+func probe(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("fairshard probe", flag.ContinueOnError)
+	if code, ok := parseFlags(fs, "probe", args, stdout, stderr); !ok {
+		return code
+	}
+	if fs.NArg() != 1 {
 		fmt.Fprintln(stderr, "usage: fairshard probe URL")
 		return 2
 	}
 	c := &http.Client{Timeout: 3 * time.Second}
-	resp, err := c.Get(args[0])
+	resp, err := c.Get(fs.Arg(0))
 	if err != nil {
 		fmt.Fprintf(stderr, "probe: %v\n", err)
 		return 1
 	}
 	resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
-		fmt.Fprintf(stderr, "probe: %s answered %d\n", args[0], resp.StatusCode)
+		fmt.Fprintf(stderr, "probe: %s answered %d\n", fs.Arg(0), resp.StatusCode)
 		return 1
 	}
 	return 0
@@ -93,10 +111,13 @@ func probe(args []string, stderr io.Writer) int {
 // receives every 5 s.
 func target(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fairshard target", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	addr := fs.String("addr", ":9000", "listen address")
 	delay := fs.Duration("delay", 20*time.Millisecond, "how long each delivery is held (target latency)")
-	if err := fs.Parse(args); err != nil {
+	if code, ok := parseFlags(fs, "target", args, stdout, stderr); !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "fairshard target: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
 	recv := loadgen.NewReceiver(*delay)
@@ -128,7 +149,6 @@ func target(args []string, stdout, stderr io.Writer) int {
 // load generates load against a running cluster and prints a report.
 func load(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fairshard load", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	nodes := fs.String("nodes", "http://127.0.0.1:8080", "comma-separated node base URLs")
 	token := fs.String("api-token", os.Getenv("FAIRSHARD_API_TOKEN"), "bearer token")
 	nsFlag := fs.String("namespaces", "default:1", "namespaces as name:weight[:taskqueues],…")
@@ -141,7 +161,11 @@ func load(args []string, stdout, stderr io.Writer) int {
 	recvAddr := fs.String("target-addr", "", "also run a built-in delivery target on this address and report deliveries (point the cluster's targets at it)")
 	recvDelay := fs.Duration("target-delay", 0, "built-in target's per-delivery latency")
 	wait := fs.Duration("wait", 30*time.Second, "with --target-addr: how long to wait for deliveries after appending")
-	if err := fs.Parse(args); err != nil {
+	if code, ok := parseFlags(fs, "load", args, stdout, stderr); !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "fairshard load: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
 	nss, err := loadgen.ParseNamespaces(*nsFlag, node.ValidName)

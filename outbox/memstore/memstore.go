@@ -1,13 +1,19 @@
 // Package memstore is the in-memory reference implementation of
-// [outbox.Store]. It is the executable documentation of the contract and the
-// fast store behind planner and dispatcher unit tests; production uses
-// boltstore. Nothing is durable. Every method is safe for concurrent use;
-// one mutex serialises them, and every method scans, which is fine for tests
-// and wrong for production.
+// [outbox.Store], plus the shard-level calls a node needs beside it
+// (owned-shard scoping, cancel and redrive, merging incoming copies, shard
+// reads with in-transfer marks for package transfer, per-shard digests). It
+// is the executable documentation of the contract and the fast store behind
+// planner and dispatcher unit tests; production uses boltstore. Nothing is
+// durable. Every method is safe for concurrent use; one mutex serialises
+// them, and most methods scan, which is fine for tests and wrong for
+// production.
 package memstore
 
 import (
+	"bytes"
+	"cmp"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"sort"
@@ -26,6 +32,7 @@ type Store struct {
 
 	mu     sync.Mutex
 	rows   map[string]*outbox.Row
+	marked map[string]bool // dispatch_keys in transfer (see ReadShard)
 	owned  map[uint32]bool // nil: every shard is owned
 	closed bool
 }
@@ -35,8 +42,19 @@ var _ outbox.Store = (*Store)(nil)
 // New returns an empty store that computes shards over shardCount shards
 // (0 is treated as 1) and owns every shard until SetOwnedShards is called.
 func New(shardCount uint32) *Store {
-	return &Store{shardCount: max(shardCount, 1), now: time.Now, rows: map[string]*outbox.Row{}}
+	return &Store{shardCount: max(shardCount, 1), now: time.Now, rows: map[string]*outbox.Row{}, marked: map[string]bool{}}
 }
+
+// SetClock replaces the store's clock (time.Now by default), which fills
+// zero instants: CreatedAt on Append, FinishedAt on settles without Now.
+func (s *Store) SetClock(now func() time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.now = now
+}
+
+// ShardCount returns the store's shard_count.
+func (s *Store) ShardCount() uint32 { return s.shardCount }
 
 // SetOwnedShards scopes claims, counts and route listings to the given
 // shards. A nil slice restores "owns every shard"; an empty non-nil slice
@@ -76,7 +94,16 @@ func (s *Store) lock(ctx context.Context) error {
 	return nil
 }
 
-func (s *Store) ownsLocked(r *outbox.Row) bool { return s.owned == nil || s.owned[r.Shard] }
+func (s *Store) ownsShardLocked(shard uint32) bool { return s.owned == nil || s.owned[shard] }
+
+func (s *Store) ownsLocked(r *outbox.Row) bool { return s.ownsShardLocked(r.Shard) }
+
+func (s *Store) nowOr(t time.Time) time.Time {
+	if t.IsZero() {
+		return s.now().UTC()
+	}
+	return t
+}
 
 // Append implements outbox.Store.
 func (s *Store) Append(ctx context.Context, rows []outbox.Row) ([]outbox.AppendOutcome, error) {
@@ -97,17 +124,7 @@ func (s *Store) Append(ctx context.Context, rows []outbox.Row) ([]outbox.AppendO
 			continue
 		}
 		r := rows[i].Clone()
-		r.Status = outbox.StatusPending
-		r.ClaimedAt, r.FinishedAt = time.Time{}, time.Time{}
-		if r.Attempt == 0 {
-			r.Attempt = 1
-		}
-		if r.CreatedAt.IsZero() {
-			r.CreatedAt = now
-		}
-		if r.VisibleAfter.IsZero() {
-			r.VisibleAfter = r.CreatedAt
-		}
+		outbox.NewRow(&r, now)
 		r.Shard = shards.ShardOf(r.DispatchKey, s.shardCount)
 		s.rows[r.DispatchKey] = &r
 		out[i] = outbox.AppendCreated
@@ -122,7 +139,7 @@ func byVisibleThenKey(a, b *outbox.Row) int {
 	return strings.Compare(a.DispatchKey, b.DispatchKey)
 }
 
-// Claim implements outbox.Store.
+// Claim implements outbox.Store. Rows in transfer are not claimable.
 func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) ([]outbox.Row, error) {
 	if err := s.lock(ctx); err != nil {
 		return nil, err
@@ -133,7 +150,7 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) ([]outbox.Row, 
 	}
 	var cand []*outbox.Row
 	for _, r := range s.rows {
-		if r.Status != outbox.StatusPending || r.VisibleAfter.After(p.Now) || !s.ownsLocked(r) {
+		if r.Status != outbox.StatusPending || r.VisibleAfter.After(p.Now) || !s.ownsLocked(r) || s.marked[r.DispatchKey] {
 			continue
 		}
 		if p.Scope != nil && r.Route() != *p.Scope {
@@ -150,8 +167,7 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) ([]outbox.Row, 
 	}
 	out := make([]outbox.Row, 0, len(cand))
 	for _, r := range cand {
-		r.Status = outbox.StatusClaimed
-		r.ClaimedAt = p.Now
+		outbox.ApplyClaim(r, p.Now)
 		out = append(out, r.Clone())
 	}
 	return out, nil
@@ -187,9 +203,7 @@ func (s *Store) RearmStale(ctx context.Context, p outbox.RearmParams) ([]outbox.
 	}
 	out := make([]outbox.Row, 0, len(cand))
 	for _, r := range cand {
-		r.Status = outbox.StatusPending
-		r.ClaimedAt = time.Time{}
-		r.VisibleAfter = p.VisibleAfter
+		outbox.ApplyRearm(r, p.VisibleAfter)
 		out = append(out, r.Clone())
 	}
 	return out, nil
@@ -197,44 +211,77 @@ func (s *Store) RearmStale(ctx context.Context, p outbox.RearmParams) ([]outbox.
 
 // Complete implements outbox.Store.
 func (s *Store) Complete(ctx context.Context, p outbox.CompleteParams) error {
-	return s.settle(ctx, p.DispatchKey, func(r *outbox.Row) {
-		if r.Status.Terminal() {
-			return
-		}
-		r.Status, r.ClaimedAt, r.FinishedAt = outbox.StatusDone, time.Time{}, p.Now
+	_, err := s.change(ctx, p.DispatchKey, func(r *outbox.Row) bool {
+		return outbox.ApplyComplete(r, p, s.nowOr(p.Now))
 	})
+	return err
 }
 
 // Retry implements outbox.Store.
 func (s *Store) Retry(ctx context.Context, p outbox.RetryParams) error {
-	return s.settle(ctx, p.DispatchKey, func(r *outbox.Row) {
-		if r.Status != outbox.StatusClaimed {
-			return
-		}
-		r.Status, r.ClaimedAt = outbox.StatusPending, time.Time{}
-		r.Attempt, r.VisibleAfter, r.LastError = p.NextAttempt, p.VisibleAfter, p.LastError
-	})
+	_, err := s.change(ctx, p.DispatchKey, func(r *outbox.Row) bool { return outbox.ApplyRetry(r, p) })
+	return err
 }
 
 // Fail implements outbox.Store.
 func (s *Store) Fail(ctx context.Context, p outbox.FailParams) error {
-	return s.settle(ctx, p.DispatchKey, func(r *outbox.Row) {
-		if r.Status.Terminal() {
-			return
-		}
-		r.Status, r.ClaimedAt, r.FinishedAt, r.LastError = outbox.StatusFailed, time.Time{}, p.Now, p.LastError
+	_, err := s.change(ctx, p.DispatchKey, func(r *outbox.Row) bool {
+		return outbox.ApplyFail(r, p, s.nowOr(p.Now))
+	})
+	return err
+}
+
+// Cancel implements outbox.Store.
+func (s *Store) Cancel(ctx context.Context, p outbox.CancelParams) (bool, error) {
+	return s.change(ctx, p.DispatchKey, func(r *outbox.Row) bool {
+		return outbox.ApplyCancel(r, p, s.nowOr(p.Now))
 	})
 }
 
-func (s *Store) settle(ctx context.Context, key string, apply func(*outbox.Row)) error {
+// Redrive turns failed rows of namespace back to pending in a new
+// generation (outbox.ApplyRedrive), visible at now: keys nil redrives every
+// dead letter of the namespace, otherwise only the listed keys that are
+// failed rows of it. It returns the number of rows redriven.
+func (s *Store) Redrive(ctx context.Context, namespace string, keys []string, now time.Time) (int, error) {
 	if err := s.lock(ctx); err != nil {
-		return err
+		return 0, err
 	}
 	defer s.mu.Unlock()
-	if r, ok := s.rows[key]; ok {
-		apply(r)
+	now = s.nowOr(now)
+	n := 0
+	redrive := func(r *outbox.Row) {
+		if r.Namespace == namespace && outbox.ApplyRedrive(r, now) {
+			delete(s.marked, r.DispatchKey)
+			n++
+		}
 	}
-	return nil
+	if keys == nil {
+		for _, r := range s.rows {
+			redrive(r)
+		}
+		return n, nil
+	}
+	for _, k := range keys {
+		if r, ok := s.rows[k]; ok {
+			redrive(r)
+		}
+	}
+	return n, nil
+}
+
+// change applies fn to the row of key, if any; a change clears the row's
+// in-transfer mark (its new state must be sent again).
+func (s *Store) change(ctx context.Context, key string, fn func(*outbox.Row) bool) (bool, error) {
+	if err := s.lock(ctx); err != nil {
+		return false, err
+	}
+	defer s.mu.Unlock()
+	r, ok := s.rows[key]
+	if !ok || !fn(r) {
+		return false, nil
+	}
+	delete(s.marked, key)
+	return true, nil
 }
 
 func (s *Store) count(ctx context.Context, keep func(*outbox.Row) bool) (int, error) {
@@ -286,7 +333,7 @@ func (s *Store) CountClaimedByNamespace(ctx context.Context, namespaces []string
 	return out, nil
 }
 
-// PendingRoutes implements outbox.Store.
+// PendingRoutes implements outbox.Store. Rows in transfer are not listed.
 func (s *Store) PendingRoutes(ctx context.Context, now time.Time) ([]outbox.ClaimScope, error) {
 	if err := s.lock(ctx); err != nil {
 		return nil, err
@@ -294,7 +341,7 @@ func (s *Store) PendingRoutes(ctx context.Context, now time.Time) ([]outbox.Clai
 	defer s.mu.Unlock()
 	seen := map[outbox.ClaimScope]bool{}
 	for _, r := range s.rows {
-		if r.Status == outbox.StatusPending && !r.VisibleAfter.After(now) && s.ownsLocked(r) {
+		if r.Status == outbox.StatusPending && !r.VisibleAfter.After(now) && s.ownsLocked(r) && !s.marked[r.DispatchKey] {
 			seen[r.Route()] = true
 		}
 	}
@@ -322,4 +369,254 @@ func (s *Store) Get(ctx context.Context, dispatchKey string) (outbox.Row, error)
 		return outbox.Row{}, fmt.Errorf("get %q: %w", dispatchKey, outbox.ErrNotFound)
 	}
 	return r.Clone(), nil
+}
+
+// Merge stores copies of rows received from other nodes: each is validated
+// (the whole batch first: outbox.ErrInvalidRow, nothing written), given its
+// defaults by outbox.NormalizeIncoming and its Shard, and merged with the
+// stored copy by outbox.Merge. A row that changes loses its in-transfer
+// mark; so does a marked row an incoming copy does not change (the copy
+// came back: the sender gave it up, so our own pending CompleteTransfer
+// must not delete it).
+func (s *Store) Merge(ctx context.Context, rows []outbox.Row) (outbox.MergeResult, error) {
+	for i := range rows {
+		if err := outbox.ValidateForAppend(i, &rows[i]); err != nil {
+			return outbox.MergeResult{}, err
+		}
+		if !rows[i].Status.Valid() {
+			return outbox.MergeResult{}, fmt.Errorf("%w: rows[%d].status %q (key %q)", outbox.ErrInvalidRow, i, rows[i].Status, rows[i].DispatchKey)
+		}
+	}
+	if err := s.lock(ctx); err != nil {
+		return outbox.MergeResult{}, err
+	}
+	defer s.mu.Unlock()
+	now := s.now().UTC()
+	var res outbox.MergeResult
+	for i := range rows {
+		in := rows[i].Clone()
+		outbox.NormalizeIncoming(&in, now)
+		in.Shard = shards.ShardOf(in.DispatchKey, s.shardCount)
+		old, ok := s.rows[in.DispatchKey]
+		if !ok {
+			s.rows[in.DispatchKey] = &in
+			res.Created++
+			continue
+		}
+		merged := outbox.Merge(*old, in)
+		delete(s.marked, in.DispatchKey)
+		if outbox.Compare(merged, *old) == 0 && merged.CreatedAt.Equal(old.CreatedAt) {
+			res.Skipped++
+			continue
+		}
+		*old = merged
+		res.Updated++
+	}
+	return res, nil
+}
+
+// ForeignShards returns, ascending, the shards this node does not own that
+// hold pending or terminal rows here (in transfer or not): what a handoff
+// still has to move. Claimed rows finish here first.
+func (s *Store) ForeignShards(ctx context.Context) ([]uint32, error) {
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	seen := map[uint32]bool{}
+	for _, r := range s.rows {
+		if r.Status != outbox.StatusClaimed && !s.ownsLocked(r) {
+			seen[r.Shard] = true
+		}
+	}
+	out := make([]uint32, 0, len(seen))
+	for sh := range seen {
+		out = append(out, sh)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// cursorOf is the resume token of a row: CreatedAt (unix seconds, nanos,
+// big-endian, sign-flipped so it sorts like the instant) then the key.
+func cursorOf(r *outbox.Row) []byte {
+	b := binary.BigEndian.AppendUint64(nil, uint64(r.CreatedAt.Unix())^(1<<63))
+	b = binary.BigEndian.AppendUint32(b, uint32(r.CreatedAt.Nanosecond()))
+	return append(b, r.DispatchKey...)
+}
+
+// ReadShard implements the shard read package transfer uses (see
+// outbox.ShardRead): rows of p.Shard in (CreatedAt, dispatch_key) order
+// after p.After, bounded by MaxRows and MaxBytes, marked in-transfer when
+// p.Mark is set.
+func (s *Store) ReadShard(ctx context.Context, p outbox.ShardRead) (outbox.ShardPage, error) {
+	if err := s.lock(ctx); err != nil {
+		return outbox.ShardPage{}, err
+	}
+	defer s.mu.Unlock()
+	return s.readShardLocked(p)
+}
+
+// ReadShards is a marking ReadShard of several shards at once, sharing one
+// budget of maxRows rows and maxBytes bytes (see boltstore.Store.ReadShards):
+// it stops once the budget is spent and returns the pages it read; a shard
+// this node owns gets an empty, Done page.
+func (s *Store) ReadShards(ctx context.Context, reads []outbox.ShardRead, maxRows, maxBytes int) ([]outbox.ShardPage, error) {
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	var pages []outbox.ShardPage
+	rows, size := 0, 0
+	for _, p := range reads {
+		if rows >= maxRows || (maxBytes > 0 && size >= maxBytes) {
+			break
+		}
+		if p.Shard >= s.shardCount || s.ownsShardLocked(p.Shard) {
+			pages = append(pages, outbox.ShardPage{Next: p.After, Done: true})
+			continue
+		}
+		p.Mark, p.MaxRows, p.MaxBytes = true, maxRows-rows, 0
+		if maxBytes > 0 {
+			p.MaxBytes = maxBytes - size
+		}
+		page, err := s.readShardLocked(p)
+		if err != nil {
+			return nil, err
+		}
+		rows += len(page.Rows)
+		for i := range page.Rows {
+			size += outbox.RowBytes(&page.Rows[i])
+		}
+		pages = append(pages, page)
+	}
+	return pages, nil
+}
+
+func (s *Store) readShardLocked(p outbox.ShardRead) (outbox.ShardPage, error) {
+	page := outbox.ShardPage{Next: p.After}
+	if p.MaxRows <= 0 {
+		return page, nil
+	}
+	if p.Mark && (p.Shard >= s.shardCount || s.ownsShardLocked(p.Shard)) {
+		return page, fmt.Errorf("memstore: mark rows of shard %d for transfer: %w", p.Shard, outbox.ErrShardOwned)
+	}
+	type entry struct {
+		cur []byte
+		r   *outbox.Row
+	}
+	var all []entry
+	for _, r := range s.rows {
+		if r.Shard == p.Shard {
+			if c := cursorOf(r); bytes.Compare(c, p.After) > 0 {
+				all = append(all, entry{c, r})
+			}
+		}
+	}
+	slices.SortFunc(all, func(a, b entry) int { return bytes.Compare(a.cur, b.cur) })
+	size := 0
+	page.Done = true
+	for _, e := range all {
+		if len(page.Rows) >= p.MaxRows {
+			page.Done = false
+			break
+		}
+		if p.Mark && (e.r.Status == outbox.StatusClaimed || s.marked[e.r.DispatchKey]) {
+			page.Next = e.cur
+			continue
+		}
+		b := outbox.RowBytes(e.r)
+		if p.MaxBytes > 0 && len(page.Rows) > 0 && size+b > p.MaxBytes {
+			page.Done = false
+			break
+		}
+		size += b
+		page.Rows = append(page.Rows, e.r.Clone())
+		page.Next = e.cur
+		if p.Mark {
+			s.marked[e.r.DispatchKey] = true
+		}
+	}
+	return page, nil
+}
+
+// CompleteTransfer deletes the rows of keys still marked in-transfer (the
+// receiver made them durable); rows changed or unmarked since are kept. It
+// returns the number deleted.
+func (s *Store) CompleteTransfer(ctx context.Context, keys []string) (int, error) {
+	return s.endTransfer(ctx, keys, true)
+}
+
+// AbortTransfer unmarks the rows of keys still marked in-transfer. It
+// returns the number unmarked.
+func (s *Store) AbortTransfer(ctx context.Context, keys []string) (int, error) {
+	return s.endTransfer(ctx, keys, false)
+}
+
+func (s *Store) endTransfer(ctx context.Context, keys []string, del bool) (int, error) {
+	if err := s.lock(ctx); err != nil {
+		return 0, err
+	}
+	defer s.mu.Unlock()
+	n := 0
+	for _, k := range keys {
+		if !s.marked[k] {
+			continue
+		}
+		delete(s.marked, k)
+		if del {
+			delete(s.rows, k)
+		}
+		n++
+	}
+	return n, nil
+}
+
+// MarkedRows counts the rows marked in-transfer.
+func (s *Store) MarkedRows(ctx context.Context) (int, error) {
+	if err := s.lock(ctx); err != nil {
+		return 0, err
+	}
+	defer s.mu.Unlock()
+	return len(s.marked), nil
+}
+
+// ShardDigest returns the digest of the rows of shard held here (see
+// outbox.ShardDigest), computed by a scan.
+func (s *Store) ShardDigest(ctx context.Context, shard uint32) (outbox.ShardDigest, error) {
+	if err := s.lock(ctx); err != nil {
+		return outbox.ShardDigest{}, err
+	}
+	defer s.mu.Unlock()
+	d := outbox.ShardDigest{Shard: shard}
+	for _, r := range s.rows {
+		if r.Shard == shard {
+			d.Add(r)
+		}
+	}
+	return d, nil
+}
+
+// ShardDigests returns the digests of every shard holding rows here,
+// ascending by shard.
+func (s *Store) ShardDigests(ctx context.Context) ([]outbox.ShardDigest, error) {
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	m := map[uint32]*outbox.ShardDigest{}
+	for _, r := range s.rows {
+		d := m[r.Shard]
+		if d == nil {
+			d = &outbox.ShardDigest{Shard: r.Shard}
+			m[r.Shard] = d
+		}
+		d.Add(r)
+	}
+	out := make([]outbox.ShardDigest, 0, len(m))
+	for _, d := range m {
+		out = append(out, *d)
+	}
+	slices.SortFunc(out, func(a, b outbox.ShardDigest) int { return cmp.Compare(a.Shard, b.Shard) })
+	return out, nil
 }

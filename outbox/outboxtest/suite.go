@@ -2,9 +2,12 @@
 // (STYLE §6: one shared suite, called once per implementation). It pins the
 // behaviour of outbox.Store's doc comments: insert-or-ignore appends, atomic
 // exactly-once claims in (visible_after, dispatch_key) order, held-workflow
-// exclusion, stale-claim re-arm, settle transitions, CLAIMED-only counts,
-// the pending-routes listing and, for stores that have SetOwnedShards,
-// owned-shard scoping.
+// exclusion, stale-claim re-arm, settle transitions fenced by the claim they
+// settle, cancel, row versions, CLAIMED-only counts, the pending-routes
+// listing, owned-shard scoping, and the shard-level calls every store
+// offers beside the contract (merging incoming copies, shard reads with
+// in-transfer marks, per-shard digests). A store lacking one of those
+// methods fails the suite: it cannot stand behind a node.
 //
 // Use it from a _test.go file:
 //
@@ -26,13 +29,55 @@ import (
 	"time"
 
 	"github.com/fairshard/fairshard/outbox"
+	"github.com/fairshard/fairshard/shards"
 )
 
-// ShardScoped is the optional method through which a store is told which
-// shards this node owns. The suite's ownership cases run only for stores
-// that implement it.
+// ShardScoped is the method through which a store is told which shards
+// this node owns. A store without it fails the suite.
 type ShardScoped interface {
 	SetOwnedShards(owned []uint32)
+}
+
+// Merger stores copies of rows received from other nodes (handoff, sync,
+// replication) through outbox.NormalizeIncoming and outbox.Merge. A store
+// without it fails the suite.
+type Merger interface {
+	Merge(ctx context.Context, rows []outbox.Row) (outbox.MergeResult, error)
+}
+
+// ShardReader is a store's side of moving or copying a shard (package
+// transfer's Source). A store without it fails the suite.
+type ShardReader interface {
+	ShardScoped
+	ReadShard(ctx context.Context, p outbox.ShardRead) (outbox.ShardPage, error)
+	CompleteTransfer(ctx context.Context, keys []string) (int, error)
+	AbortTransfer(ctx context.Context, keys []string) (int, error)
+	ForeignShards(ctx context.Context) ([]uint32, error)
+	ShardCount() uint32
+}
+
+// MultiShardReader is a marking read of several shards in one call against
+// one shared budget (package transfer's ShardsReader). A store without it
+// fails the suite.
+type MultiShardReader interface {
+	ReadShards(ctx context.Context, reads []outbox.ShardRead, maxRows, maxBytes int) ([]outbox.ShardPage, error)
+}
+
+// Digester reads the per-shard digests a store maintains. A store without
+// it fails the suite.
+type Digester interface {
+	ShardDigest(ctx context.Context, shard uint32) (outbox.ShardDigest, error)
+	ShardDigests(ctx context.Context) ([]outbox.ShardDigest, error)
+}
+
+// need returns s as a T or fails the test naming the missing method set.
+func need[T any](t *testing.T, s outbox.Store, what string) T {
+	t.Helper()
+	v, ok := s.(T)
+	if !ok {
+		t.Fatalf("store %T lacks %s: every store must offer it", s, what)
+	}
+	return v
 }
 
 // T0 is the suite's fixed base instant; rows are created relative to it so
@@ -79,9 +124,17 @@ func RunStoreSuite(t *testing.T, newStore func(t *testing.T) outbox.Store) {
 		{"RearmIgnoresRecentAndTerminal", testRearmIgnores},
 		{"SettleTransitions", testSettle},
 		{"SettleMissingKeyIsNoop", testSettleMissing},
+		{"SettleFencedByClaim", testSettleFenced},
+		{"CancelPendingOnly", testCancel},
+		{"EveryChangeRaisesTheVersion", testVersions},
 		{"CountsAreClaimedOnlyAndBucketed", testCounts},
 		{"PendingRoutesDistinctSorted", testPendingRoutes},
 		{"OwnedShardScoping", testOwnedShards},
+		{"MergeIncomingCopies", testMergeIncoming},
+		{"MergeRedriveBeatsStaleDeadLetter", testMergeRedrive},
+		{"ShardReadPagesMarksAndTokens", testShardRead},
+		{"ShardReadsShareOneBudget", testShardReads},
+		{"ShardDigestsFollowEveryChange", testDigests},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -232,10 +285,10 @@ func testAppendInvalid(t *testing.T, s outbox.Store) {
 func testAppendAfterTombstone(t *testing.T, s outbox.Store) {
 	mustAppend(t, s, Row("a", "ns", "q"), Row("b", "ns", "q"))
 	mustClaim(t, s, outbox.ClaimParams{Limit: 2, Now: T0})
-	if err := s.Complete(ctx, outbox.CompleteParams{DispatchKey: "a", Now: T0}); err != nil {
+	if err := s.Complete(ctx, outbox.CompleteParams{DispatchKey: "a", Claim: claimOf(t, s, "a"), Now: T0}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Fail(ctx, outbox.FailParams{DispatchKey: "b", LastError: "x", Now: T0}); err != nil {
+	if err := s.Fail(ctx, outbox.FailParams{DispatchKey: "b", Claim: claimOf(t, s, "b"), LastError: "x", Now: T0}); err != nil {
 		t.Fatal(err)
 	}
 	out := mustAppend(t, s, Row("a", "ns", "q"), Row("b", "ns", "q"))
@@ -427,14 +480,14 @@ func testRearmIgnores(t *testing.T, s outbox.Store) {
 	mustAppend(t, s, Row("done", "ns", "q"), Row("failed", "ns", "q"), Row("live", "ns", "q"), Row("excluded", "ns", "q"))
 	mustClaim(t, s, outbox.ClaimParams{Limit: 10, Now: T0})
 	// attempt survives re-arm
-	if err := s.Retry(ctx, outbox.RetryParams{DispatchKey: "live", NextAttempt: 3, VisibleAfter: T0, LastError: "boom"}); err != nil {
+	if err := s.Retry(ctx, outbox.RetryParams{DispatchKey: "live", Claim: claimOf(t, s, "live"), NextAttempt: 3, VisibleAfter: T0, LastError: "boom"}); err != nil {
 		t.Fatal(err)
 	}
 	mustClaim(t, s, outbox.ClaimParams{Limit: 10, Now: T0})
-	if err := s.Complete(ctx, outbox.CompleteParams{DispatchKey: "done", Now: T0}); err != nil {
+	if err := s.Complete(ctx, outbox.CompleteParams{DispatchKey: "done", Claim: claimOf(t, s, "done"), Now: T0}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Fail(ctx, outbox.FailParams{DispatchKey: "failed", LastError: "x", Now: T0}); err != nil {
+	if err := s.Fail(ctx, outbox.FailParams{DispatchKey: "failed", Claim: claimOf(t, s, "failed"), LastError: "x", Now: T0}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.RearmStale(ctx, outbox.RearmParams{
@@ -461,60 +514,200 @@ func testRearmIgnores(t *testing.T, s outbox.Store) {
 
 func testSettle(t *testing.T, s outbox.Store) {
 	mustAppend(t, s, Row("ok", "ns", "q"), Row("retry", "ns", "q"), Row("dead", "ns", "q"), Row("x-pend", "ns", "q"))
-	mustClaim(t, s, outbox.ClaimParams{Limit: 3, Now: T0}) // dead, ok, retry (x-pend stays pending)
+	claims := map[string]outbox.Version{}
+	for _, r := range mustClaim(t, s, outbox.ClaimParams{Limit: 3, Now: T0}) { // dead, ok, retry (x-pend stays pending)
+		claims[r.DispatchKey] = r.Version
+	}
 	fin := T0.Add(time.Second)
-	if err := s.Complete(ctx, outbox.CompleteParams{DispatchKey: "ok", Now: fin}); err != nil {
+	if err := s.Complete(ctx, outbox.CompleteParams{DispatchKey: "ok", Claim: claims["ok"], Now: fin}); err != nil {
 		t.Fatal(err)
 	}
 	r := wantStatus(t, s, "ok", outbox.StatusDone)
-	if !r.FinishedAt.Equal(fin) {
-		t.Fatalf("done finished_at %v, want %v", r.FinishedAt, fin)
+	if !r.FinishedAt.Equal(fin) || !r.ClaimedAt.IsZero() {
+		t.Fatalf("done row: finished_at %v claimed_at %v, want %v and zero", r.FinishedAt, r.ClaimedAt, fin)
 	}
 	next := T0.Add(time.Minute)
-	if err := s.Retry(ctx, outbox.RetryParams{DispatchKey: "retry", NextAttempt: 2, VisibleAfter: next, LastError: "503"}); err != nil {
+	if err := s.Retry(ctx, outbox.RetryParams{DispatchKey: "retry", Claim: claims["retry"], NextAttempt: 2, VisibleAfter: next, LastError: "503"}); err != nil {
 		t.Fatal(err)
 	}
 	r = wantStatus(t, s, "retry", outbox.StatusPending)
 	if r.Attempt != 2 || !r.VisibleAfter.Equal(next) || r.LastError != "503" || !r.ClaimedAt.IsZero() {
 		t.Fatalf("retried row: %+v", r)
 	}
-	if err := s.Fail(ctx, outbox.FailParams{DispatchKey: "dead", LastError: "400 bad", Now: fin}); err != nil {
+	if err := s.Fail(ctx, outbox.FailParams{DispatchKey: "dead", Claim: claims["dead"], LastError: "400 bad", Now: fin}); err != nil {
 		t.Fatal(err)
 	}
 	r = wantStatus(t, s, "dead", outbox.StatusFailed)
 	if r.LastError != "400 bad" || !r.FinishedAt.Equal(fin) {
 		t.Fatalf("failed row: %+v", r)
 	}
-	// Retry applies only to claimed rows.
-	if err := s.Retry(ctx, outbox.RetryParams{DispatchKey: "x-pend", NextAttempt: 5, VisibleAfter: next}); err != nil {
+	// Retry and Fail apply only to the claim they settle: never to a
+	// pending row.
+	pend := claimOf(t, s, "x-pend")
+	if err := s.Retry(ctx, outbox.RetryParams{DispatchKey: "x-pend", Claim: pend, NextAttempt: 5, VisibleAfter: next}); err != nil {
 		t.Fatal(err)
 	}
-	if r := wantStatus(t, s, "x-pend", outbox.StatusPending); r.Attempt != 1 {
-		t.Fatalf("retry of a pending row changed attempt to %d", r.Attempt)
-	}
-	// Terminal rows stay terminal.
-	if err := s.Complete(ctx, outbox.CompleteParams{DispatchKey: "dead", Now: fin}); err != nil {
+	if err := s.Fail(ctx, outbox.FailParams{DispatchKey: "x-pend", Claim: pend, LastError: "late", Now: fin}); err != nil {
 		t.Fatal(err)
 	}
+	if r := wantStatus(t, s, "x-pend", outbox.StatusPending); r.Attempt != 1 || r.LastError != "" {
+		t.Fatalf("retry or fail of a pending row changed it: %+v", r)
+	}
+	// Terminal rows stay terminal, whatever the fence.
+	for _, k := range []string{"ok", "dead"} {
+		v := claimOf(t, s, k)
+		must(t, s.Complete(ctx, outbox.CompleteParams{DispatchKey: k, Claim: v, Now: fin}))
+		must(t, s.Fail(ctx, outbox.FailParams{DispatchKey: k, Claim: v, LastError: "late", Now: fin}))
+		must(t, s.Retry(ctx, outbox.RetryParams{DispatchKey: k, Claim: v, NextAttempt: 2, VisibleAfter: next}))
+	}
+	wantStatus(t, s, "ok", outbox.StatusDone)
 	wantStatus(t, s, "dead", outbox.StatusFailed)
-	if err := s.Fail(ctx, outbox.FailParams{DispatchKey: "ok", LastError: "late", Now: fin}); err != nil {
-		t.Fatal(err)
-	}
-	wantStatus(t, s, "ok", outbox.StatusDone)
-	if err := s.Retry(ctx, outbox.RetryParams{DispatchKey: "ok", NextAttempt: 2, VisibleAfter: next}); err != nil {
-		t.Fatal(err)
-	}
-	wantStatus(t, s, "ok", outbox.StatusDone)
-	// Complete and Fail also apply to pending rows (a late success after a re-arm).
-	if err := s.Complete(ctx, outbox.CompleteParams{DispatchKey: "retry", Now: fin}); err != nil {
+	// Complete applies to a pending row of the claim's generation: a late
+	// success after the row went back to pending.
+	if err := s.Complete(ctx, outbox.CompleteParams{DispatchKey: "retry", Claim: claims["retry"], Now: fin}); err != nil {
 		t.Fatal(err)
 	}
 	wantStatus(t, s, "retry", outbox.StatusDone)
-	if err := s.Fail(ctx, outbox.FailParams{DispatchKey: "x-pend", LastError: "cancelled by operator", Now: fin}); err != nil {
+	wantKeys(t, "only x-pend left to claim", mustClaim(t, s, outbox.ClaimParams{Limit: 10, Now: next}), "x-pend")
+}
+
+// testSettleFenced: a settle from a claim that was re-armed and claimed
+// again is a no-op; the current claim's settle applies.
+func testSettleFenced(t *testing.T, s outbox.Store) {
+	mustAppend(t, s, Row("a", "ns", "q"), Row("b", "ns", "q"), Row("c", "ns", "q"))
+	first := map[string]outbox.Version{}
+	for _, r := range mustClaim(t, s, outbox.ClaimParams{Limit: 3, Now: T0}) {
+		first[r.DispatchKey] = r.Version
+	}
+	// Every claim outlives its visibility timeout and is claimed again.
+	rearmed, err := s.RearmStale(ctx, outbox.RearmParams{OlderThan: T0.Add(time.Minute), VisibleAfter: T0, Limit: 10})
+	if err != nil || len(rearmed) != 3 {
+		t.Fatalf("re-arm: %d rows, %v", len(rearmed), err)
+	}
+	second := map[string]outbox.Version{}
+	for _, r := range mustClaim(t, s, outbox.ClaimParams{Limit: 3, Now: T0.Add(time.Second)}) {
+		second[r.DispatchKey] = r.Version
+		if r.Version == first[r.DispatchKey] {
+			t.Fatalf("row %q claimed twice at the same version %v", r.DispatchKey, r.Version)
+		}
+	}
+	fin := T0.Add(2 * time.Second)
+	must(t, s.Complete(ctx, outbox.CompleteParams{DispatchKey: "a", Claim: first["a"], Now: fin}))
+	must(t, s.Retry(ctx, outbox.RetryParams{DispatchKey: "b", Claim: first["b"], NextAttempt: 2, VisibleAfter: fin, LastError: "stale"}))
+	must(t, s.Fail(ctx, outbox.FailParams{DispatchKey: "c", Claim: first["c"], LastError: "stale", Now: fin}))
+	for _, k := range []string{"a", "b", "c"} {
+		r := wantStatus(t, s, k, outbox.StatusClaimed)
+		if r.Version != second[k] || r.Attempt != 1 || r.LastError != "" {
+			t.Fatalf("stale settle changed row %q: %+v", k, r)
+		}
+	}
+	must(t, s.Complete(ctx, outbox.CompleteParams{DispatchKey: "a", Claim: second["a"], Now: fin}))
+	must(t, s.Retry(ctx, outbox.RetryParams{DispatchKey: "b", Claim: second["b"], NextAttempt: 2, VisibleAfter: fin, LastError: "503"}))
+	must(t, s.Fail(ctx, outbox.FailParams{DispatchKey: "c", Claim: second["c"], LastError: "400", Now: fin}))
+	wantStatus(t, s, "a", outbox.StatusDone)
+	if r := wantStatus(t, s, "b", outbox.StatusPending); r.Attempt != 2 || r.LastError != "503" {
+		t.Fatalf("current claim's retry: %+v", r)
+	}
+	wantStatus(t, s, "c", outbox.StatusFailed)
+}
+
+func testCancel(t *testing.T, s outbox.Store) {
+	mustAppend(t, s, Row("p", "ns", "q"), Row("c", "ns", "q"), Row("d", "ns", "q"))
+	scope := outbox.ClaimScope{Namespace: "ns", TaskQueue: "q"}
+	claimed := mustClaim(t, s, outbox.ClaimParams{Scope: &scope, Limit: 2, Now: T0}) // c, d
+	must(t, s.Complete(ctx, outbox.CompleteParams{DispatchKey: "d", Claim: claimed[1].Version, Now: T0}))
+	fin := T0.Add(time.Second)
+	for _, tc := range []struct {
+		key  string
+		want bool
+		st   outbox.Status
+	}{{"p", true, outbox.StatusCancelled}, {"c", false, outbox.StatusClaimed}, {"d", false, outbox.StatusDone}, {"missing", false, ""}} {
+		ok, err := s.Cancel(ctx, outbox.CancelParams{DispatchKey: tc.key, Reason: "withdrawn by operator", Now: fin})
+		if err != nil || ok != tc.want {
+			t.Fatalf("cancel %q: %v %v, want %v", tc.key, ok, err, tc.want)
+		}
+		if tc.st != "" {
+			wantStatus(t, s, tc.key, tc.st)
+		}
+	}
+	r := mustGet(t, s, "p")
+	if !r.FinishedAt.Equal(fin) || r.LastError != "withdrawn by operator" {
+		t.Fatalf("cancelled row: %+v", r)
+	}
+	if ok, _ := s.Cancel(ctx, outbox.CancelParams{DispatchKey: "p", Now: fin}); ok {
+		t.Fatal("cancelled twice")
+	}
+	if out := mustAppend(t, s, Row("p", "ns", "q")); out[0] != outbox.AppendDuplicate {
+		t.Fatalf("append over a cancelled row: %v, want duplicate", out)
+	}
+	if _, err := s.Get(ctx, "missing"); !errors.Is(err, outbox.ErrNotFound) {
+		t.Fatalf("cancel of a missing key created it: %v", err)
+	}
+}
+
+// testVersions: Append starts at FirstVersion; a claim keeps the version;
+// every other change raises it (and Redrive's generation).
+func testVersions(t *testing.T, s outbox.Store) {
+	in := Row("v", "ns", "q")
+	in.Version = outbox.Version{Gen: 9, Seq: 9} // ignored: the row starts here
+	mustAppend(t, s, in, Row("w", "ns", "q"))
+	if v := claimOf(t, s, "v"); v != outbox.FirstVersion {
+		t.Fatalf("appended row at version %v, want %v", v, outbox.FirstVersion)
+	}
+	prev := outbox.FirstVersion
+	step := func(what string, wantGen uint32) {
+		t.Helper()
+		v := claimOf(t, s, "v")
+		if v.Seq <= prev.Seq || v.Gen != wantGen {
+			t.Fatalf("after %s: version %v, previous %v (want a higher seq, generation %d)", what, v, prev, wantGen)
+		}
+		prev = v
+	}
+	scope := outbox.ClaimScope{Namespace: "ns", TaskQueue: "q"}
+	claim := func() outbox.Version {
+		t.Helper()
+		rows := mustClaim(t, s, outbox.ClaimParams{Scope: &scope, Limit: 1, Now: T0.Add(time.Hour)})
+		if len(rows) != 1 || rows[0].DispatchKey != "v" {
+			t.Fatalf("claim: %v, want v", keysOf(rows))
+		}
+		if rows[0].Version != prev {
+			t.Fatalf("claim changed the version: %v → %v", prev, rows[0].Version)
+		}
+		return rows[0].Version
+	}
+	c := claim()
+	must(t, s.Retry(ctx, outbox.RetryParams{DispatchKey: "v", Claim: c, VisibleAfter: T0}))
+	step("retry", 0)
+	claim()
+	if _, err := s.RearmStale(ctx, outbox.RearmParams{OlderThan: T0.Add(2 * time.Hour), VisibleAfter: T0, Limit: 10}); err != nil {
 		t.Fatal(err)
 	}
-	wantStatus(t, s, "x-pend", outbox.StatusFailed)
-	wantKeys(t, "nothing left to claim", mustClaim(t, s, outbox.ClaimParams{Limit: 10, Now: next}))
+	step("re-arm", 0)
+	c = claim()
+	must(t, s.Fail(ctx, outbox.FailParams{DispatchKey: "v", Claim: c, LastError: "400", Now: T0}))
+	step("fail", 0)
+	if r, ok := s.(interface {
+		Redrive(ctx context.Context, namespace string, keys []string, now time.Time) (int, error)
+	}); ok {
+		if n, err := r.Redrive(ctx, "ns", []string{"v"}, T0); err != nil || n != 1 {
+			t.Fatalf("redrive: %d %v", n, err)
+		}
+		step("redrive", 1)
+		if r := mustGet(t, s, "v"); r.Status != outbox.StatusPending || r.Attempt != 1 || r.LastError != "" {
+			t.Fatalf("redriven row: %+v", r)
+		}
+		c = claim()
+		must(t, s.Complete(ctx, outbox.CompleteParams{DispatchKey: "v", Claim: c, Now: T0}))
+		step("complete", 1)
+	} else {
+		t.Fatalf("store %T lacks Redrive: every store must offer it", s)
+	}
+	if ok, err := s.Cancel(ctx, outbox.CancelParams{DispatchKey: "w", Now: T0}); err != nil || !ok {
+		t.Fatalf("cancel: %v %v", ok, err)
+	}
+	if v := claimOf(t, s, "w"); v != outbox.FirstVersion.Next() {
+		t.Fatalf("cancelled row at %v, want %v", v, outbox.FirstVersion.Next())
+	}
 }
 
 func testSettleMissing(t *testing.T, s outbox.Store) {
@@ -543,7 +736,7 @@ func testCounts(t *testing.T, s outbox.Store) {
 	mustClaim(t, s, outbox.ClaimParams{Scope: &alpha, Limit: 3, Now: T0}) // a0 a2 a4
 	beta := outbox.ClaimScope{Namespace: "beta", TaskQueue: "q"}
 	mustClaim(t, s, outbox.ClaimParams{Scope: &beta, Limit: 2, Now: T0})
-	if err := s.Complete(ctx, outbox.CompleteParams{DispatchKey: "b0", Now: T0}); err != nil {
+	if err := s.Complete(ctx, outbox.CompleteParams{DispatchKey: "b0", Claim: claimOf(t, s, "b0"), Now: T0}); err != nil {
 		t.Fatal(err)
 	}
 	check := func(name string, got int, err error, want int) {
@@ -599,10 +792,7 @@ func testPendingRoutes(t *testing.T, s outbox.Store) {
 }
 
 func testOwnedShards(t *testing.T, s outbox.Store) {
-	sc, ok := s.(ShardScoped)
-	if !ok {
-		t.Skip("store has no SetOwnedShards")
-	}
+	sc := need[ShardScoped](t, s, "SetOwnedShards (ownership scoping)")
 	// Find two keys on different shards.
 	var rows []outbox.Row
 	for i := range 40 {
@@ -660,5 +850,415 @@ func testOwnedShards(t *testing.T, s outbox.Store) {
 	sc.SetOwnedShards(nil)
 	if got := mustClaim(t, s, outbox.ClaimParams{Limit: 100, Now: T0}); len(got) != len(otherKeys) {
 		t.Fatalf("after owning all: claimed %d, want %d", len(got), len(otherKeys))
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// claimOf is the stored row's current Version: for a claimed row, the
+// fence its settle carries.
+func claimOf(t *testing.T, s outbox.Store, key string) outbox.Version {
+	t.Helper()
+	return mustGet(t, s, key).Version
+}
+
+func mustMerge(t *testing.T, m Merger, rows ...outbox.Row) outbox.MergeResult {
+	t.Helper()
+	res, err := m.Merge(ctx, rows)
+	if err != nil {
+		t.Fatalf("Merge(%d rows): %v", len(rows), err)
+	}
+	return res
+}
+
+// testMergeIncoming: incoming copies go through NormalizeIncoming and
+// outbox.Merge; a resend changes nothing; a bad row rejects the batch.
+func testMergeIncoming(t *testing.T, s outbox.Store) {
+	m := need[Merger](t, s, "Merge (incoming copies)")
+	// Absent: created, a claimed copy stored pending.
+	in := Row("a", "ns", "q")
+	in.Status, in.ClaimedAt, in.Version = outbox.StatusClaimed, T0, outbox.Version{Seq: 4}
+	if res := mustMerge(t, m, in); res != (outbox.MergeResult{Created: 1}) {
+		t.Fatalf("merge of an absent row: %+v", res)
+	}
+	if r := wantStatus(t, s, "a", outbox.StatusPending); r.Version != in.Version || !r.ClaimedAt.IsZero() {
+		t.Fatalf("stored copy: %+v", r)
+	}
+	// Claimed here vs the pending copy it came from: the claim stays.
+	scope := outbox.ClaimScope{Namespace: "ns", TaskQueue: "q"}
+	claimed := mustClaim(t, s, outbox.ClaimParams{Scope: &scope, Limit: 1, Now: T0})
+	if len(claimed) != 1 {
+		t.Fatal("claim of the merged row")
+	}
+	stale := in
+	stale.Status, stale.ClaimedAt = outbox.StatusPending, time.Time{}
+	if res := mustMerge(t, m, stale, in); res.Skipped != 2 {
+		t.Fatalf("merge of the claim's own copies: %+v, want both skipped", res)
+	}
+	wantStatus(t, s, "a", outbox.StatusClaimed)
+	// A terminal copy of the same generation wins over the claim; the
+	// claim's settle is then a no-op (the row is not claimed any more).
+	done := in
+	done.Status, done.ClaimedAt, done.FinishedAt, done.Version = outbox.StatusDone, time.Time{}, T0, outbox.Version{Seq: 5}
+	done.CreatedAt = T0.Add(-time.Hour) // an earlier CreatedAt travels too
+	if res := mustMerge(t, m, done); res.Updated != 1 {
+		t.Fatalf("merge of a terminal copy: %+v", res)
+	}
+	must(t, s.Retry(ctx, outbox.RetryParams{DispatchKey: "a", Claim: claimed[0].Version, VisibleAfter: T0}))
+	if r := wantStatus(t, s, "a", outbox.StatusDone); !r.CreatedAt.Equal(T0.Add(-time.Hour)) {
+		t.Fatalf("merged row CreatedAt %v, want the earlier %v", r.CreatedAt, T0.Add(-time.Hour))
+	}
+	// Live copies never undo it; resending it changes nothing.
+	if res := mustMerge(t, m, stale, done); res.Skipped != 2 {
+		t.Fatalf("resend after the terminal copy: %+v", res)
+	}
+	wantStatus(t, s, "a", outbox.StatusDone)
+	// A newer pending copy beats an older pending one.
+	mustAppend(t, s, Row("b", "ns", "q"))
+	newer := Row("b", "ns", "q")
+	newer.Status = outbox.StatusPending
+	newer.Attempt, newer.LastError, newer.Version = 3, "503", outbox.Version{Seq: 3}
+	if res := mustMerge(t, m, newer); res.Updated != 1 {
+		t.Fatalf("newer pending copy: %+v", res)
+	}
+	if r := wantStatus(t, s, "b", outbox.StatusPending); r.Attempt != 3 || r.LastError != "503" {
+		t.Fatalf("stored %+v, want the newer copy", r)
+	}
+	// A bad row rejects the whole batch.
+	bad := Row("c", "ns", "q")
+	bad.Status = "weird"
+	if _, err := m.Merge(ctx, []outbox.Row{Row("good", "ns", "q"), bad}); !errors.Is(err, outbox.ErrInvalidRow) {
+		t.Fatalf("merge with an invalid status: %v", err)
+	}
+	if _, err := s.Get(ctx, "good"); !errors.Is(err, outbox.ErrNotFound) {
+		t.Fatalf("part of a rejected merge was stored: %v", err)
+	}
+}
+
+// testMergeRedrive: a redriven row is not reverted by a stale copy of its
+// dead letter arriving late (a partition duplicate, a node that missed the
+// redrive fan-out), and a stale copy redriven elsewhere replaces ours.
+func testMergeRedrive(t *testing.T, s outbox.Store) {
+	m := need[Merger](t, s, "Merge (incoming copies)")
+	r := need[interface {
+		Redrive(ctx context.Context, namespace string, keys []string, now time.Time) (int, error)
+	}](t, s, "Redrive")
+	mustAppend(t, s, Row("k", "ns", "q"), Row("j", "ns", "q"))
+	for _, c := range mustClaim(t, s, outbox.ClaimParams{Limit: 2, Now: T0}) {
+		must(t, s.Fail(ctx, outbox.FailParams{DispatchKey: c.DispatchKey, Claim: c.Version, LastError: "400", Now: T0}))
+	}
+	deadK, deadJ := mustGet(t, s, "k"), mustGet(t, s, "j")
+	if n, err := r.Redrive(ctx, "ns", []string{"k"}, T0.Add(time.Minute)); err != nil || n != 1 {
+		t.Fatalf("redrive: %d %v", n, err)
+	}
+	// The stale dead letter, even with more changes counted on it.
+	deadK.Version.Seq += 7
+	if res := mustMerge(t, m, deadK); res.Skipped != 1 {
+		t.Fatalf("stale dead letter merged over the redrive: %+v", res)
+	}
+	if got := wantStatus(t, s, "k", outbox.StatusPending); got.Version.Gen != 1 || got.Attempt != 1 {
+		t.Fatalf("redriven row after the stale copy: %+v", got)
+	}
+	// The other way: j was redriven on another node; its copy wins here.
+	redriven := deadJ
+	if !outbox.ApplyRedrive(&redriven, T0.Add(time.Minute)) {
+		t.Fatal("redrive of the copy")
+	}
+	if res := mustMerge(t, m, redriven); res.Updated != 1 {
+		t.Fatalf("redriven copy over our dead letter: %+v", res)
+	}
+	wantStatus(t, s, "j", outbox.StatusPending)
+}
+
+// testShardRead: pages in (CreatedAt, dispatch_key) order bounded by rows
+// and bytes, resume tokens, marks (not claimable, not read twice, cleared
+// by any change), CompleteTransfer and AbortTransfer.
+func testShardRead(t *testing.T, s outbox.Store) {
+	sr := need[ShardReader](t, s, "ReadShard, CompleteTransfer, AbortTransfer, ForeignShards and ShardCount (transfer source)")
+	// Ten rows on one shard with increasing CreatedAt (two share T0 and
+	// sort by key), plus rows on other shards that must not show.
+	shard := shards.ShardOf("r000", sr.ShardCount())
+	var keys []string
+	for i := 0; len(keys) < 10; i++ {
+		k := fmt.Sprintf("r%03d", i)
+		r := Row(k, "ns", "q")
+		r.CreatedAt = T0.Add(time.Duration(max(len(keys)-1, 0)) * time.Second)
+		if shards.ShardOf(k, sr.ShardCount()) == shard {
+			keys = append(keys, k)
+		} else if i%7 != 0 {
+			continue
+		}
+		mustAppend(t, s, r)
+	}
+
+	// A copy read: every row, pages of 3, tokens resume.
+	var got []string
+	var after []byte
+	for range 10 {
+		p, err := sr.ReadShard(ctx, outbox.ShardRead{Shard: shard, After: after, MaxRows: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, keysOf(p.Rows)...)
+		if len(p.Rows) > 3 {
+			t.Fatalf("page of %d rows, max 3", len(p.Rows))
+		}
+		after = p.Next
+		if p.Done {
+			break
+		}
+	}
+	if !slices.Equal(got, keys) {
+		t.Fatalf("copy read %v, want %v", got, keys)
+	}
+	// Byte bound: at least one row, then within MaxBytes.
+	one := outbox.RowBytes(ptr(mustGet(t, s, keys[0])))
+	p, err := sr.ReadShard(ctx, outbox.ShardRead{Shard: shard, MaxRows: 100, MaxBytes: 1})
+	if err != nil || len(p.Rows) != 1 || p.Done {
+		t.Fatalf("read with a tiny byte bound: %d rows done=%v %v, want 1 row and more", len(p.Rows), p.Done, err)
+	}
+	if p, _ := sr.ReadShard(ctx, outbox.ShardRead{Shard: shard, MaxRows: 100, MaxBytes: 3*one + one/2}); len(p.Rows) != 3 {
+		t.Fatalf("read within %d bytes (rows of ~%d): %d rows, want 3", 3*one+one/2, one, len(p.Rows))
+	}
+
+	// A move. Marking an owned shard fails.
+	if _, err := sr.ReadShard(ctx, outbox.ShardRead{Shard: shard, MaxRows: 10, Mark: true}); !errors.Is(err, outbox.ErrShardOwned) {
+		t.Fatalf("marking read of an owned shard: %v, want ErrShardOwned", err)
+	}
+	// A claimed row is not offered for a move.
+	scope := outbox.ClaimScope{Namespace: "ns", TaskQueue: "q"}
+	held := map[string]struct{}{}
+	for _, k := range keys {
+		if k != keys[5] {
+			held["wf-"+k] = struct{}{}
+		}
+	}
+	claimed := mustClaim(t, s, outbox.ClaimParams{Scope: &scope, Limit: 100, Now: T0.Add(time.Hour), ExcludeWorkflows: held})
+	claimedKey := keys[5]
+	if !slices.Contains(keysOf(claimed), claimedKey) {
+		t.Fatalf("setup: claim %v did not take %s", keysOf(claimed), claimedKey)
+	}
+	sr.SetOwnedShards([]uint32{})
+	fs, err := sr.ForeignShards(ctx)
+	if err != nil || !slices.Contains(fs, shard) {
+		t.Fatalf("foreign shards %v (%v), want %d among them", fs, err, shard)
+	}
+	first, err := sr.ReadShard(ctx, outbox.ShardRead{Shard: shard, MaxRows: 4, Mark: true})
+	must(t, err)
+	second, err := sr.ReadShard(ctx, outbox.ShardRead{Shard: shard, After: first.Next, MaxRows: 100, Mark: true})
+	must(t, err)
+	moved := append(keysOf(first.Rows), keysOf(second.Rows)...)
+	if len(moved) != 9 || slices.Contains(moved, claimedKey) || !second.Done {
+		t.Fatalf("marking reads %v + %v (done=%v): want the 9 unclaimed rows", keysOf(first.Rows), keysOf(second.Rows), second.Done)
+	}
+	if again, _ := sr.ReadShard(ctx, outbox.ShardRead{Shard: shard, MaxRows: 100, Mark: true}); len(again.Rows) != 0 {
+		t.Fatalf("marked rows offered twice: %v", keysOf(again.Rows))
+	}
+	// Marked rows are not claimable, even when the shard is owned again.
+	sr.SetOwnedShards(nil)
+	if rows := mustClaim(t, s, outbox.ClaimParams{Scope: &scope, Limit: 100, Now: T0.Add(2 * time.Hour)}); len(rows) != 0 {
+		var other []string
+		for _, r := range rows {
+			if r.Shard == shard {
+				other = append(other, r.DispatchKey)
+			}
+		}
+		if len(other) != 0 {
+			t.Fatalf("claimed marked rows: %v", other)
+		}
+	}
+	sr.SetOwnedShards([]uint32{})
+	// A change clears a mark: the first page's first row is cancelled, so
+	// CompleteTransfer keeps it.
+	changed := first.Rows[0].DispatchKey
+	if ok, err := s.Cancel(ctx, outbox.CancelParams{DispatchKey: changed, Now: T0}); err != nil || !ok {
+		t.Fatalf("cancel of a marked row: %v %v", ok, err)
+	}
+	n, err := sr.CompleteTransfer(ctx, append(keysOf(first.Rows), "never-marked"))
+	if err != nil || n != len(first.Rows)-1 {
+		t.Fatalf("CompleteTransfer: %d %v, want %d (the changed row kept)", n, err, len(first.Rows)-1)
+	}
+	wantStatus(t, s, changed, outbox.StatusCancelled)
+	for _, k := range keysOf(first.Rows)[1:] {
+		if _, err := s.Get(ctx, k); !errors.Is(err, outbox.ErrNotFound) {
+			t.Fatalf("row %q still here after CompleteTransfer: %v", k, err)
+		}
+	}
+	// Abort unmarks: the second page is offered again (with the changed
+	// row), then, unmarked again, claimable.
+	if n, err := sr.AbortTransfer(ctx, keysOf(second.Rows)); err != nil || n != len(second.Rows) {
+		t.Fatalf("AbortTransfer: %d %v", n, err)
+	}
+	again, err := sr.ReadShard(ctx, outbox.ShardRead{Shard: shard, MaxRows: 100, Mark: true})
+	must(t, err)
+	if want := append([]string{changed}, keysOf(second.Rows)...); !sameSet(keysOf(again.Rows), want) {
+		t.Fatalf("after abort: %v, want %v", keysOf(again.Rows), want)
+	}
+	if n, _ := sr.AbortTransfer(ctx, keysOf(again.Rows)); n != len(again.Rows) {
+		t.Fatalf("second abort unmarked %d of %d", n, len(again.Rows))
+	}
+	sr.SetOwnedShards(nil)
+	var claimable []string
+	for _, r := range mustClaim(t, s, outbox.ClaimParams{Scope: &scope, Limit: 100, Now: T0.Add(2 * time.Hour)}) {
+		if r.Shard == shard {
+			claimable = append(claimable, r.DispatchKey)
+		}
+	}
+	if !sameSet(claimable, keysOf(second.Rows)) {
+		t.Fatalf("claimable after abort: %v, want %v", claimable, keysOf(second.Rows))
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}
+
+// testDigests: after every kind of change, each shard's digest equals the
+// recomputation from the rows the store holds.
+func testDigests(t *testing.T, s outbox.Store) {
+	d := need[Digester](t, s, "ShardDigest and ShardDigests (per-shard digests)")
+	m := need[Merger](t, s, "Merge (incoming copies)")
+	sr := need[ShardReader](t, s, "ReadShard (transfer source)")
+	var keys []string
+	for i := range 30 {
+		keys = append(keys, fmt.Sprintf("d%02d", i))
+	}
+	verify := func(when string) {
+		t.Helper()
+		want := map[uint32]*outbox.ShardDigest{}
+		for _, k := range keys {
+			r, err := s.Get(ctx, k)
+			if errors.Is(err, outbox.ErrNotFound) {
+				continue
+			}
+			must(t, err)
+			if want[r.Shard] == nil {
+				want[r.Shard] = &outbox.ShardDigest{Shard: r.Shard}
+			}
+			want[r.Shard].Add(&r)
+		}
+		all, err := d.ShardDigests(ctx)
+		must(t, err)
+		if len(all) != len(want) {
+			t.Fatalf("%s: %d shard digests, want %d", when, len(all), len(want))
+		}
+		for i, got := range all {
+			if i > 0 && all[i-1].Shard >= got.Shard {
+				t.Fatalf("%s: digests not ascending by shard", when)
+			}
+			if w := want[got.Shard]; w == nil || *w != got {
+				t.Fatalf("%s: shard %d digest %+v, want %+v", when, got.Shard, got, w)
+			}
+			one, err := d.ShardDigest(ctx, got.Shard)
+			if err != nil || one != got {
+				t.Fatalf("%s: ShardDigest(%d) = %+v %v, want %+v", when, got.Shard, one, err, got)
+			}
+		}
+	}
+	var rows []outbox.Row
+	for _, k := range keys {
+		rows = append(rows, Row(k, "ns", "q"))
+	}
+	mustAppend(t, s, rows...)
+	verify("after append")
+	claimed := mustClaim(t, s, outbox.ClaimParams{Limit: 12, Now: T0})
+	verify("after claim")
+	for i, c := range claimed {
+		switch i % 3 {
+		case 0:
+			must(t, s.Complete(ctx, outbox.CompleteParams{DispatchKey: c.DispatchKey, Claim: c.Version, Now: T0}))
+		case 1:
+			must(t, s.Retry(ctx, outbox.RetryParams{DispatchKey: c.DispatchKey, Claim: c.Version, VisibleAfter: T0}))
+		default:
+			must(t, s.Fail(ctx, outbox.FailParams{DispatchKey: c.DispatchKey, Claim: c.Version, LastError: "x", Now: T0}))
+		}
+	}
+	verify("after settles")
+	if _, err := s.Cancel(ctx, outbox.CancelParams{DispatchKey: keys[29], Now: T0}); err != nil {
+		t.Fatal(err)
+	}
+	incoming, fresh := Row(keys[28], "ns", "q"), Row("d99", "ns", "q")
+	incoming.Status, incoming.Version, fresh.Status = outbox.StatusPending, outbox.Version{Seq: 9}, outbox.StatusPending
+	mustMerge(t, m, incoming, fresh)
+	keys = append(keys, "d99")
+	verify("after cancel and merge")
+	// A move: marking changes nothing; completing removes the rows.
+	sr.SetOwnedShards([]uint32{})
+	shard := mustGet(t, s, keys[0]).Shard
+	p, err := sr.ReadShard(ctx, outbox.ShardRead{Shard: shard, MaxRows: 100, Mark: true})
+	must(t, err)
+	verify("after marking")
+	if _, err := sr.CompleteTransfer(ctx, keysOf(p.Rows)); err != nil {
+		t.Fatal(err)
+	}
+	verify("after CompleteTransfer")
+	if got, err := d.ShardDigest(ctx, 100000); err != nil || got.Rows != 0 || got.Sum != 0 {
+		t.Fatalf("digest of a shard holding nothing: %+v %v", got, err)
+	}
+}
+
+// testShardReads: a multi-shard marking read shares one budget of rows,
+// reads shards in order, skips owned ones (empty, Done pages) and marks
+// what it returns.
+func testShardReads(t *testing.T, s outbox.Store) {
+	sr := need[ShardReader](t, s, "ReadShard and friends (transfer source)")
+	mr := need[MultiShardReader](t, s, "ReadShards (multi-shard marking read)")
+	// Three rows on each of three shards.
+	byShard := map[uint32][]string{}
+	var order []uint32
+	full := func() bool {
+		return len(order) == 3 && len(byShard[order[0]]) == 3 && len(byShard[order[1]]) == 3 && len(byShard[order[2]]) == 3
+	}
+	for i := 0; !full(); i++ {
+		k := fmt.Sprintf("m%04d", i)
+		sh := shards.ShardOf(k, sr.ShardCount())
+		if _, seen := byShard[sh]; !seen {
+			if len(order) == 3 {
+				continue
+			}
+			order = append(order, sh)
+		}
+		if len(byShard[sh]) == 3 {
+			continue
+		}
+		byShard[sh] = append(byShard[sh], k)
+		mustAppend(t, s, Row(k, "ns", "q"))
+	}
+	reads := []outbox.ShardRead{{Shard: order[0]}, {Shard: order[1]}, {Shard: order[2]}}
+	// Owning order[1] only: its page is empty and Done.
+	sr.SetOwnedShards([]uint32{order[1]})
+	pages, err := mr.ReadShards(ctx, reads, 4, 0)
+	must(t, err)
+	if len(pages) != 3 {
+		t.Fatalf("%d pages, want 3 (the budget of 4 rows runs out in the third shard)", len(pages))
+	}
+	if !slices.Equal(keysOf(pages[0].Rows), byShard[order[0]]) || !pages[0].Done {
+		t.Fatalf("first page %v done=%v, want %v and done", keysOf(pages[0].Rows), pages[0].Done, byShard[order[0]])
+	}
+	if len(pages[1].Rows) != 0 || !pages[1].Done {
+		t.Fatalf("owned shard's page %v done=%v, want empty and done", keysOf(pages[1].Rows), pages[1].Done)
+	}
+	if !slices.Equal(keysOf(pages[2].Rows), byShard[order[2]][:1]) || pages[2].Done {
+		t.Fatalf("third page %v done=%v, want the first row and more", keysOf(pages[2].Rows), pages[2].Done)
+	}
+	// Marked: a second read from the start offers only the rest.
+	rest, err := mr.ReadShards(ctx, []outbox.ShardRead{{Shard: order[0]}, {Shard: order[2], After: pages[2].Next}}, 100, 0)
+	must(t, err)
+	if len(rest) != 2 || len(rest[0].Rows) != 0 || !slices.Equal(keysOf(rest[1].Rows), byShard[order[2]][1:]) {
+		t.Fatalf("second read: %d pages, %v then %v", len(rest), keysOf(rest[0].Rows), keysOf(rest[1].Rows))
+	}
+	// A zero budget reads nothing.
+	if none, err := mr.ReadShards(ctx, reads, 0, 0); err != nil || len(none) != 0 {
+		t.Fatalf("read with no budget: %d pages, %v", len(none), err)
 	}
 }

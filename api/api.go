@@ -1,0 +1,29 @@
+// Package api holds the machine-readable description of fairshard's public
+// HTTP API: api/openapi.yaml, an OpenAPI 3.1 document embedded in the
+// binary and served by every node at GET /v1/openapi.yaml.
+//
+// The document is the reference for clients in other languages (generate
+// one from it) and for the Go client (package client). Its test
+// (openapi_test.go) keeps it honest: it loads the document with a
+// maintained validator, checks that the node's routes and the document's
+// operations match both ways, and validates the README's example requests,
+// the Go client's requests and a real node's answers against it. A route
+// added to the node without an entry here fails that test, saying what to
+// add.
+//
+// The package has no dependencies and no state; it is imported by node (to
+// serve the document) and by nothing else of the server.
+package api
+
+import _ "embed"
+
+//go:embed openapi.yaml
+var spec string
+
+// OpenAPIYAML returns the OpenAPI 3.1 document (YAML) describing the /v1
+// API, the health endpoints and /metrics. Node-to-node routes
+// (/internal/v1/…) are not part of it.
+func OpenAPIYAML() string { return spec }
+
+// ContentType is the media type the document is served with (RFC 9512).
+const ContentType = "application/yaml"

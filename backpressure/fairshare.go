@@ -1,0 +1,222 @@
+package backpressure
+
+import "slices"
+
+// NodeDemand is one node's report for one namespace, as the namespace's
+// lease coordinator sees it (DESIGN.md "Exact cluster-wide quota"; the
+// model is Doorman's wants / has / gets).
+type NodeDemand struct {
+	// Wants is how many rows of the namespace the node could run at once
+	// (claimed + visible pending, rows). Values above the quota count as
+	// the quota.
+	Wants uint32
+	// Has is how many rows of the quota the node holds now and may keep
+	// using whatever it is granted: the larger of its claimed rows and any
+	// grant it may still be acting on (rows). Claimed rows are never
+	// pre-empted, so a grant below Has only stops new claims.
+	Has uint32
+}
+
+// FairShare splits a namespace's cluster-wide quota (rows) between nodes
+// and returns each node's grant (rows), in the order of nodes. It appends
+// to grants[:0] and returns the result, so a caller can reuse one slice;
+// grants may be nil. It is pure and deterministic.
+//
+// Two steps:
+//
+//  1. Targets, max-min fair over wants (water-filling, in whole rows). With
+//     w_i = min(Wants_i, quota): if Σ w_i ≤ quota every node's target is
+//     w_i. Otherwise the level L is the largest integer with
+//     Σ min(w_i, L) ≤ quota; every node's target is min(w_i, L), and the
+//     r = quota − Σ min(w_i, L) rows left over (r is smaller than the
+//     number of nodes with w_i > L) go one each to nodes with w_i > L,
+//     those with the larger Has first (a node already using the extra row
+//     keeps it, so it is not handed over idle every refresh), ties to the
+//     lower index. So nothing is left on the table while a node wants
+//     more, and no node's target exceeds its fair share
+//     f_i = min(w_i, ⌈ℓ⌉), where ℓ is the real-valued water level
+//     (Σ min(w_i, ℓ) = quota when Σ w_i > quota).
+//  2. Capacity the others hold. A node's holding is max(grant, Has): a grant
+//     below Has cannot take back claimed rows. Only
+//     B = quota − Σ Has_i (0 if negative) rows may be added on top of what
+//     nodes hold. If the targets need more than B above the holdings, B is
+//     water-filled from the bottom: grant_i = min(target_i,
+//     max(Has_i, λ)) for the largest level λ that fits, plus one row each
+//     for the rows left over, in index order. The nodes holding least (the
+//     ones starved so far) are lifted first. Nodes whose target is at or
+//     below Has get their target: their grant shrinks, their claimed rows
+//     drain, and the capacity comes free as they report lower Has.
+//
+// Guarantees (property-tested):
+//   - grant_i ≤ target_i ≤ f_i ≤ min(Wants_i, quota);
+//   - Σ max(grant_i, Has_i) ≤ quota whenever Σ Has_i ≤ quota (the quota is
+//     never over-committed), and no grant exceeds Has when Σ Has_i ≥ quota;
+//   - either every node gets its target, or the holdings use the whole
+//     quota (Σ max(grant_i, Has_i) ≥ quota);
+//   - Σ target_i = min(quota, Σ w_i) and, for any node i short of its
+//     wants, no target exceeds target_i + 1 (max-min fairness).
+//
+// Used by a coordinator once per node refresh, with the other nodes'
+// holdings as their Has, it also never lets a node with wants > 0 wait
+// while another holds more than its fair share for longer than one
+// refresh plus the time its claimed rows take to finish
+// (TestFairShareRefreshRounds states this exactly, over refresh rounds).
+//
+// Cost: O(N·(log quota + log max Has)) and no allocation beyond the
+// result; docs/BENCHMARKS.md has figures for 5, 50 and 500 nodes.
+func FairShare(quota uint32, nodes []NodeDemand, grants []uint32) []uint32 {
+	grants = slices.Grow(grants[:0], len(nodes))[:len(nodes)]
+	q := uint64(quota)
+
+	// Step 1: targets.
+	var sumWants uint64
+	for _, n := range nodes {
+		sumWants += min(uint64(n.Wants), q)
+	}
+	if sumWants <= q {
+		for i, n := range nodes {
+			grants[i] = uint32(min(uint64(n.Wants), q))
+		}
+	} else {
+		level := targetLevel(q, nodes)
+		var used uint64
+		for i, n := range nodes {
+			t := min(uint64(n.Wants), q, level)
+			grants[i] = uint32(t)
+			used += t
+		}
+		if left := q - used; left > 0 {
+			// left is smaller than the number of nodes that want more
+			// than the level, or level+1 would have fitted.
+			giveLeftovers(nodes, grants, q, level, left)
+		}
+	}
+
+	// Step 2: fit the targets into what the holdings leave free.
+	var held, need uint64
+	for i, n := range nodes {
+		held += uint64(n.Has)
+		if g := uint64(grants[i]); g > uint64(n.Has) {
+			need += g - uint64(n.Has)
+		}
+	}
+	budget := uint64(0)
+	if held < q {
+		budget = q - held
+	}
+	if need <= budget {
+		return grants
+	}
+	lambda, used := fillLevel(budget, q, nodes, grants)
+	left := budget - used
+	for i, n := range nodes {
+		t, h := uint64(grants[i]), uint64(n.Has)
+		if t <= h {
+			continue // target at or below its holding: the grant shrinks to it
+		}
+		g := max(h, min(t, lambda))
+		if left > 0 && g < t && g == lambda {
+			g++
+			left--
+		}
+		grants[i] = uint32(g)
+	}
+	return grants
+}
+
+// targetLevel returns the largest level L in [0, q] with
+// Σ min(Wants_i, q, L) ≤ q. Binary search: O(N log q).
+func targetLevel(q uint64, nodes []NodeDemand) uint64 {
+	lo, hi := uint64(0), q
+	for lo < hi {
+		mid := lo + (hi-lo+1)/2
+		var sum uint64
+		for _, n := range nodes {
+			if sum += min(uint64(n.Wants), q, mid); sum > q {
+				break
+			}
+		}
+		if sum <= q {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo
+}
+
+// giveLeftovers adds one row to the targets of `left` nodes among those
+// whose wants (capped at q) exceed level: the larger Has first, ties to the lower index.
+// It finds the Has threshold by binary search instead of sorting, so it
+// allocates nothing: O(N log max Has).
+func giveLeftovers(nodes []NodeDemand, grants []uint32, q, level, left uint64) {
+	short := func(n NodeDemand) bool { return min(uint64(n.Wants), q) > level }
+	// atLeast(h): how many short nodes have Has ≥ h.
+	atLeast := func(h uint64) uint64 {
+		var c uint64
+		for _, n := range nodes {
+			if short(n) && uint64(n.Has) >= h {
+				c++
+			}
+		}
+		return c
+	}
+	// The largest threshold h with atLeast(h) ≥ left (atLeast(0) is every
+	// short node, more than left).
+	lo, hi := uint64(0), uint64(0)
+	for _, n := range nodes {
+		hi = max(hi, uint64(n.Has))
+	}
+	for lo < hi {
+		mid := lo + (hi-lo+1)/2
+		if atLeast(mid) >= left {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	// Everyone above the threshold gets one; the rest go to nodes exactly
+	// at it, in index order.
+	above := atLeast(lo + 1)
+	atThreshold := left - above
+	for i, n := range nodes {
+		if !short(n) {
+			continue
+		}
+		switch h := uint64(n.Has); {
+		case h > lo:
+			grants[i]++
+		case h == lo && atThreshold > 0:
+			grants[i]++
+			atThreshold--
+		}
+	}
+}
+
+// fillLevel returns the largest level λ in [0, q] at which lifting every
+// node with target_i > Has_i to min(target_i, max(Has_i, λ)) adds at most
+// budget rows above the holdings, and the rows it adds. Binary search:
+// O(N log q).
+func fillLevel(budget, q uint64, nodes []NodeDemand, targets []uint32) (lambda, used uint64) {
+	extra := func(l uint64) uint64 {
+		var sum uint64
+		for i, n := range nodes {
+			if g, h := min(uint64(targets[i]), l), uint64(n.Has); g > h {
+				if sum += g - h; sum > budget {
+					return sum
+				}
+			}
+		}
+		return sum
+	}
+	lo, hi := uint64(0), q
+	for lo < hi {
+		mid := lo + (hi-lo+1)/2
+		if extra(mid) <= budget {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo, extra(lo)
+}

@@ -1,0 +1,66 @@
+package client
+
+import (
+	"context"
+	"net/http"
+)
+
+// Cluster is GET /v1/cluster: the answering node's view of the membership
+// and shard ownership.
+type Cluster struct {
+	// Node is the answering node's name.
+	Node       string `json:"node"`
+	ShardCount uint32 `json:"shard_count"`
+	// OwnershipVersion increases with every ownership change the node
+	// applied.
+	OwnershipVersion uint64   `json:"ownership_version"`
+	Members          []Member `json:"members"`
+	Handoff          struct {
+		// ShardsPending counts shards this node still holds rows of for
+		// another owner (rows to hand off).
+		ShardsPending int `json:"shards_pending"`
+	} `json:"handoff"`
+}
+
+// Member is one cluster member.
+type Member struct {
+	Name string `json:"name"`
+	// APIAddr is the host:port peers and clients use for its API.
+	APIAddr string `json:"api_addr"`
+	// State is "active" or "leaving" (draining: it owns no shards).
+	State              string  `json:"state"`
+	OwnedShards        int     `json:"owned_shards"`
+	OwnedShardFraction float64 `json:"owned_shard_fraction"`
+}
+
+// Cluster returns the answering node's view of the cluster.
+func (c *Client) Cluster(ctx context.Context) (*Cluster, error) {
+	var out Cluster
+	if err := c.do(ctx, call{method: http.MethodGet, path: "/v1/cluster", out: &out}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ShardTable is GET /v1/shards: every shard's owner.
+type ShardTable struct {
+	ShardCount       uint32 `json:"shard_count"`
+	OwnershipVersion uint64 `json:"ownership_version"`
+	// Shards is indexed by shard number.
+	Shards []ShardOwner `json:"shards"`
+}
+
+// ShardOwner is one shard and the member owning it.
+type ShardOwner struct {
+	Shard uint32 `json:"shard"`
+	Owner string `json:"owner"`
+}
+
+// Shards returns the answering node's shard table.
+func (c *Client) Shards(ctx context.Context) (*ShardTable, error) {
+	var out ShardTable
+	if err := c.do(ctx, call{method: http.MethodGet, path: "/v1/shards", out: &out}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

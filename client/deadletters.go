@@ -1,0 +1,112 @@
+package client
+
+import (
+	"context"
+	"iter"
+	"net/http"
+	"net/url"
+	"strconv"
+)
+
+// MaxDeadLetterPage is the most dead letters one page may hold.
+const MaxDeadLetterPage = 1000
+
+// DeadLetterPage is one page of a namespace's dead letters, gathered from
+// every node and ordered by dispatch_key.
+type DeadLetterPage struct {
+	Rows []RowInfo `json:"rows"`
+	// Next is the cursor of the following page ("" on the last page); pass
+	// it as DeadLetterQuery.After.
+	Next string `json:"next"`
+	// UnreachableNodes are members that did not answer: their dead letters
+	// are missing from this page.
+	UnreachableNodes []string `json:"unreachable_nodes"`
+}
+
+// DeadLetterQuery selects a page.
+type DeadLetterQuery struct {
+	// Limit is the page size, 1–1000. Defaults to 100.
+	Limit int
+	// After starts the page after this dispatch_key (a page's Next).
+	After string
+}
+
+// DeadLetters returns one page of the namespace's dead letters (rows with
+// status failed). See DeadLetterPages to walk them all.
+func (c *Client) DeadLetters(ctx context.Context, namespace string, q DeadLetterQuery) (*DeadLetterPage, error) {
+	v := url.Values{}
+	if q.Limit != 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	if q.After != "" {
+		v.Set("after", q.After)
+	}
+	path := "/v1/namespaces/" + url.PathEscape(namespace) + "/dead-letters"
+	if len(v) > 0 {
+		path += "?" + v.Encode()
+	}
+	var out DeadLetterPage
+	if err := c.do(ctx, call{method: http.MethodGet, path: path, out: &out}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// DeadLetterPages iterates over the namespace's dead letters page by page
+// (limit rows each, 0 for the default 100), following Next until the last
+// page. An error is yielded once, with a nil page, and ends the iteration.
+// The last page may be empty (when the previous one was exactly full).
+// Rows redriven or added while iterating may be missed or seen: a page is
+// read when the loop reaches it.
+//
+//	for page, err := range c.DeadLetterPages(ctx, "acme", 500) {
+//		if err != nil { return err }
+//		for _, row := range page.Rows { … }
+//	}
+func (c *Client) DeadLetterPages(ctx context.Context, namespace string, limit int) iter.Seq2[*DeadLetterPage, error] {
+	return func(yield func(*DeadLetterPage, error) bool) {
+		q := DeadLetterQuery{Limit: limit}
+		for {
+			page, err := c.DeadLetters(ctx, namespace, q)
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			if !yield(page, nil) || page.Next == "" {
+				return
+			}
+			q.After = page.Next
+		}
+	}
+}
+
+// RedriveResult is the answer to Redrive.
+type RedriveResult struct {
+	// Redriven counts the dead letters moved back to pending, cluster-wide.
+	Redriven int `json:"redriven"`
+	// UnreachableNodes did not answer: their dead letters were not redriven
+	// (call again once they are back).
+	UnreachableNodes []string `json:"unreachable_nodes"`
+}
+
+// Redrive moves the namespace's dead letters back to pending with attempt
+// 1, on every node: those with the given dispatch_keys, or all of them when
+// none are given. Keys that are not dead letters of the namespace are
+// skipped. As a POST that changes state, it is retried only when no node
+// could be connected to.
+func (c *Client) Redrive(ctx context.Context, namespace string, dispatchKeys ...string) (*RedriveResult, error) {
+	cl := call{method: http.MethodPost, path: "/v1/namespaces/" + url.PathEscape(namespace) + "/dead-letters/redrive", retry: notIdempotent}
+	if len(dispatchKeys) > 0 {
+		body, err := marshal(map[string][]string{"keys": dispatchKeys})
+		if err != nil {
+			return nil, err
+		}
+		cl.body = body
+	}
+	var out RedriveResult
+	cl.out = &out
+	if err := c.do(ctx, cl); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

@@ -1,0 +1,378 @@
+package lease
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fairshard/fairshard/backpressure"
+)
+
+// Defaults for CoordinatorConfig.
+const (
+	// DefaultLeaseLength is how long a grant lasts without a refresh. It
+	// is longer than memberlist's usual failure detection (a few seconds
+	// with the LAN defaults), so nodes still hold their grants when a
+	// crashed coordinator's successor is known, and the successor's
+	// learning confirms them instead of starting from zero.
+	DefaultLeaseLength = 10 * time.Second
+	// DefaultRefreshInterval is how often a node refreshes its leases: 40
+	// refreshes per lease, so a few lost calls never let a lease lapse.
+	DefaultRefreshInterval = 250 * time.Millisecond
+)
+
+// CoordinatorConfig configures a Coordinator. Coordinates and Quota are
+// required.
+type CoordinatorConfig struct {
+	// LeaseLength is how long a grant is valid after the coordinator
+	// answers (default DefaultLeaseLength). At most MaxLeaseMS.
+	LeaseLength time.Duration
+	// RefreshInterval is how often nodes are told to refresh (default
+	// DefaultRefreshInterval); at most LeaseLength.
+	RefreshInterval time.Duration
+	// Drain is how long after a silent node's grant has expired its last
+	// holding still counts against the quota: a node that lost its lease
+	// claims nothing new, but the rows it had claimed may still be in
+	// flight for up to the delivery timeout. 0 assumes they end with the
+	// lease. The node sets its delivery timeout here.
+	Drain time.Duration
+	// LearningPeriod is how long a new coordinator of a namespace only
+	// confirms what nodes report they hold (default LeaseLength, as
+	// DESIGN.md says: by then every grant of the previous coordinator has
+	// expired). Nodes that reach the new coordinator report their claimed
+	// rows, so that is exact for a crash or a move; a node that still runs
+	// rows but cannot reach the new coordinator is covered only with
+	// LeaseLength + Drain (docs/DECISIONS.md). Negative: no learning.
+	LearningPeriod time.Duration
+	// Coordinates reports whether this node coordinates namespace under
+	// its applied ownership view (it is the primary of
+	// CoordinatorShard(namespace)), and since when: the time it applied the
+	// view that made it so. A different since later starts a new term:
+	// the namespace's state is dropped and learning starts again. A since
+	// older than LearningPeriod skips learning (a node that founded the
+	// cluster alone knows nobody coordinated before it).
+	Coordinates func(namespace string) (since time.Time, ok bool)
+	// Quota returns the namespace's cluster-wide limit (rows): its quota,
+	// or 0 when paused (quota.Policy.Limit).
+	Quota func(namespace string) uint32
+	// Epoch returns this node's applied ownership epoch, comparable across
+	// nodes (0 or nil: unknown; requests are then never refused for it).
+	Epoch func() uint64
+}
+
+func (c *CoordinatorConfig) withDefaults() (CoordinatorConfig, error) {
+	out := *c
+	if out.LeaseLength == 0 {
+		out.LeaseLength = DefaultLeaseLength
+	}
+	if out.RefreshInterval == 0 {
+		out.RefreshInterval = min(DefaultRefreshInterval, out.LeaseLength)
+	}
+	if out.LearningPeriod == 0 {
+		out.LearningPeriod = out.LeaseLength
+	}
+	if out.Epoch == nil {
+		out.Epoch = func() uint64 { return 0 }
+	}
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if out.LeaseLength < time.Millisecond || out.LeaseLength > MaxLeaseMS*time.Millisecond {
+		bad("LeaseLength %v is outside [1ms, %v]", out.LeaseLength, MaxLeaseMS*time.Millisecond)
+	}
+	if out.RefreshInterval < time.Millisecond || out.RefreshInterval > out.LeaseLength {
+		bad("RefreshInterval %v is outside [1ms, LeaseLength %v]", out.RefreshInterval, out.LeaseLength)
+	}
+	if out.Drain < 0 {
+		bad("Drain %v is negative", out.Drain)
+	}
+	if out.Coordinates == nil {
+		bad("Coordinates is required")
+	}
+	if out.Quota == nil {
+		bad("Quota is required")
+	}
+	if err := errors.Join(errs...); err != nil {
+		return out, fmt.Errorf("lease: coordinator config: %w", err)
+	}
+	return out, nil
+}
+
+// Coordinator holds, for every namespace this node coordinates, each
+// node's last report and outstanding grant, and answers lease requests.
+// Safe for concurrent use; a batched request takes its lock once.
+//
+// Per request and namespace (Handle):
+//
+//   - A node's holding is max(grant, has): its grant while unexpired, and
+//     what it last reported holding until Drain after that. Records are
+//     forgotten then.
+//   - Learning (for LearningPeriod after since): the node is granted what
+//     it reports it has, minus whatever would put the holdings over the
+//     quota. Nothing new is handed out: grants of a previous coordinator
+//     may still be live on nodes that have not reported yet.
+//   - Otherwise: backpressure.FairShare over every recorded node, with the
+//     other nodes' holdings as their Has and the asking node's own report
+//     as its Has; the asking node gets its share. Other nodes' grants move
+//     at their own next refresh (at most one refresh interval later).
+//
+// So the sum of holdings never exceeds the quota (while the reports do
+// not; a quota lowered below what is held only stops new grants), and
+// grants follow demand within one refresh.
+type Coordinator struct {
+	cfg       CoordinatorConfig
+	leaseMS   uint32
+	refreshMS uint32
+
+	mu      sync.Mutex
+	ns      map[string]*nsState
+	demands []backpressure.NodeDemand // scratch, under mu
+	grants  []uint32                  // scratch, under mu
+}
+
+// nsState is one namespace's state for one coordination term.
+type nsState struct {
+	since time.Time
+	nodes []record // sorted by node name
+}
+
+// record is the coordinator's view of one node for one namespace.
+type record struct {
+	node    string
+	wants   uint32    // last reported, capped at the quota
+	has     uint32    // last reported
+	grant   uint32    // last granted
+	expires time.Time // grant expiry (coordinator clock)
+	forget  time.Time // expires + Drain: the record is dropped then
+}
+
+// holding is what the node may be running or may start: the larger of its
+// grant and what it reported holding. After the grant expires the node
+// claims nothing new, but the rows it claimed under the grant (up to the
+// grant, even if it reported fewer) may run for Drain more; the record is
+// forgotten then.
+func (r *record) holding() uint32 { return max(r.grant, r.has) }
+
+// NewCoordinator builds a Coordinator; it fails on an invalid config.
+func NewCoordinator(cfg CoordinatorConfig) (*Coordinator, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Coordinator{
+		cfg:       c,
+		leaseMS:   uint32(c.LeaseLength / time.Millisecond),
+		refreshMS: uint32(c.RefreshInterval / time.Millisecond),
+		ns:        map[string]*nsState{},
+	}, nil
+}
+
+// Config returns the coordinator's config with defaults filled in.
+func (c *Coordinator) Config() CoordinatorConfig { return c.cfg }
+
+// Handle answers one batched Request at time now (the coordinator's
+// clock). It validates the request first and returns its *FieldError
+// without changing anything. If the request's epoch is newer than this
+// node's, every namespace is answered NotCoordinator: this node's view is
+// behind and it may no longer coordinate them. Otherwise each namespace
+// this node coordinates gets a Lease and the rest are NotCoordinator.
+func (c *Coordinator) Handle(now time.Time, req Request) (Response, error) {
+	if err := req.Validate(); err != nil {
+		return Response{}, err
+	}
+	epoch := c.cfg.Epoch()
+	resp := Response{Epoch: epoch}
+	if req.Epoch != 0 && epoch != 0 && req.Epoch > epoch {
+		resp.NotCoordinator = make([]string, len(req.Asks))
+		for i, a := range req.Asks {
+			resp.NotCoordinator[i] = a.Namespace
+		}
+		return resp, nil
+	}
+	// Ownership and quotas are read before the lock: they are the caller's
+	// functions and may take locks of their own.
+	type input struct {
+		since time.Time
+		quota uint32
+		ok    bool
+	}
+	in := make([]input, len(req.Asks))
+	for i, a := range req.Asks {
+		if since, ok := c.cfg.Coordinates(a.Namespace); ok {
+			in[i] = input{since: since, quota: c.cfg.Quota(a.Namespace), ok: true}
+		}
+	}
+	resp.Leases = make([]Lease, 0, len(req.Asks))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, a := range req.Asks {
+		if !in[i].ok {
+			resp.NotCoordinator = append(resp.NotCoordinator, a.Namespace)
+			continue
+		}
+		grant, learning := c.decide(now, req.Node, a, in[i].since, in[i].quota)
+		resp.Leases = append(resp.Leases, Lease{
+			Namespace: a.Namespace, Grant: grant,
+			ExpiryMS: c.leaseMS, RefreshMS: c.refreshMS, Learning: learning,
+		})
+	}
+	return resp, nil
+}
+
+// decide records node's report for one namespace and returns its grant.
+// Called with mu held.
+func (c *Coordinator) decide(now time.Time, node string, a Ask, since time.Time, quota uint32) (grant uint32, learning bool) {
+	st := c.ns[a.Namespace]
+	if st == nil || !st.since.Equal(since) {
+		st = &nsState{since: since}
+		c.ns[a.Namespace] = st
+	}
+	st.prune(now)
+	i, found := slices.BinarySearchFunc(st.nodes, node, func(r record, n string) int { return strings.Compare(r.node, n) })
+	if !found {
+		st.nodes = slices.Insert(st.nodes, i, record{node: node})
+	}
+	rec := &st.nodes[i]
+	rec.wants, rec.has = min(a.Wants, quota), a.Has
+
+	learning = c.cfg.LearningPeriod > 0 && now.Before(since.Add(c.cfg.LearningPeriod))
+	if learning {
+		var others uint64
+		for j := range st.nodes {
+			if j != i {
+				others += uint64(st.nodes[j].holding())
+			}
+		}
+		if others < uint64(quota) {
+			grant = uint32(min(uint64(a.Has), uint64(quota)-others))
+		}
+	} else {
+		c.demands = c.demands[:0]
+		for j := range st.nodes {
+			d := backpressure.NodeDemand{Wants: st.nodes[j].wants, Has: st.nodes[j].holding()}
+			if j == i {
+				d.Has = a.Has // its new report supersedes its old grant (see Ask.Has)
+			}
+			c.demands = append(c.demands, d)
+		}
+		c.grants = backpressure.FairShare(quota, c.demands, c.grants)
+		grant = c.grants[i]
+	}
+
+	if grant == 0 && a.Has == 0 && a.Wants == 0 {
+		// Nothing wanted, held or granted: forget the node now.
+		st.nodes = slices.Delete(st.nodes, i, i+1)
+		if len(st.nodes) == 0 {
+			delete(c.ns, a.Namespace)
+		}
+		return 0, learning
+	}
+	rec.grant = grant
+	rec.expires = now.Add(c.cfg.LeaseLength)
+	rec.forget = rec.expires.Add(c.cfg.Drain)
+	return grant, learning
+}
+
+// prune drops records past their forget time.
+func (st *nsState) prune(now time.Time) {
+	st.nodes = slices.DeleteFunc(st.nodes, func(r record) bool { return !now.Before(r.forget) })
+}
+
+// Expire drops what the coordinator no longer needs, as of now: records
+// past their forget time, namespaces left without records, and namespaces
+// this node no longer coordinates (or coordinates in a new term). It
+// returns how many namespaces it dropped. Handle prunes the namespaces it
+// touches; the node calls Expire periodically (say once per lease length)
+// for the rest. O(namespaces × nodes).
+func (c *Coordinator) Expire(now time.Time) int {
+	c.mu.Lock()
+	terms := make(map[string]time.Time, len(c.ns))
+	for ns, st := range c.ns {
+		terms[ns] = st.since
+	}
+	c.mu.Unlock()
+	// Ownership is read without the lock (the caller's function).
+	ended := map[string]bool{}
+	for ns, since := range terms {
+		if cur, ok := c.cfg.Coordinates(ns); !ok || !cur.Equal(since) {
+			ended[ns] = true
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	dropped := 0
+	for ns, st := range c.ns {
+		// A state Handle started in a new term meanwhile has another since.
+		if ended[ns] && st.since.Equal(terms[ns]) {
+			delete(c.ns, ns)
+			dropped++
+			continue
+		}
+		st.prune(now)
+		if len(st.nodes) == 0 {
+			delete(c.ns, ns)
+			dropped++
+		}
+	}
+	return dropped
+}
+
+// NodeStatus is one node's record at the coordinator.
+type NodeStatus struct {
+	Node  string `json:"node"`  // the node's name
+	Wants uint32 `json:"wants"` // last reported, capped at the quota (rows)
+	Has   uint32 `json:"has"`   // last reported (rows)
+	Grant uint32 `json:"grant"` // last granted (rows), valid until Expires
+	// Expires is the grant's expiry on the coordinator's clock.
+	Expires time.Time `json:"expires"`
+}
+
+// NamespaceStatus is the coordinator's state of one namespace, for the
+// namespace view of the API (issue #15: each node's grant and wants).
+type NamespaceStatus struct {
+	Namespace string `json:"namespace"`
+	// Since is when this node became the namespace's coordinator.
+	Since time.Time `json:"since"`
+	// Learning is true until LearningUntil (Since + LearningPeriod).
+	Learning      bool      `json:"learning"`
+	LearningUntil time.Time `json:"learning_until"`
+	// Outstanding is Σ holdings: what the nodes may run at once (rows).
+	Outstanding uint64 `json:"outstanding"`
+	// Nodes are the nodes on record, sorted by name.
+	Nodes []NodeStatus `json:"nodes"`
+}
+
+// Status returns the coordinator's state of namespace as of now, and false
+// when it holds none.
+func (c *Coordinator) Status(now time.Time, namespace string) (NamespaceStatus, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st, ok := c.ns[namespace]
+	if !ok {
+		return NamespaceStatus{}, false
+	}
+	until := st.since.Add(c.cfg.LearningPeriod)
+	out := NamespaceStatus{
+		Namespace: namespace, Since: st.since,
+		Learning: c.cfg.LearningPeriod > 0 && now.Before(until), LearningUntil: until,
+		Nodes: make([]NodeStatus, 0, len(st.nodes)),
+	}
+	for i := range st.nodes {
+		r := &st.nodes[i]
+		if !now.Before(r.forget) {
+			continue
+		}
+		out.Outstanding += uint64(r.holding())
+		out.Nodes = append(out.Nodes, NodeStatus{Node: r.node, Wants: r.wants, Has: r.has, Grant: r.grant, Expires: r.expires})
+	}
+	return out, true
+}
+
+// Namespaces returns how many namespaces the coordinator holds state for.
+func (c *Coordinator) Namespaces() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.ns)
+}

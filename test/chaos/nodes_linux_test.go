@@ -1,0 +1,596 @@
+//go:build linux
+
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// nodeFlags are the serve flags of every node: fast gossip and short loops,
+// as in test/e2e, so a fault's effects play out in seconds.
+var nodeFlags = []string{
+	"--gossip-profile", "fast",
+	"--poll-interval", "10ms",
+	"--handoff-interval", "500ms",
+	"--delivery-timeout", "5s",
+	"--retry-base", "50ms",
+	"--retry-cap", "1s",
+	"--shutdown-grace", "20s",
+	"--quota-ttl", "500ms",
+	"--log-level", "info",
+}
+
+// nodeState is what the harness last did to a node.
+type nodeState int
+
+const (
+	stateNew    nodeState = iota // namespace made, never started
+	stateUp                      // process running
+	statePaused                  // process stopped by SIGSTOP
+	stateDown                    // no process (killed or stopped), coming back
+	stateGone                    // left the cluster for good
+)
+
+// node is one fairshard node: its fixed identity (name, namespace,
+// address, data dir, log) and its current process.
+type node struct {
+	c       *cluster
+	idx     nodeIdx
+	name    string
+	ns      string
+	ip      string
+	dataDir string
+	logPath string
+
+	mu       sync.Mutex
+	state    nodeState
+	cmd      *exec.Cmd
+	done     chan struct{} // closed when the current process has exited
+	exitCode int
+	starts   int
+	// expectExit is set while the harness is stopping the process, so the
+	// exit watcher tells a crash from an exit it caused.
+	expectExit bool
+}
+
+func (n *node) baseURL() string { return fmt.Sprintf("http://%s:%d", n.ip, apiPort) }
+func (n *node) gossipAddr() string {
+	return net.JoinHostPort(n.ip, strconv.Itoa(gossipPort))
+}
+
+func (n *node) getState() nodeState {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.state
+}
+
+func (n *node) setState(s nodeState) {
+	n.mu.Lock()
+	n.state = s
+	n.mu.Unlock()
+}
+
+func (n *node) pid() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil || n.cmd.Process == nil {
+		return 0
+	}
+	return n.cmd.Process.Pid
+}
+
+// cluster is a run's node processes, each in its own network namespace of
+// the lab, delivering to the run's target.
+type cluster struct {
+	lab     *netLab
+	bin     string
+	dir     string
+	shards  int
+	target  string // --default-target
+	tl      *timeline
+	client  *http.Client // admin calls (short timeout), from the hub
+	onCrash func(n *node, code int)
+
+	mu    sync.Mutex
+	nodes []*node // by index-1
+}
+
+// newNode makes the namespace and identity of node name (n<i>).
+func (c *cluster) newNode(name string) (*node, error) {
+	i, err := strconv.Atoi(strings.TrimPrefix(name, "n"))
+	if err != nil || !strings.HasPrefix(name, "n") {
+		return nil, fmt.Errorf("node name %q is not n<i>", name)
+	}
+	ns, ip, err := c.lab.addHost(i)
+	if err != nil {
+		return nil, err
+	}
+	n := &node{c: c, idx: nodeIdx(i), name: name, ns: ns, ip: ip,
+		dataDir: filepath.Join(c.dir, name, "data"), logPath: filepath.Join(c.dir, name+".log")}
+	c.mu.Lock()
+	for len(c.nodes) < i {
+		c.nodes = append(c.nodes, nil)
+	}
+	c.nodes[i-1] = n
+	c.mu.Unlock()
+	return n, nil
+}
+
+func (c *cluster) byName(name string) *node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range c.nodes {
+		if n != nil && n.name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// all returns every node ever made, by index.
+func (c *cluster) all() []*node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*node
+	for _, n := range c.nodes {
+		if n != nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// inState returns the nodes whose state is one of states.
+func (c *cluster) inState(states ...nodeState) []*node {
+	var out []*node
+	for _, n := range c.all() {
+		s := n.getState()
+		for _, want := range states {
+			if s == want {
+				out = append(out, n)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func names(ns []*node) []string {
+	out := make([]string, len(ns))
+	for i, n := range ns {
+		out[i] = n.name
+	}
+	sort.Strings(out)
+	return out
+}
+
+// start launches n's process joining every other node that is not gone and
+// waits up to timeout for /readyz.
+func (c *cluster) start(n *node, timeout time.Duration) error {
+	var join []string
+	for _, m := range c.all() {
+		if m != n && m.getState() != stateGone && m.getState() != stateNew {
+			join = append(join, m.gossipAddr())
+		}
+	}
+	if err := n.launch(join); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := c.waitReady(n, timeout); err != nil {
+		return err
+	}
+	c.tl.add(evReady, []string{n.name}, "in %v", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// launch starts the process in n's namespace (ip netns exec execs the
+// binary in place: the pid is the node's).
+func (n *node) launch(join []string) error {
+	c := n.c
+	args := []string{"netns", "exec", n.ns, c.bin, "serve",
+		"--node-name", n.name,
+		"--data-dir", n.dataDir,
+		"--http-addr", net.JoinHostPort(n.ip, strconv.Itoa(apiPort)),
+		"--gossip-addr", n.gossipAddr(),
+		"--shards", strconv.Itoa(c.shards),
+		"--default-target", c.target,
+	}
+	args = append(args, nodeFlags...)
+	if len(join) > 0 {
+		args = append(args, "--join", strings.Join(join, ","))
+	}
+	logf, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.starts++
+	fmt.Fprintf(logf, "=== chaos: start #%d of %s at %s: ip %s\n", n.starts, n.name, time.Now().Format(time.RFC3339Nano), strings.Join(args, " "))
+	cmd := exec.Command("ip", args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = childEnv()
+	// The kernel kills a node if this test process dies (a timeout panic).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		_ = logf.Close()
+		return fmt.Errorf("start %s: %w", n.name, err)
+	}
+	done := make(chan struct{})
+	n.cmd, n.done, n.exitCode, n.state, n.expectExit = cmd, done, -1, stateUp, false
+	c.tl.add(evStart, []string{n.name}, "start #%d, pid %d", n.starts, cmd.Process.Pid)
+	go func() {
+		err := cmd.Wait()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode() // -1 when killed by a signal
+		} else if err != nil {
+			code = -2
+		}
+		_ = logf.Close()
+		n.mu.Lock()
+		n.exitCode = code
+		expected := n.expectExit
+		if !expected {
+			n.state = stateDown
+		}
+		n.mu.Unlock()
+		close(done)
+		if !expected && c.onCrash != nil {
+			c.onCrash(n, code)
+		}
+	}()
+	return nil
+}
+
+// childEnv is this process's environment without FAIRSHARD_* variables,
+// so a developer's shell settings cannot change the run.
+func childEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "FAIRSHARD_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// signal sends sig to n's running process; it returns the exit channel and
+// whether the process was running.
+func (n *node) signal(sig syscall.Signal, expectExit bool) (chan struct{}, bool) {
+	n.mu.Lock()
+	cmd, done := n.cmd, n.done
+	if expectExit {
+		n.expectExit = true
+	}
+	n.mu.Unlock()
+	if cmd == nil || done == nil {
+		return nil, false
+	}
+	select {
+	case <-done:
+		return done, false
+	default:
+	}
+	_ = cmd.Process.Signal(sig)
+	return done, true
+}
+
+// kill sends SIGKILL (a crash: no drain, no leave) and waits for the exit.
+func (n *node) kill() {
+	if n.getState() == statePaused {
+		n.signal(syscall.SIGCONT, false)
+	}
+	if done, ok := n.signal(syscall.SIGKILL, true); ok {
+		<-done
+	}
+	n.mu.Lock()
+	if n.state != stateGone {
+		n.state = stateDown
+	}
+	n.mu.Unlock()
+}
+
+// waitStopped waits up to timeout until the process is in the stopped
+// state (T in /proc/<pid>/stat) after a SIGSTOP.
+func (n *node) waitStopped(timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", n.pid()))
+		if err != nil {
+			return
+		}
+		// pid (comm) state …: the state follows the last ')'.
+		if i := strings.LastIndexByte(string(b), ')'); i > 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 't') {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// term sends SIGTERM and waits up to timeout for the exit; it returns the
+// exit code, or an error after SIGKILL if the process outlived timeout.
+func (n *node) term(timeout time.Duration) (int, error) {
+	done, ok := n.signal(syscall.SIGTERM, true)
+	if done == nil {
+		return 0, fmt.Errorf("%s never started", n.name)
+	}
+	if ok {
+		select {
+		case <-done:
+		case <-time.After(timeout):
+			n.kill()
+			return -1, fmt.Errorf("%s still running %v after SIGTERM; killed", n.name, timeout)
+		}
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.exitCode, nil
+}
+
+// waitReady polls /readyz until it answers 200; it fails at once if the
+// process exits, or after timeout.
+func (c *cluster) waitReady(n *node, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		n.mu.Lock()
+		done := n.done
+		n.mu.Unlock()
+		select {
+		case <-done:
+			return fmt.Errorf("%s exited (code %d) before it was ready; log:\n%s", n.name, n.exitCode, tailFile(n.logPath, 30))
+		default:
+		}
+		code, _, err := c.get(n.baseURL() + "/readyz")
+		if err == nil && code == http.StatusOK {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready after %v (HTTP %d, %v); log:\n%s", n.name, timeout, code, err, tailFile(n.logPath, 30))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// get fetches u with the admin client.
+func (c *cluster) get(u string) (int, []byte, error) {
+	return c.do(http.MethodGet, u, nil)
+}
+
+func (c *cluster) do(method, u string, body io.Reader) (int, []byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return 0, nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	return resp.StatusCode, data, err
+}
+
+func (c *cluster) getJSON(u string, out any) error {
+	code, body, err := c.get(u)
+	if err != nil {
+		return err
+	}
+	if code != http.StatusOK {
+		return fmt.Errorf("GET %s: HTTP %d %.200s", u, code, body)
+	}
+	if err := json.Unmarshal(body, out); err != nil {
+		return fmt.Errorf("GET %s: decode: %w", u, err)
+	}
+	return nil
+}
+
+// clusterView is the part of GET /v1/cluster the run reads.
+type clusterView struct {
+	Node             string `json:"node"`
+	OwnershipVersion uint64 `json:"ownership_version"`
+	Members          []struct {
+		Name  string `json:"name"`
+		State string `json:"state"`
+	} `json:"members"`
+}
+
+func (v clusterView) memberSet() string {
+	s := make([]string, 0, len(v.Members))
+	for _, m := range v.Members {
+		s = append(s, m.Name+":"+m.State)
+	}
+	sort.Strings(s)
+	return strings.Join(s, ",")
+}
+
+// shardTable is GET /v1/shards reduced to the owner of each shard.
+func (c *cluster) shardTable(n *node) ([]string, error) {
+	var v struct {
+		Shards []struct {
+			Owner string `json:"owner"`
+		} `json:"shards"`
+	}
+	if err := c.getJSON(n.baseURL()+"/v1/shards", &v); err != nil {
+		return nil, err
+	}
+	out := make([]string, len(v.Shards))
+	for i, s := range v.Shards {
+		out[i] = s.Owner
+	}
+	return out, nil
+}
+
+// agreement checks that every up node lists exactly the up nodes, all
+// active, and reports the same shard table in which each owns a shard. It
+// returns "" when they agree, else what differs.
+func (c *cluster) agreement() string {
+	up := c.inState(stateUp)
+	want := make([]string, len(up))
+	for i, n := range up {
+		want[i] = n.name + ":active"
+	}
+	sort.Strings(want)
+	ws := strings.Join(want, ",")
+	var table []string
+	for _, n := range up {
+		var v clusterView
+		if err := c.getJSON(n.baseURL()+"/v1/cluster", &v); err != nil {
+			return err.Error()
+		}
+		if got := v.memberSet(); got != ws {
+			return fmt.Sprintf("%s sees %s, want %s", n.name, got, ws)
+		}
+		tb, err := c.shardTable(n)
+		if err != nil {
+			return err.Error()
+		}
+		if table == nil {
+			table = tb
+		} else if strings.Join(table, ",") != strings.Join(tb, ",") {
+			return fmt.Sprintf("%s's shard table differs from %s's", n.name, up[0].name)
+		}
+	}
+	owners := map[string]bool{}
+	for _, o := range table {
+		owners[o] = true
+	}
+	for _, n := range up {
+		if !owners[n.name] {
+			return n.name + " owns no shard"
+		}
+	}
+	return ""
+}
+
+// ---- resources (leak check) ----
+
+var goroutinesRE = regexp.MustCompile(`(?m)^go_goroutines ([0-9.e+]+)$`)
+
+// resources reads n's goroutine count (/metrics), its fds and its TCP
+// sockets (/proc/<pid>/net/tcp is its own namespace's table: every socket
+// in it is the node's).
+func (c *cluster) resources(n *node) (resources, error) {
+	var r resources
+	pid := n.pid()
+	if pid == 0 {
+		return r, fmt.Errorf("%s has no process", n.name)
+	}
+	code, body, err := c.get(n.baseURL() + "/metrics")
+	if err != nil || code != http.StatusOK {
+		return r, fmt.Errorf("GET %s/metrics: HTTP %d %v", n.name, code, err)
+	}
+	m := goroutinesRE.FindSubmatch(body)
+	if m == nil {
+		return r, fmt.Errorf("%s/metrics has no go_goroutines", n.name)
+	}
+	g, _ := strconv.ParseFloat(string(m[1]), 64)
+	r.Goroutines = int(g)
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return r, err
+	}
+	r.FDs = len(ents)
+	for _, e := range ents {
+		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, e.Name())); err == nil && strings.HasPrefix(l, "socket:") {
+			r.SocketFDs++
+		}
+	}
+	for _, f := range []string{"tcp", "tcp6"} {
+		if err := readTCP(fmt.Sprintf("/proc/%d/net/%s", pid, f), &r); err != nil {
+			return r, err
+		}
+	}
+	return r, nil
+}
+
+// readTCP counts established and CLOSE_WAIT sockets of a /proc/net/tcp
+// table into r. The metrics scrape in progress is one server connection
+// in every sample alike.
+func readTCP(path string, r *resources) error {
+	f, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Scan() // header
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) < 4 {
+			continue
+		}
+		lport := hexPort(fs[1])
+		rport := hexPort(fs[2])
+		switch fs[3] {
+		case "01": // ESTABLISHED
+			switch {
+			case lport == apiPort:
+				r.Established.Server++
+			case lport == gossipPort || rport == gossipPort:
+				r.Established.Gossip++
+			default:
+				r.Established.Client++
+			}
+		case "08": // CLOSE_WAIT
+			r.CloseWait++
+		}
+	}
+	return sc.Err()
+}
+
+func hexPort(addr string) int {
+	i := strings.LastIndexByte(addr, ':')
+	if i < 0 {
+		return -1
+	}
+	p, err := strconv.ParseInt(addr[i+1:], 16, 32)
+	if err != nil {
+		return -1
+	}
+	return int(p)
+}
+
+// tailFile returns the last n lines of the file (at most 64 KiB of it).
+func tailFile(path string, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return "(" + err.Error() + ")"
+	}
+	defer f.Close()
+	st, _ := f.Stat()
+	off := max(st.Size()-64<<10, 0)
+	b, _ := io.ReadAll(io.NewSectionReader(f, off, st.Size()-off))
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,465 @@
+package chaos
+
+import (
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+)
+
+// These tests run everywhere (no root, no processes): the plan is a pure
+// function of its seed, and every checker reports a history built to break
+// it, and stays quiet on one that does not.
+
+func TestPlanIsAFunctionOfTheSeed(t *testing.T) {
+	o := planOpts{Duration: 2 * time.Minute, Nodes: 4, MinNodes: 3, MaxNodes: 6}
+	a, b := makePlan(42, o), makePlan(42, o)
+	if !reflect.DeepEqual(a, b) || a.String() != b.String() {
+		t.Fatalf("two plans of seed 42 differ:\n%s\n---\n%s", a, b)
+	}
+	if c := makePlan(43, o); reflect.DeepEqual(a.Process, c.Process) && reflect.DeepEqual(a.Network, c.Network) {
+		t.Fatalf("seeds 42 and 43 drew the same plan:\n%s", a)
+	}
+}
+
+func TestPlanKeepsItsBounds(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		o := planOpts{
+			Duration: time.Duration(rapid.IntRange(10, 3600).Draw(rt, "seconds")) * time.Second,
+			Nodes:    rapid.IntRange(3, 8).Draw(rt, "nodes"),
+			Wipe:     rapid.Bool().Draw(rt, "wipe"),
+		}
+		o.MinNodes, o.MaxNodes = 3, o.Nodes+2
+		p := makePlan(rapid.Uint64().Draw(rt, "seed"), o)
+		if !slices.Contains(p.Initial, p.Witness) {
+			rt.Fatalf("witness %s is not an initial node", p.Witness)
+		}
+		running := map[string]bool{}
+		for _, n := range p.Initial {
+			running[n] = true
+		}
+		var nominal time.Duration
+		for _, s := range p.Process {
+			nominal += s.Gap + s.Hold
+			switch s.Kind {
+			case faultJoin:
+				if running[s.Node] {
+					rt.Fatalf("join of %s, already a member", s.Node)
+				}
+				running[s.Node] = true
+			default:
+				if !running[s.Node] {
+					rt.Fatalf("%s of %s, not a member", s.Kind, s.Node)
+				}
+				if s.Kind != faultPause && s.Node == p.Witness {
+					rt.Fatalf("%s of the witness %s", s.Kind, s.Node)
+				}
+				if s.Kind == faultKillWipe && !o.Wipe {
+					rt.Fatalf("kill-wipe without planOpts.Wipe")
+				}
+				if s.Kind == faultLeave {
+					delete(running, s.Node)
+				}
+			}
+			if len(running) < o.MinNodes || len(running) > o.MaxNodes {
+				rt.Fatalf("%d members after %s; bounds %d..%d", len(running), s, o.MinNodes, o.MaxNodes)
+			}
+		}
+		if nominal+2*time.Second*time.Duration(len(p.Process)) < o.Duration {
+			rt.Fatalf("process lane covers %v of %v", nominal, o.Duration)
+		}
+		var net time.Duration
+		for _, s := range p.Network {
+			net += s.Gap + s.Hold
+			if s.Kind == faultLoss && (s.LossPct < 5 || s.LossPct > 15) {
+				rt.Fatalf("loss of %d%%; want 5..15", s.LossPct)
+			}
+		}
+		if net < o.Duration {
+			rt.Fatalf("network lane covers %v of %v", net, o.Duration)
+		}
+	})
+}
+
+func TestResolveNetworkSplitsTheMembers(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		n := rapid.IntRange(2, 9).Draw(rt, "members")
+		var members []string
+		for i := range n {
+			members = append(members, "n"+string(rune('1'+i)))
+		}
+		kind := rapid.SampledFrom([]faultKind{faultIsolate, faultSplit}).Draw(rt, "kind")
+		s := planStep{Lane: laneNetwork, Kind: kind, Pick: rapid.Uint64().Draw(rt, "pick")}
+		a, b := resolveNetwork(s, members)
+		a2, b2 := resolveNetwork(s, members)
+		if !slices.Equal(a, a2) || !slices.Equal(b, b2) {
+			rt.Fatalf("not deterministic")
+		}
+		all := append(append([]string(nil), a...), b...)
+		slices.Sort(all)
+		if !slices.Equal(all, members) {
+			rt.Fatalf("sides %v | %v do not partition %v", a, b, members)
+		}
+		if kind == faultIsolate && len(a) != 1 {
+			rt.Fatalf("isolate cut %v", a)
+		}
+		if kind == faultSplit && (len(a) != n/2 || len(b) != n-n/2) {
+			rt.Fatalf("split %v | %v", a, b)
+		}
+	})
+}
+
+func TestDocumentedInFlightBound(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		q, n             int
+		calm             bool
+		want             int
+		whereItComesFrom string
+	}{
+		{"one node enforces the quota exactly", 8, 1, true, 8, "ceil(8×1/1)"},
+		{"rounding up admits N−1 more", 2, 4, true, 5, "4 × ceil(2/4)=4 ≤ 2+3"},
+		{"a partition doubles it", 8, 4, false, 22, "each side enforces q+k−1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := documentedInFlightBound(tc.q, tc.n, tc.calm); got != tc.want {
+				t.Errorf("bound(q=%d, n=%d, calm=%v) = %d; want %d (%s)", tc.q, tc.n, tc.calm, got, tc.want, tc.whereItComesFrom)
+			}
+		})
+	}
+}
+
+// ---- synthetic histories ----
+
+const ms = time.Millisecond
+
+// hb builds a history: namespaces "a" (quota 2) and "b" (quota 4); nodes
+// n1..n3 (indexes 1..3).
+type hb struct{ h *history }
+
+func newHB() *hb {
+	return &hb{h: &history{
+		namespaces: []nsSpec{{Name: "a", Quota: 2}, {Name: "b", Quota: 4}},
+		nodes:      []string{"", "n1", "n2", "n3"},
+		attempts:   map[int][]attempt{},
+		finalHeal:  100 * time.Second, converged: 101 * time.Second,
+	}}
+}
+
+// row adds an acknowledged row of namespace ns and returns its seq.
+func (b *hb) row(ns uint8, ack ackStatus, failed uint16) int {
+	b.h.rows = append(b.h.rows, rowRec{ns: ns, ack: ack, ackNode: 1, tries: failed + 1, failed: failed, sent: ms, acked: 2 * ms})
+	return len(b.h.rows) - 1
+}
+
+func (b *hb) deliver(seq int, node nodeIdx, from, to time.Duration) {
+	ns := uint8(0)
+	if seq >= 0 && seq < len(b.h.rows) {
+		ns = b.h.rows[seq].ns
+	}
+	b.h.deliveries = append(b.h.deliveries, delivery{seq: seq, ns: ns, node: node, attempt: 1, start: from, end: to, ok: true})
+}
+
+func (b *hb) event(at time.Duration, kind eventKind, node string) {
+	b.h.events = append(b.h.events, event{At: at, Kind: kind, Nodes: []string{node}})
+}
+
+func (b *hb) episode(lane string, from, to time.Duration) {
+	b.h.events = append(b.h.events, event{At: from, Kind: evEpisode, Lane: lane, Detail: "kill n2"},
+		event{At: to, Kind: evEpisodeE, Lane: lane, Detail: "kill n2"})
+}
+
+// calm adds monitor samples every 250 ms over [from, to) in which nodes
+// agree on one view.
+func (b *hb) calm(from, to time.Duration, nodes ...string) {
+	var members []string
+	for _, n := range nodes {
+		members = append(members, n+":active")
+	}
+	view := nodeView{Version: 7, Members: strings.Join(members, ",")}
+	for at := from; at < to; at += 250 * ms {
+		s := viewSample{At: at, Expect: nodes, Views: map[string]nodeView{}}
+		for _, n := range nodes {
+			s.Views[n] = view
+		}
+		b.h.samples = append(b.h.samples, s)
+	}
+}
+
+func invariants(vs []violation) []string {
+	var out []string
+	for _, v := range vs {
+		out = append(out, v.Invariant)
+	}
+	return out
+}
+
+func wantOnly(t *testing.T, vs []violation, want ...string) {
+	t.Helper()
+	got := invariants(vs)
+	slices.Sort(got)
+	got = slices.Compact(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		var lines []string
+		for _, v := range vs {
+			lines = append(lines, v.Invariant+": "+v.Summary)
+		}
+		t.Fatalf("violations %v; want %v\n%s", got, want, strings.Join(lines, "\n"))
+	}
+}
+
+func TestCheckDelivered(t *testing.T) {
+	b := newHB()
+	ok := b.row(0, ackCreated, 0)
+	b.deliver(ok, 1, 10*ms, 50*ms)
+	vs, f := check(b.h, checkOpts{})
+	wantOnly(t, vs)
+	if f.RowsAcked != 1 || f.Deliveries != 1 || f.Duplicates != 0 {
+		t.Fatalf("figures %+v", f)
+	}
+
+	lost := b.row(1, ackCreated, 0)
+	unacked := b.row(1, ackNone, 3)
+	never := b.row(0, ackNone, 0)
+	b.h.rows[never].tries = 0
+	b.deliver(never, 2, 60*ms, 90*ms)
+	b.h.strays = []string{"someone-else"}
+	vs, _ = check(b.h, checkOpts{})
+	wantOnly(t, vs, "acknowledged-delivered", "appends-acknowledged", "no-phantom")
+	for _, v := range vs {
+		if v.Invariant == "acknowledged-delivered" && !slices.Equal(v.Seqs, []int{lost}) {
+			t.Errorf("acknowledged-delivered names rows %v; want [%d]", v.Seqs, lost)
+		}
+		if v.Invariant == "appends-acknowledged" && !slices.Equal(v.Seqs, []int{unacked}) {
+			t.Errorf("appends-acknowledged names rows %v; want [%d]", v.Seqs, unacked)
+		}
+	}
+	if s := formatViolation(b.h, vs[0]); !strings.Contains(s, "rows involved") && vs[0].Invariant != "no-phantom" {
+		t.Errorf("a violation with rows prints no rows:\n%s", s)
+	}
+}
+
+func TestCheckDuplicates(t *testing.T) {
+	t.Run("a kill between the answer and the repeat explains it", func(t *testing.T) {
+		b := newHB()
+		r := b.row(0, ackCreated, 0)
+		b.deliver(r, 2, 1000*ms, 1040*ms)
+		b.event(1041*ms, evKill, "n2")
+		b.deliver(r, 2, 3000*ms, 3040*ms)
+		vs, f := check(b.h, checkOpts{})
+		wantOnly(t, vs)
+		if f.DupByCause["kill"] != 1 {
+			t.Fatalf("causes %v; want one kill", f.DupByCause)
+		}
+	})
+	t.Run("a kill of another node does not", func(t *testing.T) {
+		b := newHB()
+		r := b.row(0, ackCreated, 0)
+		b.deliver(r, 2, 1000*ms, 1040*ms)
+		b.event(1041*ms, evKill, "n3")
+		b.deliver(r, 1, 3000*ms, 3040*ms)
+		vs, _ := check(b.h, checkOpts{})
+		wantOnly(t, vs, "duplicates-explained")
+		if !strings.Contains(formatViolation(b.h, vs[0]), "delivery from n2") {
+			t.Errorf("the violation does not show the row's deliveries:\n%s", formatViolation(b.h, vs[0]))
+		}
+	})
+	t.Run("a graceful stop does not", func(t *testing.T) {
+		b := newHB()
+		r := b.row(0, ackCreated, 0)
+		b.deliver(r, 2, 1000*ms, 1040*ms)
+		b.event(1041*ms, evTerm, "n2")
+		b.event(1500*ms, evKill, "n2")
+		b.deliver(r, 2, 3000*ms, 3040*ms)
+		vs, _ := check(b.h, checkOpts{})
+		wantOnly(t, vs, "duplicates-explained")
+	})
+	t.Run("a kill long after the answer does not", func(t *testing.T) {
+		b := newHB()
+		r := b.row(0, ackCreated, 0)
+		b.deliver(r, 2, 1000*ms, 1040*ms)
+		b.event(30*time.Second, evKill, "n2")
+		b.deliver(r, 2, 31*time.Second, 31*time.Second+40*ms)
+		vs, _ := check(b.h, checkOpts{})
+		wantOnly(t, vs, "duplicates-explained")
+	})
+	t.Run("a retried append explains one copy per failed attempt", func(t *testing.T) {
+		b := newHB()
+		r := b.row(0, ackCreated, 1)
+		b.deliver(r, 1, 1000*ms, 1040*ms)
+		b.deliver(r, 2, 2000*ms, 2040*ms)
+		vs, f := check(b.h, checkOpts{})
+		wantOnly(t, vs)
+		if f.DupByCause["retried append"] != 1 {
+			t.Fatalf("causes %v", f.DupByCause)
+		}
+		b.deliver(r, 3, 3000*ms, 3040*ms)
+		vs, _ = check(b.h, checkOpts{})
+		wantOnly(t, vs, "duplicates-explained")
+	})
+	t.Run("two claimers of a row appended once", func(t *testing.T) {
+		b := newHB()
+		r := b.row(0, ackCreated, 0)
+		b.deliver(r, 1, 1000*ms, 1040*ms)
+		b.deliver(r, 2, 1010*ms, 1050*ms)
+		vs, _ := check(b.h, checkOpts{})
+		wantOnly(t, vs, "duplicates-explained", "one-claimer")
+	})
+	t.Run("a kill explains at most the quotas' sum", func(t *testing.T) {
+		b := newHB()
+		for i := range 7 { // quotas 2 + 4 = 6
+			r := b.row(0, ackCreated, 0)
+			b.deliver(r, 2, time.Duration(1000+50*i)*ms, time.Duration(1040+50*i)*ms)
+			b.deliver(r, 2, time.Duration(3000+50*i)*ms, time.Duration(3040+50*i)*ms)
+		}
+		b.event(1400*ms, evKill, "n2")
+		vs, _ := check(b.h, checkOpts{})
+		wantOnly(t, vs, "duplicates-bounded")
+	})
+}
+
+func TestCheckInFlight(t *testing.T) {
+	// Namespace a (quota 2) on 2 agreeing nodes: calm bound 3, disturbed
+	// bound 2 × 3 at the 2 processes the run had.
+	setup := func() *hb {
+		b := newHB()
+		b.event(0, evStart, "n1")
+		b.event(0, evStart, "n2")
+		b.calm(0, 20*time.Second, "n1", "n2")
+		return b
+	}
+	burst := func(b *hb, at time.Duration, count int, node func(i int) nodeIdx) {
+		for i := range count {
+			r := b.row(0, ackCreated, 0)
+			b.deliver(r, node(i), at+time.Duration(i)*ms, at+100*ms)
+		}
+	}
+	alternate := func(i int) nodeIdx { return nodeIdx(1 + i%2) }
+
+	b := setup()
+	burst(b, 5*time.Second, 3, alternate)
+	vs, f := check(b.h, checkOpts{})
+	wantOnly(t, vs)
+	if f.MaxInFlight["a"] != 3 || f.MaxInFlightCalm["a"] != 3 {
+		t.Fatalf("max in flight %v (calm %v); want 3", f.MaxInFlight, f.MaxInFlightCalm)
+	}
+
+	b = setup()
+	burst(b, 5*time.Second, 4, alternate)
+	vs, _ = check(b.h, checkOpts{})
+	wantOnly(t, vs, "in-flight-bound")
+	if len(vs[0].Seqs) != 4 || !strings.Contains(vs[0].Detail, "n1 2, n2 2") {
+		t.Fatalf("violation names %v, %q; want the 4 rows in flight, 2 per node", vs[0].Seqs, vs[0].Detail)
+	}
+
+	// Within CalmSettle of the agreement's start the disturbed bound holds.
+	b = setup()
+	burst(b, time.Second, 4, alternate)
+	vs, _ = check(b.h, checkOpts{})
+	wantOnly(t, vs)
+
+	// During an episode: 6 is allowed, 7 is not.
+	b = setup()
+	b.episode(laneProcess, 4*time.Second, 6*time.Second)
+	burst(b, 5*time.Second, 6, alternate)
+	vs, _ = check(b.h, checkOpts{})
+	wantOnly(t, vs, "node-in-flight-bound") // 3 from one node > quota 2
+	b = setup()
+	b.episode(laneNetwork, 4*time.Second, 6*time.Second)
+	burst(b, 5*time.Second, 7, func(i int) nodeIdx { return nodeIdx(1 + i%4) }) // at most 2 per sender
+	vs, _ = check(b.h, checkOpts{})
+	wantOnly(t, vs, "in-flight-bound")
+
+	// A tighter bound (exact quotas, issue 15) is a parameter.
+	b = setup()
+	burst(b, 5*time.Second, 3, alternate)
+	vs, _ = check(b.h, checkOpts{InFlightBound: func(q, _ int, _ bool) int { return q }})
+	wantOnly(t, vs, "in-flight-bound")
+}
+
+func TestCheckConvergence(t *testing.T) {
+	b := newHB()
+	b.h.finalHeal, b.h.converged = 50*time.Second, 55*time.Second
+	vs, f := check(b.h, checkOpts{})
+	wantOnly(t, vs)
+	if f.Converged != 5*time.Second {
+		t.Fatalf("converged %v", f.Converged)
+	}
+	b.h.converged = 61 * time.Second
+	vs, _ = check(b.h, checkOpts{})
+	wantOnly(t, vs, "convergence")
+	b.h.converged = 0
+	vs, _ = check(b.h, checkOpts{})
+	wantOnly(t, vs, "convergence")
+}
+
+func TestCheckLeaks(t *testing.T) {
+	base := resources{Goroutines: 60, FDs: 30, SocketFDs: 22}
+	base.Established.Server, base.Established.Client = 5, 12
+	for _, tc := range []struct {
+		name string
+		edit func(*resources)
+		want []string
+	}{
+		{"more connections explain more goroutines", func(r *resources) { r.Established.Client += 10; r.Goroutines += 20; r.SocketFDs += 10; r.FDs += 10 }, nil},
+		{"goroutines nothing explains", func(r *resources) { r.Goroutines += 11 }, []string{"no-goroutine-leak"}},
+		{"a file left open", func(r *resources) { r.FDs += 3 }, []string{"no-fd-leak"}},
+		{"sockets that are no connection", func(r *resources) { r.FDs += 3; r.SocketFDs += 3 }, []string{"no-fd-leak"}},
+		{"a connection the peer closed", func(r *resources) { r.CloseWait = 1; r.FDs++; r.SocketFDs++ }, []string{"no-fd-leak"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newHB()
+			after := base
+			tc.edit(&after)
+			b.h.leaks = []leakSample{{Node: "n1", Before: base, After: after}}
+			vs, _ := check(b.h, checkOpts{})
+			wantOnly(t, vs, tc.want...)
+		})
+	}
+}
+
+func TestCheckCrash(t *testing.T) {
+	b := newHB()
+	b.h.events = append(b.h.events, event{At: time.Second, Kind: evCrash, Nodes: []string{"n2"}, Detail: "exit code 2"})
+	vs, _ := check(b.h, checkOpts{})
+	wantOnly(t, vs, "no-crash")
+}
+
+func TestKeys(t *testing.T) {
+	for _, tc := range []struct {
+		key  string
+		want int
+	}{{rowKey("tiny", 0), 0}, {rowKey("a-b", 1234), 1234}, {"nodash", -1}, {"x-", -1}, {"x-3a", -1}} {
+		if got := seqOfKey(tc.key); got != tc.want {
+			t.Errorf("seqOfKey(%q) = %d; want %d", tc.key, got, tc.want)
+		}
+	}
+}
+
+func TestGracefulStopsByOutcome(t *testing.T) {
+	b := newHB()
+	ev := func(at time.Duration, kind eventKind, node, detail, lane string) {
+		e := event{At: at, Kind: kind, Detail: detail, Lane: lane}
+		if node != "" {
+			e.Nodes = []string{node}
+		}
+		b.h.events = append(b.h.events, e)
+	}
+	ev(1*time.Second, evTerm, "n1", "SIGTERM", "")
+	ev(2*time.Second, evExit, "n1", "exit code 0 after 1s", "")
+	ev(3*time.Second, evEpisode, "", "loss 5%", laneNetwork)
+	ev(4*time.Second, evTerm, "n2", "SIGTERM", "")
+	ev(5*time.Second, evEpisodeE, "", "loss", laneNetwork)
+	ev(24*time.Second, evExit, "n2", "exit code 1 after 20s", "")
+	ev(30*time.Second, evTerm, "n3", "SIGTERM", "")
+	ev(50*time.Second, evExit, "n3", "exit code 1 after 20s", "")
+	got := gracefulStops(b.h)
+	want := map[string]int{"exit 0": 1, "exit ≠ 0 during a network fault": 1, "exit ≠ 0 with no network fault": 1}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("graceful stops %v; want %v", got, want)
+	}
+}
