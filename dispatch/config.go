@@ -25,7 +25,7 @@ const (
 	// DefaultRefillDebounce is the shortest gap between the end of one
 	// sweep and a sweep triggered only by answers freeing host slots: one
 	// sweep refills the slots of many answers.
-	DefaultRefillDebounce = 10 * time.Millisecond
+	DefaultRefillDebounce = 5 * time.Millisecond
 	// DefaultBatchSize is the most rows (all namespaces together) one sweep
 	// claims.
 	DefaultBatchSize = 256
@@ -44,12 +44,13 @@ const (
 	DefaultSettleTimeout = 5 * time.Second
 	// DefaultMaxConnsPerHost is the upper bound of a target host's
 	// adaptive concurrency limit (rows in flight to one scheme://host:port
-	// from this node). A fast host needs about rows/s × (answer time + one
-	// sweep) slots, since a freed slot is filled by the next sweep: 256
-	// keeps ~13,000 rows/s to one host with 10–20 ms sweeps
-	// (docs/BENCHMARKS.md); the limit only gets there while the host keeps
+	// from this node). A fast host needs about rows/s × (answer time + the
+	// wait for the next sweep) slots, since a freed slot is filled by the
+	// next sweep; 512, twice the default batch, lets a sweep claim a full
+	// batch for one host while the previous batch is still in flight
+	// (docs/BENCHMARKS.md). The limit only gets there while the host keeps
 	// up.
-	DefaultMaxConnsPerHost = 256
+	DefaultMaxConnsPerHost = 512
 	// DefaultLastErrorMax bounds a row's last_error (bytes).
 	DefaultLastErrorMax = 512
 
@@ -215,7 +216,7 @@ type Config struct {
 	// sweep triggered only by answers freeing host slots the last sweep was
 	// short of (a settle freeing namespace headroom wakes the loop like
 	// Wake); the gap is also at least the last sweep's duration (a Wake meanwhile still sweeps after
-	// WakeDebounce). Defaults to 10 ms (at most PollInterval/2, at
+	// WakeDebounce). Defaults to 5 ms (at most PollInterval/2, at
 	// least WakeDebounce); must be in [WakeDebounce, PollInterval).
 	RefillDebounce time.Duration
 	// BatchSize is the most rows one sweep claims, all namespaces together.
@@ -251,7 +252,7 @@ type Config struct {
 	// share of a full host may still send, so a host can briefly see up
 	// to twice its limit; the built Transport allows 2 × MaxConnsPerHost
 	// connections per host so no request ever queues for one. Defaults to
-	// 256.
+	// 512.
 	MaxConnsPerHost int
 	// InitialConnsPerHost is a new host's limit before it has answered,
 	// in [1, MaxConnsPerHost]. Defaults to min(20, MaxConnsPerHost).

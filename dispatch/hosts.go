@@ -32,7 +32,7 @@ type HostLimitsConfig struct {
 	// Targets resolves a route's target (the same as the dispatcher's).
 	Targets Targets
 	// MaxConnsPerHost is the upper bound of each host's limit (rows in
-	// flight, ≥ 1). Defaults to DefaultMaxConnsPerHost (256).
+	// flight, ≥ 1). Defaults to DefaultMaxConnsPerHost (512).
 	MaxConnsPerHost int
 	// InitialConnsPerHost is a new host's limit, in [1, MaxConnsPerHost].
 	// Defaults to min(DefaultInitialConnsPerHost, MaxConnsPerHost).
