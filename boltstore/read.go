@@ -229,15 +229,8 @@ func (s *Store) PendingRoutes(ctx context.Context, now time.Time) ([]outbox.Clai
 }
 
 // NamespaceStats are one namespace's row counts on this node, all shards
-// (owned or not), from the maintained counters.
-type NamespaceStats struct {
-	// Pending, Claimed, Done, Failed and Cancelled count rows by status.
-	Pending, Claimed, Done, Failed, Cancelled int
-	// OldestPending is the earliest VisibleAfter among the namespace's
-	// claimable pending rows (not in transfer; future ones included), or the
-	// zero time if it has none. now − OldestPending is the dispatch lag.
-	OldestPending time.Time
-}
+// (owned or not), from the maintained counters (outbox.NamespaceStats).
+type NamespaceStats = outbox.NamespaceStats
 
 // NamespaceStats returns stats for every namespace holding rows on this
 // node. Cost: one pass over the namespace counters plus one seek per route

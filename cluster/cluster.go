@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"slices"
@@ -65,6 +66,7 @@ type Cluster struct {
 	protocol uint8
 	log      *slog.Logger
 	ml       *memberlist.Memberlist
+	keyring  *memberlist.Keyring // nil without gossip encryption
 	dials    *dialTracker
 	metrics  *metrics
 
@@ -88,6 +90,17 @@ type Cluster struct {
 	// gossiped config
 	kv         *kv.Store
 	broadcasts *memberlist.TransmitLimitedQueue
+
+	// acceptance (accept.go)
+	accepted   atomic.Bool
+	acceptMu   sync.Mutex
+	answers    map[string]string    // peer name → the address it holds this node at ("" none)
+	conflicts  map[string]bool      // addresses memberlist saw this node's name at
+	heldLogged map[string]time.Time // rate limit of the "held elsewhere" log line
+	refusedErr error
+	refusedCh  chan struct{} // closed when refused for good
+	queries    chan memberQuery
+	acceptWake chan struct{} // 1-buffered
 
 	// peer admission
 	refuseMu      sync.Mutex
@@ -129,8 +142,22 @@ func New(cfg *Config) (*Cluster, error) {
 		peers:         make(map[string]peer),
 		subs:          make(map[*subscriber]struct{}),
 		refusedLogged: make(map[string]time.Time),
+		answers:       make(map[string]string),
+		conflicts:     make(map[string]bool),
+		heldLogged:    make(map[string]time.Time),
+		refusedCh:     make(chan struct{}),
+		queries:       make(chan memberQuery, maxQueuedQueries),
+		acceptWake:    make(chan struct{}, 1),
 	}
+	// A node without seeds is a cluster of its own; one with seeds owns
+	// nothing until its peers confirm it (accept.go).
+	c.accepted.Store(len(cfg.Join) == 0)
 	c.loops = lifecycle.NewGroup(c.log)
+	keyring, err := newKeyring(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: gossip keys: %v", ErrInvalidConfig, err)
+	}
+	c.keyring = keyring
 	meta, err := c.encodeMeta(MemberActive)
 	if err != nil {
 		return nil, err
@@ -159,6 +186,7 @@ func New(cfg *Config) (*Cluster, error) {
 
 	d := &delegate{c: c}
 	mc.Delegate, mc.Events, mc.Alive, mc.Merge, mc.Conflict = d, &events{c: c}, d, d, d
+	mc.Keyring, mc.SecretKey = keyring, nil
 	mc.LogOutput = nil
 	mc.Logger = log.New(&logBridge{l: c.log.With("component", "memberlist")}, "", 0)
 	if mc.Transport == nil {
@@ -192,11 +220,13 @@ func New(cfg *Config) (*Cluster, error) {
 		{Name: "kv-collect", Run: c.kv.RunCollect},
 		{Name: "recompute", Run: c.recomputeLoop},
 		{Name: "memberlist", Run: c.memberlistLoop},
+		{Name: "member-answers", Run: c.answerLoop},
+		{Name: "accept", Run: c.acceptLoop},
 	} {
 		_ = c.loops.Go(nil, l) // a fresh group is never stopped
 	}
 	st := c.kv.Stats()
-	c.log.Info("cluster node created", "gossip_addr", c.GossipAddr(), "api_addr", cfg.APIAddr,
+	c.log.Info("cluster node created", "gossip_addr", c.GossipAddr(), "api_addr", cfg.APIAddr, "accepted", c.accepted.Load(), "gossip_keys", c.GossipKeys(),
 		"shard_count", cfg.ShardCount, "config_entries", st.Live, "config_tombstones", st.Tombstones)
 	return c, nil
 }
@@ -222,6 +252,7 @@ func (c *Cluster) encodeMeta(state MemberState) ([]byte, error) {
 		State:      state,
 		Name:       c.name,
 		APIAddr:    c.cfg.APIAddr,
+		GossipKeys: c.GossipKeys(),
 	}.encodeChecked()
 }
 
@@ -270,8 +301,8 @@ func (c *Cluster) joinLoop(ctx context.Context) error {
 			return nil
 		case <-timer.C:
 		}
-		if c.left.Load() || c.shutdown.Load() {
-			return nil
+		if c.left.Load() || c.shutdown.Load() || c.RefusedErr() != nil {
+			return nil // a refused node has nothing to re-join (accept.go)
 		}
 		c.rejoinOnce(ctx)
 		// ±10% jitter so restarted nodes do not re-join in lockstep.
@@ -302,6 +333,8 @@ func (c *Cluster) rejoinOnce(ctx context.Context) {
 	}
 	n, err := c.joinAddrs(missing)
 	switch {
+	case errors.Is(err, ErrNameConflict):
+		// refuseSelf logged it; the loop stops
 	case err != nil && isolated:
 		c.log.Warn("isolated and joining the seeds failed; retrying", "targets", missing,
 			"retry_in", c.cfg.RejoinInterval.String(), "error", err)
@@ -318,6 +351,9 @@ func (c *Cluster) rejoinOnce(ctx context.Context) {
 // answered; when a peer was refused during the attempt the error wraps
 // ErrShardCountMismatch, ErrProtocolMismatch or ErrBadMeta, and when a
 // seed answered but the state exchange with it failed, ErrStateExchange.
+// A join that answered returns ErrNameConflict when the cluster holds
+// this node's name at another address where a live node answers to it
+// (the node is refused for good: Refused).
 // memberlist's
 // join is bounded by Config.TCPTimeout per address and cannot be
 // interrupted, so ctx is checked only while resolving. Errors also:
@@ -349,7 +385,8 @@ func (c *Cluster) joinAddrs(targets []string) (int, error) {
 	}
 	n, err := c.ml.Join(targets)
 	if err == nil {
-		return n, nil
+		poke(c.acceptWake) // ask the new peers now, not at the next tick
+		return n, c.checkJoinConflicts()
 	}
 	c.refuseMu.Lock()
 	r := c.lastRefusal
@@ -365,6 +402,25 @@ func (c *Cluster) joinAddrs(targets []string) (int, error) {
 		}
 	}
 	return n, fmt.Errorf("join %v: %w", targets, err)
+}
+
+// checkJoinConflicts runs after a join that answered: if the merged
+// state held this node's name at another address (memberlist reported a
+// conflict), it pings that address at once, so Join itself reports a live
+// duplicate (ErrNameConflict) instead of leaving it to the accept loop.
+// An accepted node is the one the cluster holds: a conflict is the
+// other's problem.
+func (c *Cluster) checkJoinConflicts() error {
+	if err := c.RefusedErr(); err != nil {
+		return err
+	}
+	if c.accepted.Load() {
+		return nil
+	}
+	c.acceptMu.Lock()
+	addrs := slices.Sorted(maps.Keys(c.conflicts))
+	c.acceptMu.Unlock()
+	return c.checkHeldElsewhere(context.Background(), addrs)
 }
 
 // resolve turns host:port addresses into ip:port ones, every IP of a DNS
@@ -426,13 +482,56 @@ func (c *Cluster) SetLeaving(ctx context.Context) error {
 	c.meta.Store(&meta)
 	c.metaMu.Unlock()
 
-	err = c.ml.UpdateNode(timeoutOf(ctx, 5*time.Second))
+	err = c.announce(ctx, "leaving state", c.ml.UpdateNode)
 	c.Recompute()
 	c.log.Info("node is leaving: it owns no shards now")
 	if err != nil {
 		return fmt.Errorf("announce leaving state of node %q: %w", c.name, err)
 	}
 	return nil
+}
+
+// announce runs send (memberlist's UpdateNode or Leave, which queue a
+// broadcast and wait for it to go out) with a bounded wait:
+// leaveBroadcastRounds gossip intervals (at least minLeaveBroadcastWait),
+// ctx's deadline if sooner (default 5 s), and only two gossip intervals
+// when no peer needs the news (every live peer is leaving, or there is
+// none). memberlist gossips only to live peers: a broadcast queued while
+// the last peers leave can never go out (a whole cluster stopped at once,
+// issue #16 item 6), so a timeout with no live peer left, or with only
+// leaving peers, is not an error: nobody is left who would act on it.
+func (c *Cluster) announce(ctx context.Context, what string, send func(time.Duration) error) error {
+	bound := min(timeoutOf(ctx, 5*time.Second), max(leaveBroadcastRounds*c.cfg.GossipInterval, minLeaveBroadcastWait))
+	nobodyNeeds := c.peersAllLeaving()
+	if nobodyNeeds {
+		bound = min(bound, 2*c.cfg.GossipInterval)
+	}
+	err := send(bound)
+	if err == nil {
+		return nil
+	}
+	if nobodyNeeds || c.peersAllLeaving() {
+		c.log.Info("broadcast not confirmed: no live peer that is not leaving is left to tell", "what", what, "error", err)
+		return nil
+	}
+	return err
+}
+
+// peersAllLeaving reports whether every live peer (other than this node)
+// declares itself leaving in its meta; true with no live peer at all. It
+// reads the Cluster's copy of memberlist's view, never memberlist itself,
+// so it is safe anywhere but inside a memberlist callback.
+func (c *Cluster) peersAllLeaving() bool {
+	for _, p := range c.livePeers() {
+		if p.name == c.name {
+			continue
+		}
+		if m, err := decodeMeta(p.meta); err == nil && m.State == MemberLeaving {
+			continue
+		}
+		return false
+	}
+	return true
 }
 
 // Leave leaves the cluster gracefully: it stops the join loop, gives
@@ -443,11 +542,18 @@ func (c *Cluster) SetLeaving(ctx context.Context) error {
 // safe to repeat. ctx bounds the whole call (default 5 s without a
 // deadline); the wait for the leave broadcast is bounded by
 // leaveBroadcastRounds gossip intervals (at least minLeaveBroadcastWait)
-// as well. Errors: ErrShutdown, or
-// memberlist's leave timed out while a live peer remained. When every peer
-// left or died while the broadcast was queued (a whole cluster stopped at
-// once), memberlist has nobody to gossip it to and nobody needs it: that
-// is not an error.
+// as well.
+//
+// A node whose peers are all leaving or gone leaves at once: no config
+// flush, two gossip intervals at most for the leave broadcast and no
+// propagation delay, since nobody is left who would act on them (a whole
+// cluster stopped together, issue #16 item 6). When every peer left or
+// died while the broadcast was queued, memberlist has nobody to gossip it
+// to: that is not an error either. A node the cluster never accepted
+// (Accepted false: its name is held at another address) sends no leave
+// at all: its leave would carry that name and could evict the member the
+// cluster does hold under it. Errors: ErrShutdown, or memberlist's leave
+// timed out while a live, active peer remained.
 func (c *Cluster) Leave(ctx context.Context) error {
 	c.lifeMu.Lock()
 	defer c.lifeMu.Unlock()
@@ -459,11 +565,13 @@ func (c *Cluster) Leave(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeoutOf(ctx, 5*time.Second))
 	defer cancel()
+	start := time.Now()
+	nobodyNeeds := c.peersAllLeaving()
 
 	// Bounded flush of queued config broadcasts (STYLE §7 stop order): a
 	// message needs about two gossip rounds to use up its transmits; with
 	// no peer it would never go out, so skip it then.
-	if c.numMembers.Load() > 1 {
+	if !nobodyNeeds && c.numMembers.Load() > 1 {
 		deadline := time.After(10 * c.cfg.GossipInterval)
 		flush := time.NewTicker(c.cfg.GossipInterval)
 	flushing:
@@ -479,23 +587,20 @@ func (c *Cluster) Leave(ctx context.Context) error {
 		flush.Stop()
 	}
 
-	start := time.Now()
-	err := c.ml.Leave(min(timeoutOf(ctx, 5*time.Second), max(leaveBroadcastRounds*c.cfg.GossipInterval, minLeaveBroadcastWait)))
-	if err != nil && len(c.ml.Members()) == 0 {
-		// memberlist gossips only to live peers: once the others have left
-		// (they marked themselves left, and we heard it) the broadcast can
-		// never go out, and there is no one left to tell.
-		c.log.Info("leave broadcast not sent: no live peer is left to tell", "error", err)
-		err = nil
+	if !c.accepted.Load() {
+		c.Recompute()
+		c.log.Info("left without a leave message: the cluster never accepted this node", "refused", c.RefusedErr())
+		return nil
 	}
-	if err == nil && c.numMembers.Load() > 1 {
+	err := c.announce(ctx, "leave", c.ml.Leave)
+	if err == nil && !nobodyNeeds && c.numMembers.Load() > 1 {
 		select {
 		case <-ctx.Done():
 		case <-time.After(c.cfg.LeavePropagateDelay):
 		}
 	}
 	c.Recompute()
-	c.log.Info("left the cluster", "took", time.Since(start).String(), "error", err)
+	c.log.Info("left the cluster", "took", time.Since(start).String(), "peers_all_leaving", nobodyNeeds, "error", err)
 	if err != nil {
 		return fmt.Errorf("leave cluster as node %q: %w", c.name, err)
 	}

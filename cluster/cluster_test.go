@@ -210,6 +210,51 @@ func TestEveryNodeLeavingAtOnceReturnsPromptly(t *testing.T) {
 	}
 }
 
+// A node whose peers are all leaving leaves at once (issue #16 item 6):
+// nobody would act on its config flush, its leave broadcast or the
+// propagation delay. node-0's LeavePropagateDelay is 3 s, which a leave
+// among active peers waits out; with both peers leaving, Leave returns
+// nil well under it. The control: the same node among active peers takes
+// at least the delay.
+func TestLeaveIsImmediateWhenEveryPeerIsLeaving(t *testing.T) {
+	const delay = 3 * time.Second
+	leaveTook := func(t *testing.T, peersLeaving bool) time.Duration {
+		h := clustertest.Start(t, 3, clustertest.Options{Configure: func(i int, cfg *cluster.Config) {
+			if i == 0 {
+				cfg.LeavePropagateDelay = delay
+			}
+		}})
+		h.WaitConverged(convergeTimeout)
+		if peersLeaving {
+			for _, i := range []int{1, 2} {
+				if err := h.Node(i).Cluster.SetLeaving(ctxT(t)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			clustertest.Eventually(t, convergeTimeout, func() bool {
+				return len(h.Node(0).Cluster.Snapshot().Table.Owned("node-0")) == int(cluster.DefaultShardCount)
+			}, "node-0 sees both peers leaving")
+		}
+		c := h.Node(0).Cluster
+		start := time.Now()
+		if err := c.SetLeaving(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Leave(ctxT(t)); err != nil {
+			t.Fatalf("Leave: %v", err)
+		}
+		return time.Since(start)
+	}
+	if took := leaveTook(t, true); took >= delay/3 {
+		t.Errorf("with every peer leaving, SetLeaving and Leave took %v; want under %v", took.Round(time.Millisecond), delay/3)
+	} else {
+		t.Logf("with every peer leaving: %v", took.Round(time.Millisecond))
+	}
+	if took := leaveTook(t, false); took < delay {
+		t.Errorf("among active peers Leave took %v, less than its %v propagation delay: the control is broken", took.Round(time.Millisecond), delay)
+	}
+}
+
 // measure runs act while polling cond every 2 ms from the moment act starts,
 // and returns how long cond took to hold; it fails the test after bound.
 func measure(t *testing.T, bound time.Duration, cond func() (bool, string), act func()) time.Duration {
@@ -326,8 +371,10 @@ func TestNodeWithAnotherShardCountIsRefused(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if s := bad.Cluster.Snapshot(); len(s.Owned) != 512 || s.Version != 1 {
-		t.Fatalf("refused node: owned %d, version %d; want all 512 of its own shards, version 1", len(s.Owned), s.Version)
+	// It has seeds and no cluster accepted it: it owns nothing (issue #16
+	// item 5), not a cluster of its own.
+	if s := bad.Cluster.Snapshot(); len(s.Owned) != 0 || s.Accepted || s.Version != 1 {
+		t.Fatalf("refused node: owned %d, accepted %v, version %d; want none, false, 1", len(s.Owned), s.Accepted, s.Version)
 	}
 }
 

@@ -85,6 +85,15 @@ type Config struct {
 	// a node that serves no API.
 	APIAddr string
 
+	// GossipKeys are the gossip encryption keys (16, 24 or 32 bytes each,
+	// at most MaxGossipKeys, no key twice), primary first: the primary
+	// encrypts, every key decrypts. Cluster builds memberlist's Keyring
+	// from them; set them instead of SecretKey (which stays accepted as a
+	// single key) and leave Keyring nil. Cluster.SetGossipKeys changes them
+	// on a running node (keyring.go: the rotation). Empty: no encryption,
+	// for good.
+	GossipKeys [][]byte
+
 	// KV configures the gossiped cluster config this node hosts (KV()):
 	// the entries its Persister saved before a restart (Initial), the
 	// Persister, caps and tombstone timing. Cluster sets its Node,
@@ -221,6 +230,17 @@ func (c *Config) validate() error {
 	}
 	if n := len(c.SecretKey); n != 0 && n != 16 && n != 24 && n != 32 {
 		return bad("SecretKey is %d bytes, want 16, 24 or 32 (AES-128/192/256)", n)
+	}
+	if len(c.GossipKeys) > 0 {
+		if len(c.SecretKey) > 0 {
+			return bad("both SecretKey and GossipKeys are set: put the key in GossipKeys")
+		}
+		if err := validateGossipKeys(c.GossipKeys); err != nil {
+			return bad("GossipKeys: %v", err)
+		}
+	}
+	if c.Keyring != nil {
+		return bad("Keyring is set: cluster builds it from GossipKeys")
 	}
 	if c.APIAddr != "" {
 		if len(c.APIAddr) > MaxAPIAddrBytes {

@@ -31,10 +31,17 @@ func (d *delegate) NodeMeta(limit int) []byte {
 	return m
 }
 
-// NotifyMsg receives a gossiped config entry. buf is reused by memberlist
-// after the call; the decoder copies what it keeps. The store counts and
-// logs what it cannot decode.
-func (d *delegate) NotifyMsg(buf []byte) { _ = d.c.kv.MergeMessage(buf) }
+// NotifyMsg receives a gossiped config entry, or a member query or answer
+// of the acceptance check (accept.go). buf is reused by memberlist after
+// the call; the decoders copy what they keep. The store counts and logs
+// what it cannot decode.
+func (d *delegate) NotifyMsg(buf []byte) {
+	if len(buf) > 0 && (buf[0] == msgMemberQuery || buf[0] == msgMemberAnswer) {
+		d.c.handleMemberMsg(buf)
+		return
+	}
+	_ = d.c.kv.MergeMessage(buf)
+}
 
 // GetBroadcasts hands queued config entries to memberlist's gossip.
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
@@ -71,8 +78,17 @@ func (d *delegate) NotifyMerge(peers []*memberlist.Node) error {
 
 // NotifyConflict reports two nodes claiming one name from different
 // addresses; memberlist keeps the first (see Config.DeadNodeReclaimTime).
+// When the name is this node's and this node is not accepted yet, the
+// other address is where the cluster holds it: the accept loop pings it
+// (a live duplicate refuses this node; a dead earlier run is waited out).
 func (d *delegate) NotifyConflict(existing, other *memberlist.Node) {
-	d.c.log.Error("two nodes claim one node name; keeping the known address",
+	c := d.c
+	if existing.Name == c.name && !c.accepted.Load() {
+		c.noteConflict(other.Address())
+		return
+	}
+	c.metrics.refused.WithLabelValues("name_conflict").Inc()
+	c.log.Error("two nodes claim one node name; keeping the known address",
 		"node", existing.Name, "known_addr", existing.Address(), "other_addr", other.Address())
 }
 

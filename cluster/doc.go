@@ -31,6 +31,14 @@
 //     fails is told apart from one that does not answer
 //     ([ErrStateExchange], transport.go), so a node never mistakes a
 //     cluster it cannot sync with for an empty one.
+//   - Acceptance ([Cluster.Accepted], accept.go): a node with seeds owns
+//     nothing until every live peer's ownership view holds it at its own
+//     address. A node restarted under its name on a new address waits
+//     until the peers release the old one; a live node that already uses
+//     the name refuses the newcomer for good ([ErrNameConflict],
+//     [Cluster.Refused]).
+//   - The advertised address ([ChooseAdvertiseIP], advertise.go) of a
+//     node bound to every interface: the default route's interface.
 //   - Lifecycle ([Cluster.SetLeaving], [Cluster.Leave], [Cluster.Shutdown])
 //     and metrics (metrics.go) on an injected prometheus.Registerer.
 //

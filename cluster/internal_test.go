@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -66,6 +67,15 @@ func TestConfigValidation(t *testing.T) {
 		{"advertise address is a name", func(c *Config) { c.AdvertiseAddr = "node.example" }, "AdvertiseAddr"},
 		{"advertise port negative", func(c *Config) { c.AdvertisePort = -1 }, "AdvertisePort"},
 		{"secret key of 10 bytes", func(c *Config) { c.SecretKey = make([]byte, 10) }, "SecretKey"},
+		{"gossip key of 20 bytes", func(c *Config) { c.GossipKeys = [][]byte{make([]byte, 16), make([]byte, 20)} }, "GossipKeys: key 2 is 20 bytes"},
+		{"gossip key twice", func(c *Config) { c.GossipKeys = [][]byte{make([]byte, 16), make([]byte, 16)} }, "GossipKeys: keys 1 and 2"},
+		{"too many gossip keys", func(c *Config) {
+			for i := range MaxGossipKeys + 1 {
+				c.GossipKeys = append(c.GossipKeys, bytes.Repeat([]byte{byte(i)}, 16))
+			}
+		}, "GossipKeys"},
+		{"secret key and gossip keys", func(c *Config) { c.SecretKey, c.GossipKeys = make([]byte, 16), [][]byte{make([]byte, 32)} }, "SecretKey and GossipKeys"},
+		{"own keyring", func(c *Config) { c.Keyring = &memberlist.Keyring{} }, "Keyring"},
 		{"api address without port", func(c *Config) { c.APIAddr = "node-1" }, "APIAddr"},
 		{"api address with port 0", func(c *Config) { c.APIAddr = "node-1:0" }, "APIAddr"},
 		{"api address too long", func(c *Config) { c.APIAddr = strings.Repeat("a", MaxAPIAddrBytes) + ":1" }, "APIAddr"},
@@ -133,6 +143,9 @@ func TestMetaCodec(t *testing.T) {
 			Name:       rapid.StringN(0, 40, MaxNodeNameBytes).Draw(t, "name"),
 			APIAddr:    rapid.StringN(0, 60, MaxAPIAddrBytes).Draw(t, "api"),
 		}
+		for range rapid.IntRange(0, MaxGossipKeys).Draw(t, "keys") {
+			m.GossipKeys = append(m.GossipKeys, KeyFingerprint(rapid.SliceOfN(rapid.Byte(), 16, 16).Draw(t, "key")))
+		}
 		b, err := m.encodeChecked()
 		if err != nil {
 			t.Fatal(err)
@@ -140,7 +153,7 @@ func TestMetaCodec(t *testing.T) {
 		// A later format may append fields: trailing bytes are ignored.
 		b = append(b, rapid.SliceOfN(rapid.Byte(), 0, 8).Draw(t, "trailer")...)
 		got, err := decodeMeta(b)
-		if err != nil || got != m {
+		if err != nil || !reflect.DeepEqual(got, m) {
 			t.Fatalf("decode(encode(%+v)) = %+v, %v", m, got, err)
 		}
 	}))
@@ -150,11 +163,13 @@ func TestMetaCodec(t *testing.T) {
 	t.Run("bad inputs are errors", func(t *testing.T) {
 		good := nodeMeta{Protocol: 1, ShardCount: 8, Name: "n", APIAddr: "a:1"}.encode()
 		for name, b := range map[string][]byte{
-			"empty":        nil,
-			"other format": append([]byte{9}, good[1:]...),
-			"truncated":    good[:len(good)-2],
-			"bad state":    {metaFormat, 1, 8, 7, 1, 'n', 0},
-			"bad utf-8":    {metaFormat, 1, 8, 0, 1, 0xff, 0},
+			"empty":         nil,
+			"other format":  append([]byte{9}, good[1:]...),
+			"truncated":     good[:len(good)-2],
+			"bad state":     {metaFormat, 1, 8, 7, 1, 'n', 0},
+			"bad utf-8":     {metaFormat, 1, 8, 0, 1, 0xff, 0},
+			"cut key":       append(slices.Clone(good[:len(good)-1]), 1, 0xab, 0xcd), // good ends with its key count, 0
+			"too many keys": append(slices.Clone(good[:len(good)-1]), MaxGossipKeys+1, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4),
 		} {
 			if _, err := decodeMeta(b); err == nil {
 				t.Errorf("%s: decoded without error", name)
@@ -364,13 +379,17 @@ fairshard_cluster_config_entries 2
 # TYPE fairshard_cluster_config_updates_total counter
 fairshard_cluster_config_updates_total{source="local"} 2
 fairshard_cluster_config_updates_total{source="remote"} 0
+# HELP fairshard_cluster_accepted 1 once the cluster has accepted this node as a member (it may own shards); 0 while its peers have not confirmed it, e.g. while they still hold its name at another address.
+# TYPE fairshard_cluster_accepted gauge
+fairshard_cluster_accepted 1
 # HELP fairshard_cluster_members Live cluster members as this node sees them, by declared state: active, leaving. Suspect members count as live until declared dead.
 # TYPE fairshard_cluster_members gauge
 fairshard_cluster_members{state="active"} 0
 fairshard_cluster_members{state="leaving"} 1
-# HELP fairshard_cluster_refused_members_total Alive or merge messages of peers refused for an incompatible shard count, protocol version or unreadable meta.
+# HELP fairshard_cluster_refused_members_total Alive or merge messages of peers refused for an incompatible shard count, protocol version or unreadable meta, and node names claimed from a second address (name_conflict).
 # TYPE fairshard_cluster_refused_members_total counter
 fairshard_cluster_refused_members_total{reason="bad_meta"} 0
+fairshard_cluster_refused_members_total{reason="name_conflict"} 0
 fairshard_cluster_refused_members_total{reason="protocol_version"} 0
 fairshard_cluster_refused_members_total{reason="shard_count"} 0
 # HELP fairshard_owned_shard_fraction Owned shards over the shard count, in [0, 1]; 0 while the node is leaving.
@@ -387,7 +406,7 @@ fairshard_ownership_changes_total 1
 fairshard_ownership_shards_moved_total 1024
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
-		"fairshard_cluster_config_entries", "fairshard_cluster_config_updates_total", "fairshard_cluster_members",
+		"fairshard_cluster_config_entries", "fairshard_cluster_config_updates_total", "fairshard_cluster_accepted", "fairshard_cluster_members",
 		"fairshard_cluster_refused_members_total", "fairshard_owned_shard_fraction", "fairshard_owned_shards",
 		"fairshard_ownership_changes_total", "fairshard_ownership_shards_moved_total"); err != nil {
 		t.Fatal(err)

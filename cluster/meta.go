@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"unicode/utf8"
@@ -15,8 +16,9 @@ import (
 // version ([ErrProtocolMismatch]); bump it whenever any of the three
 // changes incompatibly. Version 2: the config gossip moved to package kv
 // (kv.WireVersion 2: tombstones carry their deletion time, full states
-// their sender).
-const ProtocolVersion uint8 = 2
+// their sender). Version 3: a joining node owns nothing until every peer
+// answers its member query (accept.go), which version 2 nodes ignore.
+const ProtocolVersion uint8 = 3
 
 // metaFormat is the first byte of encoded node meta. A decoder reads the
 // fields it knows and ignores trailing bytes, so a later format may append
@@ -59,13 +61,18 @@ func memberStateFromCode(b byte) (MemberState, error) {
 //
 // Encoding (format 1): format byte, protocol version byte, shard count
 // (uvarint), state byte, name (uvarint length + bytes), API address
-// (uvarint length + bytes).
+// (uvarint length + bytes), then the gossip key fingerprints: a count byte
+// and 4 bytes each, primary first (absent in metas written before them,
+// read as none).
 type nodeMeta struct {
 	Protocol   uint8
 	ShardCount uint32
 	State      MemberState
 	Name       string
 	APIAddr    string
+	// GossipKeys are the fingerprints (KeyFingerprint) of the member's
+	// gossip keys, primary first.
+	GossipKeys []string
 }
 
 func (m nodeMeta) encode() []byte {
@@ -75,6 +82,11 @@ func (m nodeMeta) encode() []byte {
 	b = append(b, m.State.code())
 	b = appendString(b, m.Name)
 	b = appendString(b, m.APIAddr)
+	b = append(b, byte(len(m.GossipKeys)))
+	for _, fp := range m.GossipKeys {
+		raw, _ := hex.DecodeString(fp) // KeyFingerprint: 8 hex digits
+		b = append(b, raw...)
+	}
 	return b
 }
 
@@ -107,6 +119,20 @@ func decodeMeta(b []byte) (nodeMeta, error) {
 	st := r.byte()
 	m.Name = r.string(MaxNodeNameBytes)
 	m.APIAddr = r.string(MaxAPIAddrBytes)
+	if r.err == nil && len(r.b) > 0 {
+		n := int(r.byte())
+		if n > MaxGossipKeys {
+			return nodeMeta{}, fmt.Errorf("node meta lists %d gossip keys, at most %d", n, MaxGossipKeys)
+		}
+		for range n {
+			if len(r.b) < 4 {
+				r.err = errShort
+				break
+			}
+			m.GossipKeys = append(m.GossipKeys, hex.EncodeToString(r.b[:4]))
+			r.b = r.b[4:]
+		}
+	}
 	if r.err != nil {
 		return nodeMeta{}, fmt.Errorf("node meta: %w", r.err)
 	}

@@ -16,7 +16,8 @@ import (
 //	fairshard_owned_shard_fraction                   gauge   owned/shard_count, in [0, 1] (unclamped: 0 while leaving)
 //	fairshard_ownership_changes_total                counter snapshots whose table differed from the previous one
 //	fairshard_ownership_shards_moved_total           counter shards whose owner changed, summed over those snapshots
-//	fairshard_cluster_refused_members_total{reason}  counter refused alive/merge messages: shard_count, protocol_version, bad_meta
+//	fairshard_cluster_refused_members_total{reason}  counter refused alive/merge messages: shard_count, protocol_version, bad_meta; name_conflict: a node claimed a member's name from another address (or this node was refused as a live duplicate)
+//	fairshard_cluster_accepted                       gauge   1 once the cluster has accepted this node (it may own shards), 0 before (accept.go)
 //
 // The gossiped config's metrics (fairshard_cluster_config_*,
 // fairshard_gossip_messages_dropped_total) are the kv store's, registered
@@ -29,6 +30,7 @@ type metrics struct {
 	refused          *prometheus.CounterVec
 	members          *membersCollector
 	health           prometheus.GaugeFunc
+	accepted         prometheus.GaugeFunc
 
 	registered []prometheus.Collector
 	reg        prometheus.Registerer
@@ -54,7 +56,7 @@ func newMetrics(c *Cluster) *metrics {
 		}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fairshard_cluster_refused_members_total",
-			Help: "Alive or merge messages of peers refused for an incompatible shard count, protocol version or unreadable meta.",
+			Help: "Alive or merge messages of peers refused for an incompatible shard count, protocol version or unreadable meta, and node names claimed from a second address (name_conflict).",
 		}, []string{"reason"}),
 		members: &membersCollector{c: c, desc: prometheus.NewDesc(
 			"fairshard_cluster_members",
@@ -70,7 +72,16 @@ func newMetrics(c *Cluster) *metrics {
 		}
 		return 0
 	})
-	for _, r := range []string{"shard_count", "protocol_version", "bad_meta"} {
+	m.accepted = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "fairshard_cluster_accepted",
+		Help: "1 once the cluster has accepted this node as a member (it may own shards); 0 while its peers have not confirmed it, e.g. while they still hold its name at another address.",
+	}, func() float64 {
+		if c.accepted.Load() {
+			return 1
+		}
+		return 0
+	})
+	for _, r := range []string{"shard_count", "protocol_version", "bad_meta", "name_conflict"} {
 		m.refused.WithLabelValues(r)
 	}
 	return m
@@ -81,7 +92,7 @@ func newMetrics(c *Cluster) *metrics {
 func (m *metrics) register(reg prometheus.Registerer) error {
 	m.reg = reg
 	for _, col := range []prometheus.Collector{
-		m.members, m.health, m.ownedShards, m.ownedFraction, m.ownershipChanges, m.shardsMoved,
+		m.members, m.health, m.accepted, m.ownedShards, m.ownedFraction, m.ownershipChanges, m.shardsMoved,
 		m.refused,
 	} {
 		if err := reg.Register(col); err != nil {

@@ -18,6 +18,12 @@ type Member struct {
 	GossipAddr string
 	// State is its declared state: active (owns shards) or leaving.
 	State MemberState
+	// GossipKeys are the fingerprints (KeyFingerprint) of its gossip keys,
+	// comma-separated, primary first, as its node meta announces them;
+	// empty without encryption. A rotation step has reached every member
+	// when each lists the step's keys (keyring.go). A string keeps Member
+	// comparable.
+	GossipKeys string
 }
 
 // OwnershipSnapshot is one immutable view of membership and shard
@@ -34,7 +40,8 @@ type Member struct {
 // function in package shards, in one place: replicaLists in Recompute.
 //
 // Who owns shards: members that memberlist holds alive or suspect (it
-// reports only a death or a leave) and whose meta says active. A suspect member keeps its shards until it is
+// reports only a death or a leave) and whose meta says active; this node
+// only once the cluster has accepted it (Accepted). A suspect member keeps its shards until it is
 // declared dead, so a slow probe does not move shards back and forth; a
 // leaving member owns none (it is draining, DESIGN.md "handoff"). With no
 // active member (a lone node that is leaving) the table is empty and
@@ -55,6 +62,11 @@ type OwnershipSnapshot struct {
 	// Owned lists the shards this node owns, ascending; empty while it is
 	// leaving or not yet a member.
 	Owned []uint32
+	// Accepted tells whether the cluster had accepted this node when the
+	// snapshot was taken (Cluster.Accepted). An unaccepted node lists
+	// itself in Members but owns nothing: Table is computed without it,
+	// as its peers compute theirs, and Owned is empty.
+	Accepted bool
 	// Fraction is this node's OwnedShardFraction, len(Owned)/ShardCount
 	// with NewOwnedShardFraction's clamp: a node owning nothing reports
 	// 1/ShardCount (it has no rows to claim anyway).
@@ -161,6 +173,7 @@ func (c *Cluster) Recompute() *OwnershipSnapshot {
 	defer c.recomputeMu.Unlock()
 
 	nodes := c.livePeers()
+	accepted := c.accepted.Load()
 	members := make([]Member, 0, len(nodes))
 	active := make([]string, 0, len(nodes))
 	for _, n := range nodes {
@@ -168,9 +181,9 @@ func (c *Cluster) Recompute() *OwnershipSnapshot {
 		if err != nil || m.ShardCount != c.cfg.ShardCount || m.Protocol != c.protocol {
 			continue // never admitted; defensive
 		}
-		members = append(members, Member{Name: n.name, APIAddr: m.APIAddr, GossipAddr: n.addr, State: m.State})
-		if m.State == MemberActive {
-			active = append(active, n.name)
+		members = append(members, Member{Name: n.name, APIAddr: m.APIAddr, GossipAddr: n.addr, State: m.State, GossipKeys: strings.Join(m.GossipKeys, ",")})
+		if m.State == MemberActive && (accepted || n.name != c.name) {
+			active = append(active, n.name) // not this node until it is accepted
 		}
 	}
 	slices.SortFunc(members, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
@@ -182,8 +195,8 @@ func (c *Cluster) Recompute() *OwnershipSnapshot {
 	c.kv.SetMembers(names) // who must see a config tombstone before it is collected
 
 	prev := c.snap.Load()
-	if prev != nil && slices.Equal(prev.Members, members) {
-		return prev // same members and states: same table
+	if prev != nil && prev.Accepted == accepted && slices.Equal(prev.Members, members) {
+		return prev // same members, states and acceptance: same table
 	}
 	table := shards.Assign(active, c.cfg.ShardCount)
 	owned := table.Owned(c.name)
@@ -196,6 +209,7 @@ func (c *Cluster) Recompute() *OwnershipSnapshot {
 		ShardCount: c.cfg.ShardCount,
 		Members:    members,
 		Table:      table,
+		Accepted:   accepted,
 		Owned:      owned,
 		Fraction:   shards.NewOwnedShardFraction(uint32(len(owned)), c.cfg.ShardCount),
 	}

@@ -51,6 +51,11 @@ var benchModes = []benchMode{
 func BenchmarkEndToEnd(b *testing.B) {
 	for _, st := range storeKinds {
 		for _, m := range benchModes {
+			if testing.Short() {
+				// make test runs every benchmark once with -short, for its
+				// checks (every row done, once): a tenth of the rows.
+				m.rows /= 10
+			}
 			b.Run(st.name+"/"+m.name, func(b *testing.B) { benchEndToEnd(b, st, m) })
 		}
 	}

@@ -16,7 +16,13 @@
 //
 // It is built on golang.org/x/sync/errgroup: the group accounts for the
 // goroutines; each loop also gets its own context and done channel so Stop
-// can order them. It imports nothing of fairshard's.
+// can order them.
+//
+// A Manager does the same for a process's services, where stopping is more
+// than cancelling a loop: each Service has a start step, an optional loop
+// and a stop step (drain deliveries, hand off rows, leave the gossip), run
+// in the reverse of the declared start order. The node runs its parts
+// under one Manager. The package imports nothing of fairshard's.
 package lifecycle
 
 import (

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"encoding/base64"
 	"errors"
 	"flag"
@@ -8,11 +9,35 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/fairshard/fairshard/cluster"
 	"github.com/fairshard/fairshard/kv"
 )
+
+// Default caps on the gossiped config (--max-namespaces, --max-targets,
+// --max-holds), checked when an admin call would add an entry (issue #13
+// item 4): a call past a cap is answered 409 limit_exceeded naming it, and
+// changes nothing. At their defaults they keep the config inside the kv
+// store's own caps (kv.DefaultMaxEntries, kv.DefaultMaxBytes), which bound
+// the state every push/pull sends; the kv caps answer 409 too (field
+// "config") if big values reach them first.
+const (
+	// DefaultMaxNamespaces caps the namespaces with settings (any field set).
+	DefaultMaxNamespaces = 5000
+	// DefaultMaxTargets caps the routes with their own delivery target.
+	DefaultMaxTargets = 5000
+	// DefaultMaxHolds caps the workflows held at once.
+	DefaultMaxHolds = 10_000
+)
+
+// MaxHandoffBatchBytes is the largest --handoff-batch-bytes: a handoff call
+// then holds at most this many row bytes plus one row, which fits the
+// receiving route's body limit (httpapi.MaxHandoffBodyBytes) as JSON
+// (base64 payloads grow by a third).
+const MaxHandoffBatchBytes = 32 << 20
 
 // Config is the node's boot configuration: fixed after start. Runtime
 // settings (namespace quotas, pauses, targets, holds) live in the gossiped
@@ -57,8 +82,18 @@ type Config struct {
 	// ClusterSecret authenticates node-to-node calls (forwarded appends,
 	// handoff). Defaults to APIToken.
 	ClusterSecret string
-	// GossipKey encrypts gossip (16, 24 or 32 bytes; base64 in flags/env).
-	GossipKey []byte
+	// GossipKeys encrypt gossip: 16, 24 or 32 bytes each (base64 in flags
+	// and env, comma-separated), at most cluster.MaxGossipKeys, primary
+	// first: the primary encrypts, every key decrypts. A rotation changes
+	// the list in three cluster-wide steps (README "Rotating the gossip
+	// key"). Empty: no encryption.
+	GossipKeys [][]byte
+	// GossipKeyFile, when set, holds the gossip keys instead of
+	// --gossip-key: base64 keys one a line, primary first, blank lines and
+	// lines starting with # ignored. Validate reads it into GossipKeys; the
+	// node reads it again on ReloadGossipKeys (SIGHUP), so keys rotate
+	// without restarts.
+	GossipKeyFile string
 	// GossipProfile picks memberlist timings: "lan" (default) or "fast"
 	// (short probe and push/pull intervals, for tests on loopback).
 	GossipProfile string
@@ -132,7 +167,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.HTTPAddr, "http-addr", ":8080", "HTTP API listen address")
 	fs.StringVar(&c.AdvertiseHTTP, "advertise-http", "", "host:port other nodes use for this node's API (default: derived)")
 	fs.StringVar(&c.GossipAddr, "gossip-addr", "0.0.0.0:7946", "gossip (memberlist) bind address, UDP and TCP")
-	fs.StringVar(&c.AdvertiseGossip, "advertise-gossip", "", "ip:port peers use to reach this node's gossip (default: derived)")
+	fs.StringVar(&c.AdvertiseGossip, "advertise-gossip", "", "ip:port peers use to reach this node's gossip (default: the bound IP, or for 0.0.0.0 an address of the default route's interface, logged at start)")
 	fs.Func("join", "comma-separated host:port seeds to join (DNS names join every address)", func(s string) error {
 		c.Join = splitList(s)
 		return nil
@@ -145,21 +180,15 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DefaultTarget, "default-target", "", "delivery URL for routes without a target; {namespace} and {task_queue} are substituted")
 	fs.StringVar(&c.APIToken, "api-token", "", "bearer token required on /v1 calls (default: none)")
 	fs.StringVar(&c.ClusterSecret, "cluster-secret", "", "bearer token for node-to-node calls (default: the API token)")
-	fs.Func("gossip-key", "base64 gossip encryption key of 16, 24 or 32 bytes (default: none)", func(s string) error {
-		if s == "" {
-			c.GossipKey = nil
-			return nil
-		}
-		k, err := base64.StdEncoding.DecodeString(s)
+	fs.Func("gossip-key", "comma-separated base64 gossip encryption keys of 16, 24 or 32 bytes, primary first: the first encrypts, each decrypts (default: none; rotation: see the README)", func(s string) error {
+		keys, err := ParseGossipKeys(strings.Split(s, ","))
 		if err != nil {
-			return fmt.Errorf("not base64: %w", err)
+			return err
 		}
-		if n := len(k); n != 16 && n != 24 && n != 32 {
-			return fmt.Errorf("decodes to %d bytes, want 16, 24 or 32", n)
-		}
-		c.GossipKey = k
+		c.GossipKeys = keys
 		return nil
 	})
+	fs.StringVar(&c.GossipKeyFile, "gossip-key-file", "", "file of base64 gossip keys, one a line, primary first; read again on SIGHUP to rotate keys without restarts (instead of --gossip-key)")
 	fs.StringVar(&c.GossipProfile, "gossip-profile", "lan", "memberlist timings: lan or fast (tests on loopback)")
 	fs.DurationVar(&c.PollInterval, "poll-interval", 20*time.Millisecond, "dispatcher sweep interval")
 	fs.IntVar(&c.BatchSize, "batch-size", 256, "most rows claimed per sweep")
@@ -181,6 +210,60 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxHolds, "max-holds", DefaultMaxHolds, "most workflows held at once (cluster-wide)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
+}
+
+// ParseGossipKeys decodes gossip keys given as base64 strings, primary
+// first; blank entries are skipped. Errors name the key by position: not
+// base64, not 16, 24 or 32 bytes, a key given twice, more than
+// cluster.MaxGossipKeys.
+func ParseGossipKeys(encoded []string) ([][]byte, error) {
+	var keys [][]byte
+	for _, e := range encoded {
+		if e = strings.TrimSpace(e); e == "" {
+			continue
+		}
+		k, err := base64.StdEncoding.DecodeString(e)
+		if err != nil {
+			return nil, fmt.Errorf("key %d is not base64: %w", len(keys)+1, err)
+		}
+		if n := len(k); n != 16 && n != 24 && n != 32 {
+			return nil, fmt.Errorf("key %d decodes to %d bytes, want 16, 24 or 32", len(keys)+1, n)
+		}
+		for i, o := range keys {
+			if bytes.Equal(o, k) {
+				return nil, fmt.Errorf("keys %d and %d are the same key", i+1, len(keys)+1)
+			}
+		}
+		keys = append(keys, k)
+	}
+	if len(keys) > cluster.MaxGossipKeys {
+		return nil, fmt.Errorf("%d keys, at most %d (a rotation needs two)", len(keys), cluster.MaxGossipKeys)
+	}
+	return keys, nil
+}
+
+// LoadGossipKeys reads a --gossip-key-file: base64 keys one a line,
+// primary first; blank lines and lines starting with # are skipped. An
+// empty file is an error (a node cannot drop encryption while running).
+func LoadGossipKeys(path string) ([][]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read gossip keys: %w", err)
+	}
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			lines = append(lines, l)
+		}
+	}
+	keys, err := ParseGossipKeys(lines)
+	if err != nil {
+		return nil, fmt.Errorf("gossip keys in %s: %w", path, err)
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("gossip keys in %s: no key", path)
+	}
+	return keys, nil
 }
 
 func uintFlag(dst *uint32) func(string) error {
@@ -249,6 +332,19 @@ func (c *Config) Validate() error {
 		u, err := url.Parse(strings.NewReplacer("{namespace}", "ns", "{task_queue}", "tq").Replace(c.DefaultTarget))
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			bad("default-target", "%q is not an http(s) URL", c.DefaultTarget)
+		}
+	}
+	if c.GossipKeyFile != "" {
+		// Validate may run twice (cmd/node, then New): keys equal to the
+		// file's are the file's.
+		keys, err := LoadGossipKeys(c.GossipKeyFile)
+		switch {
+		case err != nil:
+			bad("gossip-key-file", "%v", err)
+		case len(c.GossipKeys) > 0 && !slices.EqualFunc(c.GossipKeys, keys, bytes.Equal):
+			bad("gossip-key-file", "and --gossip-key are both set: keep the keys in one place")
+		default:
+			c.GossipKeys = keys
 		}
 	}
 	if c.GossipProfile != "lan" && c.GossipProfile != "fast" {

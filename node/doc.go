@@ -1,20 +1,37 @@
-// Package node composes one fairshard process: the bbolt store, cluster
-// membership and gossiped config, the fair dispatcher, append routing to
-// shard owners, handoff of rows held for shards owned elsewhere, and the
-// HTTP API (public /v1, node-to-node /internal/v1, /metrics, /healthz,
-// /readyz). cmd/node turns flags and signals into a Config and calls New,
-// Start and Shutdown; tests build in-process clusters the same way.
+// Package node composes one fairshard process from its parts and runs
+// them under one lifecycle: the outbox store (bbolt, or any Store), cluster
+// membership and the gossiped config (cluster, kv), the fair dispatcher
+// (dispatch, backpressure) and the node's own parts, each a package of its
+// own with the interfaces it consumes declared where it consumes them:
+//
+//   - httpapi: the HTTP API (public /v1, node-to-node /internal/v1,
+//     /metrics, /healthz, /readyz): decoding, validation, answers;
+//   - router: where each appended row is stored (here, forwarded to its
+//     shard's owner, or held here while the owner is unreachable);
+//   - settings: the runtime config kept in the gossiped config (quotas,
+//     pauses, retry overrides, targets, holds) and its persistence;
+//   - handoff: moving rows held for shards owned elsewhere (package
+//     transfer's Mover, one sink per owner);
+//   - peer: the client of other nodes' /internal/v1 routes.
+//
+// cmd/node turns flags and signals into a Config and calls New, Start and
+// Shutdown; tests build in-process clusters the same way, on bbolt files
+// (New) or on memstore (NewWithStore).
 //
 // # Lifecycle
 //
 // New opens the store (lock timeout: a second process on the same data dir
-// fails clearly), binds the HTTP listener and creates the memberlist node.
-// Start serves, joins and launches the loops. Shutdown drains in this order:
-// refuse appends → stop claiming and finish in-flight deliveries → mark the
-// node leaving (it owns nothing) → refuse rows from peers and wait for the
-// writes in progress → hand off every row it holds (at once when no other
-// member owns their shards: they stay on disk) → leave the gossip → stop
-// serving → close the store. Close stops at once.
+// fails clearly), binds the HTTP listener, creates the memberlist node and
+// wires the parts. Its services (services.go) start in a declared order
+// and stop in the reverse one (lifecycle.Manager): store, peer client,
+// HTTP server, cluster, ownership, join, config watcher, tombstone GC,
+// stats, handoff, dispatcher, intake. So Shutdown stops in this order:
+// refuse appends and mark the node leaving (peers take its shards after a
+// gossip round; it owns nothing, so it stops claiming) → finish in-flight
+// deliveries → refuse rows from peers and wait for the writes in progress
+// → hand off every row it holds (at once when no other member owns their
+// shards: they stay on disk) → leave the gossip → stop serving → close the
+// store. Close walks the same list at once.
 //
 // # Ownership
 //
@@ -27,12 +44,11 @@
 // # What it does not own
 //
 // Claim semantics (package backpressure), delivery (dispatch), storage
-// (boltstore) and membership (cluster) live in their packages; this one only
-// wires them and speaks HTTP.
+// (boltstore, memstore) and membership (cluster) live in their packages;
+// this one only wires them.
 //
 // # Concurrency
 //
-// A Node is safe for concurrent use. Its goroutines (HTTP server, ownership
-// and config watchers, dispatcher, handoff, tombstone GC, stats) all stop in
-// Close.
+// A Node is safe for concurrent use. Every goroutine it starts belongs to
+// one of its services and has returned when Shutdown or Close returns.
 package node

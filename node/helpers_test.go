@@ -111,9 +111,16 @@ func startNode(t testing.TB, mutate func(*node.Config)) *tnode {
 
 func startConfig(t testing.TB, cfg node.Config) *tnode {
 	t.Helper()
+	return startWith(t, cfg, node.New)
+}
+
+// startWith is startConfig with the constructor to use (node.New, or
+// NewWithStore around another store).
+func startWith(t testing.TB, cfg node.Config, build func(node.Config, *slog.Logger) (*node.Node, error)) *tnode {
+	t.Helper()
 	logs := &logBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	n, err := node.New(cfg, log.With("node", cfg.NodeName))
+	n, err := build(cfg, log.With("node", cfg.NodeName))
 	if err != nil {
 		t.Fatalf("node.New(%s): %v", cfg.NodeName, err)
 	}

@@ -200,7 +200,7 @@ func TestStartFailsWhenTheStateExchangeFails(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Join = []string{a.GossipAddr()}
 	cfg.JoinWait = time.Second
-	cfg.GossipKey = bytes.Repeat([]byte{7}, 32)
+	cfg.GossipKeys = [][]byte{bytes.Repeat([]byte{7}, 32)}
 	n, err := node.New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)

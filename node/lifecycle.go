@@ -5,90 +5,31 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
-	"strings"
 	"time"
 
 	"github.com/fairshard/fairshard/cluster"
-	"github.com/fairshard/fairshard/kv"
 )
 
-// Start serves the API, joins the cluster and starts the background loops
-// (dispatcher, ownership watcher, config watcher, handoff, tombstone GC,
-// stats). With --join seeds it first waits, up to JoinWait, for a seed to
+// Start starts the node's services in their declared order (services.go):
+// it serves the API, starts the cluster's join loop, applies ownership and
+// joins the seeds, then starts the config watcher, the stats, slot-lease
+// and tombstone loops, handoff and the dispatcher, and marks the node
+// ready. With --join seeds it first waits, up to JoinWait, for a seed to
 // answer (awaitFirstJoin): the node owns no shard meanwhile, so it cannot
 // claim with a solo view. The cluster's join loop keeps re-joining missing
-// seeds until Close. ctx bounds that wait: if it ends first, Start returns
-// its error and the node never becomes ready; so does a cluster that refuses
-// the node (another --shards). After an error the caller must Close. The
-// node is ready (GET /readyz) once Start has returned nil.
+// seeds until the node stops. ctx bounds that wait: if it ends first, Start
+// returns its error and the node never becomes ready; so does a cluster
+// that refuses the node (another --shards, or its name used by a live
+// member). After an error the caller must Close. The node is ready (GET
+// /readyz) once Start has returned nil and the cluster has accepted it
+// (awaitAccepted).
 func (n *Node) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("start %s: %w", n.name, err)
 	}
-	runCtx, cancel := context.WithCancel(context.Background())
-	n.runCancel = cancel
-	n.dispCtx, n.dispStop = context.WithCancel(runCtx)
-
-	n.wg.Go(func() {
-		if err := n.srv.Serve(n.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			n.log.Error("http server stopped", "err", err)
-		}
-	})
-	// Ownership must be applied before the dispatcher claims anything. A
-	// node with seeds owns nothing until it has joined them: until then its
-	// view ("I own every shard") would let it claim rows a live owner holds
-	// too (e.g. rows it had handed off just before a crash).
-	n.awaitingJoin.Store(len(n.cfg.Join) > 0)
-	snaps, unsubscribe := n.cl.Subscribe("node")
-	n.applySnapshot(n.cl.Snapshot())
-	n.wg.Go(func() {
-		defer unsubscribe()
-		for {
-			select {
-			case <-runCtx.Done():
-				return
-			case s := <-snaps:
-				n.applySnapshot(s)
-			}
-		}
-	})
-	// The join loop lives as long as the node: a caller's short start-up
-	// context must not end it (it would stop re-joining seeds forever).
-	if err := n.cl.Start(runCtx); err != nil {
-		cancel()
-		return fmt.Errorf("join cluster: %w", err)
+	if err := n.svc.Start(ctx); err != nil {
+		return err
 	}
-	if n.awaitingJoin.Load() {
-		if err := n.awaitFirstJoin(ctx); err != nil {
-			return err // the caller's Close stops what Start launched
-		}
-	}
-	n.applySnapshot(n.cl.Snapshot())
-
-	watch := n.cl.KV().Watch("node", "")
-	n.wg.Go(func() {
-		defer watch.Close()
-		for {
-			select {
-			case <-runCtx.Done():
-				return
-			case <-watch.C():
-				n.applyConfigChanges(watch.Changes())
-			}
-		}
-	})
-	n.wg.Go(func() {
-		if err := n.disp.Run(n.dispCtx); err != nil {
-			n.log.Error("dispatcher stopped", "err", err)
-		}
-	})
-	handoffCtx, handoffStop := context.WithCancel(runCtx)
-	n.handoffStop = handoffStop
-	n.wg.Go(func() { n.handoffLoop(handoffCtx) })
-	n.wg.Go(func() { _ = n.store.RunTombstoneGC(runCtx, time.Minute) })
-	n.wg.Go(func() { n.statsLoop(runCtx) })
-	n.ready.Store(true)
 	n.log.Info("node started", "members", len(n.ownership().Members))
 	return nil
 }
@@ -133,7 +74,7 @@ func (n *Node) awaitFirstJoin(ctx context.Context) (err error) {
 	exchangeFailures := 0
 	for {
 		done := make(chan result, 1)
-		n.wg.Go(func() {
+		n.joins.Go(func() {
 			c, err := n.cl.Join(context.Background(), n.cfg.Join...)
 			done <- result{c, err}
 		})
@@ -146,9 +87,12 @@ func (n *Node) awaitFirstJoin(ctx context.Context) (err error) {
 		switch {
 		case res.err == nil && res.contacted > 0:
 			n.log.Info("joined cluster", "seeds_contacted", res.contacted)
-			return nil
+			return n.awaitAccepted(ctx, wctx)
+		case errors.Is(res.err, cluster.ErrNameConflict):
+			return fmt.Errorf("the cluster at %v refused this node: %w", n.cfg.Join, res.err)
 		case errors.Is(res.err, cluster.ErrNoPeers) && literalSeeds:
 			n.log.Info("no other seed: starting as the cluster's first node", "join", n.cfg.Join)
+			n.cl.AcceptAlone()
 			return nil
 		case errors.Is(res.err, cluster.ErrShardCountMismatch):
 			return fmt.Errorf("the cluster at %v refused this node: its --shards %d differs from the cluster's (every node must use the same shard count): %w",
@@ -179,11 +123,46 @@ func (n *Node) awaitFirstJoin(ctx context.Context) (err error) {
 					n.cfg.Join, n.cfg.JoinWait, res.err)
 			}
 			n.log.Warn("no seed answered; serving alone until one does", "join", n.cfg.Join, "waited", n.cfg.JoinWait, "err", res.err)
+			n.cl.AcceptAlone()
 			return nil
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
 }
+
+// awaitAccepted waits, within the join wait (wctx), until the cluster
+// accepts this node (cluster.Accepted: every peer holds it at its own
+// address) or refuses it: another live node uses its name, an error that
+// stops the start (the process exits non-zero). If the wait ends first (the
+// peers still hold this name at a dead earlier address until they reclaim
+// it, 30 s after its death with the LAN profile), Start goes on: the node
+// serves appends by forwarding them, owns no shard and is not ready until
+// it is accepted; a refusal after that reaches Failed.
+func (n *Node) awaitAccepted(ctx, wctx context.Context) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for !n.cl.Accepted() {
+		select {
+		case <-n.cl.Refused():
+			return fmt.Errorf("the cluster at %v refused this node: %w", n.cfg.Join, n.cl.RefusedErr())
+		case <-wctx.Done():
+			if ctx.Err() != nil {
+				return fmt.Errorf("start %s: stopped while waiting for the cluster to accept it: %w", n.name, ctx.Err())
+			}
+			n.log.Warn("joined, but the cluster has not accepted this node yet (does it still hold this node's name at an earlier address?): it owns no shards and is not ready until it does",
+				"waited", n.cfg.JoinWait)
+			return nil
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// Failed returns a channel that receives an error when the node can no
+// longer serve and its process should stop with a non-zero status: the
+// cluster refused it after Start returned (another live node uses its
+// name). It never receives before Start and at most once.
+func (n *Node) Failed() <-chan error { return n.failed }
 
 // applySnapshot makes s the node's applied ownership view: it scopes the
 // store's claims to the shards this node owns in s, then publishes s as the
@@ -207,7 +186,7 @@ func (n *Node) applySnapshot(s *cluster.OwnershipSnapshot) {
 	}
 	n.store.SetOwnedShards(s.Owned)
 	n.applied.Store(s)
-	n.wakeHandoff()
+	n.handoff.Wake()
 	n.disp.Wake()
 }
 
@@ -216,104 +195,52 @@ func (n *Node) applySnapshot(s *cluster.OwnershipSnapshot) {
 // read. Never nil after New.
 func (n *Node) ownership() *cluster.OwnershipSnapshot { return n.applied.Load() }
 
-func (n *Node) applyConfigChanges(changes []kv.Entry) {
-	for _, e := range changes {
-		switch {
-		case strings.HasPrefix(e.Key, prefixHold):
-			n.rc.invalidateHolds()
-		case strings.HasPrefix(e.Key, prefixNamespace):
-			if ns, ok := namespaceOfKey(e.Key); ok {
-				n.quota.Invalidate(ns)
-			}
-		}
-	}
-	n.disp.Wake()
+// Ready reports whether the node serves: store open, cluster joined and
+// accepted (it may own shards: a node whose name its peers still hold at
+// another address is not ready), ownership applied, not draining.
+func (n *Node) Ready() bool {
+	return n.ready.Load() && !n.api.Draining() && n.ownership().Accepted
 }
 
-func (n *Node) wakeHandoff() {
-	select {
-	case n.handoffWake <- struct{}{}:
-	default:
-	}
-}
-
-// Ready reports whether the node serves: store open, cluster joined,
-// ownership applied, not draining.
-func (n *Node) Ready() bool { return n.ready.Load() && !n.draining.Load() }
-
-// Shutdown stops the node gracefully, in this order: refuse new appends;
-// stop claiming and let in-flight deliveries finish; mark this node leaving
-// (peers stop counting it as an owner), refuse rows from peers and wait for
-// the writes in progress, then hand off every row it holds while the
-// cluster is reachable; leave the gossip; stop serving; close the store. ctx bounds the whole stop; whatever was not handed off when it
-// ends stays on disk and moves when the node returns.
+// Shutdown stops the node gracefully: its services stop in the reverse of
+// their start order (services.go): refuse new appends and announce that
+// this node is leaving (peers take its shards after a gossip round; it
+// stops claiming),
+// let in-flight deliveries finish (at most half the time ctx leaves),
+// refuse rows from peers and wait for the writes in progress, hand off
+// every row it holds while the cluster is reachable, leave the gossip,
+// stop serving, close the store. ctx bounds the whole stop; whatever was
+// not handed off when it ends stays on disk and moves when the node
+// returns. It returns every step's failure, each naming its service.
 func (n *Node) Shutdown(ctx context.Context) error {
-	n.draining.Store(true)
-	var errs []error
-	// Half the grace for in-flight deliveries, the rest for handoff.
-	if dl, ok := ctx.Deadline(); ok {
-		dctx, cancel := context.WithDeadline(ctx, time.Now().Add(time.Until(dl)/2))
-		if err := n.disp.Drain(dctx); err != nil {
-			errs = append(errs, err)
-		}
-		cancel()
-	} else if err := n.disp.Drain(ctx); err != nil {
-		errs = append(errs, err)
-	}
-	if err := n.cl.SetLeaving(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("mark leaving: %w", err))
-	}
-	n.applySnapshot(n.cl.Snapshot())
-	// From here on rows sent here could outlive the last handoff pass:
-	// refuse them (peers hold them and hand them to the new owners) and
-	// let the writes already admitted finish first.
-	if err := n.intake.close(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("close intake: %w", err))
-	}
-	if n.handoffStop != nil {
-		n.handoffStop() // a pass of the loop in flight stops; the drain takes over
-	}
-	left, err := n.drainHandoff(ctx)
-	if err != nil {
-		errs = append(errs, fmt.Errorf("handoff on shutdown: %d shards still hold rows on disk: %w", left, err))
-	}
-	if err := n.cl.Leave(ctx); err != nil {
-		errs = append(errs, fmt.Errorf("leave cluster: %w", err))
-	}
-	if err := n.Close(); err != nil {
-		errs = append(errs, err)
-	}
-	if len(errs) == 0 {
+	err := n.svc.Stop(ctx)
+	if err == nil {
 		n.log.Info("node stopped gracefully")
 	}
-	return errors.Join(errs...)
+	return err
 }
 
-// Close stops the node at once: loops end, in-flight deliveries are
-// abandoned (their claims are re-armed on the next start), memberlist shuts
-// down without a leave, the store closes. Idempotent.
+// Close stops the node at once: the same walk as Shutdown with no grace,
+// so loops end, in-flight deliveries are abandoned (their claims are
+// re-armed on the next start), nothing is handed off, memberlist shuts
+// down without a leave, and the store closes. It returns what failed
+// releasing resources (cluster shutdown, store close). Idempotent; after
+// Shutdown it returns Shutdown's release errors.
 func (n *Node) Close() error {
-	n.closeOnce.Do(func() {
-		n.draining.Store(true)
-		if n.runCancel != nil {
-			n.runCancel()
-		}
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_ = n.srv.Shutdown(sctx)
-		cancel()
-		if n.runCancel == nil { // never started: the listener is ours to close
-			_ = n.ln.Close()
-		}
-		n.wg.Wait()
-		n.peers.close()
-		var errs []error
-		if err := n.cl.Shutdown(); err != nil {
-			errs = append(errs, fmt.Errorf("cluster shutdown: %w", err))
-		}
-		if err := n.store.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close store: %w", err))
-		}
-		n.closeErr = errors.Join(errs...)
-	})
-	return n.closeErr
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = n.svc.Stop(ctx)
+	n.releaseMu.Lock()
+	defer n.releaseMu.Unlock()
+	return n.releaseErr
+}
+
+// released records what failed releasing a resource, for Close.
+func (n *Node) released(err error) error {
+	if err != nil {
+		n.releaseMu.Lock()
+		n.releaseErr = errors.Join(n.releaseErr, err)
+		n.releaseMu.Unlock()
+	}
+	return err
 }

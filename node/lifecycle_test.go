@@ -3,17 +3,20 @@ package node_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/fairshard/fairshard/boltstore"
 	"github.com/fairshard/fairshard/node"
 	"github.com/fairshard/fairshard/outbox"
+	"github.com/fairshard/fairshard/shards"
 )
 
 // openStore opens a stopped node's data file for inspection; it is closed
@@ -217,5 +220,117 @@ func TestNewRefusesBadStarts(t *testing.T) {
 	}
 	if err := n.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
+	}
+}
+
+// TestShutdownAnnouncesLeavingBeforeDraining (issue #16 item 11): a node
+// stopping gracefully while slow deliveries are in flight announces that
+// it is leaving first, so its shards are owned and claimed by the other
+// node after a gossip round, not after the drain. Under load (appends and
+// deliveries keep flowing through the other node), b holds deliveries that
+// take drainDelay, then stops. The timeline is measured from the Shutdown
+// call (what SIGTERM does): when a first stores a row of one of b's shards
+// itself (it owns the shard: routing and claim scope read the same applied
+// view) and when that row is delivered, i.e. was claimed on a. Both must
+// come well before the drain could end; before the fix they came after it.
+func TestShutdownAnnouncesLeavingBeforeDraining(t *testing.T) {
+	t.Parallel()
+	const drainDelay = 4 * time.Second
+	nodes := startCluster(t, 2, nil)
+	a, b := nodes[0], nodes[1]
+	table := waitConverged(t, nodes)
+	slow, probe, bg := newTarget(t), newTarget(t), newTarget(t)
+	slow.SetDelay(drainDelay)
+	a.setTarget("slow", "default", slow.URL())
+	a.setTarget("probe", "default", probe.URL())
+	a.setTarget("bg", "default", bg.URL())
+
+	// Keys of b's shards: slow rows and probe rows.
+	var bKeys []string
+	for i := 0; len(bKeys) < 400; i++ {
+		if k := fmt.Sprintf("b-%d", i); table[shards.ShardOf(k, 1024)] == b.Name() {
+			bKeys = append(bKeys, k)
+		}
+	}
+	slowKeys, probeKeys := bKeys[:4], bKeys[4:]
+
+	// Load: rows of every shard through a, delivered at once, until the
+	// test ends.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	defer func() { close(stop); wg.Wait() }()
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			var rows []rowIn
+			for j := range 10 {
+				rows = append(rows, rowIn{"dispatch_key": fmt.Sprintf("bg-%d-%d", i, j), "namespace": "bg"})
+			}
+			_, _, _ = tryRequest("POST", a.base+"/v1/rows", map[string]any{"rows": rows})
+		}
+	})
+	eventually(t, 10*time.Second, func() bool { return bg.Distinct() > 100 }, "background deliveries to flow")
+	var rows []rowIn
+	for _, k := range slowKeys {
+		rows = append(rows, rowIn{"dispatch_key": k, "namespace": "slow"})
+	}
+	a.appendRows(rows...)
+	eventually(t, 10*time.Second, func() bool { return b.namespace("slow").Claimed == len(slowKeys) },
+		"%s to have its %d slow deliveries in flight", b.Name(), len(slowKeys))
+
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		done <- b.Shutdown(ctx)
+	}()
+	// Every 20 ms a probe row of one of b's shards is appended through a;
+	// the first one a keeps (answer "node": a) marks the takeover.
+	var owned time.Duration
+	var probeKey string
+	for i := 0; probeKey == ""; i++ {
+		if i == len(probeKeys) {
+			t.Fatalf("a never stored a row of %s's shards itself during the stop", b.Name())
+		}
+		st, body, err := tryRequest("POST", a.base+"/v1/rows", map[string]any{"rows": []rowIn{{"dispatch_key": probeKeys[i], "namespace": "probe"}}})
+		if err != nil || st != http.StatusOK {
+			t.Fatalf("probe append through %s: %d %s %v", a.Name(), st, body, err)
+		}
+		var out appendOut
+		mustUnmarshal(t, body, &out)
+		if out.Rows[0].Node == a.Name() {
+			owned, probeKey = time.Since(start), probeKeys[i]
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	eventually(t, 10*time.Second, func() bool { return probe.Count(probeKey) > 0 }, "probe row %s to be delivered by %s", probeKey, a.Name())
+	claimed := time.Since(start)
+	err := <-done
+	stopped := time.Since(start)
+	t.Logf("SIGTERM → %s owns %s's shards: %v; → it delivered a row of one: %v; %s's Shutdown took %v (its in-flight deliveries take %v)",
+		a.Name(), b.Name(), owned.Round(time.Millisecond), claimed.Round(time.Millisecond), b.Name(), stopped.Round(time.Millisecond), drainDelay)
+	if err != nil {
+		t.Fatalf("Shutdown of %s: %v", b.Name(), err)
+	}
+	// The drain really happened: b waited for its slow deliveries.
+	if stopped < drainDelay/2 {
+		t.Errorf("Shutdown took %v: %s did not wait for its in-flight deliveries (%v each)", stopped, b.Name(), drainDelay)
+	}
+	for _, k := range slowKeys {
+		if c := slow.Count(k); c != 1 {
+			t.Errorf("in-flight row %s delivered %d times, want 1 (the drain lets it finish)", k, c)
+		}
+	}
+	// Claimed elsewhere after a gossip round or a few, not after the drain
+	// (which ended drainDelay/2 or more after the stop began).
+	if claimed >= drainDelay/2 {
+		t.Errorf("a row of %s's shards was first claimed on %s %v after the stop began; want well under the drain (%v): the node must announce leaving before it drains",
+			b.Name(), a.Name(), claimed, drainDelay)
 	}
 }

@@ -7,45 +7,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// nodeMetrics are the node's own metrics (the store, cluster and
-// dispatcher register theirs on the same registry).
-type nodeMetrics struct {
-	appendRows           *prometheus.CounterVec // by outcome
-	appendRequests       *prometheus.CounterVec // by code class
-	forwardErrors        prometheus.Counter
-	handoffSent          prometheus.Counter
-	handoffReceived      prometheus.Counter
-	handoffErrors        prometheus.Counter
-	handoffShardsPending prometheus.Gauge
-	handoffInTransfer    prometheus.Gauge
-	pending              *prometheus.GaugeVec
-	oldestPendingAge     *prometheus.GaugeVec
-	deadLetters          *prometheus.GaugeVec
+// statsMetrics are the node's backlog gauges, refreshed from the store by
+// the stats service (the API, router, handoff, store, cluster and
+// dispatcher register their own metrics on the same registry).
+type statsMetrics struct {
+	handoffInTransfer prometheus.Gauge
+	pending           *prometheus.GaugeVec
+	oldestPendingAge  *prometheus.GaugeVec
+	deadLetters       *prometheus.GaugeVec
 }
 
-func newNodeMetrics(reg prometheus.Registerer) *nodeMetrics {
-	m := &nodeMetrics{
-		appendRows: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fairshard_append_rows_total", Help: "Rows answered by POST /v1/rows on this node, by outcome (created, duplicate, accepted).",
-		}, []string{"outcome"}),
-		appendRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "fairshard_append_requests_total", Help: "POST /v1/rows requests by HTTP status code.",
-		}, []string{"code"}),
-		forwardErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fairshard_forward_errors_total", Help: "Forwarded appends that failed; their rows were held here and answered accepted.",
-		}),
-		handoffSent: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fairshard_handoff_rows_sent_total", Help: "Rows handed off to their shard owner and deleted here.",
-		}),
-		handoffReceived: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fairshard_handoff_rows_received_total", Help: "Rows received by handoff from other nodes (merged or deduplicated).",
-		}),
-		handoffErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fairshard_handoff_errors_total", Help: "Handoff batches that failed and were unmarked for a later retry.",
-		}),
-		handoffShardsPending: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "fairshard_handoff_shards_pending", Help: "Non-owned shards that still hold pending or finished rows on this node (in transfer or not).",
-		}),
+func newStatsMetrics(reg prometheus.Registerer) (*statsMetrics, error) {
+	m := &statsMetrics{
 		handoffInTransfer: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fairshard_handoff_rows_in_transfer", Help: "Rows marked in-transfer on this node (on the wire to their owner, or left by a failed release being retried): not claimable here.",
 		}),
@@ -59,25 +32,29 @@ func newNodeMetrics(reg prometheus.Registerer) *nodeMetrics {
 			Name: "fairshard_dead_letter_rows", Help: "Failed rows (dead letters) held on this node, by namespace.",
 		}, []string{"namespace"}),
 	}
-	reg.MustRegister(m.appendRows, m.appendRequests, m.forwardErrors, m.handoffSent, m.handoffReceived,
-		m.handoffErrors, m.handoffShardsPending, m.handoffInTransfer, m.pending, m.oldestPendingAge, m.deadLetters)
-	return m
+	for _, c := range []prometheus.Collector{m.handoffInTransfer, m.pending, m.oldestPendingAge, m.deadLetters} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
 }
 
 // statsLoop refreshes the per-namespace backlog gauges from the store's
 // maintained counters once a second.
-func (n *Node) statsLoop(ctx context.Context) {
+func (n *Node) statsLoop(ctx context.Context) error {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	m := n.stats
 	seen := map[string]bool{}
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-t.C:
 		}
 		if marked, err := n.store.MarkedRows(ctx); err == nil {
-			n.m.handoffInTransfer.Set(float64(marked))
+			m.handoffInTransfer.Set(float64(marked))
 		}
 		stats, err := n.store.NamespaceStats(ctx)
 		if err != nil {
@@ -86,21 +63,21 @@ func (n *Node) statsLoop(ctx context.Context) {
 		now := time.Now()
 		for ns := range seen {
 			if _, ok := stats[ns]; !ok {
-				n.m.pending.DeleteLabelValues(ns)
-				n.m.oldestPendingAge.DeleteLabelValues(ns)
-				n.m.deadLetters.DeleteLabelValues(ns)
+				m.pending.DeleteLabelValues(ns)
+				m.oldestPendingAge.DeleteLabelValues(ns)
+				m.deadLetters.DeleteLabelValues(ns)
 				delete(seen, ns)
 			}
 		}
 		for ns, st := range stats {
 			seen[ns] = true
-			n.m.pending.WithLabelValues(ns).Set(float64(st.Pending))
-			n.m.deadLetters.WithLabelValues(ns).Set(float64(st.Failed))
+			m.pending.WithLabelValues(ns).Set(float64(st.Pending))
+			m.deadLetters.WithLabelValues(ns).Set(float64(st.Failed))
 			age := 0.0
 			if !st.OldestPending.IsZero() && st.OldestPending.Before(now) {
 				age = now.Sub(st.OldestPending).Seconds()
 			}
-			n.m.oldestPendingAge.WithLabelValues(ns).Set(age)
+			m.oldestPendingAge.WithLabelValues(ns).Set(age)
 		}
 	}
 }

@@ -15,7 +15,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/go-sockaddr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -23,6 +22,12 @@ import (
 	"github.com/fairshard/fairshard/boltstore"
 	"github.com/fairshard/fairshard/cluster"
 	"github.com/fairshard/fairshard/dispatch"
+	"github.com/fairshard/fairshard/lifecycle"
+	"github.com/fairshard/fairshard/node/handoff"
+	"github.com/fairshard/fairshard/node/httpapi"
+	"github.com/fairshard/fairshard/node/peer"
+	"github.com/fairshard/fairshard/node/router"
+	"github.com/fairshard/fairshard/node/settings"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/shards"
 	"github.com/fairshard/fairshard/transfer"
@@ -31,61 +36,102 @@ import (
 // DataFileName is the bbolt file inside a node's data dir.
 const DataFileName = "fairshard.db"
 
+// Store is what a node needs of its outbox store: the contract
+// (outbox.Store, for the dispatcher and the claim planner) plus what each
+// part of the node declares it consumes: the API's reads and writes
+// (httpapi.Store), handoff's transfer source (handoff.Store, after
+// package transfer), persisted config entries (settings.ConfigStore), the
+// claim scope (SetOwnedShards), the ceilings' held-claims count and the
+// backlog metrics' reads. *boltstore.Store (New) and *memstore.Store
+// (tests, NewWithStore) implement it; the contract suite in outboxtest
+// checks every method for both. Optional upgrades found by type assertion:
+// backpressure.BatchClaimer (a sweep's claims in one transaction),
+// transfer.ShardsReader (a handoff batch across shards in one commit) and
+// tombstoneCollector (expiry of finished rows).
+type Store interface {
+	outbox.Store
+	httpapi.Store
+	handoff.Store
+	settings.ConfigStore
+	// SetOwnedShards scopes claims to the shards this node owns.
+	SetOwnedShards(owned []uint32)
+	// CountClaimedHeld counts claimed rows held here, owned shard or not
+	// (the per-node ceiling right after an ownership change).
+	CountClaimedHeld(ctx context.Context, namespaces []string) (map[string]int, error)
+	// MarkedRows counts rows marked in transfer.
+	MarkedRows(ctx context.Context) (int, error)
+	// Close closes the store; the node calls it last.
+	Close() error
+}
+
+// tombstoneCollector is a store that expires finished rows after the
+// dedupe window itself (boltstore); the node runs its loop as a service.
+type tombstoneCollector interface {
+	RunTombstoneGC(ctx context.Context, interval time.Duration) error
+}
+
+var (
+	_ Store              = (*boltstore.Store)(nil)
+	_ tombstoneCollector = (*boltstore.Store)(nil)
+)
+
 // Node is one fairshard process: store, membership, dispatcher, handoff and
-// the HTTP API, wired in dependency order. Build with New, run with Start,
-// stop with Shutdown (graceful) or Close (at once). Safe for concurrent use.
+// the HTTP API, wired in dependency order and run as services of one
+// lifecycle.Manager (services.go). Build with New, run with Start, stop
+// with Shutdown (graceful) or Close (at once). Safe for concurrent use.
 type Node struct {
-	cfg   Config
-	log   *slog.Logger
-	reg   *prometheus.Registry
-	name  string
-	store *boltstore.Store
-	cl    *cluster.Cluster
-	rc    *runtimeConfig
-	quota *backpressure.QuotaCache
-	disp  *dispatch.Dispatcher
-	peers *peerClient
-	m     *nodeMetrics
+	cfg      Config
+	log      *slog.Logger
+	reg      *prometheus.Registry
+	name     string
+	store    Store
+	cl       *cluster.Cluster
+	settings *settings.Settings
+	disp     *dispatch.Dispatcher
+	peers    *peer.Client
+	router   *router.Router
+	handoff  *handoff.Handoff
+	api      *httpapi.API
+	stats    *statsMetrics
 
 	ln      net.Listener
 	srv     *http.Server
 	apiAddr string
-	// routePatterns are the HTTP routes (see Routes), set by routes().
-	routePatterns []string
 
-	handoffWake chan struct{}
-	intake      intakeGate
-	draining    atomic.Bool
-	ready       atomic.Bool
+	// svc runs the node's services in their declared order (services.go).
+	svc *lifecycle.Manager
+	// served is set once the HTTP server serves (else Stop closes ln).
+	served  atomic.Bool
+	ready   atomic.Bool
+	failed  chan error // Failed; 1-buffered
+	slotDir string     // the claimed {slot} dir; "" without slots
 	// awaitingJoin is true from Start until the first join of the seeds
 	// succeeded or JoinWait passed; the node owns no shard meanwhile.
 	awaitingJoin atomic.Bool
+	// joins counts the join attempts of awaitFirstJoin still running
+	// (memberlist's Join cannot be interrupted); the cluster's stop waits
+	// for them.
+	joins sync.WaitGroup
 	// snapMu orders applySnapshot calls; applied is the node's one applied
 	// ownership view (ownership()), published after the store's claim
 	// scope was set from it.
 	snapMu  sync.Mutex
 	applied atomic.Pointer[cluster.OwnershipSnapshot]
-	// handoffSem serialises handoff passes (the loop's and Shutdown's); a
-	// pass holds its one slot. handoffStop ends the loop's passes when
-	// Shutdown takes over the handoff.
-	handoffSem  chan struct{}
-	handoffStop context.CancelFunc
-	// mover moves rows of shards this node does not own (handoff, drain)
-	// and keeps their resume tokens and failed releases across passes.
-	mover *transfer.Mover
-
-	runCancel context.CancelFunc
-	dispCtx   context.Context
-	dispStop  context.CancelFunc
-	wg        sync.WaitGroup
-	closeOnce sync.Once
-	closeErr  error
+	// snaps and unsubscribe are the cluster subscription the ownership
+	// service applies.
+	snaps       <-chan *cluster.OwnershipSnapshot
+	unsubscribe func()
+	// releaseErr collects what failed releasing resources (cluster
+	// shutdown, store close): what Close returns.
+	releaseMu  sync.Mutex
+	releaseErr error
 }
 
-// New opens the node's store, binds its HTTP listener and creates its
-// cluster membership, without joining or serving yet. Errors name what
-// failed: a locked data dir ("in use by another process"), a corrupt file,
-// a shard count that differs from the data file's, a port in use.
+// New opens the node's bbolt store in cfg.DataDir, binds its HTTP listener
+// and creates its cluster membership, without joining or serving yet.
+// Errors name what failed: a locked data dir ("in use by another
+// process"), a corrupt file, a shard count that differs from the data
+// file's, a port in use.
 func New(cfg Config, log *slog.Logger) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -93,66 +139,103 @@ func New(cfg Config, log *slog.Logger) (*Node, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	n := &Node{cfg: cfg, log: log, reg: prometheus.NewRegistry(), handoffWake: make(chan struct{}, 1), handoffSem: make(chan struct{}, 1)}
-	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	n.m = newNodeMetrics(n.reg)
-
-	store, dir, err := openStore(cfg, log, n.reg)
+	reg := prometheus.NewRegistry()
+	store, dir, err := openStore(cfg, log, reg)
 	if err != nil {
 		return nil, err
 	}
-	n.store = store
+	slotDir := ""
 	if strings.Contains(cfg.DataDir, "{slot}") {
 		// A slot remembers the name of the node that first used it, so a
-		// recreated container (new hostname) rejoins as the same member.
+		// recreated container (new hostname) rejoins as the same member;
+		// its lease tells the next starts that a live member holds it.
 		if cfg.NodeName, err = slotNodeName(dir, cfg.NodeName); err != nil {
 			_ = store.Close()
 			return nil, err
 		}
-		n.cfg.NodeName = cfg.NodeName
+		if err := renewSlotLease(dir); err != nil {
+			_ = store.Close()
+			return nil, err
+		}
+		slotDir = dir
+	}
+	log.Info("data dir opened", "data_dir", dir)
+	return build(cfg, store, reg, log, slotDir)
+}
+
+// NewWithStore is New with a store the caller built (memstore in tests, a
+// replicated store later) instead of the bbolt file in cfg.DataDir, which
+// is not used. The node takes the store over: Shutdown and Close close it,
+// and so does a failed NewWithStore. The store's shard count must be
+// cfg.Shards.
+func NewWithStore(cfg Config, store Store, log *slog.Logger) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		_ = store.Close()
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return build(cfg, store, prometheus.NewRegistry(), log, "")
+}
+
+// build wires a node around an open store, in dependency order: metrics,
+// HTTP listener, cluster membership, runtime settings, dispatcher, peer
+// client, router, handoff, API; then declares its services. slotDir is the
+// claimed {slot} dir ("" without slots). On error it releases what it
+// took, the store included.
+func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, slotDir string) (_ *Node, err error) {
+	n := &Node{cfg: cfg, log: log, reg: reg, store: store, svc: lifecycle.NewManager(log),
+		failed: make(chan error, 1), slotDir: slotDir}
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+			_ = store.Close()
+		}
+	}()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if n.stats, err = newStatsMetrics(reg); err != nil {
+		return nil, err
 	}
 
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
-		_ = store.Close()
 		return nil, fmt.Errorf("listen on --http-addr %s: %w", cfg.HTTPAddr, err)
 	}
 	n.ln = ln
+	undo = append(undo, func() { _ = ln.Close() })
 
 	ccfg, err := n.clusterConfig(ln.Addr().(*net.TCPAddr))
 	if err != nil {
-		_ = ln.Close()
-		_ = store.Close()
 		return nil, err
 	}
 	cl, err := cluster.New(ccfg)
 	if err != nil {
-		_ = ln.Close()
-		_ = store.Close()
 		return nil, fmt.Errorf("create cluster membership: %w", err)
 	}
+	undo = append(undo, func() { _ = cl.Shutdown() })
 	n.cl = cl
 	n.name = cl.Name()
 	n.apiAddr = ccfg.APIAddr
 	n.applied.Store(cl.Snapshot()) // alone, owning every shard: the store's default scope too
-	n.rc = newRuntimeConfig(cl.KV(), cfg.DefaultTarget)
-	n.rc.nodeRetry = dispatch.RetryPolicy{Base: cfg.RetryBase, Factor: cfg.RetryFactor, Cap: cfg.RetryCap, MaxAttempts: uint32(cfg.MaxAttempts)}
-	n.quota = backpressure.NewQuotaCache(n.rc, cfg.DefaultMaxInFlight, cfg.QuotaTTL)
-	targets := dispatch.TargetsFunc(func(r outbox.ClaimScope) (dispatch.Target, bool) {
-		t, ok := n.rc.target(r)
-		return dispatch.Target{URL: t.URL, Timeout: durationMS(t.TimeoutMS)}, ok
+
+	nodeRetry := dispatch.RetryPolicy{Base: cfg.RetryBase, Factor: cfg.RetryFactor, Cap: cfg.RetryCap, MaxAttempts: uint32(cfg.MaxAttempts)}
+	n.settings = settings.New(settings.Config{
+		KV: cl.KV(), DefaultTarget: cfg.DefaultTarget, NodeRetry: nodeRetry,
+		DefaultMaxInFlight: cfg.DefaultMaxInFlight, QuotaTTL: cfg.QuotaTTL,
 	})
+	targets := dispatch.TargetsFunc(n.settings.DispatchTarget)
 	// The target hosts' limits are one ceiling of the planner (beside each
 	// namespace's) and the dispatcher's record of what is on the wire.
-	hosts, err := dispatch.NewHostLimits(dispatch.HostLimitsConfig{Targets: targets, MaxConnsPerHost: cfg.MaxConnsPerHost, Registerer: n.reg})
+	hosts, err := dispatch.NewHostLimits(dispatch.HostLimitsConfig{Targets: targets, MaxConnsPerHost: cfg.MaxConnsPerHost, Registerer: reg})
 	if err != nil {
-		_ = cl.Shutdown()
-		_ = ln.Close()
-		_ = store.Close()
 		return nil, fmt.Errorf("create target host limits: %w", err)
 	}
 	planner := backpressure.NewPlanner(backpressure.PlannerConfig{
-		Quotas: n.quota,
+		Quotas: n.settings.Quotas(),
 		// Ceilings come from the same applied view as the claim scope
 		// (issue #12 item 3), not from the live membership snapshot.
 		Fraction: func() shards.OwnedShardFraction { return n.ownership().Fraction },
@@ -160,44 +243,58 @@ func New(cfg Config, log *slog.Logger) (*Node, error) {
 		Logger:   log,
 	})
 	n.disp, err = dispatch.New(dispatch.Config{
-		Store:             heldClaimsStore{store},
+		Store:             heldClaims(store),
 		Planner:           planner,
 		Targets:           targets,
 		Hosts:             hosts,
-		Held:              n.rc.heldWorkflows,
-		RetryPolicyFor:    n.rc.retryPolicyFor,
-		Paused:            n.rc.paused,
+		Held:              n.settings.HeldWorkflows,
+		RetryPolicyFor:    n.settings.RetryPolicyFor,
+		Paused:            n.settings.Paused,
 		Logger:            log,
-		Registerer:        n.reg,
+		Registerer:        reg,
 		PollInterval:      cfg.PollInterval,
 		BatchSize:         cfg.BatchSize,
 		DeliveryTimeout:   cfg.DeliveryTimeout,
 		VisibilityTimeout: cfg.VisibilityTimeout,
 		MaxConnsPerHost:   cfg.MaxConnsPerHost,
-		Retry: dispatch.RetryPolicy{
-			Base: cfg.RetryBase, Factor: cfg.RetryFactor, Cap: cfg.RetryCap, MaxAttempts: uint32(cfg.MaxAttempts),
-		},
+		Retry:             nodeRetry,
 	})
 	if err != nil {
-		_ = cl.Shutdown()
-		_ = ln.Close()
-		_ = store.Close()
 		return nil, fmt.Errorf("create dispatcher: %w", err)
 	}
-	n.peers = newPeerClient(cfg.ClusterSecret)
-	n.mover, err = transfer.NewMover(store, transfer.MoverConfig{
-		Limits:     transfer.Limits{MaxRows: cfg.HandoffBatch, MaxBytes: cfg.HandoffBatchBytes},
-		Logger:     log,
-		Registerer: n.reg,
+	n.peers = peer.NewClient(cfg.ClusterSecret)
+	n.router, err = router.New(router.Config{
+		Self: n.name, ShardCount: cfg.Shards, Store: store, Ownership: n.ownership, Forwarder: n.peers,
+		Logger: log, Registerer: reg,
 	})
 	if err != nil {
-		_ = cl.Shutdown()
-		_ = ln.Close()
-		_ = store.Close()
-		return nil, fmt.Errorf("create handoff mover: %w", err)
+		return nil, err
 	}
-	n.srv = &http.Server{Handler: n.routes(), ReadHeaderTimeout: 10 * time.Second}
-	log.Info("node created", "data_dir", dir, "api_addr", n.apiAddr, "gossip_addr", cl.GossipAddr(), "shards", cfg.Shards)
+	n.handoff, err = handoff.New(handoff.Config{
+		Self: n.name, Store: store, Ownership: n.ownership, Sink: n.peers.Sink,
+		Limits:   transfer.Limits{MaxRows: cfg.HandoffBatch, MaxBytes: cfg.HandoffBatchBytes},
+		Interval: cfg.HandoffInterval, Logger: log, Registerer: reg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	n.api, err = httpapi.New(httpapi.Config{
+		Self: n.name, ShardCount: cfg.Shards, APIToken: cfg.APIToken, ClusterSecret: cfg.ClusterSecret,
+		DefaultMaxInFlight: cfg.DefaultMaxInFlight,
+		MaxNamespaces:      cfg.MaxNamespaces, MaxTargets: cfg.MaxTargets, MaxHolds: cfg.MaxHolds,
+		Store: store, Router: n.router, Settings: n.settings, Ownership: n.ownership, Peers: n.peers,
+		Dispatcher: n.disp, Ready: n.ready.Load, Gatherer: reg, Registerer: reg, Logger: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	n.srv = &http.Server{Handler: n.api.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	for _, s := range n.services() {
+		if err := n.svc.Add(s); err != nil {
+			return nil, err
+		}
+	}
+	log.Info("node created", "api_addr", n.apiAddr, "gossip_addr", cl.GossipAddr(), "shards", cfg.Shards)
 	return n, nil
 }
 
@@ -220,9 +317,10 @@ func (n *Node) GossipAddr() string { return n.cl.GossipAddr() }
 // Registry returns the node's metrics registry (served on /metrics).
 func (n *Node) Registry() *prometheus.Registry { return n.reg }
 
-// openStore resolves the data dir (claiming a free "{slot}" when the path
-// has one) and opens the bbolt store with a lock timeout, so a second
-// process on the same dir fails clearly instead of hanging.
+// openStore resolves the data dir (claiming a "{slot}" by the rule of
+// openSlot when the path has one) and opens the bbolt store with a lock
+// timeout, so a second process on the same dir fails clearly instead of
+// hanging.
 func openStore(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*boltstore.Store, string, error) {
 	opts := boltstore.Options{
 		ShardCount:         cfg.Shards,
@@ -235,38 +333,7 @@ func openStore(cfg Config, log *slog.Logger, reg prometheus.Registerer) (*boltst
 		s, err := openIn(cfg.DataDir, opts)
 		return s, cfg.DataDir, err
 	}
-	// Slot mode (docker compose replicas sharing one volume): take the
-	// first slot whose file is not locked by another process.
-	opts.LockTimeout = 200 * time.Millisecond
-	for slot := 0; slot < 1024; slot++ {
-		dir := strings.ReplaceAll(cfg.DataDir, "{slot}", "slot-"+strconv.Itoa(slot))
-		s, err := openIn(dir, opts)
-		if errors.Is(err, boltstore.ErrLocked) {
-			continue
-		}
-		return s, dir, err
-	}
-	return nil, "", fmt.Errorf("data dir %s: every slot is in use", cfg.DataDir)
-}
-
-// slotNameFile, inside a slot data dir, holds the node name bound to it.
-const slotNameFile = "node-name"
-
-// slotNodeName returns the node name bound to a slot dir, binding name to
-// it on first use.
-func slotNodeName(dir, name string) (string, error) {
-	path := filepath.Join(dir, slotNameFile)
-	b, err := os.ReadFile(path)
-	if err == nil && len(strings.TrimSpace(string(b))) > 0 {
-		return strings.TrimSpace(string(b)), nil
-	}
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("read node name of slot %s: %w", dir, err)
-	}
-	if err := os.WriteFile(path, []byte(name+"\n"), 0o640); err != nil {
-		return "", fmt.Errorf("bind node name to slot %s: %w", dir, err)
-	}
-	return name, nil
+	return openSlot(cfg, opts, time.Now()) // slot.go
 }
 
 func openIn(dir string, opts boltstore.Options) (*boltstore.Store, error) {
@@ -316,20 +383,21 @@ func (n *Node) clusterConfig(httpBound *net.TCPAddr) (*cluster.Config, error) {
 	} else if ip := net.ParseIP(host); ip != nil && !ip.IsUnspecified() {
 		advIP = host
 	} else {
-		// Bound to every interface: advertise a private IP as memberlist
-		// would, resolved here so the API address can use the same one.
-		priv, err := sockaddr.GetPrivateIP()
-		if err != nil || priv == "" {
-			priv = "127.0.0.1"
+		// Bound to every interface: advertise the default route's address,
+		// chosen here so the API address can use the same one, and say so.
+		ch, err := cluster.ChooseAdvertiseIP()
+		if err != nil {
+			return nil, err
 		}
-		c.AdvertiseAddr, c.AdvertisePort, advIP = priv, port, priv
+		n.logAdvertiseChoice(ch)
+		c.AdvertiseAddr, c.AdvertisePort, advIP = ch.IP, port, ch.IP
 	}
 	if port == 0 {
 		c.AdvertisePort = 0
 	}
 	c.Join = cfg.Join
 	c.ShardCount = cfg.Shards
-	c.SecretKey = cfg.GossipKey
+	c.GossipKeys = cfg.GossipKeys
 	c.Logger = n.log
 	c.Registerer = n.reg
 	// The API address peers use: explicit, else the bound HTTP port on the
@@ -343,24 +411,58 @@ func (n *Node) clusterConfig(httpBound *net.TCPAddr) (*cluster.Config, error) {
 		}
 		c.APIAddr = net.JoinHostPort(h, strconv.Itoa(httpBound.Port))
 	}
-	initial, err := loadConfig(context.Background(), n.store, n.log)
+	initial, err := settings.Load(context.Background(), n.store, n.log)
 	if err != nil {
 		return nil, fmt.Errorf("load persisted cluster config: %w", err)
 	}
 	c.KV.Initial = initial
-	c.KV.Persister = configPersister{n.store}
+	c.KV.Persister = settings.Persister{Store: n.store}
 	return c, nil
+}
+
+// logAdvertiseChoice says which address a node bound to every interface
+// advertises, why, and which flags set it (issue #16 item 4): a warning
+// when several addresses were as good, since peers that cannot reach the
+// chosen one see this node as dead while it sees them alive.
+func (n *Node) logAdvertiseChoice(ch cluster.AdvertiseChoice) {
+	attrs := []any{"ip", ch.IP, "interface", ch.Interface, "reason", ch.Reason,
+		"set_with", "--advertise-gossip (and --advertise-http for the API)", "bound", n.cfg.GossipAddr}
+	switch {
+	case len(ch.Candidates) > 1:
+		n.log.Warn("several addresses could be advertised to peers; chose the first: set --advertise-gossip to choose",
+			append(attrs, "candidates", strings.Join(ch.Candidates, ","))...)
+	case ch.Reason == cluster.ReasonLoopback:
+		n.log.Warn("advertising loopback: only peers on this host can reach it; set --advertise-gossip", attrs...)
+	default:
+		n.log.Info("advertising gossip address", attrs...)
+	}
 }
 
 // heldClaimsStore is the store as the dispatcher sees it: a namespace's
 // claimed count is every claimed row held on this node, owned shard or not.
 // Right after an ownership change, rows of a shard just lost are still being
 // delivered here and must keep counting against this node's ceiling, or the
-// node would claim past it (docs/DECISIONS.md). Everything else, the
-// one-transaction ClaimBatch included, is the store's own.
-type heldClaimsStore struct{ *boltstore.Store }
+// node would claim past it (docs/DECISIONS.md). Everything else is the
+// store's own.
+type heldClaimsStore struct{ Store }
 
 // CountClaimedByNamespace counts claimed rows held here, all shards.
 func (s heldClaimsStore) CountClaimedByNamespace(ctx context.Context, namespaces []string) (map[string]int, error) {
 	return s.CountClaimedHeld(ctx, namespaces)
+}
+
+// heldClaimsBatchStore keeps a store's one-transaction ClaimBatch
+// (backpressure.BatchClaimer) visible through the wrapper.
+type heldClaimsBatchStore struct {
+	heldClaimsStore
+	backpressure.BatchClaimer
+}
+
+// heldClaims wraps store for the dispatcher, keeping its optional
+// BatchClaimer.
+func heldClaims(store Store) outbox.Store {
+	if b, ok := store.(backpressure.BatchClaimer); ok {
+		return heldClaimsBatchStore{heldClaimsStore{store}, b}
+	}
+	return heldClaimsStore{store}
 }

@@ -80,8 +80,11 @@ func TestReviewBadInputs(t *testing.T) {
 }
 
 // Slot data dirs (docker compose replicas sharing a volume): two nodes at
-// once take different slots, and a node started later in a freed slot gets
-// the name bound to it, whatever name it was given.
+// once take different slots, and a node started later in a slot freed by a
+// graceful stop (compose recreating a container stops the old one with
+// SIGTERM) gets the name bound to it, whatever name it was given. The slot
+// rule's other cases (a killed node's slot, a restarted container) are in
+// slot_internal_test.go.
 func TestSlotDataDirs(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
@@ -97,7 +100,9 @@ func TestSlotDataDirs(t *testing.T) {
 		t.Fatalf("names %q, %q; want first, second", a.Name(), b.Name())
 	}
 	a.appendRows(rowIn{"dispatch_key": "kept", "namespace": "held"})
-	if err := a.Close(); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
 	c := startNode(t, slotted("recreated-container"))

@@ -20,6 +20,11 @@ func BenchmarkMove(b *testing.B) {
 	for _, tc := range []struct {
 		rows, payload int
 	}{{20_000, 100}, {200, 1 << 20}} {
+		if testing.Short() {
+			// make test runs every benchmark once with -short, for its
+			// checks (every row moved): a tenth of the rows.
+			tc.rows /= 10
+		}
 		for _, wire := range []bool{false, true} {
 			b.Run(fmt.Sprintf("rows=%d/payload=%d/wire=%v", tc.rows, tc.payload, wire), func(b *testing.B) {
 				var el time.Duration

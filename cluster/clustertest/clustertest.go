@@ -322,6 +322,22 @@ func (h *Harness) Restart(i int) {
 	h.startNode(nd)
 }
 
+// RestartOnNewAddress starts node i again with the same name and
+// persisted config but on a fresh loopback IP and port, as a container
+// that comes back with a new IP does, and returns the new address. Its
+// peers hold the name at the old address until they have declared it dead
+// and DeadNodeReclaimTime has passed.
+func (h *Harness) RestartOnNewAddress(i int) string {
+	h.t.Helper()
+	nd := h.nodes[i]
+	if nd.Cluster != nil {
+		h.t.Fatalf("restart %s: it is running", nd.Name)
+	}
+	nd.IP, nd.Port = TakeIP(), 0
+	h.startNode(nd)
+	return nd.Addr()
+}
+
 // Eventually polls cond every 10 ms until it holds or timeout passes, then
 // fails the test with msg. It returns how long it took.
 func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg string, args ...any) time.Duration {

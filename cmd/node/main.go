@@ -19,6 +19,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/fairshard/fairshard/node"
 )
@@ -232,6 +233,11 @@ func serve(args, environ []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// SIGHUP reloads --gossip-key-file (a key rotation step); caught from
+	// here on, so it never ends the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	n, err := node.New(cfg, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "fairshard: %v\n", err)
@@ -242,7 +248,24 @@ func serve(args, environ []string, stdout, stderr io.Writer) int {
 		_ = n.Close()
 		return 1
 	}
-	<-ctx.Done()
+serving:
+	for {
+		select {
+		case <-ctx.Done():
+			break serving
+		case <-hup:
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			if err := n.ReloadGossipKeys(rctx); err != nil {
+				log.Error("SIGHUP: gossip keys not reloaded; the node keeps its keys", "err", err)
+			}
+			cancel()
+		case err := <-n.Failed():
+			log.Error("stopping: the node cannot serve", "err", err)
+			fmt.Fprintf(stderr, "fairshard: %v\n", err)
+			_ = n.Close()
+			return 1
+		}
+	}
 	stop() // a second signal now kills the process at once (default action)
 	log.Info("signal received: draining; a second signal exits at once", "grace", cfg.ShutdownGrace)
 	hard := make(chan os.Signal, 1)

@@ -72,7 +72,7 @@ func TestEveryDocumentedSettingHasAFlag(t *testing.T) {
 	var cfg node.Config
 	cfg.RegisterFlags(fs)
 	for _, name := range []string{"node-name", "data-dir", "http-addr", "advertise-http", "gossip-addr", "advertise-gossip",
-		"join", "shards", "default-max-in-flight", "default-target", "api-token", "gossip-key", "log-level", "log-format",
+		"join", "shards", "default-max-in-flight", "default-target", "api-token", "gossip-key", "gossip-key-file", "log-level", "log-format",
 		"cluster-secret", "poll-interval", "batch-size", "delivery-timeout", "visibility-timeout", "retry-base",
 		"retry-factor", "retry-cap", "max-attempts", "handoff-interval", "handoff-batch", "shutdown-grace", "tombstone-retention"} {
 		if fs.Lookup(name) == nil {
@@ -90,6 +90,7 @@ func TestEveryDocumentedSettingHasAFlag(t *testing.T) {
 // unknown FAIRSHARD_* variables are reported and others ignored.
 func TestEnvMapping(t *testing.T) {
 	key := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 16))
+	key2 := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{8}, 32))
 	environ := []string{
 		"FAIRSHARD_NODE_NAME=from-env",
 		"FAIRSHARD_DATA_DIR=/tmp/env-data",
@@ -98,7 +99,7 @@ func TestEnvMapping(t *testing.T) {
 		"FAIRSHARD_DEFAULT_MAX_IN_FLIGHT=9",
 		"FAIRSHARD_DEFAULT_TARGET=http://t:9/{namespace}",
 		"FAIRSHARD_API_TOKEN=tok",
-		"FAIRSHARD_GOSSIP_KEY=" + key,
+		"FAIRSHARD_GOSSIP_KEY=" + key + ", " + key2,
 		"FAIRSHARD_POLL_INTERVAL=5ms",
 		"FAIRSHARD_LOG_FORMAT=json",
 		"FAIRSHARD_HTTP_ADDR=:1111",
@@ -115,7 +116,7 @@ func TestEnvMapping(t *testing.T) {
 	want := node.DefaultConfig()
 	want.NodeName, want.DataDir, want.Join, want.Shards = "from-env", "/tmp/env-data", []string{"10.0.0.1:7946", "10.0.0.2:7946"}, 64
 	want.DefaultMaxInFlight, want.DefaultTarget, want.APIToken, want.ClusterSecret = 9, "http://t:9/{namespace}", "tok", "tok"
-	want.GossipKey, want.PollInterval = bytes.Repeat([]byte{7}, 16), 5*time.Millisecond
+	want.GossipKeys, want.PollInterval = [][]byte{bytes.Repeat([]byte{7}, 16), bytes.Repeat([]byte{8}, 32)}, 5*time.Millisecond
 	want.HTTPAddr, want.LogFormat = "127.0.0.1:2222", "text" // flags win
 	if err := want.Validate(); err != nil {
 		t.Fatal(err)
@@ -131,6 +132,10 @@ func TestEnvMapping(t *testing.T) {
 // TestInvalidConfigExits2: a bad flag or variable exits 2 with a message
 // naming the flag (or variable), before anything starts.
 func TestInvalidConfigExits2(t *testing.T) {
+	keyFile := filepath.Join(t.TempDir(), "keys")
+	if err := os.WriteFile(keyFile, []byte("# primary first\nCAgICAgICAgICAgICAgICA==\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		environ []string
 		args    []string
@@ -140,6 +145,10 @@ func TestInvalidConfigExits2(t *testing.T) {
 		{nil, []string{"--log-format", "xml", "--log-level", "loud"}, []string{"--log-format", "--log-level"}},
 		{nil, []string{"--shards", "-1"}, []string{"-shards"}},
 		{nil, []string{"--gossip-key", "c2hvcnQ="}, []string{"-gossip-key", "want 16, 24 or 32"}},
+		{nil, []string{"--gossip-key", "BwcHBwcHBwcHBwcHBwcHBw==,BwcHBwcHBwcHBwcHBwcHBw=="}, []string{"-gossip-key", "keys 1 and 2 are the same key"}},
+		{nil, []string{"--gossip-key-file", "/nonexistent/keys"}, []string{"--gossip-key-file", "no such file"}},
+		{nil, []string{"--gossip-key-file", "/dev/null"}, []string{"--gossip-key-file", "no key"}},
+		{nil, []string{"--gossip-key-file", keyFile, "--gossip-key", "BwcHBwcHBwcHBwcHBwcHBw=="}, []string{"--gossip-key-file", "both set"}},
 		{nil, []string{"--nope"}, []string{"-nope"}},
 		{nil, []string{"serve", "extra"}, []string{"unexpected arguments"}},
 		{nil, []string{"--advertise-gossip", "host.example:7946"}, []string{"--advertise-gossip"}},

@@ -1,7 +1,8 @@
 // Package memstore is the in-memory reference implementation of
 // [outbox.Store], plus the shard-level calls a node needs beside it
 // (owned-shard scoping, cancel and redrive, merging incoming copies, shard
-// reads with in-transfer marks for package transfer, per-shard digests). It
+// reads with in-transfer marks for package transfer, per-shard digests, and
+// the admin reads and config entries of node.go). It
 // is the executable documentation of the contract and the fast store behind
 // planner and dispatcher unit tests; production uses boltstore. Nothing is
 // durable. Every method is safe for concurrent use; one mutex serialises
@@ -32,8 +33,9 @@ type Store struct {
 
 	mu     sync.Mutex
 	rows   map[string]*outbox.Row
-	marked map[string]bool // dispatch_keys in transfer (see ReadShard)
-	owned  map[uint32]bool // nil: every shard is owned
+	marked map[string]bool   // dispatch_keys in transfer (see ReadShard)
+	owned  map[uint32]bool   // nil: every shard is owned
+	config map[string][]byte // SaveConfigEntry; nil until the first
 	closed bool
 }
 

@@ -6,8 +6,10 @@
 // settle, cancel, row versions, CLAIMED-only counts, the pending-routes
 // listing, owned-shard scoping, and the shard-level calls every store
 // offers beside the contract (merging incoming copies, shard reads with
-// in-transfer marks, per-shard digests). A store lacking one of those
-// methods fails the suite: it cannot stand behind a node.
+// in-transfer marks, per-shard digests) and what a node reads and keeps
+// there (dead-letter pages, namespace stats, held claims, config entries).
+// A store lacking one of those methods fails the suite: it cannot stand
+// behind a node.
 //
 // Use it from a _test.go file:
 //
@@ -135,6 +137,11 @@ func RunStoreSuite(t *testing.T, newStore func(t *testing.T) outbox.Store) {
 		{"ShardReadPagesMarksAndTokens", testShardRead},
 		{"ShardReadsShareOneBudget", testShardReads},
 		{"ShardDigestsFollowEveryChange", testDigests},
+		// What a node reads and keeps beside the contract (node.go).
+		{"DeadLetterPages", testDeadLetterPages},
+		{"NamespaceStatsCoverEveryShard", testNamespaceStats},
+		{"CountClaimedHeldIgnoresOwnership", testCountClaimedHeld},
+		{"ConfigEntries", testConfigEntries},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

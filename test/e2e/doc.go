@@ -27,9 +27,10 @@
 // # Running
 //
 // `go test ./test/e2e` (part of `go test -race ./...`, the README's test
-// command). `-short` skips the package. Nodes run with the fast gossip
-// profile and short intervals so the suite fits the CI budget on a 2-core
-// machine.
+// command). `-short` skips the package. Under -race the node binary is
+// built with -race too, and a data race any node reports (in its log) fails
+// the scenario. Nodes run with the fast gossip profile and short intervals
+// so the suite fits the CI budget on a 2-core machine.
 //
 // # Concurrency
 //

@@ -11,7 +11,9 @@ import (
 // Scenario 2, fairness: a "big" namespace appends 50,000 rows while a
 // "small" one appends 200 spread over the same time. The small one's p99
 // append-to-delivery latency must stay within 5× its p99 on an idle
-// cluster plus 200 ms.
+// cluster plus 200 ms (for race-built nodes, the same number of their
+// slower sweeps and commits, see below), and below a tenth of the big
+// one's p50 in any build.
 //
 // The big namespace has a quota of 32, so it sits at its ceiling on every
 // node with a backlog of tens of thousands of rows (it appends at 2,500
@@ -91,11 +93,29 @@ func TestFairness(t *testing.T) {
 	t.Logf("small append→delivery idle:   p50 %.1f ms p90 %.1f ms p99 %.1f ms max %.1f ms", idleLat.P50, idleLat.P90, idleLat.P99, idleLat.Max)
 	t.Logf("small append→delivery loaded: p50 %.1f ms p90 %.1f ms p99 %.1f ms max %.1f ms", loadedLat.P50, loadedLat.P90, loadedLat.P99, loadedLat.Max)
 
-	logNodeTimings(t, c, c.members()[0])
-	bound := 5*idleLat.P99 + 200
+	timing := logNodeTimings(t, c, c.members()[0])
+	// The quiet namespace never waits behind the noisy one's backlog,
+	// whatever the build: its p99 stays a small fraction of the big one's
+	// p50 (measured: 40-70× below in plain and -race builds).
+	if loadedLat.P99 > bigLat.P50/10 {
+		t.Errorf("small namespace p99 %.1f ms under load is more than a tenth of the big namespace's p50 %.0f ms: it queued behind the backlog",
+			loadedLat.P99, bigLat.P50)
+	}
+	// The latency bound: the idle p99 plus a few loaded sweeps and commits,
+	// 200 ms. That allowance is for plain builds. Race-built nodes (under
+	// -race, see main_test.go) take 4-8× longer per sweep and commit, the
+	// more the busier the machine (measured: 32-63 ms sweeps and 28-51 ms
+	// commits, vs 8 and 7 ms plain), so for them the allowance is the same
+	// number of sweeps and commits (200 ms ≈ 13 × (8 + 7) ms) at the means
+	// this run measured, and at least 1 s.
+	allowance := 200.0
+	if raceEnabled {
+		allowance = max(1000, 13*(timing["sweep_duration"]+timing["store_commit_duration"]))
+	}
+	bound := 5*idleLat.P99 + allowance
 	if loadedLat.P99 > bound {
-		t.Errorf("small namespace p99 %.1f ms under load exceeds 5 × idle p99 %.1f ms + 200 ms = %.1f ms",
-			loadedLat.P99, idleLat.P99, bound)
+		t.Errorf("small namespace p99 %.1f ms under load exceeds 5 × idle p99 %.1f ms + %.0f ms = %.1f ms (race-built nodes: %v)",
+			loadedLat.P99, idleLat.P99, allowance, bound, raceEnabled)
 	}
 	if dups := checkNoStrays(t, mergeLedgers(big, small), recv); len(dups) != 0 {
 		t.Errorf("%d dispatch_keys delivered more than once (no fault): %v", len(dups), firstN(dups, 5))

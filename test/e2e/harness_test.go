@@ -239,6 +239,7 @@ func (p *proc) kill() {
 // to timeout for the exit; it returns the exit code (-1: killed by signal).
 func (p *proc) stop(t *testing.T, timeout time.Duration) int {
 	t.Helper()
+	timeout = deadline(timeout)
 	done, ok := p.signal(syscall.SIGTERM)
 	if done == nil {
 		t.Fatalf("stop %s: never started", p.name)
@@ -337,6 +338,11 @@ func (c *testCluster) cleanup() {
 			if n := strings.Count(string(b), "Suspect "); n > 0 {
 				c.t.Logf("note: %s's log has %d memberlist suspicion lines", p.name, n)
 			}
+			// A race-built node prints the report and goes on (exit code 66
+			// only at its exit, which a SIGKILL never reaches): read the log.
+			if i := strings.Index(string(b), raceReport); i >= 0 {
+				c.t.Errorf("%s reported a data race (%s):\n%s", p.name, p.logPath, excerpt(b[i:], 60))
+			}
 		}
 	}
 	if c.t.Failed() {
@@ -347,6 +353,15 @@ func (c *testCluster) cleanup() {
 	c.target.CloseClientConnections()
 	c.target.Close()
 	c.client.CloseIdleConnections()
+}
+
+// raceReport opens every report of a -race build.
+const raceReport = "WARNING: DATA RACE"
+
+// excerpt returns the first n lines of b.
+func excerpt(b []byte, n int) string {
+	lines := strings.SplitN(string(b), "\n", n+1)
+	return strings.Join(lines[:min(n, len(lines))], "\n")
 }
 
 // tailFile returns the last n lines of the file (at most 64 KiB of it).
@@ -465,6 +480,7 @@ func (c *testCluster) launch(p *proc) error {
 // waitReady polls /readyz until it answers 200. It returns an error at
 // once if the process exits, or after timeout.
 func (c *testCluster) waitReady(p *proc, timeout time.Duration) error {
+	timeout = deadline(timeout)
 	deadline := time.Now().Add(timeout)
 	for {
 		if !p.running() {
@@ -554,11 +570,13 @@ type clusterView struct {
 	ShardCount       uint32 `json:"shard_count"`
 	OwnershipVersion uint64 `json:"ownership_version"`
 	Members          []struct {
-		Name               string  `json:"name"`
-		APIAddr            string  `json:"api_addr"`
-		State              string  `json:"state"`
-		OwnedShards        int     `json:"owned_shards"`
-		OwnedShardFraction float64 `json:"owned_shard_fraction"`
+		Name               string   `json:"name"`
+		APIAddr            string   `json:"api_addr"`
+		GossipAddr         string   `json:"gossip_addr"`
+		GossipKeys         []string `json:"gossip_keys"`
+		State              string   `json:"state"`
+		OwnedShards        int      `json:"owned_shards"`
+		OwnedShardFraction float64  `json:"owned_shard_fraction"`
 	} `json:"members"`
 	Handoff struct {
 		ShardsPending int `json:"shards_pending"`
@@ -851,16 +869,20 @@ func (c *testCluster) mustMetric(p *proc, name string, match map[string]string) 
 
 // logNodeTimings logs the mean of p's sweep, delivery, commit and
 // enqueue-to-delivery histograms (diagnostics for the report).
-func logNodeTimings(t *testing.T, c *testCluster, p *proc) {
+// It returns the means (ms) by name ("sweep_duration", …).
+func logNodeTimings(t *testing.T, c *testCluster, p *proc) map[string]float64 {
 	t.Helper()
 	var parts []string
+	means := map[string]float64{}
 	for _, name := range []string{"sweep_duration", "delivery_duration", "store_commit_duration", "enqueue_to_delivery"} {
 		full := "fairshard_" + name + "_seconds"
 		sum := c.mustMetric(p, full+"_sum", nil)
 		cnt := c.mustMetric(p, full+"_count", nil)
-		parts = append(parts, fmt.Sprintf("%s mean %.1f ms (n=%.0f)", name, 1000*sum/max(cnt, 1), cnt))
+		means[name] = 1000 * sum / max(cnt, 1)
+		parts = append(parts, fmt.Sprintf("%s mean %.1f ms (n=%.0f)", name, means[name], cnt))
 	}
 	t.Logf("%s: %s", p.name, strings.Join(parts, "; "))
+	return means
 }
 
 // ---- load ----
@@ -975,6 +997,7 @@ func startLoad(t *testing.T, g *loadgen.Generator) func() loadgen.Report {
 // missing and where a few of them are.
 func (c *testCluster) waitDelivered(l *ledger, recv *loadgen.Receiver, timeout time.Duration) time.Duration {
 	c.t.Helper()
+	timeout = deadline(timeout)
 	start := time.Now()
 	want := l.snapshot()
 	deadline := time.Now().Add(timeout)
@@ -1064,10 +1087,19 @@ func checkNoStrays(t *testing.T, l *ledger, recv *loadgen.Receiver) map[string]i
 
 // ---- polling ----
 
+// deadline scales a wait's timeout by slowdown: with race-built nodes
+// (under -race) every state a scenario waits for takes several times
+// longer to reach. Only how long a test waits for a correct state is
+// scaled; what that state must be is not, and a bound on a latency that is
+// itself asserted says which build it holds for (fairness_test.go).
+func deadline(timeout time.Duration) time.Duration { return timeout * slowdown }
+
 // eventually polls cond every 50 ms until it returns true, failing the test
-// with cond's last explanation once timeout has passed.
+// with cond's last explanation once timeout (scaled by deadline) has
+// passed.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
+	timeout = deadline(timeout)
 	deadline := time.Now().Add(timeout)
 	for {
 		ok, why := cond()

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 )
@@ -14,9 +15,10 @@ import (
 // fairshardBin is the binary TestMain built; empty under -short.
 var fairshardBin string
 
-// TestMain builds the fairshard binary once for every scenario (a plain
-// build: the race detector instruments this test process, not the nodes),
-// runs the tests and kills any node process a test left behind.
+// TestMain builds the fairshard binary once for every scenario (with -race
+// when this test binary has it, so the nodes are checked for data races as
+// well as the test process), runs the tests and kills any node process a
+// test left behind.
 func TestMain(m *testing.M) {
 	flag.Parse()
 	if testing.Short() {
@@ -40,19 +42,24 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// buildBinary runs `go build ./cmd/node` from the module root into dir.
+// buildBinary runs `go build [-race] ./cmd/node` from the module root into
+// dir.
 func buildBinary(dir string) (string, error) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
 	}
 	out := filepath.Join(dir, "fairshard")
-	cmd := exec.Command(goBin, "build", "-o", out, "./cmd/node")
+	args := []string{"build", "-o", out}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command(goBin, append(args, "./cmd/node")...)
 	cmd.Dir = filepath.Join("..", "..") // test/e2e → module root
 	start := time.Now()
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/node: %v\n%s", err, b)
+		return "", fmt.Errorf("go %s ./cmd/node: %v\n%s", strings.Join(args, " "), err, b)
 	}
-	fmt.Fprintf(os.Stderr, "e2e: built %s in %v\n", out, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(os.Stderr, "e2e: built %s (race detector: %v) in %v\n", out, raceEnabled, time.Since(start).Round(time.Millisecond))
 	return out, nil
 }

@@ -1,9 +1,8 @@
-package node
+package httpapi
 
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"maps"
 	"net/http"
 	"net/url"
@@ -14,8 +13,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fairshard/fairshard/boltstore"
-	"github.com/fairshard/fairshard/kv"
+	"github.com/fairshard/fairshard/node/peer"
+	"github.com/fairshard/fairshard/node/settings"
+	"github.com/fairshard/fairshard/outbox"
 )
 
 // Limits of the admin API.
@@ -38,7 +38,7 @@ type namespaceView struct {
 	MaxInFlightDefault bool   `json:"max_in_flight_default"`
 	Paused             bool   `json:"paused"`
 	// Retry is the namespace's retry policy override, if any.
-	Retry *retrySettings `json:"retry,omitempty"`
+	Retry *settings.RetrySettings `json:"retry,omitempty"`
 	// Node is the node these counts come from.
 	Node               string  `json:"node"`
 	Pending            int     `json:"pending"`
@@ -54,16 +54,16 @@ type namespaceView struct {
 	WaitingRoutes []string `json:"waiting_routes,omitempty"`
 }
 
-func (n *Node) namespaceView(ns string, st boltstore.NamespaceStats) namespaceView {
-	s, _ := n.rc.namespace(ns)
-	v := namespaceView{Namespace: ns, Paused: s.Paused, Retry: s.Retry, Node: n.name,
+func (a *API) namespaceView(ns string, st outbox.NamespaceStats) namespaceView {
+	s, _ := a.cfg.Settings.Namespace(ns)
+	v := namespaceView{Namespace: ns, Paused: s.Paused, Retry: s.Retry, Node: a.cfg.Self,
 		Pending: st.Pending, Claimed: st.Claimed, DeadLetters: st.Failed}
 	if s.MaxInFlight != nil {
 		v.MaxInFlight = *s.MaxInFlight
 	} else {
-		v.MaxInFlight, v.MaxInFlightDefault = n.cfg.DefaultMaxInFlight, true
+		v.MaxInFlight, v.MaxInFlightDefault = a.cfg.DefaultMaxInFlight, true
 	}
-	f := n.ownership().Fraction
+	f := a.cfg.Ownership().Fraction
 	v.OwnedShardFraction = f.Float()
 	quota := v.MaxInFlight
 	if s.Paused {
@@ -71,7 +71,7 @@ func (n *Node) namespaceView(ns string, st boltstore.NamespaceStats) namespaceVi
 	}
 	v.Ceiling = f.PerNodeCeiling(quota)
 	v.Headroom = max(int(v.Ceiling)-st.Claimed, 0)
-	for _, r := range n.disp.RoutesWithoutTarget() {
+	for _, r := range a.cfg.Dispatcher.RoutesWithoutTarget() {
 		if r.Namespace == ns {
 			v.WaitingRoutes = append(v.WaitingRoutes, r.TaskQueue)
 		}
@@ -79,8 +79,8 @@ func (n *Node) namespaceView(ns string, st boltstore.NamespaceStats) namespaceVi
 	return v
 }
 
-func (n *Node) handleListNamespaces(w http.ResponseWriter, r *http.Request) {
-	stats, err := n.store.NamespaceStats(r.Context())
+func (a *API) handleListNamespaces(w http.ResponseWriter, r *http.Request) {
+	stats, err := a.cfg.Store.NamespaceStats(r.Context())
 	if err != nil {
 		writeError(w, err)
 		return
@@ -89,7 +89,7 @@ func (n *Node) handleListNamespaces(w http.ResponseWriter, r *http.Request) {
 	for ns := range stats {
 		names[ns] = true
 	}
-	for ns := range n.rc.namespaces() {
+	for ns := range a.cfg.Settings.Namespaces() {
 		names[ns] = true
 	}
 	sorted := make([]string, 0, len(names))
@@ -99,23 +99,23 @@ func (n *Node) handleListNamespaces(w http.ResponseWriter, r *http.Request) {
 	sort.Strings(sorted)
 	out := make([]namespaceView, 0, len(sorted))
 	for _, ns := range sorted {
-		out = append(out, n.namespaceView(ns, stats[ns]))
+		out = append(out, a.namespaceView(ns, stats[ns]))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"namespaces": out})
 }
 
-func (n *Node) handleGetNamespace(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleGetNamespace(w http.ResponseWriter, r *http.Request) {
 	ns, err := pathName(r, "ns")
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	stats, err := n.store.NamespaceStats(r.Context())
+	stats, err := a.cfg.Store.NamespaceStats(r.Context())
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, n.namespaceView(ns, stats[ns]))
+	writeJSON(w, http.StatusOK, a.namespaceView(ns, stats[ns]))
 }
 
 // handlePutNamespace sets max_in_flight, paused and/or retry; absent
@@ -123,7 +123,7 @@ func (n *Node) handleGetNamespace(w http.ResponseWriter, r *http.Request) {
 // is its own config key), so fields set at once on different nodes all
 // survive. max_in_flight or retry null returns the field to the node's
 // default. A namespace beyond MaxNamespaces is refused (409).
-func (n *Node) handlePutNamespace(w http.ResponseWriter, r *http.Request) {
+func (a *API) handlePutNamespace(w http.ResponseWriter, r *http.Request) {
 	ns, err := pathName(r, "ns")
 	if err != nil {
 		writeError(w, err)
@@ -134,19 +134,15 @@ func (n *Node) handlePutNamespace(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	var writes []kv.Write
-	put := func(field string, v any) {
-		b, _ := json.Marshal(v)
-		writes = append(writes, kv.Write{Key: nsKey(ns, field), Value: b})
-	}
-	// Fields in a fixed order, so a batch is written the same way whatever
+	var u settings.NamespaceUpdate
+	// Fields in a fixed order, so the first bad one is the same whatever
 	// the body's key order.
 	for _, k := range slices.Sorted(maps.Keys(body)) {
 		raw := body[k]
 		switch k {
-		case fieldMaxInFlight:
+		case "max_in_flight":
 			if isNull(raw) {
-				writes = append(writes, kv.Write{Key: nsKey(ns, k), Delete: true})
+				u.ClearMaxInFlight = true
 				continue
 			}
 			q, err := strconv.ParseUint(string(raw), 10, 32)
@@ -154,53 +150,69 @@ func (n *Node) handlePutNamespace(w http.ResponseWriter, r *http.Request) {
 				writeError(w, fieldError("max_in_flight", "must be an integer from 0 to %d (or null for the default)", MaxQuota))
 				return
 			}
-			put(k, uint32(q))
-		case fieldPaused:
+			q32 := uint32(q)
+			u.MaxInFlight = &q32
+		case "paused":
+			var p bool
 			switch string(raw) {
 			case "true":
-				put(k, true)
+				p = true
 			case "false":
-				put(k, false)
 			default:
 				writeError(w, fieldError("paused", "must be true or false"))
 				return
 			}
-		case fieldRetry:
+			u.Paused = &p
+		case "retry":
 			if isNull(raw) {
-				writes = append(writes, kv.Write{Key: nsKey(ns, k), Delete: true})
+				u.ClearRetry = true
 				continue
 			}
-			var rs retrySettings
+			var rs settings.RetrySettings
 			if err := strictUnmarshal(raw, &rs); err != nil {
 				writeError(w, fieldError("retry", "must be an object with base_ms, factor, cap_ms, max_attempts: %v", err))
 				return
 			}
-			if err := rs.validate(); err != nil {
+			if err := validateRetry(&rs); err != nil {
 				writeError(w, err)
 				return
 			}
-			put(k, rs)
+			u.Retry = &rs
 		default:
 			writeError(w, fieldError(k, "unknown field (want max_in_flight, paused, retry)"))
 			return
 		}
 	}
-	if _, configured := n.rc.namespace(ns); !configured && slices.ContainsFunc(writes, func(w kv.Write) bool { return !w.Delete }) {
-		if have := len(n.rc.namespaces()); have >= n.cfg.MaxNamespaces {
-			writeError(w, limitExceeded("namespace", "%d namespaces have settings, the limit is %d (--max-namespaces); namespaces without settings use the node defaults", have, n.cfg.MaxNamespaces))
+	if _, configured := a.cfg.Settings.Namespace(ns); !configured && u.Adds() {
+		if have := len(a.cfg.Settings.Namespaces()); have >= a.cfg.MaxNamespaces {
+			writeError(w, limitExceeded("namespace", "%d namespaces have settings, the limit is %d (--max-namespaces); namespaces without settings use the node defaults", have, a.cfg.MaxNamespaces))
 			return
 		}
 	}
-	if len(writes) > 0 {
-		if _, err := n.rc.kv.Update(r.Context(), writes...); err != nil {
-			writeError(w, fmt.Errorf("set namespace %s: %w", ns, err))
-			return
-		}
+	if err := a.cfg.Settings.UpdateNamespace(r.Context(), ns, u); err != nil {
+		writeError(w, err)
+		return
 	}
-	n.quota.Invalidate(ns)
-	n.disp.Wake()
-	stats, _ := n.store.NamespaceStats(r.Context())
-	writeJSON(w, http.StatusOK, n.namespaceView(ns, stats[ns]))
+	a.cfg.Dispatcher.Wake()
+	stats, _ := a.cfg.Store.NamespaceStats(r.Context())
+	writeJSON(w, http.StatusOK, a.namespaceView(ns, stats[ns]))
+}
+
+// validateRetry checks an override's bounds; the error names the field.
+func validateRetry(r *settings.RetrySettings) error {
+	switch {
+	case r.BaseMS < 0 || r.BaseMS > time.Hour.Milliseconds():
+		return fieldError("retry.base_ms", "must be between 0 (node default) and %d", time.Hour.Milliseconds())
+	case r.Factor != 0 && (r.Factor < 1 || r.Factor > 10):
+		return fieldError("retry.factor", "must be 0 (node default) or between 1 and 10")
+	case r.CapMS < 0 || r.CapMS > (24*time.Hour).Milliseconds():
+		return fieldError("retry.cap_ms", "must be between 0 (node default) and %d", (24 * time.Hour).Milliseconds())
+	case r.CapMS > 0 && r.BaseMS > r.CapMS:
+		return fieldError("retry.cap_ms", "must be at least retry.base_ms")
+	case r.MaxAttempts > 1000:
+		return fieldError("retry.max_attempts", "must be between 0 (node default) and 1000")
+	}
+	return nil
 }
 
 // routeFromPath reads and validates {ns} and {tq} of a target path.
@@ -214,13 +226,13 @@ func routeFromPath(r *http.Request) (ns, tq string, err error) {
 	return ns, tq, nil
 }
 
-func (n *Node) handlePutTarget(w http.ResponseWriter, r *http.Request) {
+func (a *API) handlePutTarget(w http.ResponseWriter, r *http.Request) {
 	ns, tq, err := routeFromPath(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	var t targetSettings
+	var t settings.TargetSettings
 	if err := decodeBody(w, r, &t); err != nil {
 		writeError(w, err)
 		return
@@ -238,39 +250,39 @@ func (n *Node) handlePutTarget(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fieldError("url", "must be an absolute http(s) URL"))
 		return
 	}
-	if t.TimeoutMS < 0 || durationMS(t.TimeoutMS) > MaxTargetTimeout {
+	if t.TimeoutMS < 0 || settings.DurationMS(t.TimeoutMS) > MaxTargetTimeout {
 		writeError(w, fieldError("timeout_ms", "must be between 0 (node default) and %d", MaxTargetTimeout.Milliseconds()))
 		return
 	}
-	key := prefixTarget + ns + "/" + tq
-	if _, exists := n.rc.kv.Get(key); !exists {
-		if have := n.rc.kv.Count(prefixTarget); have >= n.cfg.MaxTargets {
-			writeError(w, limitExceeded("target", "%d routes have their own target, the limit is %d (--max-targets); use --default-target with {namespace} and {task_queue} for many routes", have, n.cfg.MaxTargets))
+	if !a.cfg.Settings.HasTarget(ns, tq) {
+		if have := a.cfg.Settings.TargetCount(); have >= a.cfg.MaxTargets {
+			writeError(w, limitExceeded("target", "%d routes have their own target, the limit is %d (--max-targets); use --default-target with {namespace} and {task_queue} for many routes", have, a.cfg.MaxTargets))
 			return
 		}
 	}
-	if err := n.rc.putJSON(r.Context(), key, t); err != nil {
+	if err := a.cfg.Settings.PutTarget(r.Context(), ns, tq, t); err != nil {
 		writeError(w, err)
 		return
 	}
-	n.disp.Wake()
+	a.cfg.Dispatcher.Wake()
 	writeJSON(w, http.StatusOK, map[string]any{"namespace": ns, "task_queue": tq, "url": t.URL, "timeout_ms": t.TimeoutMS})
 }
 
-func (n *Node) handleDeleteTarget(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleDeleteTarget(w http.ResponseWriter, r *http.Request) {
 	ns, tq, err := routeFromPath(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	if err := n.rc.del(r.Context(), prefixTarget+ns+"/"+tq); err != nil {
+	if err := a.cfg.Settings.DeleteTarget(r.Context(), ns, tq); err != nil {
 		writeError(w, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func holdKey(r *http.Request) (string, error) {
+// holdWorkflow reads and validates the {wf} of a hold path.
+func holdWorkflow(r *http.Request) (string, error) {
 	wf := r.PathValue("wf")
 	if wf == "" || len(wf) > MaxWorkflowIDBytes {
 		return "", fieldError("workflow_id", "must be 1-%d bytes", MaxWorkflowIDBytes)
@@ -278,41 +290,39 @@ func holdKey(r *http.Request) (string, error) {
 	if err := checkText("workflow_id", wf, MaxWorkflowIDBytes); err != nil {
 		return "", err
 	}
-	return prefixHold + wf, nil
+	return wf, nil
 }
 
-func (n *Node) handleHold(w http.ResponseWriter, r *http.Request) {
-	key, err := holdKey(r)
+func (a *API) handleHold(w http.ResponseWriter, r *http.Request) {
+	wf, err := holdWorkflow(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	if _, held := n.rc.kv.Get(key); !held {
-		if have := n.rc.kv.Count(prefixHold); have >= n.cfg.MaxHolds {
-			writeError(w, limitExceeded("hold", "%d workflows are held, the limit is %d (--max-holds); release some first", have, n.cfg.MaxHolds))
+	if !a.cfg.Settings.IsHeld(wf) {
+		if have := a.cfg.Settings.HoldCount(); have >= a.cfg.MaxHolds {
+			writeError(w, limitExceeded("hold", "%d workflows are held, the limit is %d (--max-holds); release some first", have, a.cfg.MaxHolds))
 			return
 		}
 	}
-	if err := n.rc.putJSON(r.Context(), key, struct{}{}); err != nil {
+	if err := a.cfg.Settings.Hold(r.Context(), wf); err != nil {
 		writeError(w, err)
 		return
 	}
-	n.rc.invalidateHolds()
 	writeJSON(w, http.StatusOK, map[string]any{"workflow_id": r.PathValue("wf"), "held": true})
 }
 
-func (n *Node) handleRelease(w http.ResponseWriter, r *http.Request) {
-	key, err := holdKey(r)
+func (a *API) handleRelease(w http.ResponseWriter, r *http.Request) {
+	wf, err := holdWorkflow(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	if err := n.rc.del(r.Context(), key); err != nil {
+	if err := a.cfg.Settings.Release(r.Context(), wf); err != nil {
 		writeError(w, err)
 		return
 	}
-	n.rc.invalidateHolds()
-	n.disp.Wake()
+	a.cfg.Dispatcher.Wake()
 	writeJSON(w, http.StatusOK, map[string]any{"workflow_id": r.PathValue("wf"), "held": false})
 }
 
@@ -330,23 +340,23 @@ func deadLetterPage(r *http.Request) (after string, limit int, err error) {
 	return after, limit, nil
 }
 
-func (n *Node) handleInternalDeadLetters(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleInternalDeadLetters(w http.ResponseWriter, r *http.Request) {
 	after, limit, err := deadLetterPage(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	rows, err := n.store.ListDeadLetters(r.Context(), r.PathValue("ns"), after, limit)
+	rows, err := a.cfg.Store.ListDeadLetters(r.Context(), r.PathValue("ns"), after, limit)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, deadLettersResp{Rows: viewsOf(rows, n.name)})
+	writeJSON(w, http.StatusOK, peer.DeadLettersResponse{Rows: peer.ViewsOf(rows, a.cfg.Self)})
 }
 
 // handleDeadLetters lists a namespace's dead letters across the cluster,
 // ordered by dispatch_key; "next" is the cursor for ?after=.
-func (n *Node) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
 	ns, err := pathName(r, "ns")
 	if err != nil {
 		writeError(w, err)
@@ -357,17 +367,17 @@ func (n *Node) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	local, err := n.store.ListDeadLetters(r.Context(), ns, after, limit)
+	local, err := a.cfg.Store.ListDeadLetters(r.Context(), ns, after, limit)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	all := viewsOf(local, n.name)
+	all := peer.ViewsOf(local, a.cfg.Self)
 	var mu sync.Mutex
 	q := url.Values{"after": {after}, "limit": {strconv.Itoa(limit)}}
-	unreachable := n.fanOut(r.Context(), func(ctx context.Context, m peerRef) error {
-		var resp deadLettersResp
-		if err := n.peers.call(ctx, http.MethodGet, m.addr, "/internal/v1/namespaces/"+ns+"/dead-letters?"+q.Encode(), nil, &resp); err != nil {
+	unreachable := a.fanOut(r.Context(), func(ctx context.Context, m peerRef) error {
+		resp, err := a.cfg.Peers.DeadLetters(ctx, m.addr, ns, q)
+		if err != nil {
 			return err
 		}
 		mu.Lock()
@@ -375,8 +385,8 @@ func (n *Node) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
 		mu.Unlock()
 		return nil
 	})
-	slices.SortFunc(all, func(a, b RowView) int { return strings.Compare(a.DispatchKey, b.DispatchKey) })
-	out := deadLettersResp{Rows: all}
+	slices.SortFunc(all, func(x, y peer.RowView) int { return strings.Compare(x.DispatchKey, y.DispatchKey) })
+	out := peer.DeadLettersResponse{Rows: all}
 	if len(all) >= limit {
 		out.Rows = all[:limit]
 		out.Next = out.Rows[limit-1].DispatchKey
@@ -384,30 +394,30 @@ func (n *Node) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"rows": out.Rows, "next": out.Next, "unreachable_nodes": unreachable})
 }
 
-func (n *Node) handleInternalRedrive(w http.ResponseWriter, r *http.Request) {
-	var req redriveReq
+func (a *API) handleInternalRedrive(w http.ResponseWriter, r *http.Request) {
+	var req peer.RedriveRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
-	count, err := n.store.Redrive(r.Context(), r.PathValue("ns"), req.Keys, time.Now().UTC())
+	count, err := a.cfg.Store.Redrive(r.Context(), r.PathValue("ns"), req.Keys, time.Now().UTC())
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	n.disp.Wake()
-	writeJSON(w, http.StatusOK, redriveResp{Redriven: count})
+	a.cfg.Dispatcher.Wake()
+	writeJSON(w, http.StatusOK, peer.RedriveResponse{Redriven: count})
 }
 
 // handleRedrive moves dead letters (all of the namespace's, or the listed
 // keys) back to pending with attempt 1, on every node.
-func (n *Node) handleRedrive(w http.ResponseWriter, r *http.Request) {
+func (a *API) handleRedrive(w http.ResponseWriter, r *http.Request) {
 	ns, err := pathName(r, "ns")
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	var req redriveReq
+	var req peer.RedriveRequest
 	if r.ContentLength != 0 {
 		if err := decodeBody(w, r, &req); err != nil {
 			writeError(w, err)
@@ -420,23 +430,23 @@ func (n *Node) handleRedrive(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	total, err := n.store.Redrive(r.Context(), ns, req.Keys, time.Now().UTC())
+	total, err := a.cfg.Store.Redrive(r.Context(), ns, req.Keys, time.Now().UTC())
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	var mu sync.Mutex
-	unreachable := n.fanOut(r.Context(), func(ctx context.Context, m peerRef) error {
-		var resp redriveResp
-		if err := n.peers.call(ctx, http.MethodPost, m.addr, "/internal/v1/namespaces/"+ns+"/dead-letters/redrive", req, &resp); err != nil {
+	unreachable := a.fanOut(r.Context(), func(ctx context.Context, m peerRef) error {
+		redriven, err := a.cfg.Peers.Redrive(ctx, m.addr, ns, req)
+		if err != nil {
 			return err
 		}
 		mu.Lock()
-		total += resp.Redriven
+		total += redriven
 		mu.Unlock()
 		return nil
 	})
-	n.disp.Wake()
+	a.cfg.Dispatcher.Wake()
 	writeJSON(w, http.StatusOK, map[string]any{"redriven": total, "unreachable_nodes": unreachable})
 }
 
@@ -448,18 +458,18 @@ const peerCallTimeout = 5 * time.Second
 // fanOut calls fn for every other member concurrently, each bounded by
 // peerCallTimeout, and returns the names of the members whose call failed,
 // sorted.
-func (n *Node) fanOut(ctx context.Context, fn func(ctx context.Context, m peerRef) error) []string {
+func (a *API) fanOut(ctx context.Context, fn func(ctx context.Context, m peerRef) error) []string {
 	var (
 		mu          sync.Mutex
 		wg          sync.WaitGroup
 		unreachable = []string{} // JSON [] rather than null
 	)
-	for _, m := range n.peerMembers() {
+	for _, m := range a.peerMembers() {
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, peerCallTimeout)
 			defer cancel()
 			if err := fn(cctx, m); err != nil {
-				n.log.Warn("peer call failed", "peer", m.name, "err", err)
+				a.log.Warn("peer call failed", "peer", m.name, "err", err)
 				mu.Lock()
 				unreachable = append(unreachable, m.name)
 				mu.Unlock()
@@ -471,10 +481,10 @@ func (n *Node) fanOut(ctx context.Context, fn func(ctx context.Context, m peerRe
 	return unreachable
 }
 
-func (n *Node) peerMembers() []peerRef {
+func (a *API) peerMembers() []peerRef {
 	var out []peerRef
-	for _, m := range n.ownership().Members {
-		if m.Name != n.name && m.APIAddr != "" {
+	for _, m := range a.cfg.Ownership().Members {
+		if m.Name != a.cfg.Self && m.APIAddr != "" {
 			out = append(out, peerRef{m.Name, m.APIAddr})
 		}
 	}
@@ -484,27 +494,30 @@ func (n *Node) peerMembers() []peerRef {
 // ---- cluster views ----
 
 type memberView struct {
-	Name               string  `json:"name"`
-	APIAddr            string  `json:"api_addr"`
-	State              string  `json:"state"`
-	OwnedShards        int     `json:"owned_shards"`
-	OwnedShardFraction float64 `json:"owned_shard_fraction"`
+	Name               string   `json:"name"`
+	APIAddr            string   `json:"api_addr"`
+	GossipAddr         string   `json:"gossip_addr"`
+	GossipKeys         []string `json:"gossip_keys"`
+	State              string   `json:"state"`
+	OwnedShards        int      `json:"owned_shards"`
+	OwnedShardFraction float64  `json:"owned_shard_fraction"`
 }
 
-func (n *Node) handleCluster(w http.ResponseWriter, r *http.Request) {
-	snap := n.ownership()
+func (a *API) handleCluster(w http.ResponseWriter, r *http.Request) {
+	snap := a.cfg.Ownership()
 	members := make([]memberView, 0, len(snap.Members))
 	for _, m := range snap.Members {
 		owned := snap.Table.OwnedCount(m.Name)
-		members = append(members, memberView{Name: m.Name, APIAddr: m.APIAddr, State: string(m.State),
+		members = append(members, memberView{Name: m.Name, APIAddr: m.APIAddr, GossipAddr: m.GossipAddr, GossipKeys: commaList(m.GossipKeys), State: string(m.State),
 			OwnedShards: owned, OwnedShardFraction: float64(owned) / float64(snap.ShardCount)})
 	}
 	// Shards with rows in transfer (on the wire, or left marked by a failed
 	// release) are still listed: their rows are here until the owner acks.
-	foreign, _ := n.store.ForeignShards(r.Context())
+	foreign, _ := a.cfg.Store.ForeignShards(r.Context())
 	pending := len(foreign)
 	writeJSON(w, http.StatusOK, map[string]any{
-		"node":              n.name,
+		"node":              a.cfg.Self,
+		"accepted":          snap.Accepted,
 		"shard_count":       snap.ShardCount,
 		"ownership_version": snap.Version,
 		"members":           members,
@@ -514,8 +527,8 @@ func (n *Node) handleCluster(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-func (n *Node) handleShards(w http.ResponseWriter, _ *http.Request) {
-	snap := n.ownership()
+func (a *API) handleShards(w http.ResponseWriter, _ *http.Request) {
+	snap := a.cfg.Ownership()
 	type shardView struct {
 		Shard uint32 `json:"shard"`
 		Owner string `json:"owner"`
@@ -525,6 +538,18 @@ func (n *Node) handleShards(w http.ResponseWriter, _ *http.Request) {
 		out[s] = shardView{Shard: s, Owner: snap.Table.Owner(s)}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"shard_count": snap.ShardCount, "ownership_version": snap.Version, "shards": out})
+}
+
+// commaList splits a comma-separated list (a member's key fingerprints),
+// never nil (JSON [] rather than null).
+func commaList(s string) []string {
+	out := []string{}
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // isNull reports whether a decoded field was JSON null (the decoder may

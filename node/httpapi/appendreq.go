@@ -1,4 +1,4 @@
-package node
+package httpapi
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/fairshard/fairshard/node/settings"
 	"github.com/fairshard/fairshard/outbox"
 )
 
@@ -29,7 +30,7 @@ const (
 	MaxLabelBytes   = 256
 	// MaxWorkflowIDBytes keeps "hold/{workflow_id}" within the gossiped
 	// config's 128-byte key limit, so every workflow can be held.
-	MaxWorkflowIDBytes = 128 - len(prefixHold)
+	MaxWorkflowIDBytes = 128 - len(settings.PrefixHold)
 	MaxDelay           = 30 * 24 * time.Hour
 	maxContentLength   = 256
 )

@@ -1,4 +1,4 @@
-package node
+package peer
 
 import (
 	"time"
@@ -41,7 +41,8 @@ func optTime(t time.Time) *time.Time {
 	return &t
 }
 
-func viewOf(r outbox.Row, node string) RowView {
+// ViewOf is r as the API shows it, held by node ("" to leave Node out).
+func ViewOf(r outbox.Row, node string) RowView {
 	return RowView{
 		DispatchKey: r.DispatchKey, WorkflowID: r.WorkflowID, Ordinal: r.Ordinal,
 		Namespace: r.Namespace, TaskQueue: r.TaskQueue, ActivityType: r.ActivityType,
@@ -52,7 +53,8 @@ func viewOf(r outbox.Row, node string) RowView {
 	}
 }
 
-func (v RowView) row() outbox.Row {
+// Row is the row v describes (the zero Version when v has none).
+func (v RowView) Row() outbox.Row {
 	r := outbox.Row{
 		DispatchKey: v.DispatchKey, WorkflowID: v.WorkflowID, Ordinal: v.Ordinal,
 		Namespace: v.Namespace, TaskQueue: v.TaskQueue, ActivityType: v.ActivityType,
@@ -71,33 +73,20 @@ func (v RowView) row() outbox.Row {
 	return r
 }
 
-func viewsOf(rows []outbox.Row, node string) []RowView {
+// ViewsOf is ViewOf of every row.
+func ViewsOf(rows []outbox.Row, node string) []RowView {
 	out := make([]RowView, len(rows))
 	for i := range rows {
-		out[i] = viewOf(rows[i], node)
+		out[i] = ViewOf(rows[i], node)
 	}
 	return out
 }
 
-func rowsOf(views []RowView) []outbox.Row {
+// RowsOf is Row of every view.
+func RowsOf(views []RowView) []outbox.Row {
 	out := make([]outbox.Row, len(views))
 	for i := range views {
-		out[i] = views[i].row()
+		out[i] = views[i].Row()
 	}
 	return out
 }
-
-// appendResult is one row's answer to POST /v1/rows.
-type appendResult struct {
-	DispatchKey string `json:"dispatch_key"`
-	// Status is "created", "duplicate" or "accepted" (held durably on this
-	// node because the owner could not be reached; handed off later).
-	Status string `json:"status"`
-	Shard  uint32 `json:"shard"`
-	// Node is where the row is durably stored now.
-	Node string `json:"node"`
-}
-
-// statusAccepted is the append answer for a row held here for an
-// unreachable owner.
-const statusAccepted = "accepted"

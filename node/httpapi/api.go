@@ -1,0 +1,303 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/fairshard/fairshard/api"
+	"github.com/fairshard/fairshard/cluster"
+	"github.com/fairshard/fairshard/node/peer"
+	"github.com/fairshard/fairshard/node/router"
+	"github.com/fairshard/fairshard/node/settings"
+	"github.com/fairshard/fairshard/outbox"
+)
+
+// Store is what the API reads and writes in the node's store directly
+// (appends go through the Router).
+type Store interface {
+	// Append stores a forwarded append (insert-or-ignore by dispatch_key).
+	Append(ctx context.Context, rows []outbox.Row) ([]outbox.AppendOutcome, error)
+	// Merge stores a received transfer batch (outbox.Merge per row).
+	Merge(ctx context.Context, rows []outbox.Row) (outbox.MergeResult, error)
+	Get(ctx context.Context, dispatchKey string) (outbox.Row, error)
+	ListDeadLetters(ctx context.Context, namespace, afterKey string, limit int) ([]outbox.Row, error)
+	Redrive(ctx context.Context, namespace string, keys []string, now time.Time) (int, error)
+	NamespaceStats(ctx context.Context) (map[string]outbox.NamespaceStats, error)
+	// ForeignShards lists the non-owned shards still holding rows here
+	// (/v1/cluster's handoff.shards_pending).
+	ForeignShards(ctx context.Context) ([]uint32, error)
+}
+
+// Appender places the rows of a public append (*router.Router).
+type Appender interface {
+	Append(ctx context.Context, rows []outbox.Row) ([]router.Result, error)
+}
+
+// Dispatcher is what the API tells and asks the node's dispatcher
+// (*dispatch.Dispatcher).
+type Dispatcher interface {
+	// Wake asks for a sweep soon (rows or settings changed).
+	Wake()
+	// RoutesWithoutTarget lists the routes whose rows wait for a target.
+	RoutesWithoutTarget() []outbox.ClaimScope
+}
+
+// Config wires an API. Every field but Logger, Registerer and the tokens
+// is required.
+type Config struct {
+	// Self is this node's name (answers name it).
+	Self string
+	// ShardCount is the cluster's shard count.
+	ShardCount uint32
+	// APIToken, when set, is required as a bearer token on /v1;
+	// ClusterSecret on /internal/v1.
+	APIToken, ClusterSecret string
+	// DefaultMaxInFlight is the quota shown for namespaces without one.
+	DefaultMaxInFlight uint32
+	// MaxNamespaces, MaxTargets and MaxHolds cap the gossiped config
+	// (409 limit_exceeded past them).
+	MaxNamespaces, MaxTargets, MaxHolds int
+
+	Store      Store
+	Router     Appender
+	Settings   *settings.Settings
+	Ownership  func() *cluster.OwnershipSnapshot
+	Peers      *peer.Client
+	Dispatcher Dispatcher
+	// Ready reports whether the node serves (GET /readyz answers 200);
+	// the API adds "not draining".
+	Ready func() bool
+	// Gatherer is served on /metrics.
+	Gatherer prometheus.Gatherer
+	// Registerer receives the API's own metrics (nil: none).
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
+}
+
+// API is the node's HTTP API: the public /v1 routes, the node-to-node
+// /internal/v1 routes, /metrics, /healthz and /readyz. It decodes and
+// validates requests (a bad one is answered 4xx naming the field and
+// changes nothing), calls the node's parts and answers JSON. Safe for
+// concurrent use.
+type API struct {
+	cfg     Config
+	log     *slog.Logger
+	m       *metrics
+	handler http.Handler
+	// routePatterns are the HTTP routes (see Routes), set by routes().
+	routePatterns []string
+	intake        intakeGate
+	draining      atomic.Bool
+}
+
+// New builds the API and registers its metrics.
+func New(cfg Config) (*API, error) {
+	if cfg.Store == nil || cfg.Router == nil || cfg.Settings == nil || cfg.Ownership == nil ||
+		cfg.Peers == nil || cfg.Dispatcher == nil || cfg.Ready == nil || cfg.Gatherer == nil {
+		return nil, errors.New("httpapi: Store, Router, Settings, Ownership, Peers, Dispatcher, Ready and Gatherer are required")
+	}
+	a := &API{cfg: cfg, log: cfg.Logger}
+	if a.log == nil {
+		a.log = slog.New(slog.DiscardHandler)
+	}
+	var err error
+	if a.m, err = newMetrics(cfg.Registerer); err != nil {
+		return nil, err
+	}
+	a.handler = a.routes()
+	return a, nil
+}
+
+// Handler returns the API's HTTP handler.
+func (a *API) Handler() http.Handler { return a.handler }
+
+// RefuseAppends makes public appends answer 503 (append through another
+// node) and readiness false: the first step of a graceful stop.
+func (a *API) RefuseAppends() { a.draining.Store(true) }
+
+// Draining reports whether RefuseAppends was called.
+func (a *API) Draining() bool { return a.draining.Load() }
+
+// CloseIntake refuses every later request that would store rows here
+// (public and forwarded appends, handoff batches: answered 503, the sender
+// keeps the rows) and waits until those admitted have finished, or ctx
+// ends (the error then says how many are still running). A stopping node
+// calls it once it is marked leaving, so its final handoff sees every row
+// it ever acknowledged.
+func (a *API) CloseIntake(ctx context.Context) error { return a.intake.close(ctx) }
+
+// routes builds the HTTP API: public /v1 (bearer token when configured),
+// node-to-node /internal/v1 (cluster secret), and open /metrics, /healthz,
+// /readyz. Unknown paths and methods get JSON errors too.
+//
+// In GET /v1/rows/{dispatch_key} the key is best sent as one escaped path
+// segment (url.PathEscape: '/' as %2F): plain slashes work, except where
+// they form empty or dot segments ("a//b", "x/./y"), which the router
+// cleans before matching.
+func (a *API) routes() http.Handler {
+	mux := &routeMux{ServeMux: http.NewServeMux()}
+	defer func() { a.routePatterns = mux.patterns }()
+	pub := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, auth(a.cfg.APIToken, h)) }
+	internal := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, auth(a.cfg.ClusterSecret, h)) }
+
+	pub("POST /v1/rows", a.handleAppend)
+	pub("GET /v1/rows/{key...}", a.handleGetRow)
+	pub("GET /v1/rows", func(w http.ResponseWriter, _ *http.Request) {
+		writeError(w, &APIError{Status: http.StatusNotFound, Code: CodeNotFound, Field: "dispatch_key",
+			Message: "dispatch_key: missing; GET /v1/rows/{dispatch_key}"})
+	})
+	pub("GET /v1/namespaces", a.handleListNamespaces)
+	pub("GET /v1/namespaces/{ns}", a.handleGetNamespace)
+	pub("PUT /v1/namespaces/{ns}", a.handlePutNamespace)
+	pub("PUT /v1/namespaces/{ns}/task-queues/{tq}/target", a.handlePutTarget)
+	pub("DELETE /v1/namespaces/{ns}/task-queues/{tq}/target", a.handleDeleteTarget)
+	pub("GET /v1/namespaces/{ns}/dead-letters", a.handleDeadLetters)
+	pub("POST /v1/namespaces/{ns}/dead-letters/redrive", a.handleRedrive)
+	pub("PUT /v1/workflows/{wf}/hold", a.handleHold)
+	pub("DELETE /v1/workflows/{wf}/hold", a.handleRelease)
+	pub("GET /v1/cluster", a.handleCluster)
+	pub("GET /v1/shards", a.handleShards)
+	pub("GET /v1/openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", api.ContentType)
+		_, _ = io.WriteString(w, api.OpenAPIYAML())
+	})
+
+	internal("POST /internal/v1/rows", a.handleInternalAppend)
+	internal("POST /internal/v1/handoff", a.handleInternalHandoff)
+	internal("GET /internal/v1/rows/{key...}", a.handleInternalGetRow)
+	internal("GET /internal/v1/namespaces/{ns}/dead-letters", a.handleInternalDeadLetters)
+	internal("POST /internal/v1/namespaces/{ns}/dead-letters/redrive", a.handleInternalRedrive)
+
+	mux.Handle("GET /metrics", promhttp.HandlerFor(a.cfg.Gatherer, promhttp.HandlerOpts{Registry: a.cfg.Registerer}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !a.cfg.Ready() || a.Draining() {
+			writeError(w, &APIError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "not ready: starting, draining, not joined or not accepted by the cluster yet"})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	})
+	return jsonMuxErrors(mux.ServeMux)
+}
+
+// routeMux is a ServeMux that remembers the patterns registered on it, so
+// Routes can list them (the OpenAPI test in api/ compares them with
+// api/openapi.yaml).
+type routeMux struct {
+	*http.ServeMux
+	patterns []string
+}
+
+func (m *routeMux) Handle(pattern string, h http.Handler) {
+	m.ServeMux.Handle(pattern, h)
+	m.patterns = append(m.patterns, pattern)
+}
+
+func (m *routeMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	m.Handle(pattern, http.HandlerFunc(h))
+}
+
+// Routes returns the patterns of every route the node serves, in
+// net/http.ServeMux syntax ("GET /v1/rows/{key...}"), node-to-node routes
+// included, sorted. Every public one must be described in api/openapi.yaml.
+func (a *API) Routes() []string {
+	out := slices.Clone(a.routePatterns)
+	slices.Sort(out)
+	return out
+}
+
+// jsonMuxErrors turns the mux's own plain-text 404 and 405 answers into the
+// API's JSON errors.
+func jsonMuxErrors(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern != "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		mux.ServeHTTP(&muxErrorWriter{ResponseWriter: w, r: r}, r)
+	})
+}
+
+type muxErrorWriter struct {
+	http.ResponseWriter
+	r       *http.Request
+	skipped bool
+}
+
+func (m *muxErrorWriter) WriteHeader(status int) {
+	switch status {
+	case http.StatusNotFound:
+		m.skipped = true
+		writeError(m.ResponseWriter, &APIError{Status: status, Code: CodeNotFound, Message: "no such endpoint: " + m.r.URL.Path})
+	case http.StatusMethodNotAllowed:
+		m.skipped = true
+		m.ResponseWriter.Header().Del("Content-Type")
+		writeError(m.ResponseWriter, &APIError{Status: status, Code: CodeMethodNotAllowed,
+			Message: fmt.Sprintf("method %s not allowed on %s (allowed: %s)", m.r.Method, m.r.URL.Path, m.ResponseWriter.Header().Get("Allow"))})
+	default:
+		m.ResponseWriter.WriteHeader(status)
+	}
+}
+
+func (m *muxErrorWriter) Write(b []byte) (int, error) {
+	if m.skipped {
+		return len(b), nil
+	}
+	return m.ResponseWriter.Write(b)
+}
+
+// auth requires "Authorization: Bearer <token>" when token is set. The
+// scheme name is case-insensitive (RFC 9110 §11.1), the token is not.
+func auth(token string, h http.HandlerFunc) http.Handler {
+	if token == "" {
+		return h
+	}
+	want := []byte(token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		scheme, cred, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(strings.TrimLeft(cred, " ")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="fairshard"`)
+			writeError(w, &APIError{Status: http.StatusUnauthorized, Code: CodeUnauthorized, Message: "missing or wrong bearer token"})
+			return
+		}
+		h(w, r)
+	})
+}
+
+// decodeBody strictly decodes a small JSON body (≤ 1 MiB) into v.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return &APIError{Status: http.StatusBadRequest, Code: CodeInvalidJSON, Field: "body", Message: "body: " + err.Error()}
+	}
+	if dec.More() {
+		return &APIError{Status: http.StatusBadRequest, Code: CodeInvalidJSON, Field: "body", Message: "body: unexpected data after the JSON value"}
+	}
+	return nil
+}
+
+func pathName(r *http.Request, param string) (string, error) {
+	v := r.PathValue(param)
+	if !ValidName(v) {
+		field := map[string]string{"ns": "namespace", "tq": "task_queue"}[param]
+		return "", fieldError(field, "%q must be 1-64 letters, digits, '-', '_' or '.'", v)
+	}
+	return v, nil
+}

@@ -1,0 +1,202 @@
+package peer
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/fairshard/fairshard/outbox"
+	"github.com/fairshard/fairshard/transfer"
+)
+
+// ErrNotFound is returned (wrapped) by calls the peer answered 404.
+var ErrNotFound = errors.New("not found on peer")
+
+// The node-to-node routes (served by package httpapi under the cluster
+// secret).
+const (
+	PathAppend  = "/internal/v1/rows"
+	PathHandoff = "/internal/v1/handoff"
+	PathRows    = "/internal/v1/rows/" // + escaped dispatch_key
+)
+
+// PathDeadLetters and PathRedrive are a namespace's dead-letter routes.
+func PathDeadLetters(ns string) string { return "/internal/v1/namespaces/" + ns + "/dead-letters" }
+
+// PathRedrive is a namespace's redrive route.
+func PathRedrive(ns string) string { return PathDeadLetters(ns) + "/redrive" }
+
+// Client calls other nodes' internal endpoints (/internal/v1/...),
+// authenticated with the cluster secret when one is set. Every call is
+// bounded by its context and by 30 s overall. Safe for concurrent use.
+type Client struct {
+	http   *http.Client
+	secret string
+}
+
+// NewClient returns a Client sending secret as its bearer token ("" sends
+// none), keeping up to 16 idle connections per peer.
+func NewClient(secret string) *Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 16
+	return &Client{http: &http.Client{Transport: tr, Timeout: 30 * time.Second}, secret: secret}
+}
+
+// CloseIdle closes the client's idle connections (at stop).
+func (c *Client) CloseIdle() { c.http.CloseIdleConnections() }
+
+// Call sends in as JSON (nil: no body) to apiAddr's path and decodes a 2xx
+// answer into out (nil: discarded). Errors name the peer and path; a 404
+// wraps ErrNotFound; another non-2xx carries the status and the start of
+// the body.
+func (c *Client) Call(ctx context.Context, method, apiAddr, path string, in, out any) error {
+	var body []byte
+	if in != nil {
+		var err error
+		if body, err = json.Marshal(in); err != nil {
+			return err
+		}
+	}
+	return c.CallBody(ctx, method, apiAddr, path, "application/json", body, out)
+}
+
+// CallBody is Call with a body already encoded (nil: none) and its
+// content type.
+func (c *Client) CallBody(ctx context.Context, method, apiAddr, path, contentType string, body []byte, out any) error {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+apiAddr+path, rd)
+	if err != nil {
+		return fmt.Errorf("peer %s %s: %w", method, path, err)
+	}
+	req.Header.Set("Content-Type", contentType)
+	if c.secret != "" {
+		req.Header.Set("Authorization", "Bearer "+c.secret)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("peer %s %s%s: %w", method, apiAddr, path, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if resp.StatusCode == http.StatusNotFound {
+		return fmt.Errorf("peer %s %s%s: %w", method, apiAddr, path, ErrNotFound)
+	}
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("peer %s %s%s: HTTP %d: %.300s", method, apiAddr, path, resp.StatusCode, data)
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return fmt.Errorf("peer %s %s%s: decode answer: %w", method, apiAddr, path, err)
+		}
+	}
+	return nil
+}
+
+// Append stores rows on the peer at apiAddr (a forwarded append: the peer
+// stores them without forwarding again) and returns one outcome per row,
+// in order ("created", "duplicate"), once they are durable there.
+func (c *Client) Append(ctx context.Context, apiAddr string, rows []outbox.Row) ([]string, error) {
+	req := AppendRequest{Rows: ViewsOf(rows, "")}
+	var resp AppendResponse
+	if err := c.Call(ctx, http.MethodPost, apiAddr, PathAppend, req, &resp); err != nil {
+		return nil, err
+	}
+	if len(resp.Outcomes) != len(rows) {
+		return nil, fmt.Errorf("peer %s answered %d outcomes for %d rows", apiAddr, len(resp.Outcomes), len(rows))
+	}
+	return resp.Outcomes, nil
+}
+
+// GetRow returns the row of key held by the peer at apiAddr (its answer as
+// is: the row and the peer's name); an error wrapping ErrNotFound when it
+// holds none.
+func (c *Client) GetRow(ctx context.Context, apiAddr, key string) (RowView, error) {
+	var v RowView
+	err := c.Call(ctx, http.MethodGet, apiAddr, PathRows+url.PathEscape(key), nil, &v)
+	return v, err
+}
+
+// DeadLetters returns one page of the peer's dead letters of ns (query:
+// the page's after and limit).
+func (c *Client) DeadLetters(ctx context.Context, apiAddr, ns string, query url.Values) (DeadLettersResponse, error) {
+	var resp DeadLettersResponse
+	err := c.Call(ctx, http.MethodGet, apiAddr, PathDeadLetters(ns)+"?"+query.Encode(), nil, &resp)
+	return resp, err
+}
+
+// Redrive redrives the peer's dead letters of ns (all, or req.Keys) and
+// returns how many it redrove.
+func (c *Client) Redrive(ctx context.Context, apiAddr, ns string, req RedriveRequest) (int, error) {
+	var resp RedriveResponse
+	err := c.Call(ctx, http.MethodPost, apiAddr, PathRedrive(ns), req, &resp)
+	return resp.Redriven, err
+}
+
+// Sink returns the transfer.Sink of the peer at apiAddr: one POST of a
+// batch to its handoff route per Merge.
+func (c *Client) Sink(apiAddr string) transfer.Sink { return sink{c: c, addr: apiAddr} }
+
+// HandoffTimeout bounds one handoff call (a batch is at most
+// --handoff-batch-bytes plus one row).
+const HandoffTimeout = 30 * time.Second
+
+// sink is a transfer.Sink on another node: one POST of a batch to its
+// internal handoff route, answered once the rows are durable there.
+type sink struct {
+	c    *Client
+	addr string
+}
+
+// Merge sends rows to the peer's /internal/v1/handoff in the binary batch
+// encoding (transfer.EncodeBatch) and returns its merge counts. The call is
+// bounded by HandoffTimeout.
+func (s sink) Merge(ctx context.Context, rows []outbox.Row) (outbox.MergeResult, error) {
+	var resp HandoffResponse
+	callCtx, cancel := context.WithTimeout(ctx, HandoffTimeout)
+	defer cancel()
+	body := transfer.EncodeBatch(make([]byte, 0, transfer.EncodedSize(rows)), rows)
+	err := s.c.CallBody(callCtx, http.MethodPost, s.addr, PathHandoff, transfer.ContentType, body, &resp)
+	return resp, err
+}
+
+// AppendRequest is the body of a forwarded append (and the JSON form of a
+// handoff batch older nodes send).
+type AppendRequest struct {
+	Rows []RowView `json:"rows"`
+}
+
+// AppendResponse answers a forwarded append: one outcome per row.
+type AppendResponse struct {
+	Outcomes []string `json:"outcomes"`
+}
+
+// HandoffResponse is the answer to a transfer batch: outbox.MergeResult
+// (created, updated, skipped).
+type HandoffResponse = outbox.MergeResult
+
+// RedriveRequest is the body of a redrive: the keys, or none for every
+// dead letter of the namespace.
+type RedriveRequest struct {
+	Keys []string `json:"keys,omitempty"`
+}
+
+// RedriveResponse counts the rows a node redrove.
+type RedriveResponse struct {
+	Redriven int `json:"redriven"`
+}
+
+// DeadLettersResponse is one page of a node's dead letters; Next is the
+// cursor for the next page.
+type DeadLettersResponse struct {
+	Rows []RowView `json:"rows"`
+	Next string    `json:"next,omitempty"`
+}

@@ -1,0 +1,252 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/fairshard/fairshard/lifecycle"
+)
+
+// services declares the node's parts in start order; they stop in the
+// reverse order (lifecycle.Manager). Reading the list bottom up gives the
+// graceful stop (STYLE §7, with issue #16 item 11's change: the node
+// announces it is leaving before it drains, so its shards are claimed
+// elsewhere after a gossip round, not after the drain):
+//
+//	intake      refuse new appends, announce leaving (peers take the
+//	            shards at once; this node owns none, so it stops claiming)
+//	dispatcher  finish in-flight deliveries (at most half the time left)
+//	handoff     refuse rows from peers, wait for writes in progress, hand
+//	            off every row held here (the loop already moves rows while
+//	            the dispatcher drains)
+//	stats, tombstone-gc, config, join
+//	ownership   stop applying snapshots
+//	slot-lease  stop renewing the {slot} lease (when slots are used)
+//	refusal     stop watching for the cluster's refusal of this node
+//	cluster     bounded flush of config gossip, leave (then the slot's
+//	            lease is released), shut memberlist down
+//	http        stop serving (peers could read rows until here)
+//	peer-client close idle connections
+//	store       close the store
+//
+// A hard stop (Close) walks the same list with a done context: no
+// announcement, no drain, no handoff, no leave.
+func (n *Node) services() []lifecycle.Service {
+	svcs := []lifecycle.Service{
+		{Name: "store", Stop: func(context.Context) error {
+			if err := n.store.Close(); err != nil {
+				return n.released(fmt.Errorf("close store: %w", err))
+			}
+			return nil
+		}},
+		{Name: "peer-client", Stop: func(context.Context) error { n.peers.CloseIdle(); return nil }},
+		{Name: "http", Start: func(context.Context) error { n.served.Store(true); return nil },
+			Run: n.serveHTTP, Stop: n.stopHTTP},
+		{Name: "cluster", Start: n.startCluster, Stop: n.stopCluster},
+		{Name: "refusal", Run: n.watchRefusal},
+	}
+	if n.slotDir != "" {
+		svcs = append(svcs, lifecycle.Service{Name: "slot-lease",
+			Run: func(ctx context.Context) error { n.slotLeaseLoop(ctx); return nil }})
+	}
+	svcs = append(svcs, []lifecycle.Service{
+		{Name: "ownership", Start: n.startOwnership, Run: n.ownershipLoop},
+		{Name: "join", Start: n.join},
+		{Name: "config", Run: n.configLoop},
+	}...)
+	if gc, ok := n.store.(tombstoneCollector); ok {
+		svcs = append(svcs, lifecycle.Service{Name: "tombstone-gc",
+			Run: func(ctx context.Context) error { return gc.RunTombstoneGC(ctx, time.Minute) }})
+	}
+	return append(svcs,
+		lifecycle.Service{Name: "stats", Run: n.statsLoop},
+		lifecycle.Service{Name: "handoff", Run: n.handoff.Run, Stop: n.stopHandoff},
+		lifecycle.Service{Name: "dispatcher", Run: n.disp.Run, Stop: n.drainDeliveries},
+		lifecycle.Service{Name: "intake", Start: func(context.Context) error { n.ready.Store(true); return nil },
+			Stop: n.announceLeaving},
+	)
+}
+
+// serveHTTP serves the API until the server is shut down.
+func (n *Node) serveHTTP(context.Context) error {
+	if err := n.srv.Serve(n.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("http server: %w", err)
+	}
+	return nil
+}
+
+// stopHTTP stops serving, giving requests in progress up to 2 s (also in
+// a hard stop); a listener never served is closed.
+func (n *Node) stopHTTP(context.Context) error {
+	if !n.served.Load() {
+		_ = n.ln.Close()
+		return nil
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = n.srv.Shutdown(sctx)
+	return nil
+}
+
+// startCluster launches the cluster's join loop. It lives as long as the
+// node: a caller's short start-up context must not end it (it would stop
+// re-joining seeds forever); Leave and Shutdown end it.
+func (n *Node) startCluster(context.Context) error {
+	if err := n.cl.Start(context.Background()); err != nil {
+		return fmt.Errorf("join cluster: %w", err)
+	}
+	return nil
+}
+
+// stopCluster leaves the cluster (graceful stop only: a bounded flush of
+// config gossip, memberlist's leave, a short wait so peers hear it) and
+// shuts membership down, after the join attempts still running.
+func (n *Node) stopCluster(ctx context.Context) error {
+	var errs []error
+	if ctx.Err() == nil {
+		if err := n.cl.Leave(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("leave cluster: %w", err))
+		} else {
+			n.releaseSlot() // left: no longer a live member (slot.go)
+		}
+	}
+	n.joins.Wait()
+	if err := n.cl.Shutdown(); err != nil {
+		errs = append(errs, n.released(fmt.Errorf("cluster shutdown: %w", err)))
+	}
+	return errors.Join(errs...)
+}
+
+// watchRefusal reports a refusal by the cluster after Start (another live
+// node uses this name) through Failed: the process should stop.
+func (n *Node) watchRefusal(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+	case <-n.cl.Refused():
+		select {
+		case n.failed <- fmt.Errorf("the cluster refused this node: %w", n.cl.RefusedErr()):
+		default:
+		}
+	}
+	return nil
+}
+
+// startOwnership subscribes to the cluster's snapshots and applies the
+// current one. Ownership must be applied before the dispatcher claims
+// anything. A node with seeds owns nothing until it has joined them: until
+// then its view ("I own every shard") would let it claim rows a live owner
+// holds too (e.g. rows it had handed off just before a crash).
+func (n *Node) startOwnership(context.Context) error {
+	n.awaitingJoin.Store(len(n.cfg.Join) > 0)
+	n.snaps, n.unsubscribe = n.cl.Subscribe("node")
+	n.applySnapshot(n.cl.Snapshot())
+	return nil
+}
+
+// ownershipLoop applies every snapshot the cluster publishes.
+func (n *Node) ownershipLoop(ctx context.Context) error {
+	defer n.unsubscribe()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case s, ok := <-n.snaps:
+			if !ok {
+				return nil
+			}
+			n.applySnapshot(s)
+		}
+	}
+}
+
+// join waits for the first join of the seeds (awaitFirstJoin), then
+// applies the view it brought.
+func (n *Node) join(ctx context.Context) error {
+	if n.awaitingJoin.Load() {
+		if err := n.awaitFirstJoin(ctx); err != nil {
+			return err
+		}
+	}
+	n.applySnapshot(n.cl.Snapshot())
+	return nil
+}
+
+// configLoop applies changes of the gossiped config: the settings drop
+// what they cached, and the dispatcher sweeps (a pause lifted, a target
+// set).
+func (n *Node) configLoop(ctx context.Context) error {
+	watch := n.cl.KV().Watch("node", "")
+	defer watch.Close()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-watch.C():
+			n.settings.Apply(watch.Changes())
+			n.disp.Wake()
+		}
+	}
+}
+
+// announceLeaving is the first step of a stop: public appends are refused
+// (503: append through another node) and /readyz turns 503; then, in a
+// graceful stop, the node announces that it is leaving and applies the
+// view in which it owns nothing: peers take its shards as soon as the
+// announcement reaches them (a gossip round), and this node claims no more
+// rows. Issue #16 item 11: before, it drained its in-flight deliveries
+// first (up to half the grace), and its shards stayed owned but unclaimed
+// meanwhile, which stalled them on every rolling restart. The handoff
+// loop, woken by the new view, starts moving the rows held here while the
+// dispatcher drains.
+func (n *Node) announceLeaving(ctx context.Context) error {
+	n.api.RefuseAppends()
+	if ctx.Err() != nil {
+		return nil
+	}
+	err := n.cl.SetLeaving(ctx)
+	n.applySnapshot(n.cl.Snapshot())
+	if err != nil {
+		return fmt.Errorf("mark leaving: %w", err)
+	}
+	return nil
+}
+
+// drainDeliveries lets in-flight deliveries finish: at most half the time
+// ctx leaves (the rest is for handoff), then the dispatcher's loop is
+// cancelled, which abandons what is still in flight (re-armed on the next
+// start, or delivered by the new owner after its visibility timeout).
+func (n *Node) drainDeliveries(ctx context.Context) error {
+	if ctx.Err() != nil {
+		return nil // hard stop: the loop's cancellation abandons them
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(dl)/2))
+		defer cancel()
+	}
+	return n.disp.Drain(ctx)
+}
+
+// stopHandoff is the final handoff of a graceful stop: rows sent here from
+// now on could outlive it, so the intake closes first (peers hold such
+// rows and hand them to the new owners) once the writes already admitted
+// have finished; then every row held for a shard another member owns is
+// handed off (Drain: at once when no other member owns them; they stay on
+// disk). A hard stop only ends the loop.
+func (n *Node) stopHandoff(ctx context.Context) error {
+	if ctx.Err() != nil {
+		n.handoff.StopLoop()
+		return nil
+	}
+	var errs []error
+	if err := n.api.CloseIntake(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("close intake: %w", err))
+	}
+	if left, err := n.handoff.Drain(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("handoff on shutdown: %d shards still hold rows on disk: %w", left, err))
+	}
+	return errors.Join(errs...)
+}
