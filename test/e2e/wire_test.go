@@ -2,8 +2,11 @@ package e2e
 
 import (
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -223,5 +226,84 @@ func TestTargetThrottlingCutsConcurrency(t *testing.T) {
 	c.waitSettled(time.Minute, "bulk")
 	if m := c.receiver().MaxInFlight(); m > 2*maxConns {
 		t.Errorf("target saw %d requests at once, over 2 nodes × %d", m, maxConns)
+	}
+}
+
+// TestRetryAfterNeverShortensTheBackoff is the issue's second scenario
+// on a real process with the default retry policy (500 ms × 2, ±20 %
+// jitter): a target answering 503 with "Retry-After: 0", or with an HTTP
+// date an hour in the past (its clock behind ours), was retried at once
+// (10 attempts in under 200 ms, then dead letter). Now every retry waits
+// at least our backoff, and the rows stay pending.
+func TestRetryAfterNeverShortensTheBackoff(t *testing.T) {
+	values := map[string]func() string{
+		"ra-zero": func() string { return "0" },
+		"ra-past": func() string { return time.Now().Add(-time.Hour).UTC().Format(http.TimeFormat) },
+	}
+	var mu sync.Mutex
+	attempts := map[string][]time.Time{}
+	tg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("Idempotency-Key")
+		mu.Lock()
+		attempts[key] = append(attempts[key], time.Now())
+		mu.Unlock()
+		if v, ok := values[key]; ok {
+			w.Header().Set("Retry-After", v())
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(tg.Close)
+
+	c := newCluster(t, clusterOpts{Flags: defaultDeliveryFlags})
+	p := c.startNode("retryafter-0")
+	c.waitConverged(20 * time.Second)
+	code, body, err := c.do(http.MethodPut, p.baseURL()+"/v1/namespaces/ra/task-queues/default/target", map[string]any{"url": tg.URL + "/hook"}, nil)
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("PUT target: HTTP %d %s: %v", code, body, err)
+	}
+	var rows []map[string]any
+	for key := range values {
+		rows = append(rows, map[string]any{"dispatch_key": key, "namespace": "ra", "payload": map[string]string{"k": key}})
+	}
+	if code, body, err := c.do(http.MethodPost, p.baseURL()+"/v1/rows", map[string]any{"rows": rows}, nil); err != nil || code != http.StatusOK {
+		t.Fatalf("POST /v1/rows: HTTP %d %s: %v", code, body, err)
+	}
+	const want = 4 // attempts 1-4: waits of 0.5, 1 and 2 s (±20 %)
+	eventually(t, 30*time.Second, "four attempts of each row", func() (bool, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		for key := range values {
+			if len(attempts[key]) < want {
+				return false, fmt.Sprintf("%s: %d attempts", key, len(attempts[key]))
+			}
+		}
+		return true, ""
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for key := range values {
+		at := attempts[key]
+		var gaps []string
+		for i := 1; i < want; i++ {
+			gap := at[i].Sub(at[i-1])
+			gaps = append(gaps, gap.Round(time.Millisecond).String())
+			// Attempt i waited the backoff of attempt i: 500 ms × 2^(i-1), -20 % jitter at most.
+			if floor := time.Duration(float64(500*time.Millisecond) * float64(int(1)<<(i-1)) * 0.8); gap < floor {
+				t.Errorf("%s: attempt %d came %v after attempt %d, want ≥ %v (our backoff; the Retry-After may only lengthen it)", key, i+1, gap, i, floor)
+			}
+		}
+		t.Logf("%s: gaps between the first %d attempts %v", key, want, gaps)
+	}
+	for key := range values {
+		var v struct {
+			Status  string `json:"status"`
+			Attempt int    `json:"attempt"`
+		}
+		if code, body, err := c.do(http.MethodGet, p.baseURL()+"/v1/rows/"+key, nil, &v); err != nil || code != http.StatusOK {
+			t.Fatalf("GET /v1/rows/%s: HTTP %d %s: %v", key, code, body, err)
+		}
+		if v.Status != "pending" && v.Status != "claimed" {
+			t.Errorf("%s is %s after %d attempts, want pending (10 attempts before dead letter)", key, v.Status, v.Attempt)
+		}
 	}
 }
