@@ -116,7 +116,9 @@ type Config struct {
 	// MaxAttempts is the number of delivery attempts before a row is dead
 	// lettered. Defaults to 10.
 	MaxAttempts int
-	// MaxConnsPerHost bounds connections per target host. Defaults to 64.
+	// MaxConnsPerHost is the upper bound of the adaptive concurrency limit
+	// of each target host (scheme://host:port): rows this node delivers
+	// to it at once. Defaults to 512.
 	MaxConnsPerHost int
 
 	// ReplicationFactor is the replication factor R a new cluster starts
@@ -214,7 +216,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.RetryFactor, "retry-factor", 2, "backoff multiplier per attempt")
 	fs.DurationVar(&c.RetryCap, "retry-cap", 5*time.Minute, "largest retry backoff")
 	fs.IntVar(&c.MaxAttempts, "max-attempts", 10, "delivery attempts before a row is dead-lettered")
-	fs.IntVar(&c.MaxConnsPerHost, "max-conns-per-host", 64, "most connections per target host")
+	fs.IntVar(&c.MaxConnsPerHost, "max-conns-per-host", 512, "upper bound of each target host's adaptive concurrency limit (rows this node delivers at once to one scheme://host:port)")
 	fs.IntVar(&c.ReplicationFactor, "replication-factor", 2, "copies of every shard, 1-5, cluster-wide: seeds a new cluster's value (PUT /v1/cluster changes it live); capped by the active members")
 	fs.IntVar(&c.WriteCopies, "write-copies", 0, "replicas every appended row must be durable on before the append is answered (else 503); 0: 2 when R >= 2 in a multi-node cluster, else 1")
 	fs.DurationVar(&c.RepairInterval, "repair-interval", 2*time.Second, "how often primaries compare shard digests with their backups (repair)")
