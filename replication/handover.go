@@ -106,7 +106,9 @@ func (r *Replicator) handoverRound(ctx context.Context) bool {
 			// Replicas only: a leftover copy (a node that left the set or
 			// drains) lacks what was appended since and is merged into the
 			// set before it is dropped; its settles are "unshipped" above.
-			if st.Replica && st.Rows > 0 && (st.Rows != mine[s].Rows || st.Sum != mine[s].Sum) {
+			// Synced ones only: a replica still syncing gets everything
+			// from its sync.
+			if st.Replica && st.Synced && st.Rows > 0 && (st.Rows != mine[s].Rows || st.Sum != mine[s].Sum) {
 				busy = p + " holds a copy that differs from ours"
 				break
 			}

@@ -230,11 +230,16 @@ func eventually(t testing.TB, timeout time.Duration, what string, cond func() (b
 }
 
 // converged reports whether every shard's replicas are live, synced and
-// agree on the digest, and no node holds a copy of a shard it does not
-// replicate.
+// agree on the digest, no node holds a copy of a shard it does not
+// replicate, and no primary waits for a handover.
 func (c *tcluster) converged() (bool, string) {
 	ctx := context.Background()
 	live := c.live()
+	for _, name := range live {
+		if h := c.nodes[name].repl.Status().HandoverShards; h > 0 {
+			return false, fmt.Sprintf("%s: %d shards wait for a handover", name, h)
+		}
+	}
 	v := c.view(live[0])
 	for s := range c.shards {
 		set := v.Sets[s]
