@@ -13,8 +13,8 @@ import (
 // second time. So a new primary keeps such a shard out of its claim scope
 // until every other live member reports that it holds no claimed row of
 // it and no state change of it waiting to be shipped (StatesReply's
-// Claimed and Unshipped), and every other replica of the set that holds a
-// copy has the digest of ours: the old primary finishes its deliveries,
+// Claimed and Unshipped), and every other synced replica of the set that
+// holds a copy has the digest of ours: the old primary finishes its deliveries,
 // its settles reach the new primary (by shipping, or by repair between
 // the replicas), and only then does the new primary claim. The digest condition matters when the new
 // primary synced from a backup the old primary had not yet shipped a
