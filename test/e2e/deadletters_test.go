@@ -118,9 +118,11 @@ func TestDeadLetterPagesAreBounded(t *testing.T) {
 			t.Fatalf("append: %d %.300s %v", st, b, err)
 		}
 	}
-	eventually(t, 60*time.Second, "200 dead letters", func() (bool, string) {
+	// R = 2 (the default) on 2 nodes: each dead letter is held by both;
+	// the pages below list it once, from its shard's primary.
+	eventually(t, 60*time.Second, "200 dead letters, 2 copies each", func() (bool, string) {
 		_, _, dead, err := c.backlog("dl")
-		return err == nil && dead == rows, fmt.Sprintf("%d dead letters (%v)", dead, err)
+		return err == nil && dead == 2*rows, fmt.Sprintf("%d dead letter copies (%v)", dead, err)
 	})
 
 	page := func(q string) (deadLetterPageView, int) {
