@@ -170,12 +170,12 @@ func (s *shipper) run(ctx context.Context) error {
 		if !sleep(ctx, s.r.cfg.ShipInterval, s.wakeCh) {
 			s.jobs.Wait() // batches in flight end with ctx
 			fctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			s.round(fctx)
+			s.round(fctx, true) // the batches ctx cut are due at once
 			s.jobs.Wait()
 			cancel()
 			return nil
 		}
-		s.round(ctx)
+		s.round(ctx, false)
 		if time.Since(lastGauge) > 250*time.Millisecond {
 			s.updateOldest()
 			lastGauge = time.Now()
@@ -183,10 +183,11 @@ func (s *shipper) run(ctx context.Context) error {
 	}
 }
 
-// round starts one batch to every backup with changes due and no batch in
-// flight; each runs on its own (done wakes the loop again when its queue
-// still holds a full batch).
-func (s *shipper) round(ctx context.Context) {
+// round starts one batch to every backup with changes due (all with
+// changes when flush: the final try ignores the retry backoff) and no
+// batch in flight; each runs on its own (done wakes the loop again when
+// its queue still holds a full batch).
+func (s *shipper) round(ctx context.Context, flush bool) {
 	v := s.r.view.Load()
 	if v == nil {
 		return
@@ -201,7 +202,7 @@ func (s *shipper) round(ctx context.Context) {
 	var jobs []job
 	s.mu.Lock()
 	for m, q := range s.queues {
-		if q.busy || len(q.entries) == 0 || now.Before(q.next) {
+		if q.busy || len(q.entries) == 0 || (!flush && now.Before(q.next)) {
 			continue
 		}
 		j := job{member: m, q: q}
