@@ -113,8 +113,11 @@ type Node struct {
 	peers    *peer.Client
 	router   *router.Router
 	repl     *replication.Replicator
-	api      *httpapi.API
-	stats    *statsMetrics
+	// replPeers is the replicator's node-to-node client (idle
+	// connections closed at stop, with the peer client's).
+	replPeers *replication.HTTPPeers
+	api       *httpapi.API
+	stats     *statsMetrics
 
 	ln      net.Listener
 	srv     *http.Server
@@ -264,8 +267,9 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 		Hosts:    hosts,
 		Logger:   log,
 	})
+	n.replPeers = replication.NewHTTPPeers(cfg.ClusterSecret)
 	n.repl, err = replication.New(replication.Config{
-		Self: n.name, ShardCount: cfg.Shards, Store: store, Peers: replication.NewHTTPPeers(cfg.ClusterSecret),
+		Self: n.name, ShardCount: cfg.Shards, Store: store, Peers: n.replPeers,
 		WriteCopies: cfg.WriteCopies, Seeded: len(cfg.Join) > 0,
 		Scope:            n.setClaimScope,
 		Wake:             func() { n.disp.Wake() },

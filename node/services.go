@@ -29,7 +29,8 @@ import (
 //	cluster     bounded flush of config gossip, leave (then the slot's
 //	            lease is released), shut memberlist down
 //	http        stop serving (peers could read rows until here)
-//	peer-client close idle connections
+//	peer-client close idle connections (the API peer client and the
+//	            replicator's)
 //	store       close the store
 //
 // A hard stop (Close) walks the same list with a done context: no
@@ -42,7 +43,11 @@ func (n *Node) services() []lifecycle.Service {
 			}
 			return nil
 		}},
-		{Name: "peer-client", Stop: func(context.Context) error { n.peers.CloseIdle(); return nil }},
+		{Name: "peer-client", Stop: func(context.Context) error {
+			n.peers.CloseIdle()
+			n.replPeers.Close()
+			return nil
+		}},
 		{Name: "http", Start: func(context.Context) error { n.served.Store(true); return nil },
 			Run: n.serveHTTP, Stop: n.stopHTTP},
 		{Name: "cluster", Start: n.startCluster, Stop: n.stopCluster},
