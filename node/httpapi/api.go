@@ -39,6 +39,9 @@ type Store interface {
 	// ForeignShards lists the non-owned shards still holding rows here
 	// (/v1/cluster's handoff.shards_pending).
 	ForeignShards(ctx context.Context) ([]uint32, error)
+	// CountClaimedHeld counts claimed rows held here per namespace, every
+	// shard (the dispatcher's ceiling count; a row's `waiting`).
+	CountClaimedHeld(ctx context.Context, namespaces []string) (map[string]int, error)
 }
 
 // Appender places the rows of a public append (*router.Router).
@@ -53,6 +56,9 @@ type Dispatcher interface {
 	Wake()
 	// RoutesWithoutTarget lists the routes whose rows wait for a target.
 	RoutesWithoutTarget() []outbox.ClaimScope
+	// Eligible reports whether a route may be claimed now (namespace not
+	// paused, usable target): the dispatcher's own route filter.
+	Eligible(route outbox.ClaimScope) bool
 }
 
 // Config wires an API. Every field but Logger, Registerer and the tokens
