@@ -42,6 +42,8 @@ type Store interface {
 	// CountClaimedHeld counts claimed rows held here per namespace, every
 	// shard (the dispatcher's ceiling count; a row's `waiting`).
 	CountClaimedHeld(ctx context.Context, namespaces []string) (map[string]int, error)
+	// ConsoleStore is the read-back's (console.go).
+	ConsoleStore
 }
 
 // Appender places the rows of a public append (*router.Router).
@@ -165,8 +167,8 @@ func (a *API) routes() http.Handler {
 		writeError(w, &APIError{Status: http.StatusNotFound, Code: CodeNotFound, Field: "dispatch_key",
 			Message: "dispatch_key: missing; GET /v1/rows/{dispatch_key}"})
 	})
-	pub("GET /v1/namespaces", a.handleListNamespaces)
-	pub("GET /v1/namespaces/{ns}", a.handleGetNamespace)
+	pub("GET /v1/namespaces", a.handleListNamespacesCluster)
+	pub("GET /v1/namespaces/{ns}", a.handleGetNamespaceCluster)
 	pub("PUT /v1/namespaces/{ns}", a.handlePutNamespace)
 	pub("PUT /v1/namespaces/{ns}/task-queues/{tq}/target", a.handlePutTarget)
 	pub("DELETE /v1/namespaces/{ns}/task-queues/{tq}/target", a.handleDeleteTarget)
@@ -180,6 +182,8 @@ func (a *API) routes() http.Handler {
 		w.Header().Set("Content-Type", api.ContentType)
 		_, _ = io.WriteString(w, api.OpenAPIYAML())
 	})
+
+	a.consoleRoutes(pub, internal)
 
 	internal("POST /internal/v1/rows", a.handleInternalAppend)
 	internal("POST /internal/v1/handoff", a.handleInternalHandoff)

@@ -10,7 +10,8 @@ import (
 )
 
 // lookupView is a row as a lookup answers it (GET /v1/rows/{key} and its
-// node-to-node form): the row view plus, for a live row, why it waits
+// node-to-node form): the row view, its attempt history on this node and,
+// for a live row, why it waits
 // (package waiting), from this node's facts: the applied ownership view
 // the store's claim scope uses, the settings (pause, hold), the
 // dispatcher's target check, the planner's quota cache and the claimed
@@ -19,6 +20,11 @@ import (
 func (a *API) lookupView(ctx context.Context, row outbox.Row) peer.RowView {
 	v := peer.ViewOf(row, a.cfg.Self)
 	v.Waiting = a.explain(ctx, row, time.Now().UTC())
+	if h, err := a.cfg.Store.Attempts(ctx, row.DispatchKey); err == nil {
+		v.Attempts = h
+	} else {
+		a.log.Warn("row lookup: attempt history unreadable", "dispatch_key", row.DispatchKey, "err", err)
+	}
 	return v
 }
 

@@ -37,6 +37,9 @@ type RowView struct {
 	// holding it sees it (row lookups only; nil for terminal rows and in
 	// node-to-node row batches).
 	Waiting *waiting.Waiting `json:"waiting,omitempty"`
+	// Attempts is the row's last settled attempts on the node holding it,
+	// oldest first (row lookups only).
+	Attempts []outbox.Attempt `json:"attempts,omitempty"`
 }
 
 func optTime(t time.Time) *time.Time {
