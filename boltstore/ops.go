@@ -401,6 +401,10 @@ func (s *Store) Complete(ctx context.Context, p outbox.CompleteParams) error {
 // (Attempt+1 if zero), VisibleAfter and LastError. Anything else is a
 // no-op.
 func (s *Store) Retry(ctx context.Context, p outbox.RetryParams) error {
+	if p.Unattempted {
+		_, err := s.settle(ctx, "retry "+p.DispatchKey, p.DispatchKey, func(r *outbox.Row) bool { return outbox.ApplyRetry(r, p) })
+		return err
+	}
 	now := cmp.Or(p.Now, s.now())
 	return s.settleRecording(ctx, "retry "+p.DispatchKey, p.DispatchKey, outbox.AttemptRetry, p.StatusCode, p.LastError, now, func(r *outbox.Row) bool {
 		return outbox.ApplyRetry(r, p)

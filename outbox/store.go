@@ -66,6 +66,10 @@ type RetryParams struct {
 	// (the store clock if zero).
 	StatusCode int
 	Now        time.Time
+	// Unattempted says the claim is handed back without a delivery
+	// attempt (its route lost its target): nothing is recorded in the
+	// row's attempt history.
+	Unattempted bool
 }
 
 // FailParams settles a claimed row as a dead letter.

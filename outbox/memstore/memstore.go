@@ -225,9 +225,11 @@ func (s *Store) Complete(ctx context.Context, p outbox.CompleteParams) error {
 
 // Retry implements outbox.Store.
 func (s *Store) Retry(ctx context.Context, p outbox.RetryParams) error {
-	_, err := s.change(ctx, p.DispatchKey, s.recording(outbox.AttemptRetry, p.StatusCode, p.LastError, s.nowOr(p.Now), func(r *outbox.Row) bool {
-		return outbox.ApplyRetry(r, p)
-	}))
+	apply := func(r *outbox.Row) bool { return outbox.ApplyRetry(r, p) }
+	if !p.Unattempted {
+		apply = s.recording(outbox.AttemptRetry, p.StatusCode, p.LastError, s.nowOr(p.Now), apply)
+	}
+	_, err := s.change(ctx, p.DispatchKey, apply)
 	return err
 }
 

@@ -55,6 +55,13 @@ func testAttemptHistory(t *testing.T, s outbox.Store) {
 	}
 	v = claimKey(t, s, "h", T0.Add(3*time.Second))
 	must(t, s.Complete(ctx, outbox.CompleteParams{DispatchKey: "h", Claim: v, StatusCode: 200, Now: T0.Add(3*time.Second + 5*time.Millisecond)}))
+	// A claim handed back without an attempt records nothing.
+	mustAppend(t, s, Row("unattempted", "ns", "u"))
+	uv := claimKey(t, s, "unattempted", T0)
+	must(t, s.Retry(ctx, outbox.RetryParams{DispatchKey: "unattempted", Claim: uv, NextAttempt: 1, VisibleAfter: T0, Unattempted: true}))
+	if h, err := c.Attempts(ctx, "unattempted"); err != nil || len(h) != 0 || mustGet(t, s, "unattempted").Status != outbox.StatusPending {
+		t.Fatalf("history after an unattempted hand-back: %v, %v; want none (and the row pending)", h, err)
+	}
 	// A stale settle (no longer claimed) records nothing.
 	must(t, s.Retry(ctx, outbox.RetryParams{DispatchKey: "h", Claim: v, LastError: "late", StatusCode: 500}))
 	h, err := c.Attempts(ctx, "h")
