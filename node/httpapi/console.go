@@ -2,10 +2,10 @@ package httpapi
 
 import (
 	"cmp"
-	"maps"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"net/url"
@@ -43,8 +43,10 @@ const (
 	pathInternalCancel = "/internal/v1/rows/cancel"
 )
 
-func pathInternalRows(ns string) string  { return "/internal/v1/namespaces/" + ns + "/rows" }
-func pathInternalPurge(ns string) string { return "/internal/v1/namespaces/" + ns + "/dead-letters/purge" }
+func pathInternalRows(ns string) string { return "/internal/v1/namespaces/" + ns + "/rows" }
+func pathInternalPurge(ns string) string {
+	return "/internal/v1/namespaces/" + ns + "/dead-letters/purge"
+}
 
 // Limits of the read-back.
 const (
