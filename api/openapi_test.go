@@ -71,6 +71,8 @@ func TestMain(m *testing.M) {
 // routes (/internal/…) are never described and need no entry.
 var notDescribed = map[string]string{
 	"GET /v1/rows": "answers 404 only, pointing the caller at GET /v1/rows/{dispatch_key}",
+	"GET /ui/":     "the web console's static files (HTML, CSS, JavaScript), not an API; README \"Console\"",
+	"GET /ui":      "redirects to /ui/",
 }
 
 // howToAdd ends every route mismatch message.

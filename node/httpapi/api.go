@@ -22,6 +22,7 @@ import (
 	"github.com/fairshard/fairshard/node/peer"
 	"github.com/fairshard/fairshard/node/router"
 	"github.com/fairshard/fairshard/node/settings"
+	"github.com/fairshard/fairshard/node/webui"
 	"github.com/fairshard/fairshard/outbox"
 )
 
@@ -191,6 +192,8 @@ func (a *API) routes() http.Handler {
 	internal("GET /internal/v1/namespaces/{ns}/dead-letters", a.handleInternalDeadLetters)
 	internal("POST /internal/v1/namespaces/{ns}/dead-letters/redrive", a.handleInternalRedrive)
 
+	mux.Handle("GET "+webui.Prefix, webui.Handler())
+	mux.Handle("GET /ui", http.RedirectHandler(webui.Prefix, http.StatusMovedPermanently))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.cfg.Gatherer, promhttp.HandlerOpts{Registry: a.cfg.Registerer}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
