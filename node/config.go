@@ -82,6 +82,13 @@ type Config struct {
 	// ClusterSecret authenticates node-to-node calls (forwarded appends,
 	// handoff). Defaults to APIToken.
 	ClusterSecret string
+	// PprofAddr, when set, is the listen address of a separate listener
+	// serving net/http/pprof under /debug/pprof/ (bearer APIToken when
+	// set). Empty (the default): no profiling endpoint.
+	PprofAddr string
+	// Version is the binary's release version (cmd/node's main.version),
+	// reported by the fairshard_build_info metric; "" reads "dev".
+	Version string
 	// GossipKeys encrypt gossip: 16, 24 or 32 bytes each (base64 in flags
 	// and env, comma-separated), at most cluster.MaxGossipKeys, primary
 	// first: the primary encrypts, every key decrypts. A rotation changes
@@ -178,6 +185,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DefaultTarget, "default-target", "", "delivery URL for routes without a target; {namespace} and {task_queue} are substituted")
 	fs.StringVar(&c.APIToken, "api-token", "", "bearer token required on /v1 calls (default: none)")
 	fs.StringVar(&c.ClusterSecret, "cluster-secret", "", "bearer token for node-to-node calls (default: the API token)")
+	fs.StringVar(&c.PprofAddr, "pprof-addr", "", "listen address of a separate net/http/pprof listener (/debug/pprof/, bearer --api-token when set); empty: off")
 	fs.Func("gossip-key", "comma-separated base64 gossip encryption keys of 16, 24 or 32 bytes, primary first: the first encrypts, each decrypts (default: none; rotation: see the README)", func(s string) error {
 		keys, err := ParseGossipKeys(strings.Split(s, ","))
 		if err != nil {

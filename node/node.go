@@ -97,6 +97,9 @@ type Node struct {
 	ln      net.Listener
 	srv     *http.Server
 	apiAddr string
+	// pprofLn and pprofSrv serve --pprof-addr (operate.go); nil when off.
+	pprofLn  net.Listener
+	pprofSrv *http.Server
 
 	// svc runs the node's services in their declared order (services.go).
 	svc *lifecycle.Manager
@@ -198,6 +201,9 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 	}()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if n.stats, err = newStatsMetrics(reg); err != nil {
+		return nil, err
+	}
+	if err := registerBuildInfo(reg, cfg.Version); err != nil {
 		return nil, err
 	}
 
