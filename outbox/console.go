@@ -121,8 +121,9 @@ type RowPage struct {
 	Next string
 }
 
-// ApplyPurge turns a dead letter (failed) into a cancelled tombstone:
-// the row will never be delivered nor redriven, and is removed with the
+// ApplyPurge turns a dead letter (failed) into a cancelled tombstone,
+// slimmed (payload and content type dropped, see Slim): the row will never
+// be delivered nor redriven, and is removed with the
 // other tombstones after the retention window (so a late duplicate append
 // of its dispatch_key is still recognised). LastError keeps the failure,
 // prefixed "purged: ". Cancelled outranks failed in Merge, so no copy of
@@ -133,6 +134,7 @@ func ApplyPurge(r *Row, now time.Time) bool {
 	}
 	r.Status, r.FinishedAt = StatusCancelled, now
 	r.LastError = truncateUTF8("purged: "+r.LastError, MaxAttemptErrorBytes*4)
+	Slim(r) // a tombstone, as every cancelled row (its payload is never needed again)
 	r.Version = r.Version.Next()
 	return true
 }

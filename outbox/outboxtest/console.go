@@ -183,7 +183,7 @@ func testPurgeDeadLetters(t *testing.T, s outbox.Store) {
 		t.Fatalf("purge of listed keys: %d, %v; want 1", n, err)
 	}
 	a := mustGet(t, s, "a")
-	if a.Status != outbox.StatusCancelled || a.LastError != "purged: 400" || !a.FinishedAt.Equal(T0) {
+	if a.Status != outbox.StatusCancelled || a.LastError != "purged: 400" || !a.FinishedAt.Equal(T0) || !outbox.IsSlim(&a) {
 		t.Fatalf("purged row: %+v", a)
 	}
 	// Every dead letter of the namespace.
