@@ -4,7 +4,7 @@
 "use strict";
 
 const TOKEN_KEY = "fairshard.api_token";
-const state = { view: "cluster", delivered: {}, quotaDraft: {}, deadNs: "", deadAfter: "", deadNext: "", rowKey: "", pendingConfirm: null };
+const state = { view: "cluster", delivered: {}, deadNs: "", deadAfter: "", deadNext: "", rowKey: "", pendingConfirm: null };
 
 function $(sel) { return document.querySelector(sel); }
 function el(tag, text, cls) {
@@ -18,6 +18,33 @@ function setStatus(text, isError) {
   s.textContent = text;
   s.classList.toggle("error", !!isError);
 }
+
+// syncRows keeps tbody's rows in step with items, keyed by key(item): a
+// row that exists is updated in place (update), a new one is built
+// (build, then update) and rows of items gone are removed. Rows are never
+// rebuilt, so a click or an edit in progress survives a refresh.
+function syncRows(tbody, items, key, build, update) {
+  const old = new Map();
+  for (const tr of tbody.children) old.set(tr.dataset.key, tr);
+  const rows = items.map(item => {
+    const k = key(item);
+    let tr = old.get(k);
+    if (!tr) {
+      tr = build(item);
+      tr.dataset.key = k;
+    }
+    update(tr, item);
+    return tr;
+  });
+  // Reorder and drop without touching rows already in place.
+  rows.forEach((tr, i) => {
+    if (tbody.children[i] !== tr) tbody.insertBefore(tr, tbody.children[i] || null);
+  });
+  while (tbody.children.length > rows.length) tbody.lastChild.remove();
+}
+
+// cell returns the row's cell of class cls, for in-place updates.
+function cell(tr, cls) { return tr.querySelector("td." + cls); }
 
 class Unauthorized extends Error {}
 
@@ -53,14 +80,17 @@ function fmtSeconds(s) { return s ? (s < 1 ? Math.round(s * 1000) + " ms" : s.to
 async function refreshCluster() {
   const c = await api("GET", "/v1/cluster");
   $("#cluster-summary").textContent = c.members.length + " members, " + c.shard_count + " shards, seen from " + c.node;
-  const tbody = $("#members tbody");
-  tbody.replaceChildren(...c.members.map(m => {
+  syncRows($("#members tbody"), c.members, m => m.name, m => {
     const tr = el("tr");
     tr.dataset.member = m.name;
-    tr.append(el("td", m.name, "name"), el("td", m.state, "state"), el("td", m.api_addr),
-      el("td", m.owned_shards, "num owned"), el("td", (m.owned_shard_fraction * 100).toFixed(1) + " %", "num"));
+    tr.append(el("td", m.name, "name"), el("td", "", "state"), el("td", "", "addr"), el("td", "", "num owned"), el("td", "", "num fraction"));
     return tr;
-  }));
+  }, (tr, m) => {
+    cell(tr, "state").textContent = m.state;
+    cell(tr, "addr").textContent = m.api_addr;
+    cell(tr, "owned").textContent = m.owned_shards;
+    cell(tr, "fraction").textContent = (m.owned_shard_fraction * 100).toFixed(1) + " %";
+  });
 }
 
 async function refreshNamespaces() {
@@ -68,45 +98,53 @@ async function refreshNamespaces() {
   const now = performance.now();
   const unreachable = data.unreachable_nodes || [];
   $("#ns-unreachable").textContent = unreachable.length ? "not answering: " + unreachable.join(", ") : "";
-  const tbody = $("#namespaces tbody");
-  const focused = document.activeElement;
-  const editing = focused && focused.classList.contains("quota") ? focused.closest("tr").dataset.ns : null;
-  const rows = data.namespaces.map(ns => {
+  syncRows($("#namespaces tbody"), data.namespaces, ns => ns.namespace, ns => {
+    const name = ns.namespace;
+    const tr = el("tr");
+    tr.dataset.ns = name;
+    const quota = el("input", null, "quota");
+    quota.type = "number"; quota.min = "0"; quota.placeholder = "new quota";
+    quota.setAttribute("aria-label", "new quota of " + name);
+    const save = el("button", "Set", "save-quota");
+    save.addEventListener("click", () => act(async () => {
+      const v = Number(quota.value);
+      if (quota.value === "" || !Number.isInteger(v) || v < 0) throw new Error("the quota must be a whole number of rows, 0 or more");
+      await api("PUT", "/v1/namespaces/" + enc(name), { max_in_flight: v });
+      quota.value = "";
+    }));
+    const quotaCell = el("td", null, "quota-cell");
+    quotaCell.append(el("span", "", "num quota-now"), el("small", "", "note quota-default"), " ", quota, " ", save);
+    const toggle = el("button", "", "toggle");
+    toggle.addEventListener("click", () => act(() => api("PUT", "/v1/namespaces/" + enc(name), { paused: toggle.dataset.paused !== "true" })));
+    const actions = el("td", null, "actions");
+    actions.append(toggle);
+    tr.append(el("td", name, "name"), el("td", "", "state"), quotaCell, el("td", "", "num inflight"), el("td", "", "num pending"),
+      el("td", "", "num dead"), el("td", "", "num delivered-rate"), el("td", "", "num p99"), actions);
+    return tr;
+  }, (tr, ns) => {
     const c = ns.cluster;
     const prev = state.delivered[ns.namespace];
     let rate = null;
     if (prev && now > prev.at) rate = Math.max(c.delivered_total - prev.total, 0) / ((now - prev.at) / 1000);
     state.delivered[ns.namespace] = { total: c.delivered_total, at: now };
     const p99 = Math.max(0, ...c.nodes.map(n => n.delivery_p99_seconds));
-    if (editing === ns.namespace) {
-      const old = tbody.querySelector('tr[data-ns="' + CSS.escape(ns.namespace) + '"]');
-      if (old) return old; // keep the row being edited as it is
-    }
-    const tr = el("tr");
-    tr.dataset.ns = ns.namespace;
-    const quota = el("input", null, "quota");
-    quota.type = "number"; quota.min = "0"; quota.placeholder = "new quota";
-    quota.value = state.quotaDraft[ns.namespace] || "";
-    quota.setAttribute("aria-label", "new quota of " + ns.namespace);
-    quota.addEventListener("input", () => { state.quotaDraft[ns.namespace] = quota.value; });
-    const save = el("button", "Set", "save-quota");
-    save.addEventListener("click", () => act(async () => {
-      const v = Number(state.quotaDraft[ns.namespace]);
-      if (!state.quotaDraft[ns.namespace] || !Number.isInteger(v) || v < 0) throw new Error("the quota must be a whole number of rows, 0 or more");
-      await api("PUT", "/v1/namespaces/" + enc(ns.namespace), { max_in_flight: v });
-      delete state.quotaDraft[ns.namespace];
-    }));
-    const quotaCell = el("td");
-    quotaCell.append(el("span", ns.max_in_flight, "num quota-now"), el("small", ns.max_in_flight_default ? " default " : " ", "note"), quota, " ", save);
-    const toggle = el("button", ns.paused ? "Resume" : "Pause", ns.paused ? "resume" : "pause");
-    toggle.addEventListener("click", () => act(() => api("PUT", "/v1/namespaces/" + enc(ns.namespace), { paused: !ns.paused })));
-    tr.append(el("td", ns.namespace, "name"), el("td", ns.paused ? "paused" : "active", ns.paused ? "state paused" : "state"), quotaCell,
-      el("td", c.claimed, "num inflight"), el("td", c.pending, "num pending"), el("td", c.dead_letters, "num dead"),
-      el("td", fmtRate(rate), "num delivered-rate"), el("td", fmtSeconds(p99), "num p99"), el("td"));
-    tr.lastChild.append(toggle);
-    return tr;
+    const st = cell(tr, "state");
+    st.textContent = ns.paused ? "paused" : "active";
+    st.classList.toggle("paused", ns.paused);
+    tr.querySelector(".quota-now").textContent = ns.max_in_flight;
+    tr.querySelector(".quota-default").textContent = ns.max_in_flight_default ? " default" : "";
+    cell(tr, "inflight").textContent = c.claimed;
+    cell(tr, "pending").textContent = c.pending;
+    cell(tr, "dead").textContent = c.dead_letters;
+    if (rate !== null) cell(tr, "delivered-rate").textContent = fmtRate(rate);
+    else if (!cell(tr, "delivered-rate").textContent) cell(tr, "delivered-rate").textContent = "…";
+    cell(tr, "p99").textContent = fmtSeconds(p99);
+    const toggle = tr.querySelector("button.toggle");
+    toggle.dataset.paused = String(ns.paused);
+    toggle.textContent = ns.paused ? "Resume" : "Pause";
+    toggle.classList.toggle("pause", !ns.paused);
+    toggle.classList.toggle("resume", ns.paused);
   });
-  tbody.replaceChildren(...rows);
 }
 
 async function refreshRow() {
@@ -150,19 +188,25 @@ async function refreshDead() {
   state.deadNext = page.next;
   $("#dl-next").disabled = !page.next;
   $("#dl-unreachable").textContent = page.unreachable_nodes.length ? "not answering: " + page.unreachable_nodes.join(", ") : "";
-  $("#dead-letters tbody").replaceChildren(...page.rows.map(r => {
+  syncRows($("#dead-letters tbody"), page.rows, r => r.dispatch_key, r => {
     const tr = el("tr");
-    tr.dataset.key = r.dispatch_key;
+    const key = r.dispatch_key;
     const redrive = el("button", "Redrive", "redrive");
     redrive.addEventListener("click", () => act(async () => {
-      const res = await api("POST", "/v1/namespaces/" + enc(ns) + "/dead-letters/redrive", { keys: [r.dispatch_key] });
-      $("#dl-result").textContent = "Redriven: " + res.redriven + " (" + r.dispatch_key + ").";
+      const res = await api("POST", "/v1/namespaces/" + enc(ns) + "/dead-letters/redrive", { keys: [key] });
+      $("#dl-result").textContent = "Redriven: " + res.redriven + " (" + key + ").";
     }));
-    tr.append(el("td", r.dispatch_key, "key"), el("td", r.task_queue), el("td", r.attempt, "num"), el("td", fmtTime(r.finished_at)),
-      el("td", r.last_error || ""), el("td", r.node || ""), el("td"));
+    tr.append(el("td", key, "key"), el("td", "", "tq"), el("td", "", "num attempt"), el("td", "", "failed"),
+      el("td", "", "error"), el("td", "", "node"), el("td", null, "actions"));
     tr.lastChild.append(redrive);
     return tr;
-  }));
+  }, (tr, r) => {
+    cell(tr, "tq").textContent = r.task_queue;
+    cell(tr, "attempt").textContent = r.attempt;
+    cell(tr, "failed").textContent = fmtTime(r.finished_at);
+    cell(tr, "error").textContent = r.last_error || "";
+    cell(tr, "node").textContent = r.node || "";
+  });
 }
 
 const views = { cluster: refreshCluster, namespaces: refreshNamespaces, row: refreshRow, dead: refreshDead };
