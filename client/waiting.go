@@ -7,7 +7,7 @@ import "time"
 type Waiting struct {
 	// Reason is the first cause in check order: "claimed", "in_transfer",
 	// "namespace_paused", "no_target", "workflow_held", "retry_backoff",
-	// "delayed", "namespace_at_ceiling" or "claimable". Also lists the
+	// "delayed", "namespace_at_ceiling", "host_slots_full" or "claimable". Also lists the
 	// other causes that hold too.
 	Reason string   `json:"reason"`
 	Also   []string `json:"also,omitempty"`
@@ -30,4 +30,9 @@ type Waiting struct {
 	Ceiling            *uint32  `json:"ceiling,omitempty"`
 	Quota              *uint32  `json:"quota,omitempty"`
 	OwnedShardFraction *float64 `json:"owned_shard_fraction,omitempty"`
+	// Host is the route's target host; HostLimit and HostInFlight its
+	// concurrency limit and rows in flight to it on Node (rows).
+	Host         string `json:"host,omitempty"`
+	HostLimit    *int   `json:"host_limit,omitempty"`
+	HostInFlight *int   `json:"host_in_flight,omitempty"`
 }

@@ -54,6 +54,11 @@ const (
 	// its per-node ceiling ceil(quota × owned/total) (CLAIMED-only
 	// headroom, seed §3.1); a claim waits for a delivery to finish.
 	NamespaceAtCeiling Reason = "namespace_at_ceiling"
+	// HostSlotsFull: the route's target host has no slot this namespace
+	// may take: the rows in flight to the host reach its concurrency limit
+	// and the namespace has used its guaranteed share of it (the planner's
+	// host ceiling); a claim waits for a delivery to that host to finish.
+	HostSlotsFull Reason = "host_slots_full"
 	// Claimable: nothing holds the row back; the next sweep (every poll
 	// interval, or sooner when woken) claims it in its namespace's fair
 	// turn.
@@ -86,6 +91,16 @@ type Facts struct {
 	// could not be read: the ceiling is then neither judged nor shown.
 	ClaimedHeld    int
 	ClaimedUnknown bool
+	// Host is the route's target host ("scheme://host:port"; "" when the
+	// node applies no host ceiling to it). HostLimit is its concurrency
+	// limit (rows), HostInFlight the rows in flight to it, HostShare the
+	// namespace's guaranteed share and HostNamespaceInFlight the
+	// namespace's rows in flight there; HostAllowance is what the
+	// namespace may still claim on the host (the planner's rule, from
+	// backpressure).
+	Host                                 string
+	HostLimit, HostInFlight, HostShare   int
+	HostNamespaceInFlight, HostAllowance int
 }
 
 // Waiting explains why a live row has not been delivered yet. It is the
@@ -118,6 +133,12 @@ type Waiting struct {
 	Ceiling            *uint32  `json:"ceiling,omitempty"`
 	Quota              *uint32  `json:"quota,omitempty"`
 	OwnedShardFraction *float64 `json:"owned_shard_fraction,omitempty"`
+	// Host is the route's target host; HostLimit and HostInFlight its
+	// concurrency limit and rows in flight to it on Node (rows). Set when
+	// the node applies a host ceiling to the route.
+	Host         string `json:"host,omitempty"`
+	HostLimit    *int   `json:"host_limit,omitempty"`
+	HostInFlight *int   `json:"host_in_flight,omitempty"`
 }
 
 // Explain returns why f.Row waits, or nil for a terminal row (done,
@@ -161,6 +182,11 @@ func Explain(f Facts) *Waiting {
 	add(RetryBackoff, future && r.Attempt > 1)
 	add(Delayed, future && r.Attempt <= 1)
 	add(NamespaceAtCeiling, ceilingKnown && f.ClaimedHeld >= int(ceiling))
+	if f.OwnsShard && f.Host != "" {
+		limit, inFlight := f.HostLimit, f.HostInFlight
+		w.Host, w.HostLimit, w.HostInFlight = f.Host, &limit, &inFlight
+		add(HostSlotsFull, f.HostAllowance <= 0)
+	}
 	if len(reasons) == 0 {
 		reasons = []Reason{Claimable}
 	}
@@ -197,6 +223,9 @@ func message(rs Reason, f Facts, ceiling uint32) string {
 	case NamespaceAtCeiling:
 		return fmt.Sprintf("Namespace %q has %d claimed rows on %s, its per-node ceiling is %d (quota %d × %d/%d shards owned); the row is claimed when a delivery finishes.",
 			r.Namespace, f.ClaimedHeld, f.Node, ceiling, f.Quota, f.Fraction.Owned(), f.Fraction.Total())
+	case HostSlotsFull:
+		return fmt.Sprintf("Target host %s has %d rows in flight from %s, its limit is %d, and namespace %q has %d of them (its share %d); the row is claimed when a delivery to that host finishes.",
+			f.Host, f.HostInFlight, f.Node, f.HostLimit, r.Namespace, f.HostNamespaceInFlight, f.HostShare)
 	default:
 		return fmt.Sprintf("Nothing holds the row back: %s claims it at its next sweep, in namespace %q's fair turn.", f.Node, r.Namespace)
 	}

@@ -71,6 +71,17 @@ func TestExplain(t *testing.T) {
 			contains: "2 claimed rows on a, its per-node ceiling is 2 (quota 8 × 2/8 shards owned)"},
 		{name: "quota zero", edit: func(f *waiting.Facts) { f.Quota, f.ClaimedHeld = 0, 0 }, want: waiting.NamespaceAtCeiling,
 			contains: "ceiling is 0"},
+		{name: "host slots full", edit: func(f *waiting.Facts) {
+			f.Host, f.HostLimit, f.HostInFlight, f.HostShare, f.HostNamespaceInFlight, f.HostAllowance = "https://hooks.example.com:443", 4, 4, 2, 2, 0
+		}, want: waiting.HostSlotsFull, contains: "Target host https://hooks.example.com:443 has 4 rows in flight from a, its limit is 4, and namespace \"ns\" has 2 of them (its share 2)",
+			check: func(t *testing.T, w *waiting.Waiting) {
+				if w.Host != "https://hooks.example.com:443" || w.HostLimit == nil || *w.HostLimit != 4 || *w.HostInFlight != 4 {
+					t.Errorf("host numbers: %q %v %v", w.Host, w.HostLimit, w.HostInFlight)
+				}
+			}},
+		{name: "host with a free slot: claimable", edit: func(f *waiting.Facts) {
+			f.Host, f.HostLimit, f.HostInFlight, f.HostShare, f.HostAllowance = "http://h:80", 4, 3, 4, 1
+		}, want: waiting.Claimable},
 		{name: "claimed count unknown: no ceiling judged", edit: func(f *waiting.Facts) { f.ClaimedHeld, f.ClaimedUnknown = 5, true },
 			want: waiting.Claimable},
 		{name: "several causes: first in check order, others in also", edit: func(f *waiting.Facts) {
