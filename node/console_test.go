@@ -170,7 +170,8 @@ func TestReadBack(t *testing.T) {
 		} `json:"attempts"`
 	}
 	a.mustDo(http.MethodGet, "/v1/rows/dl-00", nil, http.StatusOK, &lookup)
-	if len(lookup.Attempts) != 1 || lookup.Attempts[0].Outcome != "failed" || lookup.Attempts[0].Attempt != 1 || lookup.Attempts[0].Error == "" {
+	if len(lookup.Attempts) != 1 || lookup.Attempts[0].Outcome != "failed" || lookup.Attempts[0].Attempt != 1 || lookup.Attempts[0].Error == "" ||
+		lookup.Attempts[0].StatusCode != http.StatusBadRequest {
 		t.Fatalf("attempts of a dead letter: %+v", lookup.Attempts)
 	}
 	var purged struct {

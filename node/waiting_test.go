@@ -5,6 +5,8 @@ import (
 	"net/http/httptest"
 	"testing"
 	"time"
+
+	"github.com/fairshard/fairshard/node"
 )
 
 // waitingView is GET /v1/rows/{key} with its `waiting` object.
@@ -25,6 +27,9 @@ type waitingView struct {
 		Claimed      *int       `json:"claimed"`
 		Ceiling      *uint32    `json:"ceiling"`
 		Quota        *uint32    `json:"quota"`
+		Host         string     `json:"host"`
+		HostLimit    *int       `json:"host_limit"`
+		HostInFlight *int       `json:"host_in_flight"`
 	} `json:"waiting"`
 }
 
@@ -55,7 +60,8 @@ func (n *tnode) waitReason(key, want string) waitingView {
 // or one handoff on a live node; node/waiting's table test covers them.
 func TestRowWaiting(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, nil)
+	// One connection per target host: the host ceiling shows with 2 rows.
+	n := startNode(t, func(c *node.Config) { c.MaxConnsPerHost = 1 })
 	ok := newTarget(t)
 	failing := newTarget(t)
 	failing.SetStatus(http.StatusInternalServerError)
@@ -123,6 +129,18 @@ func TestRowWaiting(t *testing.T) {
 	v = n.waitReason("cap:2", "namespace_at_ceiling")
 	if *v.Waiting.Claimed != 1 || *v.Waiting.Ceiling != 1 || *v.Waiting.Quota != 1 {
 		t.Fatalf("at-ceiling row: claimed %d ceiling %d quota %d, want 1, 1, 1", *v.Waiting.Claimed, *v.Waiting.Ceiling, *v.Waiting.Quota)
+	}
+
+	// The target host's slots: the blocking host (limit 1) holds cap:1; a
+	// second namespace gets its guaranteed share of it (hf:1, in flight),
+	// then its next row waits for a slot at the host.
+	n.setTarget("hf", "default", blocking.URL)
+	n.appendRows(rowIn{"dispatch_key": "hf:1", "namespace": "hf"})
+	n.waitReason("hf:1", "claimed")
+	n.appendRows(rowIn{"dispatch_key": "hf:2", "namespace": "hf"})
+	v = n.waitReason("hf:2", "host_slots_full")
+	if v.Waiting.Host == "" || v.Waiting.HostLimit == nil || *v.Waiting.HostLimit != 1 || *v.Waiting.HostInFlight != 2 {
+		t.Fatalf("host-full row: %+v, want the host, limit 1 and 2 in flight", v.Waiting)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/fairshard/fairshard/api"
+	"github.com/fairshard/fairshard/backpressure"
 	"github.com/fairshard/fairshard/cluster"
 	"github.com/fairshard/fairshard/node/peer"
 	"github.com/fairshard/fairshard/node/router"
@@ -98,6 +99,9 @@ type Config struct {
 	StoreWritable func() error
 	// Gatherer is served on /metrics.
 	Gatherer prometheus.Gatherer
+	// Hosts is the planner's target host ceiling (*dispatch.HostLimits),
+	// read by a row's explanation; nil: no host reason is given.
+	Hosts backpressure.HostSlots
 	// Registerer receives the API's own metrics (nil: none).
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger

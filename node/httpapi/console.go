@@ -35,6 +35,10 @@ type ConsoleStore interface {
 	Attempts(ctx context.Context, dispatchKey string) ([]outbox.Attempt, error)
 	ListRows(ctx context.Context, q outbox.RowQuery) (outbox.RowPage, error)
 	PurgeDeadLetters(ctx context.Context, namespace string, keys []string, now time.Time) (int, error)
+	// PendingRoutes lists the routes with visible pending rows of owned
+	// shards (which namespaces want a target host, for a row's
+	// explanation).
+	PendingRoutes(ctx context.Context, now time.Time) ([]outbox.ClaimScope, error)
 }
 
 // Internal routes of the read-back.

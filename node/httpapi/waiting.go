@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/fairshard/fairshard/backpressure"
+
 	"github.com/fairshard/fairshard/node/peer"
 	"github.com/fairshard/fairshard/node/waiting"
 	"github.com/fairshard/fairshard/outbox"
@@ -54,5 +56,38 @@ func (a *API) explain(ctx context.Context, row outbox.Row, now time.Time) *waiti
 		a.log.Warn("row lookup: claimed count failed; the ceiling is left out of waiting", "namespace", row.Namespace, "err", err)
 		f.ClaimedUnknown = true
 	}
+	if f.OwnsShard && !f.Paused && f.HasTarget {
+		a.hostFacts(ctx, &f, now)
+	}
 	return waiting.Explain(f)
+}
+
+// hostFacts fills the target host facts of f from the planner's host
+// ceiling: the route's host, its usage, and the namespaces with visible
+// pending routes to it (who shares it, as a sweep counts them), through
+// backpressure.HostAllowance, the planner's own rule.
+func (a *API) hostFacts(ctx context.Context, f *waiting.Facts, now time.Time) {
+	if a.cfg.Hosts == nil {
+		return
+	}
+	route := f.Row.Route()
+	host, ok := a.cfg.Hosts.HostOf(route)
+	if !ok {
+		return
+	}
+	routes, err := a.cfg.Store.PendingRoutes(ctx, now)
+	if err != nil {
+		a.log.Warn("row lookup: pending routes unreadable; the host ceiling is left out of waiting", "err", err)
+		return
+	}
+	var wanting []string
+	for _, r := range routes {
+		if h, ok := a.cfg.Hosts.HostOf(r); ok && h == host {
+			wanting = append(wanting, r.Namespace)
+		}
+	}
+	u := a.cfg.Hosts.HostUsage(host)
+	allowance, share, _ := backpressure.HostAllowance(u, route.Namespace, wanting)
+	f.Host, f.HostLimit, f.HostInFlight = host, max(u.Limit, 1), u.InFlight
+	f.HostShare, f.HostNamespaceInFlight, f.HostAllowance = share, u.ByNamespace[route.Namespace], allowance
 }
