@@ -62,7 +62,11 @@ func (w *wtx) recordAttempt(rk []byte, a outbox.Attempt) error {
 		return fmt.Errorf("%w: bucket %q missing", ErrCorrupt, bucketAttempts)
 	}
 	var hist []outbox.Attempt
-	if v := bk.Get(rk); v != nil {
+	v := bk.Get(rk)
+	if v == nil && a.Outcome == outbox.AttemptDone {
+		return nil // delivered at the first try: nothing to keep (outbox.Attempt)
+	}
+	if v != nil {
 		if err := json.Unmarshal(v, &hist); err != nil {
 			return fmt.Errorf("%w: attempts of %q: %w", ErrCorrupt, rk, err)
 		}

@@ -32,8 +32,11 @@ const (
 )
 
 // Attempt is one settled delivery attempt of a row. A store records one
-// for every Complete, Retry and Fail that applies, in the same
-// transaction; redrives keep the history (a redriven row's attempts start
+// for every Retry and Fail that applies, in the same transaction, and for
+// a Complete of a row that already has a history; a row delivered at its
+// first try keeps none (the row itself says attempt and finished_at), so
+// the common case costs no space for the tombstone retention. Redrives
+// keep the history (a redriven row's attempts start
 // again at 1, its history goes on). The history is local to the node that
 // delivered: it does not travel with a handoff or replication.
 type Attempt struct {

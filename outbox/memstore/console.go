@@ -22,6 +22,9 @@ func (s *Store) recording(outcome outbox.AttemptOutcome, code int, errText strin
 		if !apply(r) {
 			return false
 		}
+		if outcome == outbox.AttemptDone && len(s.attempts[r.DispatchKey]) == 0 {
+			return true // delivered at the first try: nothing to keep (outbox.Attempt)
+		}
 		if s.attempts == nil {
 			s.attempts = map[string][]outbox.Attempt{}
 		}

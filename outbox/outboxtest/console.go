@@ -86,6 +86,12 @@ func testAttemptHistory(t *testing.T, s outbox.Store) {
 	if q, err := c.Attempts(ctx, "quiet"); err != nil || len(q) != 0 {
 		t.Fatalf("another row's history: %v, %v", q, err)
 	}
+	// Delivered at the first try: no history kept.
+	qv := claimOf(t, s, "quiet") // claimed with h (same route)
+	must(t, s.Complete(ctx, outbox.CompleteParams{DispatchKey: "quiet", Claim: qv, StatusCode: 200, Now: T0}))
+	if q, err := c.Attempts(ctx, "quiet"); err != nil || len(q) != 0 || mustGet(t, s, "quiet").Status != outbox.StatusDone {
+		t.Fatalf("history of a row delivered at its first try: %v, %v; want none (and the row done)", q, err)
+	}
 
 	// Bounded: only the last MaxAttemptHistory attempts are kept.
 	mustAppend(t, s, Row("many", "ns", "r"))
