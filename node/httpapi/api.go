@@ -11,11 +11,13 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/backpressure"
@@ -121,6 +123,11 @@ type API struct {
 	routePatterns []string
 	intake        intakeGate
 	draining      atomic.Bool
+	// statsMu guards the delivery figures the namespace views reuse for
+	// a second (console.go).
+	statsMu  sync.Mutex
+	statsAt  time.Time
+	statsMFs []*dto.MetricFamily
 }
 
 // New builds the API and registers its metrics.

@@ -555,11 +555,7 @@ func (a *API) localStats(ctx context.Context) (statsResponse, map[string]outbox.
 	for ns, s := range st {
 		out.Namespaces[ns] = nodeNamespaceStats{Node: a.cfg.Self, Pending: s.Pending, Claimed: s.Claimed, DeadLetters: s.Failed}
 	}
-	mfs, err := a.cfg.Gatherer.Gather()
-	if err != nil {
-		a.log.Warn("namespace stats: gathering metrics failed; delivery figures left at 0", "err", err)
-	}
-	for _, mf := range mfs {
+	for _, mf := range a.deliveryMetrics() {
 		switch mf.GetName() {
 		case "fairshard_rows_delivered_total":
 			for _, m := range mf.GetMetric() {
@@ -581,6 +577,34 @@ func (a *API) localStats(ctx context.Context) (statsResponse, map[string]outbox.
 	}
 	delete(out.Namespaces, "")
 	return out, st, nil
+}
+
+// deliveryMetricsTTL is how long the delivery figures read from the
+// node's metrics are reused: a full Gather costs milliseconds, and a
+// console refreshing every second from many tabs would pay it per call.
+const deliveryMetricsTTL = time.Second
+
+// deliveryMetrics returns the metric families the namespace views read
+// (delivered rows, delivery durations), gathered at most once per
+// deliveryMetricsTTL.
+func (a *API) deliveryMetrics() []*dto.MetricFamily {
+	a.statsMu.Lock()
+	defer a.statsMu.Unlock()
+	if time.Since(a.statsAt) < deliveryMetricsTTL {
+		return a.statsMFs
+	}
+	mfs, err := a.cfg.Gatherer.Gather()
+	if err != nil {
+		a.log.Warn("namespace stats: gathering metrics failed; delivery figures left at 0", "err", err)
+	}
+	keep := mfs[:0]
+	for _, mf := range mfs {
+		if n := mf.GetName(); n == "fairshard_rows_delivered_total" || n == "fairshard_delivery_duration_seconds" {
+			keep = append(keep, mf)
+		}
+	}
+	a.statsMFs, a.statsAt = keep, time.Now()
+	return keep
 }
 
 func nsLabel(m *dto.Metric) string {

@@ -75,18 +75,22 @@ func (a *API) hostFacts(ctx context.Context, f *waiting.Facts, now time.Time) {
 	if !ok {
 		return
 	}
-	routes, err := a.cfg.Store.PendingRoutes(ctx, now)
-	if err != nil {
-		a.log.Warn("row lookup: pending routes unreadable; the host ceiling is left out of waiting", "err", err)
-		return
-	}
+	u := a.cfg.Hosts.HostUsage(host)
 	var wanting []string
-	for _, r := range routes {
-		if h, ok := a.cfg.Hosts.HostOf(r); ok && h == host {
-			wanting = append(wanting, r.Namespace)
+	if u.InFlight >= max(u.Limit, 1) {
+		// Only a full host's guaranteed shares depend on who else wants
+		// it; with a free slot the namespace may take it whatever they are.
+		routes, err := a.cfg.Store.PendingRoutes(ctx, now)
+		if err != nil {
+			a.log.Warn("row lookup: pending routes unreadable; the host ceiling is left out of waiting", "err", err)
+			return
+		}
+		for _, r := range routes {
+			if h, ok := a.cfg.Hosts.HostOf(r); ok && h == host {
+				wanting = append(wanting, r.Namespace)
+			}
 		}
 	}
-	u := a.cfg.Hosts.HostUsage(host)
 	allowance, share, _ := backpressure.HostAllowance(u, route.Namespace, wanting)
 	f.Host, f.HostLimit, f.HostInFlight = host, max(u.Limit, 1), u.InFlight
 	f.HostShare, f.HostNamespaceInFlight, f.HostAllowance = share, u.ByNamespace[route.Namespace], allowance
