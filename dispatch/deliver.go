@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fairshard/fairshard/outbox"
+	"github.com/fairshard/fairshard/webhook"
 )
 
 // Request headers of a delivery. Every POST carries all of them; the body
@@ -118,9 +119,18 @@ func (d *Dispatcher) deliveryTimeout(t Target) time.Duration {
 }
 
 // newDeliveryRequest builds the POST of a row to its target: the expanded
-// URL, the payload as body and the headers listed at HeaderIdempotencyKey.
-// An error means the expanded URL does not parse.
-func newDeliveryRequest(ctx context.Context, row *outbox.Row, t Target) (*http.Request, error) {
+// URL, the payload as body, the target's static headers, the headers
+// listed at HeaderIdempotencyKey and, when the target has signing
+// secrets, the Standard Webhooks signature headers (webhook-id is the
+// dispatch_key, the same on every attempt; webhook-timestamp is now, so
+// each attempt is signed afresh). An error means the expanded URL does
+// not parse or a signing secret is unreadable (it never quotes the
+// secret).
+func newDeliveryRequest(ctx context.Context, row *outbox.Row, t Target, now time.Time) (*http.Request, error) {
+	secrets, err := webhook.ParseSecrets(t.SigningSecrets)
+	if err != nil {
+		return nil, fmt.Errorf("target of %s/%s: signing %w", row.Namespace, row.TaskQueue, err)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, expandURL(t.URL, row.Route()), bytes.NewReader(row.Payload))
 	if err != nil {
 		return nil, err
@@ -130,6 +140,9 @@ func newDeliveryRequest(ctx context.Context, row *outbox.Row, t Target) (*http.R
 		ct = "application/octet-stream"
 	}
 	h := req.Header
+	for name, v := range t.Headers {
+		h.Set(name, v)
+	}
 	h.Set("Content-Type", ct)
 	h.Set("User-Agent", userAgent)
 	h.Set(HeaderIdempotencyKey, row.DispatchKey)
@@ -140,6 +153,7 @@ func newDeliveryRequest(ctx context.Context, row *outbox.Row, t Target) (*http.R
 	h.Set(HeaderOrdinal, strconv.FormatUint(row.Ordinal, 10))
 	h.Set(HeaderActivityType, row.ActivityType)
 	h.Set(HeaderAttempt, strconv.FormatUint(uint64(max(row.Attempt, 1)), 10))
+	webhook.Sign(h, row.DispatchKey, now, row.Payload, secrets...)
 	return req, nil
 }
 
@@ -158,11 +172,12 @@ func (d *Dispatcher) deliver(row outbox.Row, t Target) result {
 	defer cancel(nil)
 	wc := startWireClock(timeout, cancel)
 	defer wc.stop()
-	req, err := newDeliveryRequest(httptrace.WithClientTrace(ctx, wc.trace()), &row, t)
+	req, err := newDeliveryRequest(httptrace.WithClientTrace(ctx, wc.trace()), &row, t, d.cfg.Now())
 	if err != nil {
-		// The expanded target URL does not parse: a configuration error the
-		// operator can fix, so the row waits rather than use up attempts.
-		d.log.Warn("dispatch: target URL unusable; row back to pending", "namespace", row.Namespace, "task_queue", row.TaskQueue, "error", err)
+		// The expanded target URL does not parse or a signing secret is
+		// unreadable: a configuration error the operator can fix, so the
+		// row waits rather than use up attempts.
+		d.log.Warn("dispatch: target unusable; row back to pending", "namespace", row.Namespace, "task_queue", row.TaskQueue, "error", err)
 		return result{kind: outcomeWait}
 	}
 
