@@ -307,3 +307,21 @@ func TestRetryAfterNeverShortensTheBackoff(t *testing.T) {
 		}
 	}
 }
+
+// logHostLimits logs each node's limit for the test target's host and its
+// cuts by reason (diagnostics: a cut limit slows every namespace).
+func logHostLimits(t *testing.T, c *testCluster) {
+	t.Helper()
+	host := map[string]string{"host": c.target.URL}
+	var parts []string
+	for _, p := range c.members() {
+		cuts := []string{}
+		for _, reason := range []string{"timeout", "connection", "status_429", "status_503", "latency"} {
+			if n := c.mustMetric(p, "fairshard_target_host_limit_cuts_total", map[string]string{"host": c.target.URL, "reason": reason}); n > 0 {
+				cuts = append(cuts, fmt.Sprintf("%s %.0f", reason, n))
+			}
+		}
+		parts = append(parts, fmt.Sprintf("%s limit %.0f (cuts: %s)", p.name, c.mustMetric(p, "fairshard_target_host_limit", host), strings.Join(cuts, ", ")))
+	}
+	t.Logf("target host limits: %s", strings.Join(parts, "; "))
+}
