@@ -16,9 +16,9 @@ const Other = "_other"
 // Limiter maps namespaces to label values. Safe for concurrent use; the
 // zero value is unusable, use New.
 type Limiter struct {
-	max  int
-	mu   sync.RWMutex
-	own  map[string]struct{}
+	max int
+	mu  sync.RWMutex
+	own map[string]struct{}
 }
 
 // New returns a Limiter giving at most max namespaces their own label (0:
