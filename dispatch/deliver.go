@@ -104,7 +104,7 @@ func (d *Dispatcher) deliver(row outbox.Row, t Target) result {
 	start := time.Now()
 	resp, err := d.client.Do(req)
 	if err != nil {
-		d.m.deliveryDur.WithLabelValues(row.Namespace).Observe(time.Since(start).Seconds())
+		d.m.deliveryDur.WithLabelValues(d.cfg.NamespaceLabel(row.Namespace)).Observe(time.Since(start).Seconds())
 		if d.deliveryCtx.Err() != nil {
 			return result{kind: outcomeAbandoned}
 		}
@@ -116,13 +116,15 @@ func (d *Dispatcher) deliver(row outbox.Row, t Target) result {
 	}
 	res := result{kind: classifyStatus(resp.StatusCode), status: resp.StatusCode}
 	var excerpt []byte
-	if res.kind != outcomeDone {
-		excerpt, _ = io.ReadAll(io.LimitReader(resp.Body, int64(d.cfg.LastErrorMax)))
+	if res.kind != outcomeDone && d.cfg.BodyExcerptMax > 0 {
+		// One byte more than kept, so the cut lands on a rune boundary.
+		excerpt, _ = io.ReadAll(io.LimitReader(resp.Body, int64(d.cfg.BodyExcerptMax)+4))
+		excerpt = []byte(truncateUTF8(string(excerpt), d.cfg.BodyExcerptMax))
 	}
 	// Drain (bounded) and close so the connection goes back to the pool.
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
 	_ = resp.Body.Close()
-	d.m.deliveryDur.WithLabelValues(row.Namespace).Observe(time.Since(start).Seconds())
+	d.m.deliveryDur.WithLabelValues(d.cfg.NamespaceLabel(row.Namespace)).Observe(time.Since(start).Seconds())
 	if res.kind == outcomeDone {
 		return res
 	}
@@ -151,12 +153,13 @@ func (d *Dispatcher) settle(row outbox.Row, res result) {
 	now := d.cfg.Now()
 	attempt := max(row.Attempt, 1)
 	ns := row.Namespace
+	label := d.cfg.NamespaceLabel(ns)
 	var err error
 	switch res.kind {
 	case outcomeDone:
 		if err = d.store.Complete(ctx, outbox.CompleteParams{DispatchKey: row.DispatchKey, Claim: row.Version, Now: now}); err == nil {
-			d.m.delivered.WithLabelValues(ns).Inc()
-			d.m.enqueueToDel.WithLabelValues(ns).Observe(max(now.Sub(row.CreatedAt), 0).Seconds())
+			d.m.delivered.WithLabelValues(label).Inc()
+			d.m.enqueueToDel.WithLabelValues(label).Observe(max(now.Sub(row.CreatedAt), 0).Seconds())
 		}
 	case outcomeWait:
 		// The route lost its (usable) target after the claim: back to
@@ -170,7 +173,7 @@ func (d *Dispatcher) settle(row outbox.Row, res result) {
 		if attempt >= policy.MaxAttempts {
 			msg := d.bound(fmt.Sprintf("attempts exhausted (%d of %d): %s", attempt, policy.MaxAttempts, res.lastError))
 			if err = d.store.Fail(ctx, outbox.FailParams{DispatchKey: row.DispatchKey, Claim: row.Version, LastError: msg, Now: now}); err == nil {
-				d.m.failed.WithLabelValues(ns).Inc()
+				d.m.failed.WithLabelValues(label).Inc()
 				d.log.Warn("dispatch: row failed (dead letter): attempts exhausted",
 					"dispatch_key", row.DispatchKey, "namespace", ns, "task_queue", row.TaskQueue, "attempt", attempt, "last_error", msg)
 			}
@@ -182,14 +185,14 @@ func (d *Dispatcher) settle(row outbox.Row, res result) {
 		}
 		msg := d.bound(res.lastError)
 		if err = d.store.Retry(ctx, outbox.RetryParams{DispatchKey: row.DispatchKey, Claim: row.Version, NextAttempt: attempt + 1, VisibleAfter: now.Add(delay), LastError: msg}); err == nil {
-			d.m.retried.WithLabelValues(ns).Inc()
+			d.m.retried.WithLabelValues(label).Inc()
 			d.log.Debug("dispatch: delivery failed; retrying after backoff",
 				"dispatch_key", row.DispatchKey, "namespace", ns, "attempt", attempt, "backoff", delay, "last_error", msg)
 		}
 	case outcomeFail:
 		msg := d.bound(res.lastError)
 		if err = d.store.Fail(ctx, outbox.FailParams{DispatchKey: row.DispatchKey, Claim: row.Version, LastError: msg, Now: now}); err == nil {
-			d.m.failed.WithLabelValues(ns).Inc()
+			d.m.failed.WithLabelValues(label).Inc()
 			d.log.Warn("dispatch: row failed (dead letter): permanent delivery error",
 				"dispatch_key", row.DispatchKey, "namespace", ns, "task_queue", row.TaskQueue, "attempt", attempt, "last_error", msg)
 		}
