@@ -47,6 +47,7 @@ func (n *Node) services() []lifecycle.Service {
 			Run: n.serveHTTP, Stop: n.stopHTTP},
 		{Name: "cluster", Start: n.startCluster, Stop: n.stopCluster},
 		{Name: "refusal", Run: n.watchRefusal},
+		{Name: "security-warning", Run: n.warnInsecure},
 	}
 	if n.slotDir != "" {
 		svcs = append(svcs, lifecycle.Service{Name: "slot-lease",

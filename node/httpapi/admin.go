@@ -341,12 +341,17 @@ func deadLetterPage(r *http.Request) (after string, limit int, err error) {
 }
 
 func (a *API) handleInternalDeadLetters(w http.ResponseWriter, r *http.Request) {
+	ns, err := pathName(r, "ns")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	after, limit, err := deadLetterPage(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	rows, err := a.cfg.Store.ListDeadLetters(r.Context(), r.PathValue("ns"), after, limit)
+	rows, err := a.cfg.Store.ListDeadLetters(r.Context(), ns, after, limit)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -395,12 +400,21 @@ func (a *API) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) handleInternalRedrive(w http.ResponseWriter, r *http.Request) {
+	ns, err := pathName(r, "ns")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	var req peer.RedriveRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
-	count, err := a.cfg.Store.Redrive(r.Context(), r.PathValue("ns"), req.Keys, time.Now().UTC())
+	if err := validateRedriveKeys(req.Keys); err != nil {
+		writeError(w, err)
+		return
+	}
+	count, err := a.cfg.Store.Redrive(r.Context(), ns, req.Keys, time.Now().UTC())
 	if err != nil {
 		writeError(w, err)
 		return
@@ -424,11 +438,9 @@ func (a *API) handleRedrive(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	for i, k := range req.Keys {
-		if k == "" || len(k) > MaxKeyBytes {
-			writeError(w, fieldError("keys["+strconv.Itoa(i)+"]", "must be 1-%d bytes", MaxKeyBytes))
-			return
-		}
+	if err := validateRedriveKeys(req.Keys); err != nil {
+		writeError(w, err)
+		return
 	}
 	total, err := a.cfg.Store.Redrive(r.Context(), ns, req.Keys, time.Now().UTC())
 	if err != nil {
@@ -448,6 +460,19 @@ func (a *API) handleRedrive(w http.ResponseWriter, r *http.Request) {
 	})
 	a.cfg.Dispatcher.Wake()
 	writeJSON(w, http.StatusOK, map[string]any{"redriven": total, "unreachable_nodes": unreachable})
+}
+
+// validateRedriveKeys checks a redrive's keys (public and internal).
+func validateRedriveKeys(keys []string) error {
+	if len(keys) > maxDeadLetterPage*10 {
+		return tooLarge("keys", "%d keys exceed the limit of %d per redrive", len(keys), maxDeadLetterPage*10)
+	}
+	for i, k := range keys {
+		if k == "" || len(k) > MaxKeyBytes {
+			return fieldError("keys["+strconv.Itoa(i)+"]", "must be 1-%d bytes", MaxKeyBytes)
+		}
+	}
+	return nil
 }
 
 type peerRef struct{ name, addr string }
@@ -524,6 +549,7 @@ func (a *API) handleCluster(w http.ResponseWriter, r *http.Request) {
 		"handoff": map[string]any{
 			"shards_pending": pending,
 		},
+		"security": a.security(),
 	})
 }
 

@@ -1,0 +1,92 @@
+package node_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fairshard/fairshard/node"
+)
+
+// TestSlowBodyDoesNotHoldShutdown is issue #13's slow-client finding: a
+// client that sends an append's headers and then its body slowly must
+// not hold a graceful stop. Before the fix the append held the intake
+// gate while reading, so the stop's final handoff waited for it until
+// the grace ran out and left the node's rows on disk (2,090 in the
+// issue). The test waits for the server's "100 Continue" (the handler is
+// reading the body), sends part of the body and keeps the connection
+// open, then stops the node: every row must be handed off in the grace.
+func TestSlowBodyDoesNotHoldShutdown(t *testing.T) {
+	t.Parallel()
+	nodes := startCluster(t, 2, nil)
+	a, b := nodes[0], nodes[1]
+	pause(t, nodes, "slow")
+	var rows []rowIn
+	for i := range 1000 {
+		rows = append(rows, rowIn{"dispatch_key": fmt.Sprintf("slow-%04d", i), "namespace": "slow"})
+	}
+	a.appendRows(rows...)
+	held := b.namespace("slow").Pending
+	if held == 0 {
+		t.Fatalf("%s holds none of the 1000 rows", b.Name())
+	}
+
+	conn, err := net.Dial("tcp", strings.TrimPrefix(b.base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/rows HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 100000\r\nExpect: 100-continue\r\n\r\n", b.Name())
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil || !strings.Contains(line, "100") {
+		t.Fatalf("waiting for 100 Continue: %q %v", line, err)
+	}
+	fmt.Fprint(conn, `{"rows":[{"dispatch_key":"never-finished",`) // and nothing more
+
+	const grace = 5 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	start := time.Now()
+	err = b.Shutdown(ctx)
+	took := time.Since(start)
+	if err != nil {
+		t.Errorf("Shutdown of %s with a slow client: %v (after %v)", b.Name(), err, took)
+	}
+	stats, serr := openStore(t, b.cfg.DataDir).NamespaceStats(context.Background())
+	if serr != nil {
+		t.Fatal(serr)
+	}
+	if st := stats["slow"]; st.Pending+st.Claimed != 0 {
+		t.Errorf("a slow client left %d of %d rows on %s after a %v graceful stop", st.Pending+st.Claimed, held, b.Name(), grace)
+	}
+	eventually(t, 10*time.Second, func() bool { return a.namespace("slow").Pending == 1000 },
+		"%s to hold all 1000 rows (has %d)", a.Name(), a.namespace("slow").Pending)
+}
+
+// TestServerLimits: the API server closes a connection whose headers
+// never finish (ReadHeaderTimeout) and bounds idle and header sizes; the
+// values are the documented ones.
+func TestServerLimits(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, nil)
+	// Headers over MaxHeaderBytes are refused (431).
+	req, _ := http.NewRequest("GET", n.base+"/healthz", nil)
+	req.Header.Set("X-Big", strings.Repeat("a", node.HTTPMaxHeaderBytes+4096))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("%d-byte header: status %d, want 431", node.HTTPMaxHeaderBytes+4096, resp.StatusCode)
+	}
+	if node.HTTPReadHeaderTimeout <= 0 || node.HTTPReadTimeout <= 0 || node.HTTPWriteTimeout <= 0 || node.HTTPIdleTimeout <= 0 {
+		t.Error("a server timeout is unset")
+	}
+}
