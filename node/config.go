@@ -139,6 +139,9 @@ type Config struct {
 	// against the address dialled. Empty: every address but link-local,
 	// cloud metadata, unspecified and multicast ones (egress.DefaultDeny).
 	TargetAllow []string
+	// PeerCheckInterval is how often each other member's API is probed
+	// (unreachable ones with a backoff up to 15×). Defaults to 2 s.
+	PeerCheckInterval time.Duration
 	// MetricsNamespaces is how many namespaces get their own label value
 	// on namespace-labelled metrics; the others are counted under
 	// "_other". Defaults to 100.
@@ -245,6 +248,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		c.TargetAllow = splitList(s)
 		return nil
 	})
+	fs.DurationVar(&c.PeerCheckInterval, "peer-check-interval", 2*time.Second, "how often each other member's API is probed; one that fails twice is shown unreachable, held rows wait and handoff skips it (backoff up to 15x)")
 	fs.IntVar(&c.MetricsNamespaces, "metrics-namespaces", 100, "namespaces with their own label on namespace-labelled metrics; the rest are summed under \"_other\"")
 	fs.Func("gossip-key", "comma-separated base64 gossip encryption keys of 16, 24 or 32 bytes, primary first: the first encrypts, each decrypts (default: none; rotation: see the README)", func(s string) error {
 		keys, err := ParseGossipKeys(strings.Split(s, ","))
@@ -494,6 +498,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := egress.Parse(c.TargetAllow); err != nil {
 		bad("target-allow", "%v", err)
+	}
+	if c.PeerCheckInterval <= 0 {
+		bad("peer-check-interval", "must be positive")
 	}
 	if c.MetricsNamespaces < 0 || c.MetricsNamespaces > 10_000 {
 		bad("metrics-namespaces", "%d is not between 0 and 10000", c.MetricsNamespaces)

@@ -100,6 +100,7 @@ type Node struct {
 	// secret: unauthenticated, loopback or --insecure only).
 	auth     *nodeauth.Auth
 	nsLabels *nslabel.Limiter
+	reach    *reachability
 	security securityState
 
 	ln      net.Listener
@@ -222,6 +223,9 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 	if err := n.initSecurity(reg); err != nil { // security.go
 		return nil, err
 	}
+	if n.reach, err = newReachability(reg); err != nil { // reach.go
+		return nil, err
+	}
 
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
@@ -279,14 +283,14 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 	}
 	n.peers = peer.NewClient(n.auth)
 	n.router, err = router.New(router.Config{
-		Self: n.name, ShardCount: cfg.Shards, Store: store, Ownership: n.ownership, Forwarder: n.peers,
+		Self: n.name, ShardCount: cfg.Shards, Store: store, Ownership: n.ownership, Forwarder: reachForwarder{n.peers, n.reach},
 		Logger: log, Registerer: reg,
 	})
 	if err != nil {
 		return nil, err
 	}
 	n.handoff, err = handoff.New(handoff.Config{
-		Self: n.name, Store: store, Ownership: n.ownership, Sink: n.peers.Sink,
+		Self: n.name, Store: store, Ownership: n.ownership, Sink: n.peers.Sink, Reachable: n.reach.Reachable,
 		Limits:   transfer.Limits{MaxRows: cfg.HandoffBatch, MaxBytes: cfg.HandoffBatchBytes},
 		Interval: cfg.HandoffInterval, Logger: log, Registerer: reg,
 	})
@@ -294,7 +298,7 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 		return nil, err
 	}
 	n.api, err = httpapi.New(httpapi.Config{
-		Self: n.name, ShardCount: cfg.Shards, APIToken: cfg.APIToken, Security: n.securityView,
+		Self: n.name, ShardCount: cfg.Shards, APIToken: cfg.APIToken, Security: n.securityView, Reachable: n.reach.Reachable,
 		DefaultMaxInFlight: cfg.DefaultMaxInFlight,
 		MaxNamespaces:      cfg.MaxNamespaces, MaxTargets: cfg.MaxTargets, MaxHolds: cfg.MaxHolds,
 		Store: store, Router: n.router, Settings: n.settings, Ownership: n.ownership, Peers: n.peers,

@@ -64,6 +64,7 @@ func (n *Node) services() []lifecycle.Service {
 	}
 	return append(svcs,
 		lifecycle.Service{Name: "stats", Run: n.statsLoop},
+		lifecycle.Service{Name: "peer-check", Run: n.peerCheckLoop},
 		lifecycle.Service{Name: "handoff", Run: n.handoff.Run, Stop: n.stopHandoff},
 		lifecycle.Service{Name: "dispatcher", Run: n.disp.Run, Stop: n.drainDeliveries},
 		lifecycle.Service{Name: "intake", Start: func(context.Context) error { n.ready.Store(true); return nil },

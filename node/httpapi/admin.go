@@ -524,6 +524,7 @@ type memberView struct {
 	GossipAddr         string   `json:"gossip_addr"`
 	GossipKeys         []string `json:"gossip_keys"`
 	State              string   `json:"state"`
+	Reachable          bool     `json:"reachable"`
 	OwnedShards        int      `json:"owned_shards"`
 	OwnedShardFraction float64  `json:"owned_shard_fraction"`
 }
@@ -533,7 +534,8 @@ func (a *API) handleCluster(w http.ResponseWriter, r *http.Request) {
 	members := make([]memberView, 0, len(snap.Members))
 	for _, m := range snap.Members {
 		owned := snap.Table.OwnedCount(m.Name)
-		members = append(members, memberView{Name: m.Name, APIAddr: m.APIAddr, GossipAddr: m.GossipAddr, GossipKeys: commaList(m.GossipKeys), State: string(m.State),
+		reachable := m.Name == a.cfg.Self || a.cfg.Reachable == nil || a.cfg.Reachable(m.Name)
+		members = append(members, memberView{Name: m.Name, APIAddr: m.APIAddr, GossipAddr: m.GossipAddr, GossipKeys: commaList(m.GossipKeys), State: string(m.State), Reachable: reachable,
 			OwnedShards: owned, OwnedShardFraction: float64(owned) / float64(snap.ShardCount)})
 	}
 	// Shards with rows in transfer (on the wire, or left marked by a failed

@@ -68,6 +68,9 @@ type Config struct {
 	APIToken string
 	// Security is /v1/cluster's "security" object (nil: omitted).
 	Security func() any
+	// Reachable reports whether a member's API answers health checks
+	// (/v1/cluster's "reachable"; nil: every member is).
+	Reachable func(member string) bool
 	// DefaultMaxInFlight is the quota shown for namespaces without one.
 	DefaultMaxInFlight uint32
 	// MaxNamespaces, MaxTargets and MaxHolds cap the gossiped config

@@ -38,7 +38,8 @@ func PathRedrive(ns string) string { return PathDeadLetters(ns) + "/redrive" }
 // has a cluster secret. Every call is bounded by its context and by 30 s
 // overall. Safe for concurrent use.
 type Client struct {
-	http *http.Client
+	http   *http.Client
+	signed bool
 }
 
 // NewClient returns a Client whose calls go through auth's transport (nil:
@@ -47,7 +48,32 @@ type Client struct {
 func NewClient(auth *nodeauth.Auth) *Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 16
-	return &Client{http: auth.Client(tr, 30*time.Second)}
+	return &Client{http: auth.Client(tr, 30*time.Second), signed: auth != nil}
+}
+
+// Probe checks that the peer at apiAddr answers: with a cluster secret, a
+// signed challenge it must answer signed (nodeauth.PathChallenge: the
+// address proves it is a member); without, GET /healthz. nil when it
+// answered as expected.
+func (c *Client) Probe(ctx context.Context, apiAddr string) error {
+	path, want := "/healthz", http.StatusOK
+	if c.signed {
+		path, want = nodeauth.PathChallenge, http.StatusNoContent
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+apiAddr+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("probe %s: %w", apiAddr, err)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+	_ = resp.Body.Close()
+	if resp.StatusCode != want {
+		return fmt.Errorf("probe %s%s: HTTP %d, want %d", apiAddr, path, resp.StatusCode, want)
+	}
+	return nil
 }
 
 // CloseIdle closes the client's idle connections (at stop).
