@@ -774,3 +774,49 @@ func TestInsecureOnPurpose(t *testing.T) {
 		t.Fatalf("serve did not stop within 15 s of SIGTERM")
 	}
 }
+
+// TestSecrets: `fairshard secrets --dir` generates a cluster secret and a
+// gossip key once, keeps them on later runs, writes values the
+// environment gives, and serve reads them through --cluster-secret-file
+// and --gossip-key-file (compose's init service, issue #13 item 1).
+func TestSecrets(t *testing.T) {
+	dir := t.TempDir()
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	if code, out, errOut := runCmd(t, nil, "secrets", "--dir", dir); code != 0 || strings.Count(out, "generated") != 2 {
+		t.Fatalf("first run: exit %d: %s %s", code, out, errOut)
+	}
+	sec, key := read("cluster-secret"), read("gossip-key")
+	if code, out, _ := runCmd(t, nil, "secrets", "--dir", dir); code != 0 || strings.Count(out, "kept") != 2 || read("cluster-secret") != sec || read("gossip-key") != key {
+		t.Fatalf("second run did not keep the secrets: %s", out)
+	}
+	if strings.Contains(sec, "\n\n") || len(strings.TrimSpace(sec)) < 32 {
+		t.Errorf("cluster secret %q", sec)
+	}
+	for _, f := range []string{"cluster-secret", "gossip-key"} {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Mode().Perm() != 0o600 {
+			t.Errorf("%s: mode %v %v, want 0600", f, st.Mode().Perm(), err)
+		}
+	}
+	cfg, _, err := parseServeFlags([]string{"--http-addr", "0.0.0.0:0", "--cluster-secret-file", filepath.Join(dir, "cluster-secret"),
+		"--gossip-key-file", filepath.Join(dir, "gossip-key")}, nil, io.Discard)
+	if err != nil || cfg.ClusterSecret != strings.TrimSpace(sec) || len(cfg.GossipKeys) != 1 {
+		t.Fatalf("serve with the generated files beyond loopback: %v (secret %d bytes, %d keys)", err, len(cfg.ClusterSecret), len(cfg.GossipKeys))
+	}
+	key2 := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{9}, 32))
+	env := []string{"FAIRSHARD_CLUSTER_SECRET=from-env-secret-0123456789", "FAIRSHARD_GOSSIP_KEY=" + key2}
+	if code, out, _ := runCmd(t, env, "secrets", "--dir", dir); code != 0 || strings.Count(out, "written from the environment") != 2 {
+		t.Fatalf("run with env: exit %d: %s", code, out)
+	}
+	if strings.TrimSpace(read("cluster-secret")) != "from-env-secret-0123456789" || strings.TrimSpace(read("gossip-key")) != key2 {
+		t.Error("the environment's values were not written")
+	}
+	if code, out, _ := runCmd(t, nil, "secrets"); code != 0 || !strings.Contains(out, "FAIRSHARD_CLUSTER_SECRET=") || !strings.Contains(out, "FAIRSHARD_GOSSIP_KEY=") {
+		t.Errorf("secrets without --dir: exit %d: %s", code, out)
+	}
+}
