@@ -39,7 +39,9 @@ func TestUnreachableMember(t *testing.T) {
 			_ = c.Close()
 		}
 	})
-	fast := func(c *node.Config) { c.PeerCheckInterval, c.HandoffInterval = 100*time.Millisecond, 100*time.Millisecond }
+	fast := func(c *node.Config) {
+		c.PeerCheckInterval, c.HandoffInterval = 100*time.Millisecond, 100*time.Millisecond
+	}
 	a := startNode(t, fast)
 	c := startNode(t, func(cfg *node.Config) {
 		fast(cfg)

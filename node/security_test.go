@@ -49,7 +49,7 @@ func TestSlowBodyDoesNotHoldShutdown(t *testing.T) {
 	}
 	fmt.Fprint(conn, `{"rows":[{"dispatch_key":"never-finished",`) // and nothing more
 
-	const grace = 5 * time.Second
+	const grace = 10 * time.Second // the issue's --shutdown-grace
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	start := time.Now()
