@@ -22,9 +22,11 @@ import (
 //	handoff     refuse rows from peers, wait for writes in progress, hand
 //	            off every row held here (the loop already moves rows while
 //	            the dispatcher drains)
-//	stats, tombstone-gc, config, join
+//	peer-check, stats, tombstone-gc, config, join (peer-check: health
+//	            checks of the other members' APIs, reach.go)
 //	ownership   stop applying snapshots
 //	slot-lease  stop renewing the {slot} lease (when slots are used)
+//	security-warning  stop the hourly INSECURE warning (security.go)
 //	refusal     stop watching for the cluster's refusal of this node
 //	cluster     bounded flush of config gossip, leave (then the slot's
 //	            lease is released), shut memberlist down
