@@ -90,3 +90,63 @@ func TestServerLimits(t *testing.T) {
 		t.Error("a server timeout is unset")
 	}
 }
+
+// TestNamespaceLabelsBounded is issue #13 item 4's metrics finding: with
+// --metrics-namespaces 3, rows of 12 namespaces delivered by a node make
+// at most 4 namespace label values ("_other" included) on every
+// namespace-labelled metric, and the delivered count is complete.
+func TestNamespaceLabelsBounded(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t)
+	n := startNode(t, func(c *node.Config) {
+		c.MetricsNamespaces = 3
+		c.DefaultTarget = tg.URL() + "/{namespace}"
+	})
+	var rows []rowIn
+	for i := range 12 {
+		for j := range 5 {
+			rows = append(rows, rowIn{"dispatch_key": fmt.Sprintf("lbl-%d-%d", i, j), "namespace": fmt.Sprintf("tenant-%02d", i)})
+		}
+	}
+	n.appendRows(rows...)
+	eventually(t, 10*time.Second, func() bool { return n.metric("fairshard_rows_delivered_total") == 60 },
+		"60 deliveries counted (have %v)", n.metric("fairshard_rows_delivered_total"))
+	// The backlog gauges are filled by the 1 s stats loop.
+	eventually(t, 5*time.Second, func() bool {
+		mfs, _ := n.Registry().Gather()
+		for _, mf := range mfs {
+			if mf.GetName() == "fairshard_pending_rows" && len(mf.GetMetric()) > 0 {
+				return true
+			}
+		}
+		return false
+	}, "the backlog gauges to be filled")
+	mfs, err := n.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, mf := range mfs {
+		values := map[string]bool{}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "namespace" {
+					values[l.GetValue()] = true
+				}
+			}
+		}
+		if len(values) == 0 {
+			continue
+		}
+		checked++
+		if len(values) > 4 {
+			t.Errorf("%s has %d namespace label values, want ≤ 4 (3 + _other): %v", mf.GetName(), len(values), values)
+		}
+		if strings.HasPrefix(mf.GetName(), "fairshard_rows_delivered_total") && !values["_other"] {
+			t.Errorf("%s has no _other series: %v", mf.GetName(), values)
+		}
+	}
+	if checked < 5 {
+		t.Errorf("only %d namespace-labelled metrics found", checked)
+	}
+}
