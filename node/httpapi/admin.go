@@ -18,13 +18,14 @@ import (
 	"github.com/fairshard/fairshard/outbox"
 )
 
-// Limits of the admin API.
+// Limits of the admin API (settings checks gossiped values against the
+// same bounds).
 const (
-	MaxQuota         = 1_000_000
-	MaxTargetTimeout = 10 * time.Minute
+	MaxQuota         = settings.MaxQuota
+	MaxTargetTimeout = settings.MaxTargetTimeout
 	// MaxTargetURLBytes keeps a target within the gossiped config's 1 KiB
 	// value limit, JSON envelope included.
-	MaxTargetURLBytes = 900
+	MaxTargetURLBytes = settings.MaxTargetURLBytes
 	maxDeadLetterPage = 1000
 )
 
