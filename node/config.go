@@ -139,6 +139,10 @@ type Config struct {
 	// against the address dialled. Empty: every address but link-local,
 	// cloud metadata, unspecified and multicast ones (egress.DefaultDeny).
 	TargetAllow []string
+	// HTTPReadTimeout bounds reading one request, body included (a client
+	// trickling a body is cut off); HTTPIdleTimeout closes keep-alive
+	// connections idle that long. Default to 60 s and 2 min.
+	HTTPReadTimeout, HTTPIdleTimeout time.Duration
 	// PeerCheckInterval is how often each other member's API is probed
 	// (unreachable ones with a backoff up to 15×). Defaults to 2 s.
 	PeerCheckInterval time.Duration
@@ -248,6 +252,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		c.TargetAllow = splitList(s)
 		return nil
 	})
+	fs.DurationVar(&c.HTTPReadTimeout, "http-read-timeout", 60*time.Second, "bound on reading one request, body included (slow clients are cut off)")
+	fs.DurationVar(&c.HTTPIdleTimeout, "http-idle-timeout", 2*time.Minute, "keep-alive connections idle this long are closed")
 	fs.DurationVar(&c.PeerCheckInterval, "peer-check-interval", 2*time.Second, "how often each other member's API is probed; one that fails twice is shown unreachable, held rows wait and handoff skips it (backoff up to 15x)")
 	fs.IntVar(&c.MetricsNamespaces, "metrics-namespaces", 100, "namespaces with their own label on namespace-labelled metrics; the rest are summed under \"_other\"")
 	fs.Func("gossip-key", "comma-separated base64 gossip encryption keys of 16, 24 or 32 bytes, primary first: the first encrypts, each decrypts (default: none; rotation: see the README)", func(s string) error {
@@ -498,6 +504,12 @@ func (c *Config) Validate() error {
 	}
 	if _, err := egress.Parse(c.TargetAllow); err != nil {
 		bad("target-allow", "%v", err)
+	}
+	if c.HTTPReadTimeout <= 0 {
+		bad("http-read-timeout", "must be positive")
+	}
+	if c.HTTPIdleTimeout <= 0 {
+		bad("http-idle-timeout", "must be positive")
 	}
 	if c.PeerCheckInterval <= 0 {
 		bad("peer-check-interval", "must be positive")

@@ -328,7 +328,7 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 	if err != nil {
 		return nil, err
 	}
-	n.srv = newHTTPServer(n.auth.Middleware(n.api.Handler())) // security.go
+	n.srv = newHTTPServer(n.auth.Middleware(n.api.Handler()), cfg) // security.go
 	for _, s := range n.services() {
 		if err := n.svc.Add(s); err != nil {
 			return nil, err

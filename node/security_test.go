@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -86,8 +87,65 @@ func TestServerLimits(t *testing.T) {
 	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
 		t.Errorf("%d-byte header: status %d, want 431", node.HTTPMaxHeaderBytes+4096, resp.StatusCode)
 	}
-	if node.HTTPReadHeaderTimeout <= 0 || node.HTTPReadTimeout <= 0 || node.HTTPWriteTimeout <= 0 || node.HTTPIdleTimeout <= 0 {
-		t.Error("a server timeout is unset")
+	d := node.DefaultConfig()
+	if d.HTTPReadTimeout != time.Minute || d.HTTPIdleTimeout != 2*time.Minute || node.HTTPReadHeaderTimeout <= 0 || node.HTTPWriteTimeout <= 0 {
+		t.Errorf("server timeouts differ from the documented ones: read %v, idle %v", d.HTTPReadTimeout, d.HTTPIdleTimeout)
+	}
+}
+
+// TestSlowAndIdleClientsCutOff: a client that sends an append's headers
+// and then trickles its body is cut off at --http-read-timeout (answered
+// or closed, not held), and an idle keep-alive connection is closed at
+// --http-idle-timeout (issue #13 item 6: "idle and slow-body connections
+// are never closed").
+func TestSlowAndIdleClientsCutOff(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, func(c *node.Config) { c.HTTPReadTimeout, c.HTTPIdleTimeout = time.Second, time.Second })
+	addr := strings.TrimPrefix(n.base, "http://")
+	slow, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	fmt.Fprintf(slow, "POST /v1/rows HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{\"rows\":[")
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() { // one byte every 200 ms: never done within the timeout
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(200 * time.Millisecond):
+				if _, err := slow.Write([]byte(" ")); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	start := time.Now()
+	_ = slow.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, _ = io.ReadAll(slow) // an answer then EOF, or EOF: the server let go
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("a trickling body held its connection %v; want it cut off at the 1 s read timeout", took)
+	}
+
+	idle, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	fmt.Fprintf(idle, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	br := bufio.NewReader(idle)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	start = time.Now()
+	_ = idle.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := br.ReadByte(); err == nil || time.Since(start) > 5*time.Second {
+		t.Errorf("idle keep-alive connection: read %v after %v; want it closed at the 1 s idle timeout", err, time.Since(start))
 	}
 }
 
