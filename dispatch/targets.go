@@ -49,8 +49,8 @@ type Planner interface {
 
 var _ Planner = (*backpressure.Planner)(nil)
 
-// usableURL reports whether a target URL (template) is an absolute http or
-// https URL with a host.
+// usableURL reports whether a URL (a template once expanded) is an
+// absolute http or https URL with a host.
 func usableURL(raw string) bool {
 	u, err := url.Parse(raw)
 	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""

@@ -28,6 +28,9 @@ type Receiver struct {
 
 	mu         sync.Mutex
 	deliveries map[string]int // dispatch_key → successful deliveries
+	requests   map[string]int // dispatch_key → requests received, whatever their outcome
+	inFlight   int            // requests being held now, all namespaces
+	maxIn      int            // most requests held at once, all namespaces
 	namespaces map[string]*nsStats
 	total      atomic.Int64
 	last       atomic.Int64 // unix nanos of the latest successful delivery
@@ -43,7 +46,7 @@ type nsStats struct {
 
 // NewReceiver returns a receiver that holds each request for delay.
 func NewReceiver(delay time.Duration) *Receiver {
-	r := &Receiver{deliveries: map[string]int{}, namespaces: map[string]*nsStats{}, start: time.Now()}
+	r := &Receiver{deliveries: map[string]int{}, requests: map[string]int{}, namespaces: map[string]*nsStats{}, start: time.Now()}
 	r.delay.Store(int64(delay))
 	return r
 }
@@ -75,7 +78,15 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	st := r.ns(ns)
 	st.inFlight++
 	st.maxInFlight = max(st.maxInFlight, st.inFlight)
+	r.requests[key]++
+	r.inFlight++
+	r.maxIn = max(r.maxIn, r.inFlight)
 	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.inFlight--
+		r.mu.Unlock()
+	}()
 
 	if d := time.Duration(r.delay.Load()); d > 0 {
 		select {
@@ -113,6 +124,29 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		st.latency.Add(now.Sub(time.Unix(0, p.T)))
 	}
 	w.WriteHeader(http.StatusOK)
+}
+
+// Requests returns how many requests the receiver got for each
+// dispatch_key, whatever their outcome: answered, failed on purpose
+// (SetStatus) or abandoned by the sender mid-request. More than one for a
+// key the sender delivered once is a repeat delivery. The map is the
+// caller's.
+func (r *Receiver) Requests() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]int, len(r.requests))
+	for k, n := range r.requests {
+		out[k] = n
+	}
+	return out
+}
+
+// MaxInFlight returns the most requests the receiver held at once, all
+// namespaces together.
+func (r *Receiver) MaxInFlight() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.maxIn
 }
 
 // Delivered returns the number of successful deliveries (duplicates

@@ -273,17 +273,26 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 		KV: cl.KV(), DefaultTarget: cfg.DefaultTarget, NodeRetry: nodeRetry,
 		DefaultMaxInFlight: cfg.DefaultMaxInFlight, QuotaTTL: cfg.QuotaTTL,
 	})
+	targets := dispatch.TargetsFunc(n.settings.DispatchTarget)
+	// The target hosts' limits are one ceiling of the planner (beside each
+	// namespace's) and the dispatcher's record of what is on the wire.
+	hosts, err := dispatch.NewHostLimits(dispatch.HostLimitsConfig{Targets: targets, MaxConnsPerHost: cfg.MaxConnsPerHost, Registerer: reg})
+	if err != nil {
+		return nil, fmt.Errorf("create target host limits: %w", err)
+	}
 	planner := backpressure.NewPlanner(backpressure.PlannerConfig{
 		Quotas: n.settings.Quotas(),
 		// Ceilings come from the same applied view as the claim scope
 		// (issue #12 item 3), not from the live membership snapshot.
 		Fraction: func() shards.OwnedShardFraction { return n.ownership().Fraction },
+		Hosts:    hosts,
 		Logger:   log,
 	})
 	n.disp, err = dispatch.New(dispatch.Config{
 		Store:             heldClaims(store),
 		Planner:           planner,
-		Targets:           dispatch.TargetsFunc(n.settings.DispatchTarget),
+		Targets:           targets,
+		Hosts:             hosts,
 		Held:              n.settings.HeldWorkflows,
 		RetryPolicyFor:    n.settings.RetryPolicyFor,
 		Paused:            n.settings.Paused,
