@@ -22,12 +22,12 @@ import (
 // fairshard_unreachable_members and logged; appends for its shards are
 // held here at once (answered "accepted") instead of waiting on a forward
 // that fails, and handoff skips it. It is probed again with a doubling
-// backoff (PeerCheckInterval up to 15×) and becomes reachable at its first
+// backoff (PeerCheckInterval up to 5×) and becomes reachable at its first
 // answered probe.
-const unreachableAfterFailures = 2
+const unreachableAfterFailures = 3
 
 // peerProbeTimeout bounds one probe.
-const peerProbeTimeout = 2 * time.Second
+const peerProbeTimeout = 5 * time.Second
 
 type peerHealth struct {
 	addr        string
@@ -164,7 +164,7 @@ func (n *Node) recordProbe(name, addr string, err error) {
 	}
 	backoff := interval
 	if p.unreachable {
-		backoff = min(interval<<min(p.failures-unreachableAfterFailures, 4), 15*interval)
+		backoff = min(interval<<min(p.failures-unreachableAfterFailures, 3), 5*interval)
 	}
 	p.next = time.Now().Add(backoff)
 }
