@@ -986,6 +986,21 @@ func clientWalkthrough(t *testing.T, proxyURL string) {
 	if !slices.ContainsFunc(tl.Targets, func(v client.TargetView) bool { return v.Namespace == "walk" && v.TaskQueue == "q" }) {
 		t.Errorf("ListTargets lacks walk/q: %+v", tl)
 	}
+	// Signed, with a static header: the request and the redacted answer
+	// match the spec too.
+	tg, err = c.SetTarget(ctx, "walk", "q", client.Target{URL: proxyURL + "/unused/{namespace}",
+		SigningSecrets: []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_" + strings.Repeat("QUJD", 8)},
+		Headers:        map[string]string{"Authorization": "Bearer walk-token"}})
+	must("SetTarget signed", err)
+	if len(tg.SigningSecretFingerprints) != 2 || len(tg.SigningSecrets) != 0 || !slices.Equal(tg.HeaderNames, []string{"Authorization"}) || tg.Headers != nil {
+		t.Errorf("SetTarget signed = %+v", tg)
+	}
+	// A reserved header is refused with the field named.
+	_, err = c.SetTarget(ctx, "walk", "q", client.Target{URL: proxyURL + "/x", Headers: map[string]string{"Transfer-Encoding": "chunked"}})
+	var apiErr *client.Error
+	if !errors.As(err, &apiErr) || apiErr.Field != "headers.Transfer-Encoding" {
+		t.Errorf("SetTarget with a reserved header: %v, want a 400 naming headers.Transfer-Encoding", err)
+	}
 	must("DeleteTarget", c.DeleteTarget(ctx, "walk", "q"))
 	must("Hold", c.Hold(ctx, "walk/wf 1"))
 	held, err := c.ListHolds(ctx)

@@ -17,13 +17,15 @@ import (
 	"github.com/fairshard/fairshard/outbox"
 )
 
-// Limits of the admin API.
+// Limits of the admin API (settings checks gossiped values against the
+// same bounds).
 const (
-	MaxQuota         = 1_000_000
-	MaxTargetTimeout = 10 * time.Minute
+	MaxQuota         = settings.MaxQuota
+	MaxTargetTimeout = settings.MaxTargetTimeout
 	// MaxTargetURLBytes keeps a target within the gossiped config's 1 KiB
-	// value limit, JSON envelope included.
-	MaxTargetURLBytes = 900
+	// value limit, JSON envelope included (with signing secrets and
+	// headers, the whole target must fit: checkCredentials).
+	MaxTargetURLBytes = settings.MaxTargetURLBytes
 	maxDeadLetterPage = 1000
 )
 
@@ -192,11 +194,12 @@ func (a *API) handlePutTarget(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	var t settings.TargetSettings
-	if err := decodeBody(w, r, &t); err != nil {
+	var req targetRequest
+	if err := decodeBody(w, r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
+	t := settings.TargetSettings{URL: req.URL, TimeoutMS: req.TimeoutMS}
 	if len(t.URL) > MaxTargetURLBytes {
 		writeError(w, fieldError("url", "is %d bytes, the limit is %d", len(t.URL), MaxTargetURLBytes))
 		return
@@ -214,6 +217,10 @@ func (a *API) handlePutTarget(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fieldError("timeout_ms", "must be between 0 (node default) and %d", MaxTargetTimeout.Milliseconds()))
 		return
 	}
+	if err := req.checkCredentials(&t); err != nil {
+		writeError(w, err)
+		return
+	}
 	if !a.cfg.Settings.HasTarget(ns, tq) {
 		if have := a.cfg.Settings.TargetCount(); have >= a.cfg.MaxTargets {
 			writeError(w, limitExceeded("target", "%d routes have their own target, the limit is %d (--max-targets); use --default-target with {namespace} and {task_queue} for many routes", have, a.cfg.MaxTargets))
@@ -225,7 +232,7 @@ func (a *API) handlePutTarget(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.cfg.Dispatcher.Wake()
-	writeJSON(w, http.StatusOK, map[string]any{"namespace": ns, "task_queue": tq, "url": t.URL, "timeout_ms": t.TimeoutMS})
+	writeJSON(w, http.StatusOK, targetView{Namespace: ns, TaskQueue: tq, RedactedTarget: t.Redacted()})
 }
 
 func (a *API) handleDeleteTarget(w http.ResponseWriter, r *http.Request) {
@@ -289,12 +296,21 @@ func (a *API) handleRelease(w http.ResponseWriter, r *http.Request) {
 // ---- dead letters: deadletters.go; redrive (fanned out to every member) ----
 
 func (a *API) handleInternalRedrive(w http.ResponseWriter, r *http.Request) {
+	ns, err := pathName(r, "ns")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	var req peer.RedriveRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
-	count, err := a.cfg.Store.Redrive(r.Context(), r.PathValue("ns"), req.Keys, time.Now().UTC())
+	if err := validateRedriveKeys(req.Keys); err != nil {
+		writeError(w, err)
+		return
+	}
+	count, err := a.cfg.Store.Redrive(r.Context(), ns, req.Keys, time.Now().UTC())
 	if err != nil {
 		writeError(w, err)
 		return
@@ -318,11 +334,9 @@ func (a *API) handleRedrive(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	for i, k := range req.Keys {
-		if k == "" || len(k) > MaxKeyBytes {
-			writeError(w, fieldError("keys["+strconv.Itoa(i)+"]", "must be 1-%d bytes", MaxKeyBytes))
-			return
-		}
+	if err := validateRedriveKeys(req.Keys); err != nil {
+		writeError(w, err)
+		return
 	}
 	total, err := a.cfg.Store.Redrive(r.Context(), ns, req.Keys, time.Now().UTC())
 	if err != nil {
@@ -342,6 +356,19 @@ func (a *API) handleRedrive(w http.ResponseWriter, r *http.Request) {
 	})
 	a.cfg.Dispatcher.Wake()
 	writeJSON(w, http.StatusOK, map[string]any{"redriven": total, "unreachable_nodes": unreachable})
+}
+
+// validateRedriveKeys checks a redrive's keys (public and internal).
+func validateRedriveKeys(keys []string) error {
+	if len(keys) > maxDeadLetterPage*10 {
+		return tooLarge("keys", "%d keys exceed the limit of %d per redrive", len(keys), maxDeadLetterPage*10)
+	}
+	for i, k := range keys {
+		if k == "" || len(k) > MaxKeyBytes {
+			return fieldError("keys["+strconv.Itoa(i)+"]", "must be 1-%d bytes", MaxKeyBytes)
+		}
+	}
+	return nil
 }
 
 type peerRef struct{ name, addr string }
@@ -398,6 +425,7 @@ type memberView struct {
 	GossipAddr         string   `json:"gossip_addr"`
 	GossipKeys         []string `json:"gossip_keys"`
 	State              string   `json:"state"`
+	Reachable          bool     `json:"reachable"`
 	OwnedShards        int      `json:"owned_shards"`
 	OwnedShardFraction float64  `json:"owned_shard_fraction"`
 }
@@ -407,7 +435,8 @@ func (a *API) handleCluster(w http.ResponseWriter, r *http.Request) {
 	members := make([]memberView, 0, len(snap.Members))
 	for _, m := range snap.Members {
 		owned := snap.Table.OwnedCount(m.Name)
-		members = append(members, memberView{Name: m.Name, APIAddr: m.APIAddr, GossipAddr: m.GossipAddr, GossipKeys: commaList(m.GossipKeys), State: string(m.State),
+		reachable := m.Name == a.cfg.Self || a.cfg.Reachable == nil || a.cfg.Reachable(m.Name)
+		members = append(members, memberView{Name: m.Name, APIAddr: m.APIAddr, GossipAddr: m.GossipAddr, GossipKeys: commaList(m.GossipKeys), State: string(m.State), Reachable: reachable,
 			OwnedShards: owned, OwnedShardFraction: float64(owned) / float64(snap.ShardCount)})
 	}
 	// Shards with rows in transfer (on the wire, or left marked by a failed
@@ -423,6 +452,7 @@ func (a *API) handleCluster(w http.ResponseWriter, r *http.Request) {
 		"handoff": map[string]any{
 			"shards_pending": pending,
 		},
+		"security": a.security(),
 	})
 }
 

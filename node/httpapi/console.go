@@ -76,9 +76,9 @@ func (a *API) consoleRoutes(pub, internal func(string, http.HandlerFunc)) {
 
 // ---- targets and holds ----
 
-// targetView is a route's target as read back: the URL with its secrets
+// targetReadView is a route's target as read back: the URL with its secrets
 // redacted (see RedactURL).
-type targetView struct {
+type targetReadView struct {
 	Namespace string `json:"namespace"`
 	TaskQueue string `json:"task_queue"`
 	URL       string `json:"url"`
@@ -89,9 +89,9 @@ type targetView struct {
 }
 
 func (a *API) handleListTargets(w http.ResponseWriter, _ *http.Request) {
-	out := []targetView{}
+	out := []targetReadView{}
 	for _, t := range a.cfg.Settings.Targets() {
-		out = append(out, targetView{Namespace: t.Namespace, TaskQueue: t.TaskQueue, URL: RedactURL(t.URL), TimeoutMS: t.TimeoutMS, Source: "route"})
+		out = append(out, targetReadView{Namespace: t.Namespace, TaskQueue: t.TaskQueue, URL: RedactURL(t.URL), TimeoutMS: t.TimeoutMS, Source: "route"})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"targets": out, "default_target": RedactURL(a.cfg.Settings.DefaultTarget())})
 }
@@ -103,11 +103,11 @@ func (a *API) handleGetTarget(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if t, ok := a.cfg.Settings.OwnTarget(ns, tq); ok {
-		writeJSON(w, http.StatusOK, targetView{Namespace: ns, TaskQueue: tq, URL: RedactURL(t.URL), TimeoutMS: t.TimeoutMS, Source: "route"})
+		writeJSON(w, http.StatusOK, targetReadView{Namespace: ns, TaskQueue: tq, URL: RedactURL(t.URL), TimeoutMS: t.TimeoutMS, Source: "route"})
 		return
 	}
 	if d := a.cfg.Settings.DefaultTarget(); d != "" {
-		writeJSON(w, http.StatusOK, targetView{Namespace: ns, TaskQueue: tq, URL: RedactURL(d), Source: "default"})
+		writeJSON(w, http.StatusOK, targetReadView{Namespace: ns, TaskQueue: tq, URL: RedactURL(d), Source: "default"})
 		return
 	}
 	writeError(w, &APIError{Status: http.StatusNotFound, Code: CodeNotFound,
