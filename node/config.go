@@ -254,7 +254,6 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.DefaultMaxInFlight = 1024
 	fs.StringVar(&c.DefaultTarget, "default-target", "", "delivery URL for routes without a target; {namespace} and {task_queue} are substituted")
 	fs.StringVar(&c.APIToken, "api-token", "", "bearer token required on /v1 calls (default: none)")
-	fs.StringVar(&c.ClusterSecret, "cluster-secret", "", "bearer token for node-to-node calls (default: the API token)")
 	fs.StringVar(&c.PprofAddr, "pprof-addr", "", "listen address of a separate net/http/pprof listener (/debug/pprof/, bearer --api-token when set); empty: off")
 	fs.StringVar(&c.ClusterSecret, "cluster-secret", "", "shared secret (at least 16 bytes, not the API token) that signs node-to-node calls both ways; required beyond loopback unless --insecure")
 	fs.StringVar(&c.ClusterSecretFile, "cluster-secret-file", "", "file holding the cluster secret (instead of --cluster-secret)")
