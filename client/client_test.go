@@ -414,6 +414,8 @@ func TestRowEncoding(t *testing.T) {
 		{client.NamespaceUpdate{MaxInFlight: new(uint32(0)), Paused: new(false)}, `{"max_in_flight":0,"paused":false}`},
 		{client.NamespaceUpdate{Retry: &client.NamespaceRetry{Base: time.Second, Factor: 1.5}}, `{"retry":{"base_ms":1000,"factor":1.5}}`},
 		{client.Target{URL: "http://t/{namespace}"}, `{"url":"http://t/{namespace}"}`},
+		{client.Target{URL: "http://t", SigningSecrets: []string{"whsec_a", "whsec_b"}, Headers: map[string]string{"Authorization": "x"}, HeaderNames: []string{"ignored"}},
+			`{"url":"http://t","signing_secrets":["whsec_a","whsec_b"],"headers":{"Authorization":"x"}}`},
 	} {
 		b, err := json.Marshal(c.v)
 		if err != nil || string(b) != c.want {
@@ -500,6 +502,17 @@ func TestConcurrentUse(t *testing.T) {
 	wg.Wait()
 	if failed.Load() != 0 {
 		t.Errorf("%d appends failed with two of three nodes up", failed.Load())
+	}
+}
+
+// TestTargetStringRedacts: a Target printed by mistake shows no secret
+// and no header value.
+func TestTargetStringRedacts(t *testing.T) {
+	tg := client.Target{URL: "http://t", SigningSecrets: []string{"whsec_c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0"}, Headers: map[string]string{"Authorization": "Bearer tok-77"}}
+	for _, out := range []string{tg.String(), fmt.Sprintf("%v %+v %#v", tg, tg, &tg)} {
+		if strings.Contains(out, "c2VjcmV0") || strings.Contains(out, "tok-77") {
+			t.Errorf("printed target shows a credential: %s", out)
+		}
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fairshard/fairshard/outbox"
+	"github.com/fairshard/fairshard/webhook"
 )
 
 // Request headers of a delivery. Every POST carries all of them; the body
@@ -118,9 +119,18 @@ func (d *Dispatcher) deliveryTimeout(t Target) time.Duration {
 }
 
 // newDeliveryRequest builds the POST of a row to its target: the expanded
-// URL, the payload as body and the headers listed at HeaderIdempotencyKey.
-// An error means the expanded URL does not parse.
-func newDeliveryRequest(ctx context.Context, row *outbox.Row, t Target) (*http.Request, error) {
+// URL, the payload as body, the target's static headers, the headers
+// listed at HeaderIdempotencyKey and, when the target has signing
+// secrets, the Standard Webhooks signature headers (webhook-id is the
+// dispatch_key, the same on every attempt; webhook-timestamp is now, so
+// each attempt is signed afresh). An error means the expanded URL does
+// not parse or a signing secret is unreadable (it never quotes the
+// secret).
+func newDeliveryRequest(ctx context.Context, row *outbox.Row, t Target, now time.Time) (*http.Request, error) {
+	secrets, err := webhook.ParseSecrets(t.SigningSecrets)
+	if err != nil {
+		return nil, fmt.Errorf("target of %s/%s: signing %w", row.Namespace, row.TaskQueue, err)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, expandURL(t.URL, row.Route()), bytes.NewReader(row.Payload))
 	if err != nil {
 		return nil, err
@@ -130,6 +140,9 @@ func newDeliveryRequest(ctx context.Context, row *outbox.Row, t Target) (*http.R
 		ct = "application/octet-stream"
 	}
 	h := req.Header
+	for name, v := range t.Headers {
+		h.Set(name, v)
+	}
 	h.Set("Content-Type", ct)
 	h.Set("User-Agent", userAgent)
 	h.Set(HeaderIdempotencyKey, row.DispatchKey)
@@ -140,6 +153,7 @@ func newDeliveryRequest(ctx context.Context, row *outbox.Row, t Target) (*http.R
 	h.Set(HeaderOrdinal, strconv.FormatUint(row.Ordinal, 10))
 	h.Set(HeaderActivityType, row.ActivityType)
 	h.Set(HeaderAttempt, strconv.FormatUint(uint64(max(row.Attempt, 1)), 10))
+	webhook.Sign(h, row.DispatchKey, now, row.Payload, secrets...)
 	return req, nil
 }
 
@@ -158,11 +172,12 @@ func (d *Dispatcher) deliver(row outbox.Row, t Target) result {
 	defer cancel(nil)
 	wc := startWireClock(timeout, cancel)
 	defer wc.stop()
-	req, err := newDeliveryRequest(httptrace.WithClientTrace(ctx, wc.trace()), &row, t)
+	req, err := newDeliveryRequest(httptrace.WithClientTrace(ctx, wc.trace()), &row, t, d.cfg.Now())
 	if err != nil {
-		// The expanded target URL does not parse: a configuration error the
-		// operator can fix, so the row waits rather than use up attempts.
-		d.log.Warn("dispatch: target URL unusable; row back to pending", "namespace", row.Namespace, "task_queue", row.TaskQueue, "error", err)
+		// The expanded target URL does not parse or a signing secret is
+		// unreadable: a configuration error the operator can fix, so the
+		// row waits rather than use up attempts.
+		d.log.Warn("dispatch: target unusable; row back to pending", "namespace", row.Namespace, "task_queue", row.TaskQueue, "error", err)
 		return result{kind: outcomeWait}
 	}
 
@@ -175,7 +190,7 @@ func (d *Dispatcher) deliver(row outbox.Row, t Target) result {
 		res.sent = wire.onWire
 	}
 	if err != nil {
-		d.m.deliveryDur.WithLabelValues(row.Namespace).Observe(answered.Sub(start).Seconds())
+		d.m.deliveryDur.WithLabelValues(d.cfg.NamespaceLabel(row.Namespace)).Observe(answered.Sub(start).Seconds())
 		if d.deliveryCtx.Err() != nil {
 			return result{kind: outcomeAbandoned, sent: res.sent}
 		}
@@ -205,13 +220,15 @@ func (d *Dispatcher) deliver(row outbox.Row, t Target) result {
 	res.kind = classifyStatus(resp.StatusCode)
 	res.load, res.loadReason = loadOfStatus(resp.StatusCode)
 	var excerpt []byte
-	if res.kind != outcomeDone {
-		excerpt, _ = io.ReadAll(io.LimitReader(resp.Body, int64(d.cfg.LastErrorMax)))
+	if res.kind != outcomeDone && d.cfg.BodyExcerptMax > 0 {
+		// One byte more than kept, so the cut lands on a rune boundary.
+		excerpt, _ = io.ReadAll(io.LimitReader(resp.Body, int64(d.cfg.BodyExcerptMax)+4))
+		excerpt = []byte(truncateUTF8(string(excerpt), d.cfg.BodyExcerptMax))
 	}
 	// Drain (bounded) and close so the connection goes back to the pool.
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
 	_ = resp.Body.Close()
-	d.m.deliveryDur.WithLabelValues(row.Namespace).Observe(time.Since(start).Seconds())
+	d.m.deliveryDur.WithLabelValues(d.cfg.NamespaceLabel(row.Namespace)).Observe(time.Since(start).Seconds())
 	if res.kind == outcomeDone {
 		return res
 	}
@@ -330,29 +347,30 @@ func (d *Dispatcher) settle(row outbox.Row, res result) {
 	now := d.cfg.Now()
 	attempt := max(row.Attempt, 1)
 	ns := row.Namespace
+	label := d.cfg.NamespaceLabel(ns)
 	var err error
 	switch res.kind {
 	case outcomeDone:
-		if err = d.store.Complete(ctx, outbox.CompleteParams{DispatchKey: row.DispatchKey, Claim: row.Version, Now: now}); err == nil {
-			d.m.delivered.WithLabelValues(ns).Inc()
-			d.m.enqueueToDel.WithLabelValues(ns).Observe(max(now.Sub(row.CreatedAt), 0).Seconds())
+		if err = d.store.Complete(ctx, outbox.CompleteParams{DispatchKey: row.DispatchKey, Claim: row.Version, Now: now, StatusCode: res.status}); err == nil {
+			d.m.delivered.WithLabelValues(label).Inc()
+			d.m.enqueueToDel.WithLabelValues(label).Observe(max(now.Sub(row.CreatedAt), 0).Seconds())
 		}
 	case outcomeWait:
 		// The route lost its (usable) target after the claim: back to
 		// pending, same attempt, last_error kept; the sweep filter now skips
 		// the route.
-		err = d.store.Retry(ctx, outbox.RetryParams{DispatchKey: row.DispatchKey, Claim: row.Version, NextAttempt: attempt, VisibleAfter: now, LastError: row.LastError})
+		err = d.store.Retry(ctx, outbox.RetryParams{DispatchKey: row.DispatchKey, Claim: row.Version, NextAttempt: attempt, VisibleAfter: now, LastError: row.LastError, Unattempted: true})
 		d.log.Info("dispatch: route lost its delivery target; row back to pending",
 			"dispatch_key", row.DispatchKey, "namespace", ns, "task_queue", row.TaskQueue)
 	case outcomeRetry:
 		if res.unknown {
-			d.m.outcomeUnknown.WithLabelValues(ns).Inc()
+			d.m.outcomeUnknown.WithLabelValues(label).Inc()
 		}
 		policy := d.policyFor(ns)
 		if attempt >= policy.MaxAttempts {
 			msg := d.bound(fmt.Sprintf("attempts exhausted (%d of %d): %s", attempt, policy.MaxAttempts, res.lastError))
-			if err = d.store.Fail(ctx, outbox.FailParams{DispatchKey: row.DispatchKey, Claim: row.Version, LastError: msg, Now: now}); err == nil {
-				d.m.failed.WithLabelValues(ns).Inc()
+			if err = d.store.Fail(ctx, outbox.FailParams{DispatchKey: row.DispatchKey, Claim: row.Version, LastError: msg, Now: now, StatusCode: res.status}); err == nil {
+				d.m.failed.WithLabelValues(label).Inc()
 				d.log.Warn("dispatch: row failed (dead letter): attempts exhausted",
 					"dispatch_key", row.DispatchKey, "namespace", ns, "task_queue", row.TaskQueue, "attempt", attempt, "last_error", msg)
 			}
@@ -360,15 +378,15 @@ func (d *Dispatcher) settle(row outbox.Row, res result) {
 		}
 		delay := retryDelay(policy, attempt, res)
 		msg := d.bound(res.lastError)
-		if err = d.store.Retry(ctx, outbox.RetryParams{DispatchKey: row.DispatchKey, Claim: row.Version, NextAttempt: attempt + 1, VisibleAfter: now.Add(delay), LastError: msg}); err == nil {
-			d.m.retried.WithLabelValues(ns).Inc()
+		if err = d.store.Retry(ctx, outbox.RetryParams{DispatchKey: row.DispatchKey, Claim: row.Version, NextAttempt: attempt + 1, VisibleAfter: now.Add(delay), LastError: msg, StatusCode: res.status, Now: now}); err == nil {
+			d.m.retried.WithLabelValues(label).Inc()
 			d.log.Debug("dispatch: delivery failed; retrying after backoff",
 				"dispatch_key", row.DispatchKey, "namespace", ns, "attempt", attempt, "backoff", delay, "last_error", msg)
 		}
 	case outcomeFail:
 		msg := d.bound(res.lastError)
-		if err = d.store.Fail(ctx, outbox.FailParams{DispatchKey: row.DispatchKey, Claim: row.Version, LastError: msg, Now: now}); err == nil {
-			d.m.failed.WithLabelValues(ns).Inc()
+		if err = d.store.Fail(ctx, outbox.FailParams{DispatchKey: row.DispatchKey, Claim: row.Version, LastError: msg, Now: now, StatusCode: res.status}); err == nil {
+			d.m.failed.WithLabelValues(label).Inc()
 			d.log.Warn("dispatch: row failed (dead letter): permanent delivery error",
 				"dispatch_key", row.DispatchKey, "namespace", ns, "task_queue", row.TaskQueue, "attempt", attempt, "last_error", msg)
 		}

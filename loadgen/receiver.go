@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fairshard/fairshard/webhook"
 )
 
 // Delivery header names the receiver reads (set by fairshard's dispatcher).
@@ -25,6 +27,11 @@ type Receiver struct {
 	delay atomic.Int64
 	// Status, when non-zero, is answered instead of 200 (fault injection).
 	status atomic.Int32
+	// secrets, when set, make the receiver verify every request's
+	// Standard Webhooks signature (SetSigningSecrets).
+	secrets   atomic.Pointer[[]webhook.Secret]
+	verified  atomic.Int64
+	sigFailed atomic.Int64
 
 	mu         sync.Mutex
 	deliveries map[string]int // dispatch_key → successful deliveries
@@ -56,6 +63,27 @@ func (r *Receiver) SetDelay(d time.Duration) { r.delay.Store(int64(d)) }
 
 // SetStatus makes every following request answer status (0 restores 200).
 func (r *Receiver) SetStatus(status int) { r.status.Store(int32(status)) }
+
+// SetSigningSecrets makes the receiver verify every request's Standard
+// Webhooks signature (package webhook, DefaultTolerance) against any of
+// secrets, as a real target would: a request that fails is answered 401,
+// counted by SignatureFailures and not recorded as delivered (it still
+// counts in Requests). No secrets: nothing is verified.
+func (r *Receiver) SetSigningSecrets(secrets []webhook.Secret) {
+	if len(secrets) == 0 {
+		r.secrets.Store(nil)
+		return
+	}
+	s := append([]webhook.Secret(nil), secrets...)
+	r.secrets.Store(&s)
+}
+
+// SignatureFailures is how many requests failed verification (see
+// SetSigningSecrets); Verified how many passed.
+func (r *Receiver) SignatureFailures() int64 { return r.sigFailed.Load() }
+
+// Verified is how many requests' signatures were verified.
+func (r *Receiver) Verified() int64 { return r.verified.Load() }
 
 func (r *Receiver) ns(name string) *nsStats {
 	s, ok := r.namespaces[name]
@@ -95,6 +123,17 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	status := int(r.status.Load())
+	if secrets := r.secrets.Load(); secrets != nil {
+		if err := webhook.Verify(req.Header, body, time.Now(), 0, (*secrets)...); err != nil {
+			r.sigFailed.Add(1)
+			r.mu.Lock()
+			st.inFlight--
+			r.mu.Unlock()
+			http.Error(w, "signature: "+err.Error(), http.StatusUnauthorized)
+			return
+		}
+		r.verified.Add(1)
+	}
 	if req.Context().Err() != nil {
 		// The sender gave up (timeout, hard stop): it will not record this
 		// delivery as done, so neither do we.

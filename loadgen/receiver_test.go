@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"bytes"
 	"context"
 	"net/http"
 	"net/http/httptest"
@@ -8,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fairshard/fairshard/webhook"
 )
 
 // TestReceiverCountsEveryRequest: Requests counts every request per key,
@@ -64,5 +67,45 @@ func TestReceiverCountsEveryRequest(t *testing.T) {
 	}
 	if m := r.MaxInFlight(); m != 3 {
 		t.Fatalf("MaxInFlight() = %d, want 3", m)
+	}
+}
+
+// TestReceiverVerifiesSignatures: with signing secrets the receiver
+// accepts a request signed with any of them, answers 401 to one unsigned
+// or signed with another secret, and counts both.
+func TestReceiverVerifiesSignatures(t *testing.T) {
+	a, b, other := webhook.NewSecret(), webhook.NewSecret(), webhook.NewSecret()
+	secrets, err := webhook.ParseSecrets([]string{a, b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewReceiver(0)
+	r.SetSigningSecrets(secrets)
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	send := func(key string, sign ...string) int {
+		body := []byte(`{"k":"` + key + `"}`)
+		req, _ := http.NewRequest(http.MethodPost, srv.URL, bytes.NewReader(body))
+		req.Header.Set(HeaderDispatchKey, key)
+		ss, _ := webhook.ParseSecrets(sign)
+		webhook.Sign(req.Header, key, time.Now(), body, ss...)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for key, tc := range map[string]struct {
+		sign []string
+		want int
+	}{"with-a": {[]string{a}, 200}, "with-b": {[]string{b}, 200}, "rotating": {[]string{other, a}, 200},
+		"unsigned": {nil, 401}, "other": {[]string{other}, 401}} {
+		if got := send(key, tc.sign...); got != tc.want {
+			t.Errorf("%s: HTTP %d, want %d", key, got, tc.want)
+		}
+	}
+	if r.Verified() != 3 || r.SignatureFailures() != 2 || r.Distinct() != 3 {
+		t.Fatalf("verified %d, failures %d, delivered %d distinct; want 3, 2, 3", r.Verified(), r.SignatureFailures(), r.Distinct())
 	}
 }

@@ -24,7 +24,7 @@ import (
 // servers serving replication.Handler), views computed by
 // shards.ReplicaSets as the cluster package does.
 
-const testSecret = "s3cret"
+const testSecret = "replication-test-secret"
 
 type tnode struct {
 	name  string
@@ -87,7 +87,7 @@ func (c *tcluster) start(n *tnode) {
 	st.SetOwnedShards([]uint32{})
 	n.store = st
 	n.reg = prometheus.NewRegistry()
-	n.peers = replication.NewHTTPPeers(testSecret)
+	n.peers = replication.NewHTTPPeers(testAuth.Transport)
 	cfg := replication.Config{
 		Self: n.name, ShardCount: c.shards, Store: st, Peers: n.peers,
 		Scope: func(owned []uint32) {

@@ -344,25 +344,31 @@ func writeStoreErr(w http.ResponseWriter, err error) {
 }
 
 // HTTPPeers implements Peers over the node-to-node API: HTTP/1.1 calls to
-// Handler on the member's API address, with "Authorization: Bearer
-// <Secret>" when Secret is set. The zero value is not usable: build with
-// NewHTTPPeers.
+// Handler on the member's API address, through the transport wrapper
+// given to NewHTTPPeers (the node's: nodeauth signs every call and checks
+// every answer). The zero value is not usable: build with NewHTTPPeers.
 type HTTPPeers struct {
 	client *http.Client
-	secret string
+	pool   *http.Transport
 }
 
 // NewHTTPPeers returns an HTTPPeers with its own connection pool (256 idle
-// connections per member) authenticating with secret ("" for none).
-func NewHTTPPeers(secret string) *HTTPPeers {
+// connections per member). wrap, when not nil, wraps the pool's transport
+// (authentication: e.g. (*nodeauth.Auth).Transport, which is a no-op on a
+// nil *Auth); nil sends calls as they are.
+func NewHTTPPeers(wrap func(http.RoundTripper) http.RoundTripper) *HTTPPeers {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 256
 	tr.MaxIdleConns = 1024
-	return &HTTPPeers{client: &http.Client{Transport: tr}, secret: secret}
+	var rt http.RoundTripper = tr
+	if wrap != nil {
+		rt = wrap(tr)
+	}
+	return &HTTPPeers{client: &http.Client{Transport: rt}, pool: tr}
 }
 
 // Close drops idle connections.
-func (p *HTTPPeers) Close() { p.client.CloseIdleConnections() }
+func (p *HTTPPeers) Close() { p.pool.CloseIdleConnections() }
 
 // PeerError is a member's error answer.
 type PeerError struct {
@@ -396,9 +402,6 @@ func (p *HTTPPeers) post(ctx context.Context, addr, route, contentType string, b
 		return nil, fmt.Errorf("%s %s: %w", route, addr, err)
 	}
 	req.Header.Set("Content-Type", contentType)
-	if p.secret != "" {
-		req.Header.Set("Authorization", "Bearer "+p.secret)
-	}
 	resp, err := p.client.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", route, addr, err)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/nodeauth"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/replication"
 	"github.com/fairshard/fairshard/transfer"
@@ -19,15 +20,17 @@ import (
 
 func transferLimits() transfer.Limits { return transfer.Limits{MaxRows: 100, MaxBytes: 64 << 10} }
 
-func authOnly(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Authorization") != "Bearer "+testSecret {
-			http.Error(w, `{"error":{"code":"unauthorized","message":"no"}}`, http.StatusUnauthorized)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
-}
+// testAuth signs the test members' calls as nodes do (package nodeauth).
+var testAuth = func() *nodeauth.Auth {
+	a, err := nodeauth.New(nodeauth.Config{Secrets: [][]byte{[]byte(testSecret)}, MaxBodyBytes: replication.MaxBodyBytes})
+	if err != nil {
+		panic(err)
+	}
+	return a
+}()
+
+// authOnly guards h as a node's API does: unsigned calls are refused.
+func authOnly(h http.Handler) http.Handler { return testAuth.Middleware(h) }
 
 func waitSynced(t *testing.T, c *tcluster) {
 	t.Helper()

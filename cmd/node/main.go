@@ -3,7 +3,8 @@
 // node.Config, signals into a graceful stop, and the subcommands below.
 //
 // The subcommands are listed in commands() (fairshard --help prints them):
-// serve (the default), version, check, compact, demo, load, target, probe,
+// serve (the default), version, check, compact, demo, load, target, secrets,
+// probe,
 // help.
 // Every one answers --help with its usage and exit 0.
 //
@@ -22,6 +23,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fairshard/fairshard/buildinfo"
 	"github.com/fairshard/fairshard/node"
 )
 
@@ -59,6 +61,7 @@ func commands() []command {
 			func(args, _ []string, stdout, stderr io.Writer) int { return load(args, stdout, stderr) }},
 		{"target", "[flags]", "run a sample delivery target that answers 200 and prints a summary",
 			func(args, _ []string, stdout, stderr io.Writer) int { return target(args, stdout, stderr) }},
+		{"secrets", "[--dir DIR]", "print a fresh cluster secret and gossip key, or keep both in DIR (compose's init service)", secretsCmd},
 		{"probe", "URL", "exit 0 if URL answers 2xx (the container health check)",
 			func(args, _ []string, stdout, stderr io.Writer) int { return probe(args, stdout, stderr) }},
 		{"help", "[COMMAND]", "print this help, or a command's",
@@ -167,7 +170,8 @@ func parseFlags(fs *flag.FlagSet, name string, args []string, stdout, stderr io.
 	return 0, true
 }
 
-// versionCmd prints the version set at build time.
+// versionCmd prints the version set at build time, the module version and
+// the VCS revision the toolchain recorded (package buildinfo).
 func versionCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fairshard version", flag.ContinueOnError)
 	if code, ok := parseFlags(fs, "version", args, stdout, stderr); !ok {
@@ -177,7 +181,7 @@ func versionCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "fairshard version: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
-	fmt.Fprintf(stdout, "fairshard %s\n", version)
+	fmt.Fprintln(stdout, buildinfo.Read(version).String())
 	return 0
 }
 
@@ -220,6 +224,7 @@ func serveFlags(cfg *node.Config) *flag.FlagSet {
 
 func serve(args, environ []string, stdout, stderr io.Writer) int {
 	cfg, unknown, err := parseServeFlags(args, environ, stderr)
+	cfg.Version = version
 	if errors.Is(err, flag.ErrHelp) {
 		fs := serveFlags(&node.Config{})
 		fs.SetOutput(stdout)

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,13 +19,15 @@ import (
 	"github.com/fairshard/fairshard/shards"
 )
 
-// Limits of the admin API.
+// Limits of the admin API (settings checks gossiped values against the
+// same bounds).
 const (
-	MaxQuota         = 1_000_000
-	MaxTargetTimeout = 10 * time.Minute
+	MaxQuota         = settings.MaxQuota
+	MaxTargetTimeout = settings.MaxTargetTimeout
 	// MaxTargetURLBytes keeps a target within the gossiped config's 1 KiB
-	// value limit, JSON envelope included.
-	MaxTargetURLBytes = 900
+	// value limit, JSON envelope included (with signing secrets and
+	// headers, the whole target must fit: checkCredentials).
+	MaxTargetURLBytes = settings.MaxTargetURLBytes
 	maxDeadLetterPage = 1000
 )
 
@@ -79,45 +80,6 @@ func (a *API) namespaceView(ns string, st outbox.NamespaceStats) namespaceView {
 		}
 	}
 	return v
-}
-
-func (a *API) handleListNamespaces(w http.ResponseWriter, r *http.Request) {
-	stats, err := a.cfg.Store.NamespaceStats(r.Context())
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	names := map[string]bool{}
-	for ns := range stats {
-		names[ns] = true
-	}
-	for ns := range a.cfg.Settings.Namespaces() {
-		names[ns] = true
-	}
-	sorted := make([]string, 0, len(names))
-	for ns := range names {
-		sorted = append(sorted, ns)
-	}
-	sort.Strings(sorted)
-	out := make([]namespaceView, 0, len(sorted))
-	for _, ns := range sorted {
-		out = append(out, a.namespaceView(ns, stats[ns]))
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"namespaces": out})
-}
-
-func (a *API) handleGetNamespace(w http.ResponseWriter, r *http.Request) {
-	ns, err := pathName(r, "ns")
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	stats, err := a.cfg.Store.NamespaceStats(r.Context())
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, a.namespaceView(ns, stats[ns]))
 }
 
 // handlePutNamespace sets max_in_flight, paused and/or retry; absent
@@ -234,11 +196,12 @@ func (a *API) handlePutTarget(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	var t settings.TargetSettings
-	if err := decodeBody(w, r, &t); err != nil {
+	var req targetRequest
+	if err := decodeBody(w, r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
+	t := settings.TargetSettings{URL: req.URL, TimeoutMS: req.TimeoutMS}
 	if len(t.URL) > MaxTargetURLBytes {
 		writeError(w, fieldError("url", "is %d bytes, the limit is %d", len(t.URL), MaxTargetURLBytes))
 		return
@@ -256,6 +219,10 @@ func (a *API) handlePutTarget(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fieldError("timeout_ms", "must be between 0 (node default) and %d", MaxTargetTimeout.Milliseconds()))
 		return
 	}
+	if err := req.checkCredentials(&t); err != nil {
+		writeError(w, err)
+		return
+	}
 	if !a.cfg.Settings.HasTarget(ns, tq) {
 		if have := a.cfg.Settings.TargetCount(); have >= a.cfg.MaxTargets {
 			writeError(w, limitExceeded("target", "%d routes have their own target, the limit is %d (--max-targets); use --default-target with {namespace} and {task_queue} for many routes", have, a.cfg.MaxTargets))
@@ -267,7 +234,7 @@ func (a *API) handlePutTarget(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.cfg.Dispatcher.Wake()
-	writeJSON(w, http.StatusOK, map[string]any{"namespace": ns, "task_queue": tq, "url": t.URL, "timeout_ms": t.TimeoutMS})
+	writeJSON(w, http.StatusOK, targetView{Namespace: ns, TaskQueue: tq, RedactedTarget: t.Redacted()})
 }
 
 func (a *API) handleDeleteTarget(w http.ResponseWriter, r *http.Request) {
@@ -376,12 +343,21 @@ func (a *API) redrivePrimary(ctx context.Context, ns string, keys []string) (int
 }
 
 func (a *API) handleInternalRedrive(w http.ResponseWriter, r *http.Request) {
+	ns, err := pathName(r, "ns")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	var req peer.RedriveRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
-	count, err := a.redrivePrimary(r.Context(), r.PathValue("ns"), req.Keys)
+	if err := validateRedriveKeys(req.Keys); err != nil {
+		writeError(w, err)
+		return
+	}
+	count, err := a.redrivePrimary(r.Context(), ns, req.Keys)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -405,11 +381,9 @@ func (a *API) handleRedrive(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	for i, k := range req.Keys {
-		if k == "" || len(k) > MaxKeyBytes {
-			writeError(w, fieldError("keys["+strconv.Itoa(i)+"]", "must be 1-%d bytes", MaxKeyBytes))
-			return
-		}
+	if err := validateRedriveKeys(req.Keys); err != nil {
+		writeError(w, err)
+		return
 	}
 	total, err := a.redrivePrimary(r.Context(), ns, req.Keys)
 	if err != nil {
@@ -429,6 +403,19 @@ func (a *API) handleRedrive(w http.ResponseWriter, r *http.Request) {
 	})
 	a.cfg.Dispatcher.Wake()
 	writeJSON(w, http.StatusOK, map[string]any{"redriven": total, "unreachable_nodes": unreachable})
+}
+
+// validateRedriveKeys checks a redrive's keys (public and internal).
+func validateRedriveKeys(keys []string) error {
+	if len(keys) > maxDeadLetterPage*10 {
+		return tooLarge("keys", "%d keys exceed the limit of %d per redrive", len(keys), maxDeadLetterPage*10)
+	}
+	for i, k := range keys {
+		if k == "" || len(k) > MaxKeyBytes {
+			return fieldError("keys["+strconv.Itoa(i)+"]", "must be 1-%d bytes", MaxKeyBytes)
+		}
+	}
+	return nil
 }
 
 type peerRef struct{ name, addr string }
@@ -485,6 +472,7 @@ type memberView struct {
 	GossipAddr         string   `json:"gossip_addr"`
 	GossipKeys         []string `json:"gossip_keys"`
 	State              string   `json:"state"`
+	Reachable          bool     `json:"reachable"`
 	OwnedShards        int      `json:"owned_shards"`
 	OwnedShardFraction float64  `json:"owned_shard_fraction"`
 }
@@ -494,7 +482,8 @@ func (a *API) handleCluster(w http.ResponseWriter, r *http.Request) {
 	members := make([]memberView, 0, len(snap.Members))
 	for _, m := range snap.Members {
 		owned := snap.Table.OwnedCount(m.Name)
-		members = append(members, memberView{Name: m.Name, APIAddr: m.APIAddr, GossipAddr: m.GossipAddr, GossipKeys: commaList(m.GossipKeys), State: string(m.State),
+		reachable := m.Name == a.cfg.Self || a.cfg.Reachable == nil || a.cfg.Reachable(m.Name)
+		members = append(members, memberView{Name: m.Name, APIAddr: m.APIAddr, GossipAddr: m.GossipAddr, GossipKeys: commaList(m.GossipKeys), State: string(m.State), Reachable: reachable,
 			OwnedShards: owned, OwnedShardFraction: float64(owned) / float64(snap.ShardCount)})
 	}
 	// Shards whose rows are held here though this node is not one of their
@@ -513,6 +502,7 @@ func (a *API) handleCluster(w http.ResponseWriter, r *http.Request) {
 		"handoff": map[string]any{
 			"shards_pending": pending,
 		},
+		"security": a.security(),
 	})
 }
 

@@ -11,17 +11,21 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/fairshard/fairshard/api"
+	"github.com/fairshard/fairshard/backpressure"
 	"github.com/fairshard/fairshard/cluster"
 	"github.com/fairshard/fairshard/node/peer"
 	"github.com/fairshard/fairshard/node/router"
 	"github.com/fairshard/fairshard/node/settings"
+	"github.com/fairshard/fairshard/node/webui"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/replication"
 )
@@ -43,6 +47,11 @@ type Store interface {
 	// ForeignShards lists the non-owned shards still holding rows here
 	// (/v1/cluster's handoff.shards_pending).
 	ForeignShards(ctx context.Context) ([]uint32, error)
+	// CountClaimedHeld counts claimed rows held here per namespace, every
+	// shard (the dispatcher's ceiling count; a row's `waiting`).
+	CountClaimedHeld(ctx context.Context, namespaces []string) (map[string]int, error)
+	// ConsoleStore is the read-back's (console.go).
+	ConsoleStore
 }
 
 // Replication is what the API needs of the node's replicator
@@ -72,6 +81,9 @@ type Dispatcher interface {
 	Wake()
 	// RoutesWithoutTarget lists the routes whose rows wait for a target.
 	RoutesWithoutTarget() []outbox.ClaimScope
+	// Eligible reports whether a route may be claimed now (namespace not
+	// paused, usable target): the dispatcher's own route filter.
+	Eligible(route outbox.ClaimScope) bool
 }
 
 // Config wires an API. Every field but Logger, Registerer and the tokens
@@ -81,9 +93,15 @@ type Config struct {
 	Self string
 	// ShardCount is the cluster's shard count.
 	ShardCount uint32
-	// APIToken, when set, is required as a bearer token on /v1;
-	// ClusterSecret on /internal/v1.
-	APIToken, ClusterSecret string
+	// APIToken, when set, is required as a bearer token on /v1. It never
+	// opens /internal/v1: those routes are authenticated by package
+	// nodeauth's middleware, which the node wraps around Handler.
+	APIToken string
+	// Security is /v1/cluster's "security" object (nil: omitted).
+	Security func() any
+	// Reachable reports whether a member's API answers health checks
+	// (/v1/cluster's "reachable"; nil: every member is).
+	Reachable func(member string) bool
 	// DefaultMaxInFlight is the quota shown for namespaces without one.
 	DefaultMaxInFlight uint32
 	// MaxNamespaces, MaxTargets and MaxHolds cap the gossiped config
@@ -113,6 +131,9 @@ type Config struct {
 	StoreWritable func() error
 	// Gatherer is served on /metrics.
 	Gatherer prometheus.Gatherer
+	// Hosts is the planner's target host ceiling (*dispatch.HostLimits),
+	// read by a row's explanation; nil: no host reason is given.
+	Hosts backpressure.HostSlots
 	// Registerer receives the API's own metrics (nil: none).
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
@@ -132,6 +153,11 @@ type API struct {
 	routePatterns []string
 	intake        intakeGate
 	draining      atomic.Bool
+	// statsMu guards the delivery figures the namespace views reuse for
+	// a second (console.go).
+	statsMu  sync.Mutex
+	statsAt  time.Time
+	statsMFs []*dto.MetricFamily
 }
 
 // New builds the API and registers its metrics.
@@ -150,6 +176,13 @@ func New(cfg Config) (*API, error) {
 	}
 	a.handler = a.routes()
 	return a, nil
+}
+
+func (a *API) security() any {
+	if a.cfg.Security == nil {
+		return nil
+	}
+	return a.cfg.Security()
 }
 
 // Handler returns the API's HTTP handler.
@@ -182,7 +215,9 @@ func (a *API) routes() http.Handler {
 	mux := &routeMux{ServeMux: http.NewServeMux()}
 	defer func() { a.routePatterns = mux.patterns }()
 	pub := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, auth(a.cfg.APIToken, h)) }
-	internal := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, auth(a.cfg.ClusterSecret, h)) }
+	// Node-to-node routes: authenticated by the node's nodeauth middleware
+	// on the /internal/ prefix (signed both ways), never by the API token.
+	internal := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, h) }
 
 	pub("POST /v1/rows", a.handleAppend)
 	pub("GET /v1/rows/{key...}", a.handleGetRow)
@@ -190,8 +225,8 @@ func (a *API) routes() http.Handler {
 		writeError(w, &APIError{Status: http.StatusNotFound, Code: CodeNotFound, Field: "dispatch_key",
 			Message: "dispatch_key: missing; GET /v1/rows/{dispatch_key}"})
 	})
-	pub("GET /v1/namespaces", a.handleListNamespaces)
-	pub("GET /v1/namespaces/{ns}", a.handleGetNamespace)
+	pub("GET /v1/namespaces", a.handleListNamespacesCluster)
+	pub("GET /v1/namespaces/{ns}", a.handleGetNamespaceCluster)
 	pub("PUT /v1/namespaces/{ns}", a.handlePutNamespace)
 	pub("PUT /v1/namespaces/{ns}/task-queues/{tq}/target", a.handlePutTarget)
 	pub("DELETE /v1/namespaces/{ns}/task-queues/{tq}/target", a.handleDeleteTarget)
@@ -208,12 +243,16 @@ func (a *API) routes() http.Handler {
 		_, _ = io.WriteString(w, api.OpenAPIYAML())
 	})
 
+	a.consoleRoutes(pub, internal)
+
 	repl := replication.Handler(a.cfg.Replication, gate{&a.intake})
 	internal("POST "+replication.PathPrefix, repl.ServeHTTP)
 	internal("GET /internal/v1/rows/{key...}", a.handleInternalGetRow)
 	internal("GET /internal/v1/namespaces/{ns}/dead-letters", a.handleInternalDeadLetters)
 	internal("POST /internal/v1/namespaces/{ns}/dead-letters/redrive", a.handleInternalRedrive)
 
+	mux.Handle("GET "+webui.Prefix, webui.Handler())
+	mux.Handle("GET /ui", http.RedirectHandler(webui.Prefix, http.StatusMovedPermanently))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.cfg.Gatherer, promhttp.HandlerOpts{Registry: a.cfg.Registerer}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"strconv"
 	"time"
 
@@ -34,18 +35,26 @@ type appendResult struct {
 func (a *API) handleAppend(w http.ResponseWriter, r *http.Request) {
 	code := http.StatusOK
 	defer func() { a.m.appendRequests.WithLabelValues(strconv.Itoa(code)).Inc() }()
-	if a.Draining() || !a.intake.enter() {
+	if a.Draining() {
 		code = http.StatusServiceUnavailable
 		writeError(w, &APIError{Status: code, Code: CodeUnavailable, Message: "node is draining; append through another node"})
 		return
 	}
-	defer a.intake.exit()
+	// The body is read and validated before the request is admitted as a
+	// write: a client still sending holds no slot of the intake gate, so
+	// it cannot hold a stop (issue #13 item 6).
 	rows, err := decodeAppend(w, r, time.Now().UTC())
 	if err != nil {
 		code = err.(*APIError).Status
 		writeError(w, err)
 		return
 	}
+	if a.Draining() || !a.intake.enter() {
+		code = http.StatusServiceUnavailable
+		writeError(w, &APIError{Status: code, Code: CodeUnavailable, Message: "node is draining; append through another node"})
+		return
+	}
+	defer a.intake.exit()
 	routed, err := a.cfg.Router.Append(r.Context(), rows)
 	if err != nil {
 		code = http.StatusServiceUnavailable
@@ -87,6 +96,7 @@ func (a *API) handleGetRow(w http.ResponseWriter, r *http.Request) {
 		order = append(order, a.cfg.Self)
 	}
 	addrs := map[string]string{}
+	var unanswered []string
 	for _, m := range snap.Members {
 		addrs[m.Name] = m.APIAddr
 		if !slices.Contains(order, m.Name) && m.APIAddr != "" {
@@ -97,7 +107,7 @@ func (a *API) handleGetRow(w http.ResponseWriter, r *http.Request) {
 		if name == a.cfg.Self {
 			row, err := a.cfg.Store.Get(r.Context(), key)
 			if err == nil {
-				writeJSON(w, http.StatusOK, peer.ViewOf(row, a.cfg.Self))
+				writeJSON(w, http.StatusOK, a.lookupView(r.Context(), row))
 				return
 			}
 			if !errors.Is(err, outbox.ErrNotFound) {
@@ -117,12 +127,27 @@ func (a *API) handleGetRow(w http.ResponseWriter, r *http.Request) {
 			writeJSON(w, http.StatusOK, v)
 			return
 		}
+		if !errors.Is(err, peer.ErrNotFound) {
+			unanswered = append(unanswered, name)
+		}
+	}
+	if len(unanswered) > 0 {
+		// Not "no such row": a member that did not answer may hold it.
+		w.Header().Set("Retry-After", "1")
+		writeError(w, &APIError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+			Message: fmt.Sprintf("no row with dispatch_key %q on the nodes that answered; %s did not answer: retry", key, strings.Join(unanswered, ", "))})
+		return
 	}
 	writeError(w, &APIError{Status: http.StatusNotFound, Code: CodeNotFound, Message: fmt.Sprintf("no row with dispatch_key %q on any node", key)})
 }
 
 func (a *API) handleInternalGetRow(w http.ResponseWriter, r *http.Request) {
-	row, err := a.cfg.Store.Get(r.Context(), r.PathValue("key"))
+	key := r.PathValue("key")
+	if key == "" || len(key) > MaxKeyBytes {
+		writeError(w, fieldError("dispatch_key", "must be 1-%d bytes", MaxKeyBytes))
+		return
+	}
+	row, err := a.cfg.Store.Get(r.Context(), key)
 	if errors.Is(err, outbox.ErrNotFound) {
 		writeError(w, &APIError{Status: http.StatusNotFound, Code: CodeNotFound, Message: "not here"})
 		return
@@ -131,5 +156,5 @@ func (a *API) handleInternalGetRow(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, peer.ViewOf(row, a.cfg.Self))
+	writeJSON(w, http.StatusOK, a.lookupView(r.Context(), row))
 }
