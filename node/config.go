@@ -16,8 +16,8 @@ import (
 	"github.com/fairshard/fairshard/cluster"
 	"github.com/fairshard/fairshard/egress"
 	"github.com/fairshard/fairshard/kv"
-	"github.com/fairshard/fairshard/replication"
 	"github.com/fairshard/fairshard/nodeauth"
+	"github.com/fairshard/fairshard/replication"
 )
 
 // ErrInsecure is returned (wrapped) by Validate for a node that would

@@ -349,7 +349,7 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 		MaxNamespaces:      cfg.MaxNamespaces, MaxTargets: cfg.MaxTargets, MaxHolds: cfg.MaxHolds,
 		Store: store, Router: n.router, Settings: n.settings, Ownership: n.ownership, Peers: n.peers,
 		Replication: n.repl, SetReplicationFactor: n.setReplicationFactor,
-		Hosts: hosts,
+		Hosts:      hosts,
 		Dispatcher: n.disp, Ready: n.Ready, StoreWritable: n.storeWritable,
 		Gatherer: reg, Registerer: reg, Logger: log,
 	})

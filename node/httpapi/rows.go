@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strings"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fairshard/fairshard/node/peer"
