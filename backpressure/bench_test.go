@@ -11,6 +11,7 @@ import (
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/outbox/memstore"
 	"github.com/fairshard/fairshard/outbox/outboxtest"
+	"github.com/fairshard/fairshard/quota"
 )
 
 // BenchmarkSweep measures one planner sweep (batch 256) over N namespaces
@@ -50,8 +51,8 @@ func benchSweep(b *testing.B, store outbox.Store, namespaces int) {
 		rows = rows[n:]
 	}
 	p := backpressure.NewPlanner(backpressure.PlannerConfig{
-		Quotas: backpressure.NewQuotaCache(nil, backpressure.DefaultQuota, time.Minute),
-		Now:    func() time.Time { return outboxtest.T0 },
+		Ceilings: quota.NewProportional(quota.NewPolicies(nil, quota.Defaults{Quota: quota.DefaultQuota}, time.Minute), nil),
+		Now:      func() time.Time { return outboxtest.T0 },
 	})
 	claimed := 0
 	b.ResetTimer()

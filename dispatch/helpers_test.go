@@ -24,6 +24,7 @@ import (
 	"github.com/fairshard/fairshard/boltstore"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/outbox/memstore"
+	"github.com/fairshard/fairshard/quota"
 )
 
 // TestMain runs the package's tests once per store kind (memstore, then
@@ -179,16 +180,17 @@ func setup(t testing.TB, cfg Config) (*Dispatcher, *bundle) {
 	}
 	b.now = cfg.Now
 	if cfg.Planner == nil {
-		src := backpressure.QuotaSourceFunc(func(_ context.Context, ns string) (uint32, bool, error) {
+		src := quota.SettingsSourceFunc(func(_ context.Context, ns string) (quota.Settings, bool, error) {
 			q, ok := b.quotas.Load(ns)
 			if !ok {
-				return 0, false, nil
+				return quota.Settings{}, false, nil
 			}
-			return q.(uint32), true, nil
+			v := q.(uint32)
+			return quota.Settings{MaxInFlight: &v}, true, nil
 		})
 		cfg.Planner = backpressure.NewPlanner(backpressure.PlannerConfig{
-			Quotas: backpressure.NewQuotaCache(src, backpressure.DefaultQuota, 0),
-			Now:    cfg.Now,
+			Ceilings: quota.NewProportional(quota.NewPolicies(src, quota.Defaults{Quota: quota.DefaultQuota}, 0), nil),
+			Now:      cfg.Now,
 		})
 	}
 	if cfg.Registerer == nil {
@@ -209,7 +211,7 @@ func setup(t testing.TB, cfg Config) (*Dispatcher, *bundle) {
 // default quota.
 func testPlanner() *backpressure.Planner {
 	return backpressure.NewPlanner(backpressure.PlannerConfig{
-		Quotas: backpressure.NewQuotaCache(nil, backpressure.DefaultQuota, 0),
+		Ceilings: quota.NewProportional(quota.NewPolicies(nil, quota.Defaults{Quota: quota.DefaultQuota}, 0), nil),
 	})
 }
 
