@@ -65,6 +65,10 @@ func testConfig(t testing.TB) node.Config {
 	cfg.DeliveryTimeout = 5 * time.Second
 	cfg.ShutdownGrace = 10 * time.Second
 	cfg.QuotaTTL = 50 * time.Millisecond
+	// Exact quota mode: a short lease, so a coordinator that moves with a
+	// join learns for 1 s, not the production 10 s.
+	cfg.LeaseLength = time.Second
+	cfg.LeaseRefresh = 50 * time.Millisecond
 	return cfg
 }
 

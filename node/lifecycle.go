@@ -185,6 +185,7 @@ func (n *Node) applySnapshot(s *cluster.OwnershipSnapshot) {
 		s = s.OwningNothing()
 	}
 	n.store.SetOwnedShards(s.Owned)
+	n.updateTerms(s)
 	n.applied.Store(s)
 	n.handoff.Wake()
 	n.disp.Wake()

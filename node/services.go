@@ -19,6 +19,8 @@ import (
 //	intake      refuse new appends, announce leaving (peers take the
 //	            shards at once; this node owns none, so it stops claiming)
 //	dispatcher  finish in-flight deliveries (at most half the time left)
+//	leases      stop refreshing capacity leases (exact quota mode; grants
+//	            lapse at expiry, the coordinator role moves with the view)
 //	handoff     refuse rows from peers, wait for writes in progress, hand
 //	            off every row held here (the loop already moves rows while
 //	            the dispatcher drains)
@@ -64,6 +66,7 @@ func (n *Node) services() []lifecycle.Service {
 	return append(svcs,
 		lifecycle.Service{Name: "stats", Run: n.statsLoop},
 		lifecycle.Service{Name: "handoff", Run: n.handoff.Run, Stop: n.stopHandoff},
+		lifecycle.Service{Name: "leases", Run: n.leases.run},
 		lifecycle.Service{Name: "dispatcher", Run: n.disp.Run, Stop: n.drainDeliveries},
 		lifecycle.Service{Name: "intake", Start: func(context.Context) error { n.ready.Store(true); return nil },
 			Stop: n.announceLeaving},

@@ -23,6 +23,7 @@ import (
 	"github.com/fairshard/fairshard/node/router"
 	"github.com/fairshard/fairshard/node/settings"
 	"github.com/fairshard/fairshard/outbox"
+	"github.com/fairshard/fairshard/quota"
 )
 
 // Store is what the API reads and writes in the node's store directly
@@ -55,7 +56,7 @@ type Dispatcher interface {
 	RoutesWithoutTarget() []outbox.ClaimScope
 }
 
-// Config wires an API. Every field but Logger, Registerer and the tokens
+// Config wires an API. Every field but Logger, Registerer, Leases and the tokens
 // is required.
 type Config struct {
 	// Self is this node's name (answers name it).
@@ -77,6 +78,13 @@ type Config struct {
 	Ownership  func() *cluster.OwnershipSnapshot
 	Peers      *peer.Client
 	Dispatcher Dispatcher
+	// Ceilings gives this node's ceiling per namespace, the planner's own
+	// source (quota.ByMode): the namespace view shows it.
+	Ceilings quota.Source
+	// Leases is the node's lease service (exact quota mode): its internal
+	// routes and the namespace view's "lease". nil: the lease route
+	// answers 503 and views have no "lease".
+	Leases Leases
 	// Ready reports whether the node serves (GET /readyz answers 200);
 	// the API adds "not draining".
 	Ready func() bool
@@ -106,8 +114,8 @@ type API struct {
 // New builds the API and registers its metrics.
 func New(cfg Config) (*API, error) {
 	if cfg.Store == nil || cfg.Router == nil || cfg.Settings == nil || cfg.Ownership == nil ||
-		cfg.Peers == nil || cfg.Dispatcher == nil || cfg.Ready == nil || cfg.Gatherer == nil {
-		return nil, errors.New("httpapi: Store, Router, Settings, Ownership, Peers, Dispatcher, Ready and Gatherer are required")
+		cfg.Peers == nil || cfg.Dispatcher == nil || cfg.Ceilings == nil || cfg.Ready == nil || cfg.Gatherer == nil {
+		return nil, errors.New("httpapi: Store, Router, Settings, Ownership, Peers, Dispatcher, Ceilings, Ready and Gatherer are required")
 	}
 	a := &API{cfg: cfg, log: cfg.Logger}
 	if a.log == nil {
@@ -180,6 +188,8 @@ func (a *API) routes() http.Handler {
 	internal("GET /internal/v1/rows/{key...}", a.handleInternalGetRow)
 	internal("GET /internal/v1/namespaces/{ns}/dead-letters", a.handleInternalDeadLetters)
 	internal("POST /internal/v1/namespaces/{ns}/dead-letters/redrive", a.handleInternalRedrive)
+	internal("POST "+peer.PathLeases, a.handleInternalLease)
+	internal("GET "+peer.PathLeases+"/{ns}", a.handleInternalLeaseStatus)
 
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.cfg.Gatherer, promhttp.HandlerOpts{Registry: a.cfg.Registerer}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
