@@ -39,6 +39,11 @@ var baseNodeFlags = []string{
 	"--retry-cap", "1s",
 	"--shutdown-grace", "20s",
 	"--quota-ttl", "500ms",
+	// Exact quota mode (the default): a 2 s lease, so a coordinator that
+	// moves with a join or a crash learns for 2 s, not 10 (fast gossip
+	// detects a crash in about a second).
+	"--lease-length", "2s",
+	"--lease-refresh", "100ms",
 	"--log-level", "info",
 }
 
