@@ -14,36 +14,73 @@ import (
 // ListDeadLetters returns up to limit failed rows of namespace (any shard)
 // whose dispatch_key sorts strictly after afterKey, ordered by dispatch_key:
 // pass the last key of one page as afterKey of the next ("" starts at the
-// beginning). limit ≤ 0 returns nothing. Cost: one seek plus the page.
+// beginning). limit ≤ 0 returns nothing. It has no byte bound: prefer
+// ListDeadLetterPage wherever payloads may be large. Cost: one seek plus
+// the page.
 func (s *Store) ListDeadLetters(ctx context.Context, namespace, afterKey string, limit int) ([]outbox.Row, error) {
-	var out []outbox.Row
-	if limit <= 0 {
-		return nil, s.checkOpen("list dead letters")
+	p, err := s.ListDeadLetterPage(ctx, namespace, DeadLetterQuery{After: afterKey, Limit: limit})
+	return p.Rows, err
+}
+
+// DeadLetterQuery asks for one page of a namespace's dead letters
+// (outbox.DeadLetterQuery).
+type DeadLetterQuery = outbox.DeadLetterQuery
+
+// DeadLetterPage is one page of ListDeadLetterPage (outbox.DeadLetterPage).
+type DeadLetterPage = outbox.DeadLetterPage
+
+// ListDeadLetterPage returns one page of the failed rows of namespace (any
+// shard) whose dispatch_key sorts strictly after q.After (and not after
+// q.Through, when set), in dispatch_key order, bounded by q.Limit rows and
+// q.MaxBytes bytes, with or without
+// their payloads. The memory it uses is the page's: at most MaxBytes plus
+// one row. Cost: one seek in the namespace's dead-letter index plus one
+// row lookup per row returned (and one more to tell More).
+func (s *Store) ListDeadLetterPage(ctx context.Context, namespace string, q DeadLetterQuery) (DeadLetterPage, error) {
+	var out DeadLetterPage
+	if q.Limit <= 0 {
+		return out, s.checkOpen("list dead letters")
 	}
 	err := s.view(ctx, "list dead letters", func(_ *bolt.Tx, b buckets) error {
+		out = DeadLetterPage{}
 		prefix := appendStr(nil, namespace)
+		size := 0
 		c := b.dlq.Cursor()
-		k, _ := c.Seek(dlqKey(namespace, afterKey))
-		for ; k != nil && bytes.HasPrefix(k, prefix) && len(out) < limit; k, _ = c.Next() {
+		k, _ := c.Seek(dlqKey(namespace, q.After))
+		for ; k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
 			dk := string(k[len(prefix):])
-			if dk == afterKey {
+			if dk == q.After {
 				continue
+			}
+			if q.Through != "" && dk > q.Through {
+				break
+			}
+			if len(out.Rows) >= q.Limit {
+				out.More = true
+				break
 			}
 			rk := rowKey(dk)
 			v := b.rows.Get(rk)
 			if v == nil {
 				return fmt.Errorf("%w: dead-letter index entry for %q without a row", ErrCorrupt, dk)
 			}
-			row, err := decodeRow(rk, v)
+			row, payloadLen, err := decodeRowPayload(rk, v, !q.WithoutPayload)
 			if err != nil {
 				return fmt.Errorf("%w: %w", ErrCorrupt, err)
 			}
-			out = append(out, row)
+			n := outbox.RowBytes(&row)
+			if q.MaxBytes > 0 && len(out.Rows) > 0 && size+n > q.MaxBytes {
+				out.More = true
+				break
+			}
+			size += n
+			out.Rows = append(out.Rows, row)
+			out.PayloadBytes = append(out.PayloadBytes, payloadLen)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return DeadLetterPage{}, err
 	}
 	return out, nil
 }

@@ -254,14 +254,22 @@ func encodeRow(dst []byte, r *outbox.Row) []byte {
 // decodeRow decodes a rows-bucket entry. Every slice is copied: the result
 // outlives the transaction.
 func decodeRow(key, val []byte) (outbox.Row, error) {
+	r, _, err := decodeRowPayload(key, val, true)
+	return r, err
+}
+
+// decodeRowPayload is decodeRow that copies the payload only when
+// withPayload is set (else Payload is nil) and returns the payload's
+// length either way.
+func decodeRowPayload(key, val []byte, withPayload bool) (outbox.Row, int, error) {
 	var r outbox.Row
 	r.DispatchKey = string(key)
 	if len(val) < 3 || (val[0] != rowV1 && val[0] != rowV2) {
-		return r, fmt.Errorf("row %q: %w (header)", r.DispatchKey, errBadValue)
+		return r, 0, fmt.Errorf("row %q: %w (header)", r.DispatchKey, errBadValue)
 	}
 	st, ok := statusOf(val[1])
 	if !ok {
-		return r, fmt.Errorf("row %q: %w (status %d)", r.DispatchKey, errBadValue, val[1])
+		return r, 0, fmt.Errorf("row %q: %w (status %d)", r.DispatchKey, errBadValue, val[1])
 	}
 	r.Status = st
 	flags := val[2]
@@ -289,13 +297,18 @@ func decodeRow(key, val []byte) (outbox.Row, error) {
 	r.ActivityType = d.str()
 	r.ContentType = d.str()
 	r.LastError = d.str()
+	payloadLen := 0
 	if flags&flagPayload != 0 {
-		r.Payload = []byte(d.str())
+		p := d.bytes()
+		payloadLen = len(p)
+		if withPayload && d.err == nil {
+			r.Payload = append(make([]byte, 0, len(p)), p...)
+		}
 	}
 	if d.err != nil || len(d.b) != 0 {
-		return r, fmt.Errorf("row %q: %w", r.DispatchKey, errBadValue)
+		return r, 0, fmt.Errorf("row %q: %w", r.DispatchKey, errBadValue)
 	}
-	return r, nil
+	return r, payloadLen, nil
 }
 
 type decoder struct {
@@ -327,6 +340,22 @@ func (d *decoder) varint() int64 {
 	}
 	d.b = d.b[n:]
 	return v
+}
+
+// bytes returns the next length-prefixed field without copying it (a
+// slice of the value: valid only inside the transaction).
+func (d *decoder) bytes() []byte {
+	n := d.uvarint()
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.b)) {
+		d.err = errBadValue
+		return nil
+	}
+	b := d.b[:n]
+	d.b = d.b[n:]
+	return b
 }
 
 func (d *decoder) str() string {

@@ -42,10 +42,19 @@
 //     version per shard, maintained in every write transaction);
 //     in-transfer marks are cleared on Open.
 //   - Tombstone retention: done/cancelled rows are kept
-//     Options.TombstoneRetention (default 24 h) after FinishedAt; failed rows
-//     (dead letters) Options.DeadLetterRetention (default 7 days, never less
-//     than the tombstone retention). [Store.RunTombstoneGC] sweeps them in
-//     transactions of at most [GCBatchRows] rows.
+//     Options.TombstoneRetention (default 24 h) after FinishedAt, slim
+//     (outbox.Slim: no payload; the row is deleted and put again so bbolt
+//     rebalances its leaf and the payload's pages are reused); failed rows
+//     (dead letters, payload kept) Options.DeadLetterRetention (default 7
+//     days, never less than the tombstone retention).
+//     [Store.RunTombstoneGC] sweeps them in transactions of at most
+//     [GCBatchRows] rows. [Store.ListDeadLetterPage] pages dead letters by
+//     rows and bytes, with or without payloads. [Compact] gives a stopped
+//     node's freed space back (bbolt never shrinks a file).
+//   - Write failures: a commit that fails (write or fsync error, full disk)
+//     stops every write ([ErrNotWritable], [Store.Writable]) until the
+//     writer has reopened the file from disk and a probe commit succeeded;
+//     a failed fsync is never retried on the same handle.
 //   - Safety: Open waits at most Options.LockTimeout for the file lock
 //     ([ErrLocked]); a truncated or corrupt file is reported as [ErrCorrupt]
 //     and bbolt panics on bad pages are contained (Open first checks the

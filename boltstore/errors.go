@@ -20,6 +20,14 @@ var (
 	// disagree with its rows. It is also returned by any call that hit a bbolt
 	// panic on a bad page; the store then refuses further writes.
 	ErrCorrupt = errors.New("boltstore: data file is corrupt")
+	// ErrNotWritable is returned (wrapped, with the cause) by every write
+	// after a commit failed (a write or fsync error, a full disk): the
+	// kernel may have dropped the pages a failed fsync did not write
+	// (PostgreSQL's "fsyncgate"), so what the process believes is on disk
+	// may not be, and writing on could build on data that is gone. The
+	// store refuses writes until it has reopened the data file, which
+	// re-reads what is really on disk; see Store.Writable. Reads go on.
+	ErrNotWritable = errors.New("boltstore: the store cannot write (a commit failed; the data file is reopened to recover)")
 	// ErrShardCountMismatch is returned by Open when the file was created
 	// with a different shard_count than Options.ShardCount. shard_count is
 	// fixed for a cluster's lifetime: every stored row's shard depends on it.

@@ -14,6 +14,9 @@ type metrics struct {
 	commitDuration prometheus.Histogram
 	batchOps       prometheus.Histogram
 	expired        prometheus.Counter
+	commitFailures prometheus.Counter
+	reopens        *prometheus.CounterVec
+	writable       prometheus.GaugeFunc
 }
 
 // statusGauge exports the row count per status from in-memory totals kept
@@ -39,7 +42,7 @@ func (g *statusGauge) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func newMetrics(reg prometheus.Registerer, totals *[nsCountsLen]atomic.Int64) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, totals *[nsCountsLen]atomic.Int64, writable func() bool) (*metrics, error) {
 	m := &metrics{
 		commitDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "fairshard_store_commit_duration_seconds",
@@ -59,6 +62,26 @@ func newMetrics(reg prometheus.Registerer, totals *[nsCountsLen]atomic.Int64) (*
 			Name: "fairshard_store_tombstones_expired_total",
 			Help: "Tombstones (done, cancelled, failed rows) removed by the retention sweep.",
 		}),
+		commitFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fairshard_store_commit_failures_total",
+			Help: "Commits that failed (a write or fsync error, a full disk); each stops all writes until the data file is reopened.",
+		}),
+		reopens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fairshard_store_reopens_total",
+			Help: "Reopens of the data file after a failed commit, by result (ok: writes accepted again; failed: retried later).",
+		}, []string{"result"}),
+		writable: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "fairshard_store_writable",
+			Help: "1 while the store accepts writes, 0 after a failed commit until a reopen succeeds (the node is not ready meanwhile).",
+		}, func() float64 {
+			if writable() {
+				return 1
+			}
+			return 0
+		}),
+	}
+	for _, r := range []string{"ok", "failed"} {
+		m.reopens.WithLabelValues(r)
 	}
 	if reg == nil {
 		return m, nil
@@ -69,7 +92,7 @@ func newMetrics(reg prometheus.Registerer, totals *[nsCountsLen]atomic.Int64) (*
 			[]string{"status"}, nil),
 		totals: totals,
 	}
-	for _, c := range []prometheus.Collector{m.commitDuration, m.batchOps, m.expired, gauge} {
+	for _, c := range []prometheus.Collector{m.commitDuration, m.batchOps, m.expired, m.commitFailures, m.reopens, m.writable, gauge} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -173,8 +173,28 @@ func walkBucket(b *bolt.Bucket) error {
 
 // openBolt opens the file read-write with the options PITFALLS.md asks for
 // (lock timeout, NoFreelistSync with the map freelist, never NoSync),
-// containing any panic.
+// containing any panic. If the path names another file once the lock is
+// held (Compact renamed its verified copy over it while we waited for the
+// lock), the lock is on a file no one will see again: it reopens the path.
 func openBolt(path string, opts Options) (*bolt.DB, error) {
+	for attempt := 0; ; attempt++ {
+		db, file, err := openBoltOnce(path, opts)
+		if err != nil {
+			return nil, err
+		}
+		pfi, perr := os.Stat(path)
+		ffi, ferr := file.Stat()
+		if perr == nil && ferr == nil && os.SameFile(pfi, ffi) {
+			return db, nil
+		}
+		_ = db.Close()
+		if attempt == 2 {
+			return nil, fmt.Errorf("open %s: the file was replaced while this process waited for its lock, three times", path)
+		}
+	}
+}
+
+func openBoltOnce(path string, opts Options) (*bolt.DB, *os.File, error) {
 	var file *os.File
 	var db *bolt.DB
 	err := guard("open "+path, func() error {
@@ -198,5 +218,5 @@ func openBolt(path string, opts Options) (*bolt.DB, error) {
 		// bbolt panicked half-way: release the file (and its lock) ourselves.
 		_ = file.Close()
 	}
-	return db, err
+	return db, file, err
 }

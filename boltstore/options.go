@@ -25,6 +25,12 @@ const (
 	// GCBatchRows is the most tombstones one sweep transaction deletes, so a
 	// large expiry never holds the writer for long: 1000 rows.
 	GCBatchRows = 1000
+	// RecoverIntervalDefault is how long the store waits after a failed
+	// commit before it first tries to reopen the data file: 1 s. Each
+	// failed reopen doubles the wait, up to RecoverIntervalMax.
+	RecoverIntervalDefault = time.Second
+	// RecoverIntervalMax bounds the wait between two reopen attempts: 30 s.
+	RecoverIntervalMax = 30 * time.Second
 )
 
 // Input limits, checked before anything is written (outbox.ErrInvalidRow).
@@ -64,6 +70,11 @@ type Options struct {
 	// start-up time matters more than finding a corrupt file early; bad pages
 	// met later are still contained and reported as ErrCorrupt.
 	SkipOpenCheck bool
+	// RecoverInterval is the first wait, after a commit or fsync failed,
+	// before the store reopens the data file to recover (see
+	// Store.Writable); it doubles after each failed attempt up to
+	// RecoverIntervalMax (or RecoverInterval, if larger). Defaults to 1 s.
+	RecoverInterval time.Duration
 	// Now is the store's clock: Append's default CreatedAt, Merge's default
 	// FinishedAt and the tombstone sweep's cut-off. Defaults to time.Now.
 	// Tests inject a fake clock here.
@@ -90,6 +101,9 @@ func (o Options) withDefaults() Options {
 	if o.MaxBatchRows == 0 {
 		o.MaxBatchRows = MaxBatchRowsDefault
 	}
+	if o.RecoverInterval == 0 {
+		o.RecoverInterval = RecoverIntervalDefault
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -109,6 +123,8 @@ func (o Options) validate() error {
 		return fmt.Errorf("%w: TombstoneRetention %s is negative", ErrInvalidOptions, o.TombstoneRetention)
 	case o.DeadLetterRetention < 0:
 		return fmt.Errorf("%w: DeadLetterRetention %s is negative", ErrInvalidOptions, o.DeadLetterRetention)
+	case o.RecoverInterval < 0:
+		return fmt.Errorf("%w: RecoverInterval %s is negative", ErrInvalidOptions, o.RecoverInterval)
 	case o.MaxBatchRows < 0:
 		return fmt.Errorf("%w: MaxBatchRows %d is negative", ErrInvalidOptions, o.MaxBatchRows)
 	}

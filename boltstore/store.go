@@ -46,6 +46,11 @@ type Store struct {
 	// broken is set once bbolt panicked inside the writer: the in-memory
 	// state of the file may be damaged, so every later write fails.
 	broken atomic.Pointer[error]
+	// failed holds the cause of a failed commit (write, fsync) until the
+	// writer has reopened the data file: every write is refused meanwhile.
+	// db is nil while a reopen has closed the file and not opened it
+	// again (reads fail too then); both change under closeMu.
+	failed atomic.Pointer[error]
 
 	// totals mirrors the ns counters summed over namespaces, per status,
 	// for the fairshard_store_rows gauge.
@@ -101,7 +106,7 @@ func Open(path string, opts Options) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	if s.m, err = newMetrics(opts.Registerer, &s.totals); err != nil {
+	if s.m, err = newMetrics(opts.Registerer, &s.totals, s.writableNow); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("boltstore: register metrics: %w", err)
 	}
@@ -226,7 +231,9 @@ func (s *Store) Close() error {
 		<-s.writerDone
 		s.closeMu.Lock()
 		s.closed = true
-		s.closeErr = s.db.Close()
+		if s.db != nil {
+			s.closeErr = s.db.Close()
+		}
 		s.closeMu.Unlock()
 	})
 	return s.closeErr
@@ -265,6 +272,9 @@ func (s *Store) view(ctx context.Context, what string, fn func(tx *bolt.Tx, b bu
 	if s.closed {
 		return fmt.Errorf("boltstore: %s: %w", what, outbox.ErrClosed)
 	}
+	if s.db == nil {
+		return notWritable(what, errReopening)
+	}
 	return guard(what, func() error {
 		err := s.db.View(func(tx *bolt.Tx) error {
 			b, err := openBuckets(tx)
@@ -278,6 +288,105 @@ func (s *Store) view(ctx context.Context, what string, fn func(tx *bolt.Tx, b bu
 		}
 		return err
 	})
+}
+
+// errReopening is the cause reads report while a reopen has closed the
+// data file and not yet opened it again.
+var errReopening = errors.New("the data file is closed until a reopen succeeds")
+
+// Writable reports whether the store accepts writes now: nil, or an error
+// saying why not. After a commit failed (a write or an fsync error, a full
+// disk: bbolt's commit returned an error) every write is refused with an
+// error wrapping ErrNotWritable and the cause, and Writable returns one,
+// until the writer has closed the data file, dropped its pages from the
+// kernel's cache (so the next reads come from the disk) and opened it
+// again, with Open's checks, and a probe commit of 1 MiB has succeeded.
+// It retries after Options.RecoverInterval, then at doubling intervals up
+// to RecoverIntervalMax. A node reports itself not ready while this
+// returns an error. After a bbolt panic it returns the ErrCorrupt error
+// for good (the file is suspect: restart, and check it); after Close an
+// error wrapping outbox.ErrClosed.
+//
+// Rule and reason: PITFALLS.md (a failed fsync is not retryable; etcd
+// treats it as fatal) and docs/DECISIONS.md "Write failures".
+func (s *Store) Writable() error {
+	if p := s.broken.Load(); p != nil {
+		return *p
+	}
+	if p := s.failed.Load(); p != nil {
+		return notWritable("write", *p)
+	}
+	return s.checkOpen("write")
+}
+
+// writableNow is Writable for the fairshard_store_writable gauge.
+func (s *Store) writableNow() bool { return s.Writable() == nil }
+
+// probeKey is the meta key of the probe value a reopen writes and deletes.
+var probeKey = []byte("probe")
+
+// probeBytes is the size of the probe value: 256 pages written as one run,
+// so the probe needs the free space (in the file or on the disk) a large
+// batch of appends would, not merely the few pages a failed commit may
+// have left written: on a disk that stays full the store stays
+// unwritable instead of flapping with every small commit that fits.
+const probeBytes = 1 << 20
+
+// reopen recovers from a failed commit, on the writer goroutine: it closes
+// the data file, drops its cached pages, opens it again as Open does
+// (checks, buckets, shard_count, transfer marks, totals) and commits a
+// probe value and then its deletion. On success the failed state is
+// cleared; on failure the file stays closed (reads fail too) until the
+// next attempt. The file lock is released between the close and the
+// open, for milliseconds.
+func (s *Store) reopen() error {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.closed {
+		return outbox.ErrClosed
+	}
+	if s.db != nil {
+		err := s.db.Close()
+		s.db = nil
+		if err != nil {
+			s.log.Warn("closing the data file after a failed commit", "error", err)
+		}
+	}
+	dropPageCache(s.path)
+	if _, err := precheckFile(s.path); err != nil {
+		return err
+	}
+	if !s.opts.SkipOpenCheck {
+		if err := walkFile(s.path, s.opts); err != nil {
+			return err
+		}
+	}
+	db, err := openBolt(s.path, s.opts)
+	if err != nil {
+		return err
+	}
+	s.db = db
+	err = guard("reopen "+s.path, func() error {
+		if _, err := s.initFile(); err != nil {
+			return err
+		}
+		if err := s.db.Update(func(tx *bolt.Tx) error {
+			return tx.Bucket(bucketMeta).Put(probeKey, make([]byte, probeBytes))
+		}); err != nil {
+			return fmt.Errorf("probe commit: %w", err)
+		}
+		if err := s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Delete(probeKey) }); err != nil {
+			return fmt.Errorf("probe commit: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		_ = s.db.Close()
+		s.db = nil
+		return err
+	}
+	s.failed.Store(nil)
+	return nil
 }
 
 // now reads the store's clock.

@@ -36,6 +36,9 @@ func (s *Store) submit(ctx context.Context, what string, rows int, apply func(w 
 	if p := s.broken.Load(); p != nil {
 		return fmt.Errorf("boltstore: %s: %w", what, *p)
 	}
+	if p := s.failed.Load(); p != nil {
+		return notWritable(what, *p)
+	}
 	o := &op{ctx: ctx, what: what, rows: min(max(rows, 1), s.opts.MaxBatchRows), apply: apply, done: make(chan error, 1)}
 	select {
 	case s.queue <- o:
@@ -71,6 +74,11 @@ const (
 // run is the writer goroutine: take one op, drain whatever else is queued
 // (up to MaxBatchRows), linger briefly for recently answered callers,
 // commit them together, answer each.
+//
+// After a failed commit (see Writable) it answers every op with
+// ErrNotWritable at once and, between ops, reopens the data file: first
+// after Options.RecoverInterval, then at doubling intervals up to
+// RecoverIntervalMax, until a reopen succeeds.
 func (s *Store) run() {
 	defer close(s.writerDone)
 	// A bad page faults; turn that into a panic that commit recovers.
@@ -78,14 +86,41 @@ func (s *Store) run() {
 	batch := make([]*op, 0, 256)
 	gap := time.NewTimer(time.Hour)
 	gap.Stop()
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	var retryC <-chan time.Time // non-nil while a reopen is scheduled
+	wait := s.opts.RecoverInterval
 	prev := 0
 	for {
+		if retryC == nil && s.failed.Load() != nil && s.broken.Load() == nil {
+			retry.Reset(wait)
+			retryC = retry.C
+		}
 		select {
 		case o := <-s.queue:
 			batch = append(batch[:0], o)
+		case <-retryC:
+			retryC = nil
+			if err := s.reopen(); err != nil {
+				s.m.reopens.WithLabelValues("failed").Inc()
+				s.log.Warn("reopening the data file failed; writes stay refused", "error", err, "next_attempt_in", (2 * wait).String())
+				wait = min(2*wait, max(RecoverIntervalMax, s.opts.RecoverInterval))
+			} else {
+				s.m.reopens.WithLabelValues("ok").Inc()
+				s.log.Info("data file reopened after a failed commit; writes accepted again")
+				wait = s.opts.RecoverInterval
+			}
+			continue
 		case <-s.closing:
+			retry.Stop()
 			s.drainClosed()
 			return
+		}
+		if s.failed.Load() != nil {
+			// Refuse at once; no lingering.
+			s.commit(batch)
+			clear(batch)
+			continue
 		}
 		rows := batch[0].rows
 	drain:
@@ -149,6 +184,10 @@ func (s *Store) commit(batch []*op) {
 			o.done <- fmt.Errorf("boltstore: %s: %w", o.what, *p)
 			continue
 		}
+		if p := s.failed.Load(); p != nil {
+			o.done <- notWritable(o.what, *p)
+			continue
+		}
 		if err := o.ctx.Err(); err != nil {
 			o.done <- err
 			continue
@@ -158,19 +197,22 @@ func (s *Store) commit(batch []*op) {
 	for len(live) > 0 {
 		failed, opErr := -1, error(nil)
 		var w *wtx
+		var fnErr error // what the transaction's function returned
 		start := time.Now()
 		err := s.update(func(tx *bolt.Tx) error {
 			var err error
 			if w, err = newWtx(tx); err != nil {
+				fnErr = err
 				return err
 			}
 			for i, o := range live {
 				if err := s.applyOp(o, w); err != nil {
-					failed, opErr = i, err
+					failed, opErr, fnErr = i, err, errOpFailed
 					return errOpFailed
 				}
 			}
-			return w.flush()
+			fnErr = w.flush()
+			return fnErr
 		})
 		if failed >= 0 {
 			if errors.Is(opErr, ErrCorrupt) && s.broken.Load() != nil {
@@ -193,6 +235,14 @@ func (s *Store) commit(batch []*op) {
 			if w.expired > 0 {
 				s.m.expired.Add(float64(w.expired))
 			}
+		} else if fnErr == nil && s.broken.Load() == nil {
+			// The transaction was sound and bbolt's commit failed: a write,
+			// an fsync, a file growth or a remap. Stop writing.
+			s.fail(err, len(live))
+			for _, o := range live {
+				o.done <- notWritable(o.what+": commit", err)
+			}
+			return
 		} else {
 			s.log.Error("group commit failed", "ops", len(live), "error", err)
 		}
@@ -205,6 +255,27 @@ func (s *Store) commit(batch []*op) {
 		}
 		return
 	}
+}
+
+// notWritable is the error of a write refused (or failed) because a commit
+// failed: ErrNotWritable and the cause, both for errors.Is.
+func notWritable(what string, cause error) error {
+	if errors.Is(cause, ErrNotWritable) {
+		return fmt.Errorf("boltstore: %s: %w", what, cause)
+	}
+	return fmt.Errorf("boltstore: %s: %w: %w", what, ErrNotWritable, cause)
+}
+
+// fail puts the store in the failed state after bbolt's commit returned
+// err: every write is refused (ErrNotWritable) until the writer has
+// reopened the data file (reopen). The first cause is kept.
+func (s *Store) fail(err error, ops int) {
+	if !s.failed.CompareAndSwap(nil, &err) {
+		return
+	}
+	s.m.commitFailures.Inc()
+	s.log.Error("commit failed: refusing every write until the data file is reopened (a failed fsync may have lost pages the process still sees)",
+		"ops", ops, "error", err, "first_reopen_in", s.opts.RecoverInterval.String())
 }
 
 // update is db.Update with any panic (in flush or in bbolt's commit)

@@ -9,7 +9,11 @@ import (
 // and shard ownership.
 type Cluster struct {
 	// Node is the answering node's name.
-	Node       string `json:"node"`
+	Node string `json:"node"`
+	// Accepted reports whether the cluster accepted the answering node
+	// (same shard count and protocol, unique name); until then it owns
+	// no shards and claims nothing.
+	Accepted   bool   `json:"accepted"`
 	ShardCount uint32 `json:"shard_count"`
 	// OwnershipVersion increases with every ownership change the node
 	// applied.
@@ -27,6 +31,11 @@ type Member struct {
 	Name string `json:"name"`
 	// APIAddr is the host:port peers and clients use for its API.
 	APIAddr string `json:"api_addr"`
+	// GossipAddr is the host:port the member advertises for gossip.
+	GossipAddr string `json:"gossip_addr"`
+	// GossipKeys are the fingerprints of the gossip keys the member holds
+	// (empty without encryption), for checking a key rotation.
+	GossipKeys []string `json:"gossip_keys"`
 	// State is "active" or "leaving" (draining: it owns no shards).
 	State              string  `json:"state"`
 	OwnedShards        int     `json:"owned_shards"`

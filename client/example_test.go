@@ -215,11 +215,13 @@ func ExampleClient_Cluster() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	fmt.Println("accepted:", cl.Accepted)
 	for _, m := range cl.Members {
-		fmt.Println(m.Name, m.State, m.OwnedShards, "of", cl.ShardCount, "shards")
+		fmt.Println(m.Name, m.State, m.OwnedShards, "of", cl.ShardCount, "shards, gossip keys:", len(m.GossipKeys), "gossip address set:", m.GossipAddr != "")
 	}
 	// Output:
-	// n1 active 1024 of 1024 shards
+	// accepted: true
+	// n1 active 1024 of 1024 shards, gossip keys: 0 gossip address set: true
 }
 
 func ExampleError() {

@@ -196,11 +196,13 @@ func (n *Node) applySnapshot(s *cluster.OwnershipSnapshot) {
 // read. Never nil after New.
 func (n *Node) ownership() *cluster.OwnershipSnapshot { return n.applied.Load() }
 
-// Ready reports whether the node serves: store open, cluster joined and
-// accepted (it may own shards: a node whose name its peers still hold at
-// another address is not ready), ownership applied, not draining.
+// Ready reports whether the node serves: store open and able to commit
+// (storeWritable: false after a failed commit or fsync, a full disk, until
+// the store has reopened its file), cluster joined and accepted (it may
+// own shards: a node whose name its peers still hold at another address
+// is not ready), ownership applied, not draining.
 func (n *Node) Ready() bool {
-	return n.ready.Load() && !n.api.Draining() && n.ownership().Accepted
+	return n.ready.Load() && !n.api.Draining() && n.ownership().Accepted && n.storeWritable() == nil
 }
 
 // Shutdown stops the node gracefully: its services stop in the reverse of

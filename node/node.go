@@ -71,9 +71,29 @@ type tombstoneCollector interface {
 	RunTombstoneGC(ctx context.Context, interval time.Duration) error
 }
 
+// writableStore is a store that refuses writes after a failed commit or
+// fsync until it has reopened its file (boltstore.Store.Writable); the
+// node is not ready and sweeps nothing meanwhile.
+type writableStore interface {
+	// Writable is nil when the store can commit, else why it cannot.
+	Writable() error
+}
+
+// writableOf is store's Writable, nil for a store without one.
+func writableOf(store Store) error {
+	if w, ok := store.(writableStore); ok {
+		return w.Writable()
+	}
+	return nil
+}
+
+// storeWritable is nil when the node's store can commit, else why not.
+func (n *Node) storeWritable() error { return writableOf(n.store) }
+
 var (
 	_ Store              = (*boltstore.Store)(nil)
 	_ tombstoneCollector = (*boltstore.Store)(nil)
+	_ writableStore      = (*boltstore.Store)(nil)
 )
 
 // Node is one fairshard process: store, membership, dispatcher, handoff and
@@ -290,7 +310,8 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 		DefaultMaxInFlight: cfg.DefaultMaxInFlight,
 		MaxNamespaces:      cfg.MaxNamespaces, MaxTargets: cfg.MaxTargets, MaxHolds: cfg.MaxHolds,
 		Store: store, Router: n.router, Settings: n.settings, Ownership: n.ownership, Peers: n.peers,
-		Dispatcher: n.disp, Ceilings: ceilings, Leases: n.leases, Ready: n.ready.Load, Gatherer: reg, Registerer: reg, Logger: log,
+		Dispatcher: n.disp, Ceilings: ceilings, Leases: n.leases, Ready: n.Ready, StoreWritable: n.storeWritable,
+		Gatherer: reg, Registerer: reg, Logger: log,
 	})
 	if err != nil {
 		return nil, err
@@ -452,6 +473,15 @@ func (n *Node) logAdvertiseChoice(ch cluster.AdvertiseChoice) {
 // node would claim past it (docs/DECISIONS.md). Everything else is the
 // store's own.
 type heldClaimsStore struct{ Store }
+
+// PendingRoutes lists nothing while the store refuses writes (a failed
+// commit, until it has reopened its file): a sweep could only fail.
+func (s heldClaimsStore) PendingRoutes(ctx context.Context, now time.Time) ([]outbox.ClaimScope, error) {
+	if writableOf(s.Store) != nil {
+		return nil, nil
+	}
+	return s.Store.PendingRoutes(ctx, now)
+}
 
 // CountClaimedByNamespace counts claimed rows held here, all shards.
 func (s heldClaimsStore) CountClaimedByNamespace(ctx context.Context, namespaces []string) (map[string]int, error) {

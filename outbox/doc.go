@@ -18,6 +18,8 @@
 // done, failed and cancelled are terminal. A terminal row is kept as a
 // tombstone for a retention window so a late duplicate Append of its
 // dispatch_key reports [AppendDuplicate] instead of creating the row again.
+// Done and cancelled tombstones are slim ([Slim]: no payload, no content
+// type); a dead letter keeps its payload for a redrive.
 //
 // # Versions and copies
 //

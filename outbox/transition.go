@@ -48,7 +48,8 @@ func holdsClaim(r *Row, claim Version) bool {
 	return r.Status == StatusClaimed && r.Version == claim
 }
 
-// ApplyComplete marks a row done (FinishedAt now, ClaimedAt cleared) if it
+// ApplyComplete marks a row done (FinishedAt now, ClaimedAt cleared, the
+// row slimmed by [Slim]) if it
 // is still claimed under p.Claim, or if it is pending in the claim's
 // generation: the claim was re-armed (its delivery outlived the visibility
 // timeout) but not claimed again, and the delivery did succeed, so
@@ -61,6 +62,7 @@ func ApplyComplete(r *Row, p CompleteParams, now time.Time) bool {
 	}
 	r.Status, r.FinishedAt, r.ClaimedAt = StatusDone, now, time.Time{}
 	r.Version = r.Version.Next()
+	Slim(r)
 	return true
 }
 
@@ -97,7 +99,7 @@ func ApplyFail(r *Row, p FailParams, now time.Time) bool {
 }
 
 // ApplyCancel marks a pending row cancelled (a tombstone like done;
-// FinishedAt now, LastError = p.Reason when set). Claimed rows are being
+// FinishedAt now, LastError = p.Reason when set; slimmed by [Slim]). Claimed rows are being
 // delivered and cannot be withdrawn; terminal rows stay as they are.
 func ApplyCancel(r *Row, p CancelParams, now time.Time) bool {
 	if r.Status != StatusPending {
@@ -108,6 +110,7 @@ func ApplyCancel(r *Row, p CancelParams, now time.Time) bool {
 		r.LastError = p.Reason
 	}
 	r.Version = r.Version.Next()
+	Slim(r)
 	return true
 }
 
@@ -123,4 +126,37 @@ func ApplyRedrive(r *Row, now time.Time) bool {
 	r.VisibleAfter, r.FinishedAt, r.ClaimedAt = now, time.Time{}, time.Time{}
 	r.Version = r.Version.Redriven()
 	return true
+}
+
+// Slim drops from a done or cancelled row what only delivery needed: the
+// payload (Payload nil) and its ContentType. Such a row is a tombstone: it
+// is kept for the dedupe window (the key, status, Version, times, Attempt,
+// LastError, Shard and the row's identity and route stay, which is what
+// dedupe, the row lookup, the indexes and the shard digest use) and will
+// never be delivered again: a done or cancelled row never leaves its state
+// (only a failed row is redriven, and a dead letter keeps its payload for
+// that). A stored tombstone of a few dozen bytes instead of the whole row
+// lets the pages its payload held be reused (issue #16).
+//
+// Any other row is left as it is. Slim does not change the Version: the
+// slim and the full copy of one tombstone are the same state, and
+// [DigestOf] (key, Version, status class) gives both the same digest.
+// ApplyComplete and ApplyCancel slim the rows they finish, and
+// [NormalizeIncoming] slims incoming copies, so every store holds and
+// merges slim tombstones only. It reports whether it dropped anything.
+func Slim(r *Row) bool {
+	if r.Status != StatusDone && r.Status != StatusCancelled {
+		return false
+	}
+	if r.Payload == nil && r.ContentType == "" {
+		return false
+	}
+	r.Payload, r.ContentType = nil, ""
+	return true
+}
+
+// IsSlim reports whether r is a tombstone as [Slim] leaves it: done or
+// cancelled, with no payload and no content type.
+func IsSlim(r *Row) bool {
+	return (r.Status == StatusDone || r.Status == StatusCancelled) && r.Payload == nil && r.ContentType == ""
 }

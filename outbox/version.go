@@ -198,9 +198,10 @@ func earlier(a, b time.Time) time.Time {
 // delivering it here; its Version is kept, so a local claim at the same
 // Version still wins), Attempt 0 becomes 1, a zero CreatedAt becomes now
 // and a zero VisibleAfter becomes CreatedAt, FinishedAt is kept only on a
-// terminal row and set to now on one without it. Version is kept as sent
-// (zero from a node that sends none). Append applies the same defaults to
-// new rows.
+// terminal row and set to now on one without it, and a done or cancelled
+// copy is slimmed by [Slim] (a sender that keeps its tombstones' payloads
+// sends the same state). Version is kept as sent (zero from a node that
+// sends none). Append applies the same defaults to new rows.
 func NormalizeIncoming(r *Row, now time.Time) {
 	if r.Status == StatusClaimed {
 		r.Status = StatusPending
@@ -219,6 +220,7 @@ func NormalizeIncoming(r *Row, now time.Time) {
 		if r.FinishedAt.IsZero() {
 			r.FinishedAt = now
 		}
+		Slim(r)
 	} else {
 		r.FinishedAt = time.Time{}
 	}

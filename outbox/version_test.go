@@ -37,6 +37,7 @@ func genRow(t *rapid.T, label string) outbox.Row {
 	default:
 		r.Payload = []byte("body")
 	}
+	r.ContentType = rapid.SampledFrom([]string{"", "application/json"}).Draw(t, label+".content_type")
 	if st.Terminal() {
 		r.FinishedAt = t0.Add(time.Duration(rapid.IntRange(1, 2).Draw(t, label+".finished")) * time.Second)
 	}

@@ -3,7 +3,8 @@
 // node.Config, signals into a graceful stop, and the subcommands below.
 //
 // The subcommands are listed in commands() (fairshard --help prints them):
-// serve (the default), version, check, demo, load, target, probe, help.
+// serve (the default), version, check, compact, demo, load, target, probe,
+// help.
 // Every one answers --help with its usage and exit 0.
 //
 // Build it as a binary named fairshard: go build -o fairshard ./cmd/node
@@ -50,6 +51,8 @@ func commands() []command {
 			func(args, _ []string, stdout, stderr io.Writer) int { return versionCmd(args, stdout, stderr) }},
 		{"check", "[--shards N] [--digests] DATA_DIR", "verify a stopped node's data dir (indexes, counters, shard digests); exit 0 if consistent",
 			func(args, _ []string, stdout, stderr io.Writer) int { return check(args, stdout, stderr) }},
+		{"compact", "[--keep-original] DATA_DIR", "give a stopped node's freed disk space back: rewrite its data file compactly, verified before it replaces the original",
+			func(args, _ []string, stdout, stderr io.Writer) int { return compact(args, stdout, stderr) }},
 		{"demo", "[flags]", "run a local multi-node cluster with load, a live view and a summary",
 			func(args, _ []string, stdout, stderr io.Writer) int { return demoCmd(args, stdout, stderr) }},
 		{"load", "[flags]", "generate load against a running cluster and report",

@@ -483,6 +483,96 @@ func TestCheck(t *testing.T) {
 	}
 }
 
+// TestCompact: `fairshard compact DATA_DIR` shrinks a drained data file
+// and leaves a store that passes check with the same rows; a locked dir
+// (a running node) and a corrupt file exit 1 with a clear message and are
+// left as they were; bad usage exits 2.
+func TestCompact(t *testing.T) {
+	dir := newStoreFile(t)
+	path := filepath.Join(dir, node.DataFileName)
+	// Drain it: cancel all but one row and let their tombstones expire.
+	now := time.Now()
+	s, err := boltstore.Open(path, boltstore.Options{ShardCount: 1024, TombstoneRetention: time.Nanosecond,
+		DeadLetterRetention: time.Nanosecond, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < 200; i++ {
+		if _, err := s.Cancel(context.Background(), outbox.CancelParams{DispatchKey: fmt.Sprintf("k-%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now = now.Add(time.Second)
+	if n, err := s.ExpireTombstones(context.Background()); err != nil || n != 199 {
+		t.Fatalf("expired %d: %v", n, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Locked by a running node: refused, unchanged.
+	s, err = boltstore.Open(path, boltstore.Options{ShardCount: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, _ := os.ReadFile(path)
+	code, _, stderr := runCmd(t, nil, "compact", dir)
+	now2, _ := os.ReadFile(path)
+	_ = s.Close()
+	if code != 1 || !strings.Contains(stderr, "in use by another process (stop the node first)") {
+		t.Errorf("compact of a locked dir: exit %d, stderr %q", code, stderr)
+	}
+	if !bytes.Equal(held, now2) {
+		t.Error("compact changed a locked file")
+	}
+	wantClean(t, stderr)
+
+	code, stdout, stderr := runCmd(t, nil, "compact", dir)
+	if code != 0 || !strings.Contains(stdout, "compacted from") || !strings.Contains(stdout, "(1 rows, verified)") {
+		t.Fatalf("compact: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	after, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Size() >= before.Size() {
+		t.Errorf("compact left the file at %d bytes (was %d)", after.Size(), before.Size())
+	}
+	if code, stdout, stderr := runCmd(t, nil, "check", dir); code != 0 || !strings.Contains(stdout, "(1 rows in 1 shards") {
+		t.Errorf("check after compact: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if code, stdout, _ := runCmd(t, nil, "compact", "--keep-original", dir); code != 0 || !strings.Contains(stdout, ".orig") {
+		t.Errorf("compact --keep-original: exit %d, stdout %q", code, stdout)
+	}
+	if _, err := os.Stat(path + ".orig"); err != nil {
+		t.Errorf("--keep-original kept nothing: %v", err)
+	}
+
+	for _, args := range [][]string{{"compact"}, {"compact", "a", "b"}} {
+		if code, _, _ := runCmd(t, nil, args...); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+	code, _, stderr = runCmd(t, nil, "compact", filepath.Join(t.TempDir(), "missing"))
+	if code != 1 || !strings.Contains(stderr, "no such file") {
+		t.Errorf("compact of a missing dir: exit %d, stderr %q", code, stderr)
+	}
+	clobbered := newStoreFile(t)
+	clobber(t, filepath.Join(clobbered, node.DataFileName), 4*4096)
+	code, _, stderr = runCmd(t, nil, "compact", clobbered)
+	if code != 1 || !strings.Contains(stderr, "corrupt") {
+		t.Errorf("compact of a corrupt file: exit %d, stderr %q; want 1 saying corrupt", code, stderr)
+	}
+	wantClean(t, stderr)
+	if _, err := os.Stat(filepath.Join(clobbered, node.DataFileName+boltstore.CompactSuffix)); !os.IsNotExist(err) {
+		t.Errorf("a copy of the corrupt file was left: %v", err)
+	}
+}
+
 func writeFile(t *testing.T, path string, b []byte) {
 	t.Helper()
 	if err := os.WriteFile(path, b, 0o600); err != nil {

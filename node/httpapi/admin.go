@@ -349,73 +349,7 @@ func (a *API) handleRelease(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"workflow_id": r.PathValue("wf"), "held": false})
 }
 
-// ---- dead letters (fanned out to every member) ----
-
-func deadLetterPage(r *http.Request) (after string, limit int, err error) {
-	after = r.URL.Query().Get("after")
-	limit = 100
-	if s := r.URL.Query().Get("limit"); s != "" {
-		limit, err = strconv.Atoi(s)
-		if err != nil || limit < 1 || limit > maxDeadLetterPage {
-			return "", 0, fieldError("limit", "must be an integer from 1 to %d", maxDeadLetterPage)
-		}
-	}
-	return after, limit, nil
-}
-
-func (a *API) handleInternalDeadLetters(w http.ResponseWriter, r *http.Request) {
-	after, limit, err := deadLetterPage(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	rows, err := a.cfg.Store.ListDeadLetters(r.Context(), r.PathValue("ns"), after, limit)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, peer.DeadLettersResponse{Rows: peer.ViewsOf(rows, a.cfg.Self)})
-}
-
-// handleDeadLetters lists a namespace's dead letters across the cluster,
-// ordered by dispatch_key; "next" is the cursor for ?after=.
-func (a *API) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
-	ns, err := pathName(r, "ns")
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	after, limit, err := deadLetterPage(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	local, err := a.cfg.Store.ListDeadLetters(r.Context(), ns, after, limit)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	all := peer.ViewsOf(local, a.cfg.Self)
-	var mu sync.Mutex
-	q := url.Values{"after": {after}, "limit": {strconv.Itoa(limit)}}
-	unreachable := a.fanOut(r.Context(), func(ctx context.Context, m peerRef) error {
-		resp, err := a.cfg.Peers.DeadLetters(ctx, m.addr, ns, q)
-		if err != nil {
-			return err
-		}
-		mu.Lock()
-		all = append(all, resp.Rows...)
-		mu.Unlock()
-		return nil
-	})
-	slices.SortFunc(all, func(x, y peer.RowView) int { return strings.Compare(x.DispatchKey, y.DispatchKey) })
-	out := peer.DeadLettersResponse{Rows: all}
-	if len(all) >= limit {
-		out.Rows = all[:limit]
-		out.Next = out.Rows[limit-1].DispatchKey
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"rows": out.Rows, "next": out.Next, "unreachable_nodes": unreachable})
-}
+// ---- dead letters: deadletters.go; redrive (fanned out to every member) ----
 
 func (a *API) handleInternalRedrive(w http.ResponseWriter, r *http.Request) {
 	var req peer.RedriveRequest
@@ -482,12 +416,17 @@ const peerCallTimeout = 5 * time.Second
 // peerCallTimeout, and returns the names of the members whose call failed,
 // sorted.
 func (a *API) fanOut(ctx context.Context, fn func(ctx context.Context, m peerRef) error) []string {
+	return a.fanOutTo(ctx, a.peerMembers(), fn)
+}
+
+// fanOutTo is fanOut to the given members.
+func (a *API) fanOutTo(ctx context.Context, peers []peerRef, fn func(ctx context.Context, m peerRef) error) []string {
 	var (
 		mu          sync.Mutex
 		wg          sync.WaitGroup
 		unreachable = []string{} // JSON [] rather than null
 	)
-	for _, m := range a.peerMembers() {
+	for _, m := range peers {
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, peerCallTimeout)
 			defer cancel()

@@ -34,7 +34,10 @@ type Store interface {
 	// Merge stores a received transfer batch (outbox.Merge per row).
 	Merge(ctx context.Context, rows []outbox.Row) (outbox.MergeResult, error)
 	Get(ctx context.Context, dispatchKey string) (outbox.Row, error)
-	ListDeadLetters(ctx context.Context, namespace, afterKey string, limit int) ([]outbox.Row, error)
+	// ListDeadLetterPage reads one page of a namespace's dead letters,
+	// bounded in rows and bytes, with or without payloads
+	// (outbox.DeadLetterQuery).
+	ListDeadLetterPage(ctx context.Context, namespace string, q outbox.DeadLetterQuery) (outbox.DeadLetterPage, error)
 	Redrive(ctx context.Context, namespace string, keys []string, now time.Time) (int, error)
 	NamespaceStats(ctx context.Context) (map[string]outbox.NamespaceStats, error)
 	// ForeignShards lists the non-owned shards still holding rows here
@@ -88,6 +91,10 @@ type Config struct {
 	// Ready reports whether the node serves (GET /readyz answers 200);
 	// the API adds "not draining".
 	Ready func() bool
+	// StoreWritable, when set, is nil while the store can commit, else
+	// why it cannot (a failed commit or fsync, a full disk: issue #16
+	// items 3 and 10); /readyz names that cause while it is not ready.
+	StoreWritable func() error
 	// Gatherer is served on /metrics.
 	Gatherer prometheus.Gatherer
 	// Registerer receives the API's own metrics (nil: none).
@@ -197,7 +204,13 @@ func (a *API) routes() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !a.cfg.Ready() || a.Draining() {
-			writeError(w, &APIError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "not ready: starting, draining, not joined or not accepted by the cluster yet"})
+			msg := "not ready: starting, draining, not joined or not accepted by the cluster yet"
+			if a.cfg.StoreWritable != nil {
+				if err := a.cfg.StoreWritable(); err != nil {
+					msg = "not ready: the store cannot write: " + err.Error()
+				}
+			}
+			writeError(w, &APIError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: msg})
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})

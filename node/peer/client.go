@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/fairshard/fairshard/outbox"
@@ -125,11 +126,15 @@ func (c *Client) GetRow(ctx context.Context, apiAddr, key string) (RowView, erro
 	return v, err
 }
 
-// DeadLetters returns one page of the peer's dead letters of ns (query:
-// the page's after and limit).
-func (c *Client) DeadLetters(ctx context.Context, apiAddr, ns string, query url.Values) (DeadLettersResponse, error) {
-	var resp DeadLettersResponse
-	err := c.Call(ctx, http.MethodGet, apiAddr, PathDeadLetters(ns)+"?"+query.Encode(), nil, &resp)
+// DeadLetters returns the peer's part of a dead-letter page of ns (q: the
+// part's bounds, with or without payloads) with its rows as the peer
+// encoded them (peer.RowView JSON), so the asking node can pass them on
+// without decoding and encoding the payloads again. The answer is read
+// whole: its size is about q.MaxBytes (plus one row), not the peer's
+// dead letters.
+func (c *Client) DeadLetters(ctx context.Context, apiAddr, ns string, q DeadLetterQuery) (DeadLetterPart, error) {
+	var resp DeadLetterPart
+	err := c.Call(ctx, http.MethodGet, apiAddr, PathDeadLetters(ns)+"?"+q.Values().Encode(), nil, &resp)
 	return resp, err
 }
 
@@ -194,9 +199,38 @@ type RedriveResponse struct {
 	Redriven int `json:"redriven"`
 }
 
-// DeadLettersResponse is one page of a node's dead letters; Next is the
-// cursor for the next page.
+// DeadLetterQuery is one node's part of a dead-letter page as the internal
+// route takes it (?after=&through=&limit=&max_bytes=&include_payload=):
+// rows after After and not after Through (when set), at most Limit rows
+// and MaxBytes bytes (outbox.RowBytes; at least one row), with payloads
+// when WithPayload, else with payload_bytes.
+type DeadLetterQuery struct {
+	After, Through  string
+	Limit, MaxBytes int
+	WithPayload     bool
+}
+
+// Values is q as the route's query parameters.
+func (q DeadLetterQuery) Values() url.Values {
+	v := url.Values{"after": {q.After}, "limit": {strconv.Itoa(q.Limit)},
+		"max_bytes": {strconv.Itoa(q.MaxBytes)}, "include_payload": {strconv.FormatBool(q.WithPayload)}}
+	if q.Through != "" {
+		v.Set("through", q.Through)
+	}
+	return v
+}
+
+// DeadLettersResponse is one node's part of a dead-letter page, as the
+// internal route answers it: rows in dispatch_key order. More (absent from
+// nodes of earlier versions) says the node has dead letters after the last
+// row sent (and not after the query's Through).
 type DeadLettersResponse struct {
 	Rows []RowView `json:"rows"`
-	Next string    `json:"next,omitempty"`
+	More *bool     `json:"more,omitempty"`
+}
+
+// DeadLetterPart is DeadLettersResponse with its rows left encoded.
+type DeadLetterPart struct {
+	Rows []json.RawMessage `json:"rows"`
+	More *bool             `json:"more,omitempty"`
 }

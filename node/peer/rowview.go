@@ -10,13 +10,16 @@ import (
 // and as nodes send rows to each other (forwarded appends, handoff).
 // Payload travels base64-encoded (encoding/json's []byte form).
 type RowView struct {
-	DispatchKey  string        `json:"dispatch_key"`
-	WorkflowID   string        `json:"workflow_id,omitempty"`
-	Ordinal      uint64        `json:"ordinal"`
-	Namespace    string        `json:"namespace"`
-	TaskQueue    string        `json:"task_queue"`
-	ActivityType string        `json:"activity_type,omitempty"`
-	Payload      []byte        `json:"payload_base64,omitempty"`
+	DispatchKey  string `json:"dispatch_key"`
+	WorkflowID   string `json:"workflow_id,omitempty"`
+	Ordinal      uint64 `json:"ordinal"`
+	Namespace    string `json:"namespace"`
+	TaskQueue    string `json:"task_queue"`
+	ActivityType string `json:"activity_type,omitempty"`
+	Payload      []byte `json:"payload_base64,omitempty"`
+	// PayloadBytes is the payload's size where the payload is left out (a
+	// dead-letter page with include_payload=false).
+	PayloadBytes int           `json:"payload_bytes,omitempty"`
 	ContentType  string        `json:"content_type,omitempty"`
 	Status       outbox.Status `json:"status"`
 	Attempt      uint32        `json:"attempt"`

@@ -39,6 +39,51 @@ func (s *Store) ListDeadLetters(ctx context.Context, namespace, afterKey string,
 	return out, nil
 }
 
+// ListDeadLetterPage returns one page of the failed rows of namespace
+// (any shard) after q.After (and not after q.Through, when set), in
+// dispatch_key order, bounded by q.Limit rows and q.MaxBytes bytes
+// (outbox.RowBytes; at least one row), with or without their payloads
+// (outbox.DeadLetterQuery); More says rows were left out by the bounds.
+func (s *Store) ListDeadLetterPage(ctx context.Context, namespace string, q outbox.DeadLetterQuery) (outbox.DeadLetterPage, error) {
+	if err := s.lock(ctx); err != nil {
+		return outbox.DeadLetterPage{}, err
+	}
+	defer s.mu.Unlock()
+	var page outbox.DeadLetterPage
+	if q.Limit <= 0 {
+		return page, nil
+	}
+	var keys []string
+	for _, r := range s.rows {
+		if r.Namespace == namespace && r.Status == outbox.StatusFailed && r.DispatchKey > q.After &&
+			(q.Through == "" || r.DispatchKey <= q.Through) {
+			keys = append(keys, r.DispatchKey)
+		}
+	}
+	slices.Sort(keys)
+	size := 0
+	for _, k := range keys {
+		if len(page.Rows) >= q.Limit {
+			page.More = true
+			break
+		}
+		r := s.rows[k].Clone()
+		payloadLen := len(r.Payload)
+		if q.WithoutPayload {
+			r.Payload = nil
+		}
+		n := outbox.RowBytes(&r)
+		if q.MaxBytes > 0 && len(page.Rows) > 0 && size+n > q.MaxBytes {
+			page.More = true
+			break
+		}
+		size += n
+		page.Rows = append(page.Rows, r)
+		page.PayloadBytes = append(page.PayloadBytes, payloadLen)
+	}
+	return page, nil
+}
+
 // NamespaceStats returns the row counts of every namespace holding rows
 // here, all shards (owned or not); OldestPending counts pending rows not in
 // transfer.

@@ -15,6 +15,7 @@ import (
 // fails the suite.
 type AdminReader interface {
 	ListDeadLetters(ctx context.Context, namespace, afterKey string, limit int) ([]outbox.Row, error)
+	ListDeadLetterPage(ctx context.Context, namespace string, q outbox.DeadLetterQuery) (outbox.DeadLetterPage, error)
 	NamespaceStats(ctx context.Context) (map[string]outbox.NamespaceStats, error)
 	CountClaimedHeld(ctx context.Context, namespaces []string) (map[string]int, error)
 }
@@ -42,7 +43,7 @@ func failRows(t *testing.T, s outbox.Store, keys ...string) {
 }
 
 func testDeadLetterPages(t *testing.T, s outbox.Store) {
-	a := need[AdminReader](t, s, "ListDeadLetters, NamespaceStats, CountClaimedHeld (a node's admin reads)")
+	a := need[AdminReader](t, s, "ListDeadLetters, ListDeadLetterPage, NamespaceStats, CountClaimedHeld (a node's admin reads)")
 	mustAppend(t, s, Row("a", "ns", "q"), Row("b", "ns", "q"), Row("c", "ns", "r"), Row("d", "ns", "q"), Row("x", "other", "q"))
 	claimAll(t, s)
 	failRows(t, s, "d", "b", "c", "x")
@@ -65,8 +66,52 @@ func testDeadLetterPages(t *testing.T, s outbox.Store) {
 	}
 }
 
+// testDeadLetterBudget: ListDeadLetterPage bounds a page by rows and by
+// bytes (outbox.RowBytes, at least one row), ends it at Through, leaves
+// payloads out on request while still giving their sizes, and says
+// whether rows were left out (More).
+func testDeadLetterBudget(t *testing.T, s outbox.Store) {
+	a := need[AdminReader](t, s, "ListDeadLetters, ListDeadLetterPage, NamespaceStats, CountClaimedHeld (a node's admin reads)")
+	mustAppend(t, s, Row("a", "ns", "q"), Row("b", "ns", "q"), Row("c", "ns", "r"), Row("d", "ns", "q"), Row("x", "other", "q"))
+	claimAll(t, s)
+	failRows(t, s, "d", "b", "c", "x")
+	page := func(what string, q outbox.DeadLetterQuery, more bool, want ...string) outbox.DeadLetterPage {
+		t.Helper()
+		p, err := a.ListDeadLetterPage(ctx, "ns", q)
+		if err != nil {
+			t.Fatalf("%s: ListDeadLetterPage(%+v): %v", what, q, err)
+		}
+		wantKeys(t, what, p.Rows, want...)
+		if p.More != more || len(p.PayloadBytes) != len(p.Rows) {
+			t.Fatalf("%s: More %v (want %v), %d payload sizes for %d rows", what, p.More, more, len(p.PayloadBytes), len(p.Rows))
+		}
+		for i, r := range p.Rows {
+			if want := len(Row(r.DispatchKey, "", "").Payload); p.PayloadBytes[i] != want {
+				t.Fatalf("%s: payload size of %q: %d, want %d", what, r.DispatchKey, p.PayloadBytes[i], want)
+			}
+			if q.WithoutPayload != (r.Payload == nil) {
+				t.Fatalf("%s: row %q payload %q (WithoutPayload %v)", what, r.DispatchKey, r.Payload, q.WithoutPayload)
+			}
+		}
+		return p
+	}
+	all := page("every row", outbox.DeadLetterQuery{Limit: 10}, false, "b", "c", "d")
+	one := outbox.RowBytes(&all.Rows[0])
+	page("limit", outbox.DeadLetterQuery{Limit: 2}, true, "b", "c")
+	page("limit 0", outbox.DeadLetterQuery{Limit: 0}, false)
+	page("a budget below one row", outbox.DeadLetterQuery{Limit: 10, MaxBytes: 1}, true, "b")
+	page("a budget of two rows", outbox.DeadLetterQuery{Limit: 10, MaxBytes: 2*one + 1}, true, "b", "c")
+	slim := one - all.PayloadBytes[0]
+	page("without payloads, the budget counts rows without them", outbox.DeadLetterQuery{Limit: 10, MaxBytes: 3 * slim, WithoutPayload: true}, false, "b", "c", "d")
+	page("the same budget with payloads", outbox.DeadLetterQuery{Limit: 10, MaxBytes: 3 * slim}, true, "b", "c")
+	page("through", outbox.DeadLetterQuery{Through: "c", Limit: 10}, false, "b", "c")
+	page("through, cut by limit", outbox.DeadLetterQuery{Through: "c", Limit: 1}, true, "b")
+	page("after and through", outbox.DeadLetterQuery{After: "b", Through: "c", Limit: 10}, false, "c")
+	page("after the last", outbox.DeadLetterQuery{After: "d", Limit: 10}, false)
+}
+
 func testNamespaceStats(t *testing.T, s outbox.Store) {
-	a := need[AdminReader](t, s, "ListDeadLetters, NamespaceStats, CountClaimedHeld (a node's admin reads)")
+	a := need[AdminReader](t, s, "ListDeadLetters, ListDeadLetterPage, NamespaceStats, CountClaimedHeld (a node's admin reads)")
 	mustAppend(t, s, Row("claimed", "ns", "q"), Row("done", "ns", "q"), Row("dead", "ns", "q"))
 	claimAll(t, s)
 	late := Row("late", "ns", "q")
@@ -98,7 +143,7 @@ func testNamespaceStats(t *testing.T, s outbox.Store) {
 }
 
 func testCountClaimedHeld(t *testing.T, s outbox.Store) {
-	a := need[AdminReader](t, s, "ListDeadLetters, NamespaceStats, CountClaimedHeld (a node's admin reads)")
+	a := need[AdminReader](t, s, "ListDeadLetters, ListDeadLetterPage, NamespaceStats, CountClaimedHeld (a node's admin reads)")
 	mustAppend(t, s, Row("a", "ns", "q"), Row("b", "ns", "q"))
 	claimAll(t, s)
 	mustAppend(t, s, Row("c", "ns", "q"))

@@ -134,11 +134,13 @@ func RunStoreSuite(t *testing.T, newStore func(t *testing.T) outbox.Store) {
 		{"OwnedShardScoping", testOwnedShards},
 		{"MergeIncomingCopies", testMergeIncoming},
 		{"MergeRedriveBeatsStaleDeadLetter", testMergeRedrive},
+		{"TombstonesAreSlim", testSlimTombstones},
 		{"ShardReadPagesMarksAndTokens", testShardRead},
 		{"ShardReadsShareOneBudget", testShardReads},
 		{"ShardDigestsFollowEveryChange", testDigests},
 		// What a node reads and keeps beside the contract (node.go).
 		{"DeadLetterPages", testDeadLetterPages},
+		{"DeadLetterPageBudget", testDeadLetterBudget},
 		{"NamespaceStatsCoverEveryShard", testNamespaceStats},
 		{"CountClaimedHeldIgnoresOwnership", testCountClaimedHeld},
 		{"ConfigEntries", testConfigEntries},
@@ -944,6 +946,87 @@ func testMergeIncoming(t *testing.T, s outbox.Store) {
 	}
 	if _, err := s.Get(ctx, "good"); !errors.Is(err, outbox.ErrNotFound) {
 		t.Fatalf("part of a rejected merge was stored: %v", err)
+	}
+}
+
+// testSlimTombstones: done and cancelled rows are stored slim (no payload,
+// no content type; outbox.Slim) and still dedupe appends and answer Get
+// with their identity, status, times, attempts and last error; a dead
+// letter keeps its payload and a redrive delivers it; a full copy of a
+// tombstone merged in is stored slim; a slim tombstone merged over a full
+// live copy wins; and slimming never changes a shard digest.
+func testSlimTombstones(t *testing.T, s outbox.Store) {
+	m := need[Merger](t, s, "Merge (incoming copies)")
+	d := need[Digester](t, s, "ShardDigest")
+	mustAppend(t, s, Row("done", "ns", "q"), Row("dead", "ns", "q"), Row("gone", "ns", "q"), Row("live", "ns", "q"))
+	claims := map[string]outbox.Version{}
+	for _, r := range mustClaim(t, s, outbox.ClaimParams{Limit: 2, Now: T0}) { // dead, done
+		claims[r.DispatchKey] = r.Version
+	}
+	fin := T0.Add(time.Second)
+	must(t, s.Complete(ctx, outbox.CompleteParams{DispatchKey: "done", Claim: claims["done"], Now: fin}))
+	must(t, s.Fail(ctx, outbox.FailParams{DispatchKey: "dead", Claim: claims["dead"], LastError: "400", Now: fin}))
+	if ok, err := s.Cancel(ctx, outbox.CancelParams{DispatchKey: "gone", Reason: "operator", Now: fin}); err != nil || !ok {
+		t.Fatalf("cancel: %v %v", ok, err)
+	}
+	for _, k := range []string{"done", "gone"} {
+		r := mustGet(t, s, k)
+		want := Row(k, "ns", "q")
+		if !outbox.IsSlim(&r) {
+			t.Fatalf("%s row %q kept its payload: %q (%q)", r.Status, k, r.Payload, r.ContentType)
+		}
+		if r.WorkflowID != want.WorkflowID || r.Ordinal != want.Ordinal || r.Namespace != "ns" || r.TaskQueue != "q" ||
+			r.ActivityType != want.ActivityType || r.Attempt != 1 || !r.FinishedAt.Equal(fin) || !r.CreatedAt.Equal(T0) {
+			t.Fatalf("tombstone %q lost what the row lookup shows: %+v", k, r)
+		}
+	}
+	if r := mustGet(t, s, "gone"); r.LastError != "operator" {
+		t.Fatalf("cancel reason %q", r.LastError)
+	}
+	if out := mustAppend(t, s, Row("done", "ns", "q"), Row("gone", "ns", "q")); out[0] != outbox.AppendDuplicate || out[1] != outbox.AppendDuplicate {
+		t.Fatalf("append over slim tombstones: %v", out)
+	}
+	dead := wantStatus(t, s, "dead", outbox.StatusFailed)
+	if want := Row("dead", "ns", "q"); string(dead.Payload) != string(want.Payload) || dead.ContentType != want.ContentType {
+		t.Fatalf("dead letter lost its payload: %q %q", dead.Payload, dead.ContentType)
+	}
+
+	// A full copy of the tombstone (a node that kept its payload) changes
+	// nothing, and the digest is the one of the slim row.
+	shard := shards.ShardOf("done", need[ShardReader](t, s, "ShardCount").ShardCount())
+	before, err := d.ShardDigest(ctx, shard)
+	must(t, err)
+	full := mustGet(t, s, "done")
+	full.Payload, full.ContentType = []byte(`{"k":"done"}`), "application/json"
+	if res := mustMerge(t, m, full); res.Skipped != 1 {
+		t.Fatalf("merge of a full copy of a stored tombstone: %+v, want skipped", res)
+	}
+	if r := mustGet(t, s, "done"); !outbox.IsSlim(&r) {
+		t.Fatalf("merge stored the full copy: %+v", r)
+	}
+	if after, err := d.ShardDigest(ctx, shard); err != nil || after != before {
+		t.Fatalf("digest %+v → %+v (%v)", before, after, err)
+	}
+	// A full tombstone arriving over a live row is stored slim; a slim
+	// tombstone beats the full live copy of its generation.
+	tomb := mustGet(t, s, "live")
+	tomb.Status, tomb.FinishedAt, tomb.Version = outbox.StatusDone, fin, outbox.Version{Seq: 2}
+	if res := mustMerge(t, m, tomb); res.Updated != 1 {
+		t.Fatalf("merge of a full tombstone over a live row: %+v", res)
+	}
+	if r := wantStatus(t, s, "live", outbox.StatusDone); !outbox.IsSlim(&r) || r.Version != tomb.Version {
+		t.Fatalf("stored tombstone: %+v", r)
+	}
+	// Redriving the dead letter delivers its payload.
+	rd := need[interface {
+		Redrive(ctx context.Context, namespace string, keys []string, now time.Time) (int, error)
+	}](t, s, "Redrive")
+	if n, err := rd.Redrive(ctx, "ns", []string{"dead"}, fin); err != nil || n != 1 {
+		t.Fatalf("redrive: %d %v", n, err)
+	}
+	got := mustClaim(t, s, outbox.ClaimParams{Limit: 5, Now: fin})
+	if len(got) != 1 || got[0].DispatchKey != "dead" || string(got[0].Payload) != `{"k":"dead"}` {
+		t.Fatalf("claim after redrive: %+v", got)
 	}
 }
 

@@ -13,8 +13,8 @@
 //     developer had before is put back at the end.
 //   - The scenario (compose_test.go), with the commands a user types:
 //     `docker compose up -d --no-build --scale node=N node target` for N =
-//     3, 5, 5 again after a `docker kill`, then 2, and `docker compose down
-//     -v`. Traffic from the test goes only to published ports on 127.0.0.1;
+//     3, 5, 2, then 2 again after a `docker kill` of one replica, and
+//     `docker compose --profile demo down -v` (exit 0, every node exits 0). Traffic from the test goes only to published ports on 127.0.0.1;
 //     the replicas talk to each other and to the target on the compose
 //     network.
 //   - Secrets: every run generates an API token and a gossip key and hands

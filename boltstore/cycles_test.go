@@ -1,0 +1,150 @@
+package boltstore
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/fairshard/fairshard/outbox"
+)
+
+// fillAndDrain (issue #16's reproducer at the store) appends n rows of about payloadBytes (16 producers × 100-row
+// batches, 4 task queues) while a claimer takes 256 visible rows per sweep
+// and 64 deliverers complete them one by one, as a node with default flags
+// does; it returns once every row is done.
+func fillAndDrain(t testing.TB, s *Store, b *testBundle, cycle, n, payloadBytes int) {
+	t.Helper()
+	pad := strings.Repeat("x", max(payloadBytes-40, 0))
+	const producers, batch, deliverers = 16, 100, 64
+	work := make(chan outbox.Row, 256)
+	var wg, dwg sync.WaitGroup
+	errs := make(chan error, producers+deliverers+1)
+	for range deliverers {
+		dwg.Go(func() {
+			for r := range work {
+				if err := s.Complete(ctx, outbox.CompleteParams{DispatchKey: r.DispatchKey, Claim: r.Version, Now: b.clock.Now()}); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	per := n / producers
+	for p := range producers {
+		wg.Go(func() {
+			for i := 0; i < per; i += batch {
+				rows := make([]outbox.Row, 0, batch)
+				for j := i; j < min(i+batch, per); j++ {
+					k := fmt.Sprintf("load-c%d-%d", cycle, p*per+j)
+					rows = append(rows, outbox.Row{DispatchKey: k, Namespace: fmt.Sprintf("c%d", cycle),
+						TaskQueue: fmt.Sprintf("q%d", j%4), ContentType: "application/json",
+						Payload: []byte(fmt.Sprintf(`{"t":%d,"pad":%q}`, 1769000000000000000+int64(j), pad))})
+				}
+				if _, err := s.Append(ctx, rows); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	claimed := 0
+	for claimed < per*producers {
+		rows, err := s.Claim(ctx, outbox.ClaimParams{Limit: 256, Now: b.clock.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rows {
+			work <- r
+		}
+		claimed += len(rows)
+		select {
+		case err := <-errs:
+			t.Fatal(err)
+		default:
+		}
+	}
+	close(work)
+	wg.Wait()
+	dwg.Wait()
+	select {
+	case err := <-errs:
+		t.Fatal(err)
+	default:
+	}
+}
+
+// highWater is the bytes the file uses: bbolt's high-water page id × page
+// size. The file itself grows in AllocSize steps (16 MiB), so its size
+// moves in steps; this does not.
+func highWater(t testing.TB, s *Store) int64 {
+	t.Helper()
+	var n int64
+	must(t, s.db.View(func(tx *bolt.Tx) error { n = tx.Size(); return nil }))
+	return n
+}
+
+// TestTombstonesGiveBackTheirPages fills and drains the store three times
+// (20,000 rows of ~200-byte payloads each, appended by 16 producers while
+// a claimer and 64 deliverers complete them, tombstone retention far
+// longer than the test) and asserts that every cycle after the first grows
+// the file's high-water mark by at most 400 bytes per row: what the slim
+// tombstones (row, byshard and tombstone-index entries) take. Before
+// finished rows were slimmed, a done row kept its payload and its half-empty
+// leaf: about 700 bytes per row and cycle. Done rows answer Get without
+// their payload.
+func TestTombstonesGiveBackTheirPages(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fill-and-drain cycles skipped under -short")
+	}
+	t.Parallel()
+	const rows, perRow = 20_000, 400
+	s, b := newTestStore(t, func(o *Options) { o.ShardCount = 1024 })
+	var hw []int64
+	for c := 1; c <= 3; c++ {
+		fillAndDrain(t, s, b, c, rows, 200)
+		hw = append(hw, highWater(t, s))
+		t.Logf("cycle %d: high water %.1f MiB (%.2fx the first)", c, float64(hw[c-1])/(1<<20), float64(hw[c-1])/float64(hw[0]))
+	}
+	for c := 1; c < len(hw); c++ {
+		if grew := hw[c] - hw[c-1]; grew > perRow*rows {
+			t.Errorf("cycle %d grew the file's high water by %d bytes, %d per row (want ≤ %d): finished rows keep pages they no longer need",
+				c+1, grew, grew/rows, perRow)
+		}
+	}
+	st, err := s.NamespaceStats(ctx)
+	must(t, err)
+	for ns, v := range st {
+		if v.Done != rows || v.Pending+v.Claimed != 0 {
+			t.Fatalf("namespace %s: %+v, want %d done", ns, v, rows)
+		}
+	}
+	if r := mustGet(t, s, "load-c2-123"); r.Status != outbox.StatusDone || r.Payload != nil || r.ContentType != "" {
+		t.Fatalf("done row: %s, payload %d bytes, content type %q", r.Status, len(r.Payload), r.ContentType)
+	}
+}
+
+// BenchmarkFillAndDrainFileSize is issue #16's reproducer at the store:
+// three cycles of 100,000 rows of ~200-byte payloads appended and fully
+// delivered (tombstones kept: the default 24 h retention). One op = the
+// three cycles; run it with -benchtime 1x. It reports the file size and the
+// high-water mark after the first and the third cycle, in MiB.
+func BenchmarkFillAndDrainFileSize(b *testing.B) {
+	for range b.N {
+		s, tb := newTestStore(b, func(o *Options) { o.ShardCount = 1024 })
+		var size, hw [3]float64
+		for c := range 3 {
+			fillAndDrain(b, s, tb, c+1, 100_000, 200)
+			fi, err := os.Stat(tb.path)
+			must(b, err)
+			size[c], hw[c] = float64(fi.Size())/(1<<20), float64(highWater(b, s))/(1<<20)
+		}
+		b.ReportMetric(size[0], "file1-MiB")
+		b.ReportMetric(size[2], "file3-MiB")
+		b.ReportMetric(hw[0], "hw1-MiB")
+		b.ReportMetric(hw[2], "hw3-MiB")
+		b.ReportMetric(hw[2]/hw[0], "hw3/hw1")
+	}
+}
