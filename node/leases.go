@@ -39,10 +39,14 @@ type leaseConfig struct {
 	Ownership func() *cluster.OwnershipSnapshot
 	// Terms gives when this node became primary of a shard under its
 	// applied view (zero: it is not).
-	Terms    func(shard uint32) time.Time
-	Store    leaseStore
-	Eligible func(outbox.ClaimScope) bool
-	Peers    *peer.Client
+	Terms func(shard uint32) time.Time
+	// LatestTerm returns the latest term start among the shards this
+	// node owns (zero: none); its terms learn until that + the learning
+	// period.
+	LatestTerm func() time.Time
+	Store      leaseStore
+	Eligible   func(outbox.ClaimScope) bool
+	Peers      *peer.Client
 	// Wake asks the dispatcher for a sweep (a grant grew).
 	Wake       func()
 	Registerer prometheus.Registerer
@@ -316,6 +320,15 @@ func (l *leaseService) CoordinatorStatus(ns string) (lease.NamespaceStatus, bool
 	until := since.Add(l.coord.Config().LearningPeriod)
 	return lease.NamespaceStatus{Namespace: ns, Since: since, Learning: now.Before(until), LearningUntil: until,
 		Nodes: []lease.NodeStatus{}}, true
+}
+
+// Learning implements httpapi.Leases: whether a coordinator term of this
+// node (a shard it became primary of) is still in its learning period.
+func (l *leaseService) Learning() bool {
+	if l.cfg.LatestTerm == nil {
+		return false
+	}
+	return time.Now().Before(l.cfg.LatestTerm().Add(l.coord.Config().LearningPeriod))
 }
 
 // NodeLease implements httpapi.Leases: this node's side of ns's lease.

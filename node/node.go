@@ -257,7 +257,7 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 	policies := n.settings.Policies()
 	n.leases, err = newLeaseService(leaseConfig{
 		Self: n.name, ShardCount: cfg.Shards, LeaseLength: cfg.LeaseLength, Refresh: cfg.LeaseRefresh,
-		Drain: cfg.DeliveryTimeout, Policies: policies, Ownership: n.ownership, Terms: n.termStart,
+		Drain: cfg.DeliveryTimeout, Policies: policies, Ownership: n.ownership, Terms: n.termStart, LatestTerm: n.latestTerm,
 		Store: store, Eligible: func(r outbox.ClaimScope) bool { return n.disp.Eligible(r) }, Peers: n.peers,
 		Wake: func() { n.disp.Wake() }, Registerer: reg, Logger: log,
 	})
@@ -554,6 +554,22 @@ func (n *Node) updateTerms(s *cluster.OwnershipSnapshot) {
 		}
 	}
 	n.terms.Store(&terms)
+}
+
+// latestTerm returns the latest term start among the shards this node is
+// primary of (zero: none).
+func (n *Node) latestTerm() time.Time {
+	p := n.terms.Load()
+	if p == nil {
+		return time.Time{}
+	}
+	var latest time.Time
+	for _, t := range *p {
+		if t.After(latest) {
+			latest = t
+		}
+	}
+	return latest
 }
 
 // termStart returns when this node became primary of shard under its

@@ -477,7 +477,7 @@ func (a *API) handleCluster(w http.ResponseWriter, r *http.Request) {
 	// release) are still listed: their rows are here until the owner acks.
 	foreign, _ := a.cfg.Store.ForeignShards(r.Context())
 	pending := len(foreign)
-	writeJSON(w, http.StatusOK, map[string]any{
+	out := map[string]any{
 		"node":              a.cfg.Self,
 		"accepted":          snap.Accepted,
 		"shard_count":       snap.ShardCount,
@@ -486,7 +486,11 @@ func (a *API) handleCluster(w http.ResponseWriter, r *http.Request) {
 		"handoff": map[string]any{
 			"shards_pending": pending,
 		},
-	})
+	}
+	if a.cfg.Leases != nil {
+		out["leases_learning"] = a.cfg.Leases.Learning()
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (a *API) handleShards(w http.ResponseWriter, _ *http.Request) {

@@ -21,6 +21,10 @@ type Leases interface {
 	CoordinatorStatus(ns string) (lease.NamespaceStatus, bool)
 	// NodeLease is this node's side of ns's lease.
 	NodeLease(ns string) NodeLease
+	// Learning reports whether this node coordinates a shard whose
+	// coordinator term is still in its learning period (it grants nothing
+	// new for those namespaces yet): GET /v1/cluster's leases_learning.
+	Learning() bool
 }
 
 // NodeLease is this node's side of a namespace's capacity lease, as GET
