@@ -94,6 +94,15 @@ func newLeaseService(cfg leaseConfig) (*leaseService, error) {
 		},
 		// Epoch stays 0 (the check off): the applied view's epochs are
 		// per node, not comparable across nodes (docs/DECISIONS.md).
+		Members: func() int {
+			n := 0
+			for _, m := range cfg.Ownership().Members {
+				if m.State == cluster.MemberActive {
+					n++
+				}
+			}
+			return n
+		},
 	})
 	if err != nil {
 		return nil, err

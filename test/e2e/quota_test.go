@@ -305,7 +305,13 @@ func TestExactQuotaCoordinatorChanges(t *testing.T) {
 	c.setNamespace(ns, map[string]any{"max_in_flight": q})
 	maxGap := quotaLeaseLen + 2*time.Second
 
-	phase := func(name, ns string, event func(coordinator *proc) string) {
+	// phase runs ns's rows through event. When the coordinator goes away
+	// (gone), it also measures new demand: right after the event, rows of
+	// a namespace that coordinator coordinated and that no node had rows
+	// of yet; their first delivery waits for the successor to see the
+	// change (failure detection, or the leave's gossip) and learn for a
+	// lease (DECISIONS.md "Expected stall per failover case").
+	phase := func(name, ns string, gone bool, event func(coordinator *proc) string) {
 		t.Helper()
 		c.waitLearned(ns)
 		v, err := c.leaseView(c.members()[0], ns)
@@ -332,6 +338,15 @@ func TestExactQuotaCoordinatorChanges(t *testing.T) {
 				via = append(via, p)
 			}
 		}
+		fresh := ""
+		if gone {
+			for i := 0; fresh == ""; i++ {
+				if cand := fmt.Sprintf("xc-fresh-%s-%d", name, i); table[shards.ShardOf(cand, quotaShards)] == coord.name {
+					fresh = cand
+				}
+			}
+			c.setNamespace(fresh, map[string]any{"max_in_flight": q})
+		}
 		recv := c.resetReceiver()
 		d := &drain{ns: ns, rows: rows, start: time.Now()}
 		c.appendKeys(via, ns, keys)
@@ -345,6 +360,22 @@ func TestExactQuotaCoordinatorChanges(t *testing.T) {
 		})
 		at := time.Now()
 		what := event(coord)
+		if gone {
+			c.appendKeys(via, fresh, keysOn(fresh, 20, table, func(o string) bool { return o != coord.name }))
+			eventually(t, 30*time.Second, "the first row of "+fresh, func() (bool, string) {
+				for _, r := range recv.Namespaces() {
+					if r.Namespace == fresh && r.Delivered > 0 {
+						return true, ""
+					}
+				}
+				return false, "none delivered"
+			})
+			waited := time.Since(at)
+			t.Logf("%s: new demand for %s (coordinated by %s) got its first delivery %v after the event", name, fresh, coord.name, waited.Round(time.Millisecond))
+			if bound := deadline(quotaLeaseLen + 3*time.Second); waited > bound {
+				t.Errorf("%s: new demand waited %v, above lease length + failure detection + slack %v", name, waited, bound)
+			}
+		}
 		c.watchDrains(60*time.Second, d)
 		t.Logf("%s (%s at +%v): max in flight %d, longest pause in deliveries %v (ended %v after the event), all %d rows in %v",
 			name, what, at.Sub(d.start).Round(time.Millisecond), d.maxInFly, d.maxGap.Round(time.Millisecond),
@@ -357,13 +388,13 @@ func TestExactQuotaCoordinatorChanges(t *testing.T) {
 		}
 	}
 
-	phase("kill", ns, func(coord *proc) string {
+	phase("kill", ns, true, func(coord *proc) string {
 		coord.kill()
 		return "SIGKILL of coordinator " + coord.name
 	})
 	c.waitConverged(30 * time.Second)
 
-	phase("leave", ns, func(coord *proc) string {
+	phase("leave", ns, true, func(coord *proc) string {
 		if code := coord.stop(t, 30*time.Second); code != 0 {
 			t.Errorf("graceful stop of %s exited %d", coord.name, code)
 		}
@@ -384,7 +415,7 @@ func TestExactQuotaCoordinatorChanges(t *testing.T) {
 		}
 	}
 	c.setNamespace(joinNS, map[string]any{"max_in_flight": q})
-	phase("join", joinNS, func(*proc) string {
+	phase("join", joinNS, false, func(*proc) string {
 		c.startNode("xc-new")
 		return "join of xc-new, the new coordinator of " + joinNS
 	})
