@@ -67,8 +67,8 @@ var namespaces = []struct {
 
 // Summary is what the demo measured.
 type Summary struct {
-	Appended       int64
-	Delivered      int
+	Appended  int64
+	Delivered int
 	// Pending counts appended rows not delivered when the demo ended that
 	// the cluster still holds, pending or in delivery (a namespace held at
 	// its quota drains after the demo); Lost counts the ones it does not.
