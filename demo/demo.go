@@ -7,6 +7,7 @@ package demo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -71,7 +72,8 @@ type Summary struct {
 	Delivered int
 	// Pending counts appended rows not delivered when the demo ended that
 	// the cluster still holds, pending or in delivery (a namespace held at
-	// its quota drains after the demo); Lost counts the ones it does not.
+	// its quota drains after the demo), or delivered since; Lost counts
+	// the ones it does not.
 	Pending        int
 	Lost           int
 	DeliveredTwice int
@@ -494,8 +496,11 @@ func (d *demoRun) summarize(rep loadgen.Report, appended *sync.Map) Summary {
 }
 
 // classify looks the undelivered keys up through a live node (16 at a
-// time): a row the cluster holds pending or claimed is still pending;
-// anything else (not found, or finished without a delivery) is lost.
+// time, each lookup tried up to 3 times with a 10 s timeout): a row the
+// cluster holds pending or claimed, or that was delivered since the tally
+// (done), is still pending; anything else (not found, a dead letter, or no
+// answer) is lost, and the first few are printed with what the cluster
+// said.
 func (d *demoRun) classify(keys []string) (pending, lost int) {
 	live := d.live()
 	if len(live) == 0 {
@@ -510,15 +515,30 @@ func (d *demoRun) classify(keys []string) (pending, lost int) {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			ctx, cancel := context.WithTimeout(context.Background(), viewTimeout)
-			defer cancel()
-			r, err := c.Get(ctx, k)
+			var r *client.RowInfo
+			var err error
+			for try := 0; try < 3; try++ {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				r, err = c.Get(ctx, k)
+				cancel()
+				if err == nil || errors.Is(err, client.ErrNotFound) {
+					break
+				}
+			}
 			mu.Lock()
 			defer mu.Unlock()
-			if err == nil && (r.Status == client.StatusPending || r.Status == client.StatusClaimed) {
+			// done: delivered (a 2xx) after the receiver's tally was read.
+			if err == nil && (r.Status == client.StatusPending || r.Status == client.StatusClaimed || r.Status == client.StatusDone) {
 				pending++
-			} else {
-				lost++
+				return
+			}
+			lost++
+			if lost <= 5 {
+				what := fmt.Sprint(err)
+				if err == nil {
+					what = fmt.Sprintf("status %s, attempt %d", r.Status, r.Attempt)
+				}
+				d.event("not delivered: %s: %s", k, what)
 			}
 		}()
 	}
@@ -559,7 +579,7 @@ func (d *demoRun) printSummary(s Summary) {
 	fmt.Fprintf(out, "appended        %d\n", s.Appended)
 	fmt.Fprintf(out, "delivered       %d (distinct dispatch_keys)\n", s.Delivered)
 	if s.Pending > 0 {
-		fmt.Fprintf(out, "still pending   %d (held in the cluster at their quota; delivered after the demo)\n", s.Pending)
+		fmt.Fprintf(out, "still pending   %d (held in the cluster at their quota: delivered after the demo's end)\n", s.Pending)
 	}
 	fmt.Fprintf(out, "lost            %d\n", s.Lost)
 	fmt.Fprintf(out, "delivered twice %d\n", s.DeliveredTwice)
