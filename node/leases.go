@@ -280,10 +280,13 @@ func (l *leaseService) refresh(ctx context.Context) {
 	}
 }
 
-// leaseCallTimeout bounds one lease call: a stuck peer must not hold up
-// the refresh of the others' namespaces for long.
+// leaseCallTimeout bounds one lease call: half a lease (at least 1 s). A
+// slow answer is still worth having while the grant it renews has not
+// expired; a refresh waits for all its calls, so a stuck coordinator
+// delays the others' renewals by at most half a lease, and their grants
+// (counted from the send) still have the other half.
 func (l *leaseService) leaseCallTimeout() time.Duration {
-	return max(time.Second, 4*l.cfg.Refresh)
+	return max(time.Second, l.cfg.LeaseLength/2)
 }
 
 // transport makes one lease call: this node's own coordinator directly,

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"sync"
 	"testing"
@@ -59,6 +60,27 @@ func (c *testCluster) waitLearned(namespaces ...string) {
 			}
 			if v.Lease == nil || v.Lease.Cluster == nil || v.Lease.Cluster.Learning {
 				return false, fmt.Sprintf("%s: %+v", ns, v.Lease)
+			}
+		}
+		return true, ""
+	})
+}
+
+// setMode is setNamespace for settings that include a mode: it also waits
+// until every member shows the mode (setNamespace checks max_in_flight
+// and paused only, and the mode is a key of its own in the gossip).
+func (c *testCluster) setMode(ns string, settings map[string]any) {
+	c.t.Helper()
+	c.setNamespace(ns, settings)
+	want := settings["mode"].(string)
+	eventually(c.t, 10*time.Second, "mode of "+ns+" on every member", func() (bool, string) {
+		for _, p := range c.members() {
+			v, err := c.leaseView(p, ns)
+			if err != nil {
+				return false, err.Error()
+			}
+			if v.Mode != want {
+				return false, fmt.Sprintf("%s: mode %q", p.name, v.Mode)
 			}
 		}
 		return true, ""
@@ -231,7 +253,7 @@ func TestExactQuota(t *testing.T) {
 		if qp == 0 {
 			t.Fatalf("no proportional quota gives %s (%d shards) a ceiling of %d", s.home.name, owned[s.home.name], s.q)
 		}
-		c.setNamespace(s.twin, map[string]any{"max_in_flight": qp, "mode": "proportional"})
+		c.setMode(s.twin, map[string]any{"max_in_flight": qp, "mode": "proportional"})
 		exact = append(exact, s.ns)
 	}
 	c.waitLearned(exact...)
@@ -442,7 +464,10 @@ func TestExactQuotaCoordinatorChanges(t *testing.T) {
 func TestExactQuotaLeaseTraffic(t *testing.T) {
 	c := newCluster(t, clusterOpts{TargetDelay: time.Second, Shards: quotaShards, DefaultMaxInFlight: 2,
 		// 2,000 rows may be at the target at once: no connection queue.
-		Flags: []string{"--max-conns-per-host", "2048"}})
+		// A refresh of 1,000 namespaces by a race-built node on busy cores
+		// can take seconds: the lease scales with the build (the last
+		// --lease-length given wins).
+		Flags: []string{"--max-conns-per-host", "2048", "--lease-length", (quotaLeaseLen * slowdown).String()}})
 	for i := range 3 {
 		c.startNode(fmt.Sprintf("xt-%d", i))
 	}
@@ -453,29 +478,52 @@ func TestExactQuotaLeaseTraffic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Every namespace's 6 rows: 2 on each node's shards.
-	var wg sync.WaitGroup
-	for w := range 4 {
-		wg.Go(func() {
-			for i := w; i < namespaces; i += 4 {
-				ns := fmt.Sprintf("xt-%04d", i)
-				var keys []string
-				for _, p := range ms {
-					keys = append(keys, keysOn(ns+"-"+p.name, 2, table, func(o string) bool { return o == p.name })...)
-				}
-				c.appendKeys([]*proc{ms[i%3]}, ns, keys)
+	// Every namespace's 6 rows: 2 on each node's shards, 300 rows (50
+	// namespaces) per request, through the nodes in turn.
+	var rows []map[string]any
+	for i := range namespaces {
+		ns := fmt.Sprintf("xt-%04d", i)
+		for _, p := range ms {
+			for _, k := range keysOn(ns+"-"+p.name, 2, table, func(o string) bool { return o == p.name }) {
+				rows = append(rows, map[string]any{"dispatch_key": k, "namespace": ns, "task_queue": "q"})
 			}
-		})
+		}
 	}
-	wg.Wait()
-	type sample struct{ calls, sweeps, sweepSum float64 }
+	for b := 0; len(rows) > 0; b++ {
+		n := min(len(rows), 300)
+		p := ms[b%len(ms)]
+		code, body, err := c.do(http.MethodPost, p.baseURL()+"/v1/rows", map[string]any{"rows": rows[:n]}, nil)
+		if err != nil || code != http.StatusOK {
+			t.Fatalf("append %d rows through %s: HTTP %d %s: %v", n, p.name, code, body, err)
+		}
+		rows = rows[n:]
+	}
+	type sample struct{ calls, errors, sweeps, sweepSum float64 }
+	// /metrics lists every namespace's series (1,000 of them here): read it
+	// with a longer timeout than the API calls' 30 s, for race-built nodes
+	// on busy cores.
+	slow := &http.Client{Timeout: deadline(2 * time.Minute)}
+	metric := func(p *proc, name string) float64 {
+		t.Helper()
+		resp, err := slow.Get(p.baseURL() + "/metrics")
+		if err != nil {
+			t.Fatalf("GET /metrics on %s: %v", p.name, err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET /metrics on %s: HTTP %d: %v", p.name, resp.StatusCode, err)
+		}
+		return sumMetric(string(b), name, nil)
+	}
 	read := func() map[string]sample {
 		out := map[string]sample{}
 		for _, p := range ms {
 			out[p.name] = sample{
-				calls:    c.mustMetric(p, "fairshard_lease_calls_total", nil),
-				sweeps:   c.mustMetric(p, "fairshard_sweep_duration_seconds_count", nil),
-				sweepSum: c.mustMetric(p, "fairshard_sweep_duration_seconds_sum", nil),
+				calls:    metric(p, "fairshard_lease_calls_total"),
+				errors:   metric(p, "fairshard_lease_call_errors_total"),
+				sweeps:   metric(p, "fairshard_sweep_duration_seconds_count"),
+				sweepSum: metric(p, "fairshard_sweep_duration_seconds_sum"),
 			}
 		}
 		return out
@@ -497,8 +545,8 @@ func TestExactQuotaLeaseTraffic(t *testing.T) {
 		if a.sweeps > b.sweeps {
 			mean = (a.sweepSum - b.sweepSum) / (a.sweeps - b.sweeps)
 		}
-		t.Logf("%s: %.0f lease calls in %v (limit %.0f: %d coordinators × one per %v), %.0f sweeps, mean sweep %.2f ms",
-			p.name, n, window.Round(time.Millisecond), limit, len(ms), refresh, a.sweeps-b.sweeps, mean*1000)
+		t.Logf("%s: %.0f lease calls (%.0f failed) in %v (limit %.0f: %d coordinators × one per %v), %.0f sweeps, mean sweep %.2f ms",
+			p.name, n, a.errors-b.errors, window.Round(time.Millisecond), limit, len(ms), refresh, a.sweeps-b.sweeps, mean*1000)
 		if n > limit {
 			t.Errorf("%s made %.0f lease calls in %v, above one per coordinator node per refresh (%.0f)", p.name, n, window, limit)
 		}
@@ -529,7 +577,7 @@ func TestExactQuotaThroughput(t *testing.T) {
 	c.waitConverged(30 * time.Second)
 	const q, rows = 48, 4000
 	c.setNamespace("xr-exact", map[string]any{"max_in_flight": q})
-	c.setNamespace("xr-prop", map[string]any{"max_in_flight": q, "mode": "proportional"})
+	c.setMode("xr-prop", map[string]any{"max_in_flight": q, "mode": "proportional"})
 	c.waitLearned("xr-exact")
 	ms := c.members()
 	table, err := c.shardTable(ms[0])
