@@ -13,6 +13,12 @@
 //  3. Claims stay atomic and exactly-once: the planner only shapes the limit
 //     and scope of each Store.Claim. A row it does not claim stays pending.
 //
+// Beside each namespace's ceiling, a sweep may apply a per-target-host
+// ceiling (HostSlots, injected through PlannerConfig.Hosts; package
+// dispatch measures the hosts): a route's claims are also capped by what
+// its target host has slots for, and a host's slots are shared fairly
+// across the namespaces that want it (see Sweep).
+//
 // What it does not own: delivery and settling (package dispatch), the
 // storage (outbox.Store implementations) and where ceilings come from
 // (package quota, over the gossiped cluster config and package lease).

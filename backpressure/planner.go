@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -50,6 +52,10 @@ type PlannerConfig struct {
 	// Logger receives a debug line when every route was held at its
 	// ceiling; nil discards.
 	Logger *slog.Logger
+	// Hosts, when set, is the per-target-host ceiling applied beside each
+	// namespace's (see HostSlots and Sweep). nil: routes have no host
+	// ceiling. The node gives it the dispatcher's dispatch.HostLimits.
+	Hosts HostSlots
 }
 
 // Planner claims one fair, headroom-capped batch per sweep (seed
@@ -58,12 +64,16 @@ type PlannerConfig struct {
 type Planner struct {
 	ceilings quota.Source
 	eligible func(outbox.ClaimScope) bool
+	hosts    HostSlots
 	now      func() time.Time
 	log      *slog.Logger
 	// cursor is the last namespace the previous sweep's first pass reached
 	// with budget left; the next sweep starts after it (see Sweep).
-	cursorMu sync.Mutex
-	cursor   string
+	// routeCursor is, per active namespace, the task_queue of the route
+	// that last got rows; the namespace's next claim starts after it.
+	cursorMu    sync.Mutex
+	cursor      string
+	routeCursor map[string]string
 }
 
 // NewPlanner builds a Planner. It panics only if cfg.Ceilings is nil, a
@@ -72,7 +82,8 @@ func NewPlanner(cfg PlannerConfig) *Planner {
 	if cfg.Ceilings == nil {
 		panic("backpressure: PlannerConfig.Ceilings is required")
 	}
-	p := &Planner{ceilings: cfg.Ceilings, eligible: cfg.Eligible, now: cfg.Now, log: cfg.Logger}
+	p := &Planner{ceilings: cfg.Ceilings, eligible: cfg.Eligible, hosts: cfg.Hosts, now: cfg.Now, log: cfg.Logger,
+		routeCursor: map[string]string{}}
 	if p.now == nil {
 		p.now = time.Now
 	}
@@ -100,6 +111,11 @@ type NamespaceSweep struct {
 	Claimed int
 	// Routes is how many of its routes had visible pending rows.
 	Routes int
+	// HostLimited reports that the namespace ended the sweep with
+	// headroom left while the target host of at least one of its routes
+	// had no slot left for it (PlannerConfig.Hosts): such rows wait for a
+	// delivery to that host to finish.
+	HostLimited bool
 }
 
 // Headroom is the namespace's remaining headroom after the sweep (rows,
@@ -118,6 +134,10 @@ type Sweep struct {
 	Rows []outbox.Row
 	// Namespaces has one entry per active namespace, sorted by name.
 	Namespaces []NamespaceSweep
+	// Hosts has one entry per target host that an eligible route of a
+	// namespace with headroom maps to, sorted by host; empty without
+	// PlannerConfig.Hosts.
+	Hosts []HostSweep
 }
 
 // ClaimRoundRobin claims up to batchSize rows across every namespace with
@@ -142,13 +162,26 @@ func (p *Planner) ClaimRoundRobin(ctx context.Context, store ClaimStore, batchSi
 //   - pass 2 (utilisation): leftover budget goes, in namespace order, to
 //     namespaces that still have headroom.
 //
-// One deliberate deviation from the seed: the passes walk the sorted
+// With PlannerConfig.Hosts, each route's target host is a second ceiling
+// beside the namespace's (issue 11): every claim is also capped by what
+// the host allows the namespace. Per host, share = ceil(limit / n), n the
+// namespaces wanting the host or holding rows in flight to it; in pass 1
+// a namespace may claim up to its share minus what it holds there (even
+// when the host is full, never past 2 × limit in flight), in pass 2 also
+// the host's free slots (limit − in flight). So a claimed row always has
+// a slot to go out on, and a quiet namespace's row takes the next sweep,
+// not the next free connection after a noisy namespace's backlog
+// (DECISIONS.md "Delivery at the wire").
+//
+// Two deliberate deviations from the seed: the passes walk the sorted
 // namespaces starting just after the last namespace the previous sweep's
-// first pass reached with budget left, wrapping around, instead of always at
-// the alphabetically first. When the budget covers every namespace the start
-// does not move; when more namespaces are active than the batch has slots
-// (slice 1, budget spent before the tail), the next sweep continues where
-// this one ran out, so no fixed tail of namespaces starves.
+// first pass reached with budget left, wrapping around, instead of always
+// at the alphabetically first; and a namespace's routes are walked
+// starting after the route that last got rows. When the budget covers
+// every namespace and route the start does not matter; when it does not
+// (slice 1, or a host with one free slot per sweep), the next sweep
+// continues where this one ran out, so no fixed tail of namespaces or
+// task queues starves.
 //
 // Rows of held workflows are skipped at claim time (they stay pending and
 // do not use up the limit). A store error is returned as is, wrapped with
@@ -167,7 +200,7 @@ func (p *Planner) Sweep(ctx context.Context, store ClaimStore, batchSize int, he
 	// Group by namespace; PendingRoutes is sorted by (namespace, task_queue)
 	// but a store may not be, so do not rely on adjacency.
 	type plan struct {
-		routes   []outbox.ClaimScope
+		routes   []routeRef
 		headroom int
 	}
 	byNS := map[string]*plan{}
@@ -182,7 +215,7 @@ func (p *Planner) Sweep(ctx context.Context, store ClaimStore, batchSize int, he
 			byNS[r.Namespace] = pl
 			names = append(names, r.Namespace)
 		}
-		pl.routes = append(pl.routes, r)
+		pl.routes = append(pl.routes, routeRef{scope: r})
 	}
 	if len(names) == 0 {
 		return out, nil
@@ -196,9 +229,31 @@ func (p *Planner) Sweep(ctx context.Context, store ClaimStore, batchSize int, he
 	for i, ns := range names {
 		ceiling := p.ceilings.Ceiling(ctx, ns)
 		c := claimed[ns]
-		byNS[ns].headroom = ceiling.Headroom(c)
+		pl := byNS[ns]
+		pl.headroom = ceiling.Headroom(c)
+		slices.SortFunc(pl.routes, func(a, b routeRef) int { return strings.Compare(a.scope.TaskQueue, b.scope.TaskQueue) })
 		out.Namespaces[i] = NamespaceSweep{Namespace: ns, Quota: ceiling.Quota, Ceiling: ceiling.Rows, Mode: ceiling.Mode,
-			ClaimedBefore: c, Routes: len(byNS[ns].routes)}
+			ClaimedBefore: c, Routes: len(pl.routes)}
+	}
+	var hosts map[string]*hostPlan
+	if p.hosts != nil {
+		// Only namespaces that can claim want a host; the others must not
+		// dilute its share.
+		var wanting []*routeRef
+		var scopes []outbox.ClaimScope
+		for _, ns := range names {
+			if pl := byNS[ns]; pl.headroom > 0 {
+				for i := range pl.routes {
+					wanting = append(wanting, &pl.routes[i])
+					scopes = append(scopes, pl.routes[i].scope)
+				}
+			}
+		}
+		var routeHost []string
+		hosts, routeHost = planHosts(p.hosts, scopes)
+		for i, r := range wanting {
+			r.host = hosts[routeHost[i]] // nil when the route has no host
+		}
 	}
 
 	slice := max((batchSize+len(names)-1)/len(names), 1)
@@ -209,8 +264,13 @@ func (p *Planner) Sweep(ctx context.Context, store ClaimStore, batchSize int, he
 		start++
 	}
 	start %= len(names)
+	routeStart := make([]int, len(names)) // per namespace: the route its next claim starts at
+	for i, ns := range names {
+		routeStart[i] = nextRoute(byNS[ns].routes, p.routeCursor[ns])
+	}
 	p.cursorMu.Unlock()
 	headroom := make([]int, len(names))
+	nextStart := make([]int, len(names))
 	reached := ""
 	// execute runs both passes through claim; it starts from scratch on every
 	// call (a BatchClaimer may run it more than once).
@@ -219,6 +279,10 @@ func (p *Planner) Sweep(ctx context.Context, store ClaimStore, batchSize int, he
 		for i, ns := range names {
 			headroom[i] = byNS[ns].headroom
 			out.Namespaces[i].Claimed = 0
+		}
+		copy(nextStart, routeStart)
+		for _, h := range hosts {
+			h.reset()
 		}
 		budget := batchSize
 		for pass := range 2 {
@@ -235,7 +299,8 @@ func (p *Planner) Sweep(ctx context.Context, store ClaimStore, batchSize int, he
 				if pass == 0 {
 					allocation = min(allocation, slice)
 				}
-				got, err := claimSlice(claim, byNS[ns].routes, allocation, claimParams, &out.Rows)
+				got, next, err := claimSlice(claim, ns, byNS[ns].routes, nextStart[i], allocation, pass == 1, claimParams, &out.Rows)
+				nextStart[i] = next
 				headroom[i] -= got
 				budget -= got
 				out.Namespaces[i].Claimed += got
@@ -252,13 +317,36 @@ func (p *Planner) Sweep(ctx context.Context, store ClaimStore, batchSize int, he
 			for i := range out.Namespaces {
 				out.Namespaces[i].Claimed = 0
 			}
+			for _, h := range hosts {
+				h.reset()
+			}
+			out.Hosts = hostReport(hosts)
 			return out, fmt.Errorf("backpressure: claim batch over %d namespaces: %w", len(names), err)
 		}
 	} else if err := execute(func(cp outbox.ClaimParams) ([]outbox.Row, error) { return store.Claim(ctx, cp) }); err != nil {
+		out.Hosts = hostReport(hosts)
 		return out, err
 	}
+	for i, ns := range names {
+		if headroom[i] == 0 {
+			continue
+		}
+		for _, r := range byNS[ns].routes {
+			if r.host != nil && r.host.allowance(ns, true) == 0 {
+				out.Namespaces[i].HostLimited = true
+				break
+			}
+		}
+	}
+	out.Hosts = hostReport(hosts)
 	p.cursorMu.Lock()
 	p.cursor = reached
+	clear(p.routeCursor) // keep the active namespaces' only
+	for i, ns := range names {
+		if rs := byNS[ns].routes; len(rs) > 0 {
+			p.routeCursor[ns] = rs[(nextStart[i]+len(rs)-1)%len(rs)].scope.TaskQueue
+		}
+	}
 	p.cursorMu.Unlock()
 	if len(out.Rows) == 0 {
 		p.log.Debug("backpressure held every pending route this sweep", "namespaces", len(names))
@@ -266,37 +354,129 @@ func (p *Planner) Sweep(ctx context.Context, store ClaimStore, batchSize int, he
 	return out, nil
 }
 
-// claimSlice claims up to allocation rows of one namespace, round-robin over
-// its routes: each route is offered ceil(remaining / routes left), so a
-// route with few rows yields the rest to the routes after it. Where the seed
-// stops after one pass over the routes, this keeps going round the routes
-// that filled their share until the allocation is met or every route has
-// run dry, so a short route early in the list cannot leave budget unused.
-func claimSlice(claim func(outbox.ClaimParams) ([]outbox.Row, error), routes []outbox.ClaimScope, allocation int, p outbox.ClaimParams, into *[]outbox.Row) (int, error) {
-	remaining, total := allocation, 0
-	live := routes
+// routeRef is one eligible route of a sweep and the plan of its target
+// host (nil: the route has no host ceiling).
+type routeRef struct {
+	scope outbox.ClaimScope
+	host  *hostPlan
+}
+
+// nextRoute returns the index of the first route after the task_queue
+// that last got rows (routes are sorted by task_queue), 0 if none.
+func nextRoute(routes []routeRef, last string) int {
+	if last == "" || len(routes) == 0 {
+		return 0
+	}
+	i, found := slices.BinarySearchFunc(routes, last, func(r routeRef, tq string) int { return strings.Compare(r.scope.TaskQueue, tq) })
+	if found {
+		i++
+	}
+	return i % len(routes)
+}
+
+// hostReport lists the hosts' plans, sorted by host.
+func hostReport(hosts map[string]*hostPlan) []HostSweep {
+	if len(hosts) == 0 {
+		return nil
+	}
+	out := make([]HostSweep, 0, len(hosts))
+	for _, h := range hosts {
+		out = append(out, h.report())
+	}
+	slices.SortFunc(out, func(a, b HostSweep) int { return strings.Compare(a.Host, b.Host) })
+	return out
+}
+
+// claimSlice claims up to allocation rows of namespace ns, round-robin over
+// its routes starting at routes[start]: each route is offered
+// ceil(remaining / routes left), so a route with few rows yields the rest
+// to the routes after it. Where the seed stops after one pass over the
+// routes, this keeps going round the routes that filled their share until
+// the allocation is met or every route has run dry, so a short route early
+// in the list cannot leave budget unused.
+//
+// A route whose target host has a plan is also capped by what the host
+// allows ns (hostPlan.allowance; utilisation selects pass 2's rule), and
+// the running share is taken of what the live routes' hosts still allow,
+// so a host with few slots spreads them over the namespace's task queues.
+// It returns how many rows it claimed and the route index the
+// namespace's next claim should start at (after the last route that got
+// rows; start when none did).
+func claimSlice(claim func(outbox.ClaimParams) ([]outbox.Row, error), ns string, routes []routeRef, start, allocation int, utilisation bool, p outbox.ClaimParams, into *[]outbox.Row) (int, int, error) {
+	remaining, total, next := allocation, 0, start
+	if remaining <= 0 || len(routes) == 0 {
+		return 0, next, nil
+	}
+	live := make([]int, 0, len(routes)) // route indexes, in rotation order
+	for k := range routes {
+		i := (start + k) % len(routes)
+		if h := routes[i].host; h == nil || h.allowance(ns, utilisation) > 0 {
+			live = append(live, i)
+		}
+	}
 	for remaining > 0 && len(live) > 0 {
-		var stillLive []outbox.ClaimScope
-		for i := range live {
-			if remaining <= 0 {
+		round := min(remaining, capacity(routes, live, ns, utilisation))
+		var stillLive []int
+		for k, i := range live {
+			if round <= 0 {
 				break
 			}
-			left := len(live) - i
-			share := min(max((remaining+left-1)/left, 1), remaining)
-			scope := live[i]
+			left := len(live) - k
+			share := min(max((round+left-1)/left, 1), round)
+			h := routes[i].host
+			if h != nil {
+				share = min(share, h.allowance(ns, utilisation))
+				if share == 0 { // an earlier route used up this host
+					continue
+				}
+			}
+			scope := routes[i].scope
 			p.Scope, p.Limit = &scope, share
 			rows, err := claim(p)
+			got := len(rows)
 			*into = append(*into, rows...)
-			remaining -= len(rows)
-			total += len(rows)
-			if err != nil {
-				return total, fmt.Errorf("backpressure: claim %d rows of route %s: %w", share, scope, err)
+			remaining -= got
+			round -= got
+			total += got
+			if h != nil {
+				h.take(ns, got)
 			}
-			if len(rows) == share { // filled its share: it may have more
-				stillLive = append(stillLive, scope)
+			if got > 0 {
+				next = (i + 1) % len(routes)
+			}
+			if err != nil {
+				return total, next, fmt.Errorf("backpressure: claim %d rows of route %s: %w", share, scope, err)
+			}
+			if got == share && (h == nil || h.allowance(ns, utilisation) > 0) { // filled its share: it may have more
+				stillLive = append(stillLive, i)
 			}
 		}
 		live = stillLive
+		if round > 0 && len(live) > 0 && capacity(routes, live, ns, utilisation) == 0 {
+			break
+		}
 	}
-	return total, nil
+	return total, next, nil
+}
+
+// capacity is how many rows the live routes may claim for ns as far as
+// their hosts are concerned: the sum of each distinct host's allowance,
+// or unbounded when a live route has no host ceiling.
+func capacity(routes []routeRef, live []int, ns string, utilisation bool) int {
+	sum := 0
+	var seen map[*hostPlan]bool
+	for _, i := range live {
+		h := routes[i].host
+		if h == nil {
+			return math.MaxInt
+		}
+		if seen == nil {
+			seen = map[*hostPlan]bool{}
+		}
+		if !seen[h] {
+			seen[h] = true
+			sum += h.allowance(ns, utilisation)
+		}
+	}
+	return sum
 }

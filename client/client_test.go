@@ -1,6 +1,7 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -413,6 +414,8 @@ func TestRowEncoding(t *testing.T) {
 		{client.NamespaceUpdate{MaxInFlight: new(uint32(0)), Paused: new(false)}, `{"max_in_flight":0,"paused":false}`},
 		{client.NamespaceUpdate{Retry: &client.NamespaceRetry{Base: time.Second, Factor: 1.5}}, `{"retry":{"base_ms":1000,"factor":1.5}}`},
 		{client.Target{URL: "http://t/{namespace}"}, `{"url":"http://t/{namespace}"}`},
+		{client.Target{URL: "http://t", SigningSecrets: []string{"whsec_a", "whsec_b"}, Headers: map[string]string{"Authorization": "x"}, HeaderNames: []string{"ignored"}},
+			`{"url":"http://t","signing_secrets":["whsec_a","whsec_b"],"headers":{"Authorization":"x"}}`},
 	} {
 		b, err := json.Marshal(c.v)
 		if err != nil || string(b) != c.want {
@@ -499,5 +502,78 @@ func TestConcurrentUse(t *testing.T) {
 	wg.Wait()
 	if failed.Load() != 0 {
 		t.Errorf("%d appends failed with two of three nodes up", failed.Load())
+	}
+}
+
+// TestTargetStringRedacts: a Target printed by mistake shows no secret
+// and no header value.
+func TestTargetStringRedacts(t *testing.T) {
+	tg := client.Target{URL: "http://t", SigningSecrets: []string{"whsec_c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0"}, Headers: map[string]string{"Authorization": "Bearer tok-77"}}
+	for _, out := range []string{tg.String(), fmt.Sprintf("%v %+v %#v", tg, tg, &tg)} {
+		if strings.Contains(out, "c2VjcmV0") || strings.Contains(out, "tok-77") {
+			t.Errorf("printed target shows a credential: %s", out)
+		}
+	}
+}
+
+// TestDeadLetterPageBudget: against a real node, MaxBytes bounds a page's
+// rows by their JSON size (at least one row a page) and OmitPayload leaves
+// the payloads out, giving their sizes instead.
+func TestDeadLetterPageBudget(t *testing.T) {
+	c, _ := newClient(t, client.Options{Nodes: []string{startNode(t, nil)}})
+	ctx := context.Background()
+	payload := bytes.Repeat([]byte("x"), 10_000)
+	var rows []client.Row
+	for i := range 6 {
+		rows = append(rows, client.Row{DispatchKey: fmt.Sprintf("big-%d", i), Namespace: "budget", TaskQueue: "rejected", PayloadBytes: payload})
+	}
+	if _, err := c.Append(ctx, rows...); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		page, err := c.DeadLetters(ctx, "budget", client.DeadLetterQuery{})
+		if err == nil && len(page.Rows) == 6 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("6 dead letters never listed: %+v, %v", page, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// A budget of 20,000 bytes holds one 10 KB row's JSON (base64: ~13.4 KB)
+	// but not two: six pages of one row.
+	var pages, seen int
+	for page, err := range c.DeadLetterPagesOf(ctx, "budget", client.DeadLetterQuery{MaxBytes: 20_000}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		for _, r := range page.Rows {
+			seen++
+			if len(r.Payload) != len(payload) {
+				t.Fatalf("row %s payload %d bytes; want %d", r.DispatchKey, len(r.Payload), len(payload))
+			}
+		}
+		if len(page.Rows) > 1 {
+			t.Fatalf("a page of %d rows within a 20,000-byte budget; want 1", len(page.Rows))
+		}
+	}
+	if seen != 6 || pages < 6 {
+		t.Fatalf("walked %d rows in %d pages; want 6 in at least 6", seen, pages)
+	}
+
+	page, err := c.DeadLetters(ctx, "budget", client.DeadLetterQuery{OmitPayload: true, MaxBytes: 20_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Rows) != 6 {
+		t.Fatalf("a page without payloads held %d rows within 20,000 bytes; want all 6", len(page.Rows))
+	}
+	for _, r := range page.Rows {
+		if r.Payload != nil || r.PayloadSize != len(payload) {
+			t.Fatalf("row %s: payload %d bytes, payload_bytes %d; want none and %d", r.DispatchKey, len(r.Payload), r.PayloadSize, len(payload))
+		}
 	}
 }

@@ -25,10 +25,18 @@ type DeadLetterPage struct {
 
 // DeadLetterQuery selects a page.
 type DeadLetterQuery struct {
-	// Limit is the page size, 1–1000. Defaults to 100.
+	// Limit is the page size, 1–1000 rows. Defaults to 100.
 	Limit int
 	// After starts the page after this dispatch_key (a page's Next).
 	After string
+	// MaxBytes is the page's byte budget (JSON rows, payloads in base64),
+	// 1–16,777,216; a page holds at least one row whatever its size.
+	// 0 leaves the node's default (4 MiB).
+	MaxBytes int
+	// OmitPayload leaves the payloads out (include_payload=false): each
+	// row gives RowInfo.PayloadSize instead, so a page of large rows
+	// stays small.
+	OmitPayload bool
 }
 
 // DeadLetters returns one page of the namespace's dead letters (rows with
@@ -40,6 +48,12 @@ func (c *Client) DeadLetters(ctx context.Context, namespace string, q DeadLetter
 	}
 	if q.After != "" {
 		v.Set("after", q.After)
+	}
+	if q.MaxBytes != 0 {
+		v.Set("max_bytes", strconv.Itoa(q.MaxBytes))
+	}
+	if q.OmitPayload {
+		v.Set("include_payload", "false")
 	}
 	path := "/v1/namespaces/" + url.PathEscape(namespace) + "/dead-letters"
 	if len(v) > 0 {
@@ -53,8 +67,9 @@ func (c *Client) DeadLetters(ctx context.Context, namespace string, q DeadLetter
 }
 
 // DeadLetterPages iterates over the namespace's dead letters page by page
-// (limit rows each, 0 for the default 100), following Next until the last
-// page. An error is yielded once, with a nil page, and ends the iteration.
+// (at most limit rows each, 0 for the default 100, and at most the node's
+// default byte budget), following Next until the last page. See
+// DeadLetterPagesOf to set the byte budget or leave payloads out. An error is yielded once, with a nil page, and ends the iteration.
 // The last page may be empty (when the previous one was exactly full).
 // Rows redriven or added while iterating may be missed or seen: a page is
 // read when the loop reaches it.
@@ -64,8 +79,13 @@ func (c *Client) DeadLetters(ctx context.Context, namespace string, q DeadLetter
 //		for _, row := range page.Rows { … }
 //	}
 func (c *Client) DeadLetterPages(ctx context.Context, namespace string, limit int) iter.Seq2[*DeadLetterPage, error] {
+	return c.DeadLetterPagesOf(ctx, namespace, DeadLetterQuery{Limit: limit})
+}
+
+// DeadLetterPagesOf is DeadLetterPages with every page selected by q (its
+// After is where the walk starts; "" for the first dead letter).
+func (c *Client) DeadLetterPagesOf(ctx context.Context, namespace string, q DeadLetterQuery) iter.Seq2[*DeadLetterPage, error] {
 	return func(yield func(*DeadLetterPage, error) bool) {
-		q := DeadLetterQuery{Limit: limit}
 		for {
 			page, err := c.DeadLetters(ctx, namespace, q)
 			if err != nil {

@@ -115,17 +115,21 @@ func ExampleClient_SetTarget() {
 	t, err := c.SetTarget(ctx, "acme", "mail", client.Target{
 		URL:     "https://mailer.internal/send/{namespace}",
 		Timeout: 5 * time.Second,
+		// Every delivery signed per Standard Webhooks, and authorized.
+		SigningSecrets: []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"},
+		Headers:        map[string]string{"Authorization": "Bearer mailer-token"},
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(t.URL, t.Timeout)
+	// Credentials never come back: fingerprints and names only.
+	fmt.Println(t.URL, t.Timeout, t.SigningSecretFingerprints, t.HeaderNames)
 	if err := c.DeleteTarget(ctx, "acme", "mail"); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("deleted")
 	// Output:
-	// https://mailer.internal/send/{namespace} 5s
+	// https://mailer.internal/send/{namespace} 5s [f74e1720] [Authorization]
 	// deleted
 }
 

@@ -246,7 +246,11 @@ type RowInfo struct {
 	ActivityType string `json:"activity_type,omitempty"`
 	// Payload is the row's payload bytes (the API sends them as
 	// payload_base64), whatever form it was appended in.
-	Payload     []byte `json:"payload_base64,omitempty"`
+	Payload []byte `json:"payload_base64,omitempty"`
+	// PayloadSize is the payload's size in bytes where the payload was
+	// left out (the API's payload_bytes, in dead-letter pages with
+	// DeadLetterQuery.OmitPayload).
+	PayloadSize int    `json:"payload_bytes,omitempty"`
 	ContentType string `json:"content_type,omitempty"`
 	Status      Status `json:"status"`
 	// Attempt is the delivery attempt the row is at, from 1.

@@ -3,12 +3,16 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"time"
 )
 
 // Target is where a route's (namespace, task_queue) rows are delivered.
+// SigningSecrets and Headers are sent to the API and never come back:
+// the target SetTarget returns has SigningSecretFingerprints and
+// HeaderNames instead. String redacts them too.
 type Target struct {
 	// URL is an absolute http(s) URL of at most 900 bytes; "{namespace}"
 	// and "{task_queue}" in it are replaced by the row's.
@@ -16,25 +20,59 @@ type Target struct {
 	// Timeout bounds one delivery attempt (whole milliseconds, at most
 	// 10 min); 0 means the node's --delivery-timeout.
 	Timeout time.Duration
+	// SigningSecrets sign every delivery per Standard Webhooks (headers
+	// webhook-id = the dispatch_key, webhook-timestamp,
+	// webhook-signature): each "whsec_" + base64 of a 24–64 byte key (see
+	// package webhook's NewSecret), at most 3, newest first during a
+	// rotation. None: deliveries are unsigned.
+	SigningSecrets []string
+	// Headers are static request headers sent with every delivery (e.g.
+	// "Authorization"), at most 16; hop-by-hop, framing and the node's own
+	// headers are refused (400 naming headers.<Name>). The URL, secrets
+	// and headers together must fit 1,024 bytes as stored.
+	Headers map[string]string
+
+	// SigningSecretFingerprints identify the stored secrets (first 4 bytes
+	// of SHA-256 of each key, hex), in order; set on answers only.
+	SigningSecretFingerprints []string
+	// HeaderNames are the stored static headers' names, sorted; set on
+	// answers only.
+	HeaderNames []string
 }
+
+// String shows the target without credentials.
+func (t Target) String() string {
+	return fmt.Sprintf("{URL:%s Timeout:%v SigningSecrets:%d Headers:%d SigningSecretFingerprints:%v HeaderNames:%v}",
+		t.URL, t.Timeout, len(t.SigningSecrets), len(t.Headers), t.SigningSecretFingerprints, t.HeaderNames)
+}
+
+// GoString is String (%#v redacts too).
+func (t Target) GoString() string { return t.String() }
 
 type wireTarget struct {
-	URL       string `json:"url"`
-	TimeoutMS int64  `json:"timeout_ms,omitempty"`
+	URL                       string            `json:"url"`
+	TimeoutMS                 int64             `json:"timeout_ms,omitempty"`
+	SigningSecrets            []string          `json:"signing_secrets,omitempty"`
+	Headers                   map[string]string `json:"headers,omitempty"`
+	SigningSecretFingerprints []string          `json:"signing_secret_fingerprints,omitempty"`
+	HeaderNames               []string          `json:"header_names,omitempty"`
 }
 
-// MarshalJSON encodes the target as the API takes it (url, timeout_ms).
+// MarshalJSON encodes the target as the API takes it (url, timeout_ms,
+// signing_secrets, headers).
 func (t Target) MarshalJSON() ([]byte, error) {
-	return json.Marshal(wireTarget{URL: t.URL, TimeoutMS: t.Timeout.Milliseconds()})
+	return json.Marshal(wireTarget{URL: t.URL, TimeoutMS: t.Timeout.Milliseconds(), SigningSecrets: t.SigningSecrets, Headers: t.Headers})
 }
 
-// UnmarshalJSON decodes the API's form.
+// UnmarshalJSON decodes the API's answer.
 func (t *Target) UnmarshalJSON(b []byte) error {
 	var w wireTarget
 	if err := json.Unmarshal(b, &w); err != nil {
 		return err
 	}
-	*t = Target{URL: w.URL, Timeout: time.Duration(w.TimeoutMS) * time.Millisecond}
+	*t = Target{URL: w.URL, Timeout: time.Duration(w.TimeoutMS) * time.Millisecond,
+		SigningSecrets: w.SigningSecrets, Headers: w.Headers,
+		SigningSecretFingerprints: w.SigningSecretFingerprints, HeaderNames: w.HeaderNames}
 	return nil
 }
 

@@ -67,6 +67,7 @@ func benchEndToEnd(b *testing.B, st storeKind, mode benchMode) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	defer srv.Close()
+	srvHost := srv.URL // http://127.0.0.1:port is already a host key
 	const batch = 100
 	namespaces := []string{"alpha", "beta"}
 
@@ -76,13 +77,19 @@ func benchEndToEnd(b *testing.B, st storeKind, mode benchMode) {
 		elapsed  time.Duration
 		sweeps   uint64
 		sweepSum float64
+		limits   float64 // the target host's limit at the end of each op, summed
+		cuts     float64 // the host's limit cuts, all reasons, summed
+		delN     uint64  // delivery attempts, and their summed duration (s)
+		delSum   float64
 	)
 	b.ResetTimer()
 	for i := range b.N {
 		b.StopTimer()
 		store, _ := st.open(b)
-		cfg := Config{Store: store, Planner: testPlanner(), Targets: static(srv.URL),
-			Registerer: prometheus.NewRegistry(), BatchSize: mode.batchSize}
+		cfg := Config{Store: store, Targets: static(srv.URL), Registerer: prometheus.NewRegistry(), BatchSize: mode.batchSize}
+		cfg.fillDefaults()
+		cfg.Hosts = testHosts(b, cfg)
+		cfg.Planner = testPlanner(cfg.Hosts)
 		d, err := New(cfg)
 		if err != nil {
 			b.Fatal(err)
@@ -166,6 +173,18 @@ func benchEndToEnd(b *testing.B, st storeKind, mode benchMode) {
 		_ = d.m.sweepDur.Write(&m)
 		sweeps += m.GetHistogram().GetSampleCount()
 		sweepSum += m.GetHistogram().GetSampleSum()
+		for _, ns := range namespaces {
+			var dm dto.Metric
+			_ = d.m.deliveryDur.WithLabelValues(ns).(prometheus.Histogram).Write(&dm)
+			delN += dm.GetHistogram().GetSampleCount()
+			delSum += dm.GetHistogram().GetSampleSum()
+		}
+		for _, h := range d.Hosts().Hosts() {
+			limits += float64(h.Limit)
+		}
+		for _, reason := range []string{cutTimeout, cutConnection, cut429, cut503, cutLatency} {
+			cuts += testutil.ToFloat64(d.hosts.m.cuts.WithLabelValues(srvHost, reason))
+		}
 		for _, k := range keys {
 			r, err := store.Get(context.Background(), k)
 			if err != nil || r.Status != outbox.StatusDone {
@@ -185,5 +204,8 @@ func benchEndToEnd(b *testing.B, st storeKind, mode benchMode) {
 	b.ReportMetric(pct(0.99), "p99_ms")
 	b.ReportMetric(float64(sweeps)/elapsed.Seconds(), "sweeps/s")
 	b.ReportMetric(1000*sweepSum/float64(max(sweeps, 1)), "sweep_ms")
+	b.ReportMetric(limits/float64(b.N), "host_limit")
+	b.ReportMetric(1000*delSum/float64(max(delN, 1)), "delivery_ms")
+	b.ReportMetric(cuts/float64(b.N), "limit_cuts")
 	b.ReportMetric(0, "ns/op") // the per-op time is meaningless here; rows/s is the figure
 }

@@ -22,6 +22,10 @@ const (
 	// and the start of a sweep triggered by Wake. It merges a burst of
 	// appends and settles into one sweep.
 	DefaultWakeDebounce = 2 * time.Millisecond
+	// DefaultRefillDebounce is the shortest gap between the end of one
+	// sweep and a sweep triggered only by answers freeing host slots: one
+	// sweep refills the slots of many answers.
+	DefaultRefillDebounce = 5 * time.Millisecond
 	// DefaultBatchSize is the most rows (all namespaces together) one sweep
 	// claims.
 	DefaultBatchSize = 256
@@ -38,9 +42,15 @@ const (
 	// DefaultSettleTimeout bounds one settle (Complete, Retry or Fail) call
 	// to the store.
 	DefaultSettleTimeout = 5 * time.Second
-	// DefaultMaxConnsPerHost bounds the connections (dialling, active and
-	// idle) to one target host:port.
-	DefaultMaxConnsPerHost = 64
+	// DefaultMaxConnsPerHost is the upper bound of a target host's
+	// adaptive concurrency limit (rows in flight to one scheme://host:port
+	// from this node). A fast host needs about rows/s × (answer time + the
+	// wait for the next sweep) slots, since a freed slot is filled by the
+	// next sweep; 512, twice the default batch, lets a sweep claim a full
+	// batch for one host while the previous batch is still in flight
+	// (docs/BENCHMARKS.md). The limit only gets there while the host keeps
+	// up.
+	DefaultMaxConnsPerHost = 512
 	// DefaultLastErrorMax bounds a row's last_error (bytes).
 	DefaultLastErrorMax = 512
 
@@ -48,8 +58,8 @@ const (
 	DefaultRetryBase = 500 * time.Millisecond
 	// DefaultRetryFactor multiplies the backoff per attempt.
 	DefaultRetryFactor = 2.0
-	// DefaultRetryCap is the largest backoff, and the largest Retry-After
-	// honoured.
+	// DefaultRetryCap is the largest backoff, and the largest wait a
+	// Retry-After can ask for.
 	DefaultRetryCap = 5 * time.Minute
 	// DefaultMaxAttempts is how many delivery attempts a row gets before it
 	// is failed (dead letter).
@@ -64,9 +74,12 @@ const (
 //	d = min(Cap, Base × Factor^(n−1))
 //
 // then jittered: drawn uniformly from [d×(1−Jitter), d×(1+Jitter)] and
-// capped at Cap again. A Retry-After header on the response replaces the
-// backoff (capped at Cap, not jittered). A retryable failure of attempt
-// n ≥ MaxAttempts fails the row instead (dead letter).
+// capped at Cap again (and at least 1 ms: a retry is never immediate). A
+// target may only lengthen that wait: a 429 or 503 answer's Retry-After
+// (delta-seconds or an HTTP date) makes it max(backoff, Retry-After),
+// capped at Cap; a zero, negative, past, fractional or unparsable
+// Retry-After is ignored. A retryable failure of attempt n ≥ MaxAttempts
+// fails the row instead (dead letter).
 //
 // A zero field means "use the default" (for Config.Retry: the package
 // defaults; for a per-namespace override: the node's Config.Retry).
@@ -75,8 +88,8 @@ type RetryPolicy struct {
 	Base time.Duration
 	// Factor multiplies the backoff per attempt; ≥ 1. Defaults to 2.
 	Factor float64
-	// Cap is the largest backoff and the largest Retry-After honoured; ≥
-	// Base. Defaults to 5 min.
+	// Cap is the largest backoff, Retry-After included; ≥ Base. Defaults
+	// to 5 min.
 	Cap time.Duration
 	// MaxAttempts is the number of delivery attempts a row gets, counting
 	// the first; ≥ 1. Defaults to 10.
@@ -179,11 +192,19 @@ type Config struct {
 	// keeps them unregistered.
 	Registerer prometheus.Registerer
 	// Transport sends the deliveries. nil builds one shared *http.Transport
-	// bounded by MaxConnsPerHost, reused across rows, honouring the
+	// (newTransport) reused across rows, honouring the
 	// HTTP_PROXY/HTTPS_PROXY/NO_PROXY environment, its idle connections
-	// closed when Run returns. An injected Transport is used as is
-	// and never closed by the dispatcher.
+	// closed when Run returns. An injected Transport is used as is and
+	// never closed by the dispatcher; it must not queue requests for a
+	// connection (a claimed row would wait inside the delivery timeout).
 	Transport http.RoundTripper
+	// Hosts is the per-target-host concurrency limits. Give the same
+	// HostLimits to the planner (backpressure.PlannerConfig.Hosts) so it
+	// claims only rows a host has slots for. nil builds one from Targets,
+	// MaxConnsPerHost and InitialConnsPerHost (see Dispatcher.Hosts);
+	// its limits are then measured and exported but a planner built
+	// without them does not claim by them.
+	Hosts *HostLimits
 
 	// PollInterval is the fallback sweep period (jittered by ±10 %) when
 	// nothing wakes the dispatcher. Defaults to 20 ms.
@@ -191,15 +212,25 @@ type Config struct {
 	// WakeDebounce is the shortest gap between the end of a sweep and a
 	// sweep triggered by Wake. Defaults to 2 ms; must be < PollInterval.
 	WakeDebounce time.Duration
+	// RefillDebounce is the shortest gap between the end of a sweep and a
+	// sweep triggered only by answers freeing host slots the last sweep was
+	// short of (a settle freeing namespace headroom wakes the loop like
+	// Wake); the gap is also at least the last sweep's duration (a Wake meanwhile still sweeps after
+	// WakeDebounce). Defaults to 5 ms (at most PollInterval/2, at
+	// least WakeDebounce); must be in [WakeDebounce, PollInterval).
+	RefillDebounce time.Duration
 	// BatchSize is the most rows one sweep claims, all namespaces together.
 	// Defaults to 256.
 	BatchSize int
 	// MaxInFlight is the most rows this process delivers at once; a sweep
 	// claims at most MaxInFlight − in flight. Defaults to 4096.
 	MaxInFlight int
-	// DeliveryTimeout bounds one delivery attempt (connect, request,
-	// response headers and body excerpt). A Target's own Timeout may
-	// shorten it, never lengthen it. Defaults to 10 s.
+	// DeliveryTimeout bounds one delivery attempt from the moment the
+	// request is on the wire (it has a connection) to the response headers
+	// and body excerpt. Getting the connection (DNS, TCP, TLS) is bounded
+	// by the same duration, separately, so an attempt lasts at most twice
+	// it. A Target's own Timeout may shorten it, never lengthen it.
+	// Defaults to 10 s.
 	DeliveryTimeout time.Duration
 	// VisibilityTimeout is how long a claim may stay unsettled before the
 	// reaper re-arms it to pending. Must be > DeliveryTimeout (river's rule
@@ -215,10 +246,17 @@ type Config struct {
 	// Retry is the node's retry policy. Zero fields default as documented
 	// on RetryPolicy (500 ms ×2, cap 5 min, 10 attempts, ±20 % jitter).
 	Retry RetryPolicy
-	// MaxConnsPerHost bounds the connections to one target host:port;
-	// further deliveries wait for a free connection (inside their
-	// DeliveryTimeout). Defaults to 64. Ignored when Transport is set.
+	// MaxConnsPerHost is the upper bound of each target host's adaptive
+	// concurrency limit (rows in flight from this node to one
+	// scheme://host:port; see HostLimits). A namespace below its fair
+	// share of a full host may still send, so a host can briefly see up
+	// to twice its limit; the built Transport allows 2 × MaxConnsPerHost
+	// connections per host so no request ever queues for one. Defaults to
+	// 512.
 	MaxConnsPerHost int
+	// InitialConnsPerHost is a new host's limit before it has answered,
+	// in [1, MaxConnsPerHost]. Defaults to min(20, MaxConnsPerHost).
+	InitialConnsPerHost int
 	// LastErrorMax bounds a row's last_error, and so the response body
 	// excerpt kept in it (bytes). Defaults to 512.
 	LastErrorMax int
@@ -242,6 +280,7 @@ func (c *Config) fillDefaults() {
 	}
 	def(&c.PollInterval, DefaultPollInterval)
 	def(&c.WakeDebounce, DefaultWakeDebounce)
+	def(&c.RefillDebounce, max(min(DefaultRefillDebounce, c.PollInterval/2), c.WakeDebounce))
 	def(&c.DeliveryTimeout, DefaultDeliveryTimeout)
 	def(&c.VisibilityTimeout, c.DeliveryTimeout+DefaultVisibilitySlack)
 	def(&c.RearmInterval, DefaultRearmInterval)
@@ -254,6 +293,9 @@ func (c *Config) fillDefaults() {
 	}
 	if c.MaxConnsPerHost == 0 {
 		c.MaxConnsPerHost = DefaultMaxConnsPerHost
+	}
+	if c.InitialConnsPerHost == 0 {
+		c.InitialConnsPerHost = min(DefaultInitialConnsPerHost, c.MaxConnsPerHost)
 	}
 	if c.LastErrorMax == 0 {
 		c.LastErrorMax = DefaultLastErrorMax
@@ -275,6 +317,7 @@ func (c *Config) validate() error {
 	}{
 		{"PollInterval", c.PollInterval},
 		{"WakeDebounce", c.WakeDebounce},
+		{"RefillDebounce", c.RefillDebounce},
 		{"DeliveryTimeout", c.DeliveryTimeout},
 		{"VisibilityTimeout", c.VisibilityTimeout},
 		{"RearmInterval", c.RearmInterval},
@@ -294,6 +337,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: Config.Targets is required", ErrInvalidConfig)
 	case c.WakeDebounce >= c.PollInterval:
 		return fmt.Errorf("%w: Config.WakeDebounce (%v) must be < PollInterval (%v)", ErrInvalidConfig, c.WakeDebounce, c.PollInterval)
+	case c.RefillDebounce < c.WakeDebounce || c.RefillDebounce >= c.PollInterval:
+		return fmt.Errorf("%w: Config.RefillDebounce (%v) must be in [WakeDebounce %v, PollInterval %v)", ErrInvalidConfig, c.RefillDebounce, c.WakeDebounce, c.PollInterval)
 	case c.VisibilityTimeout <= c.DeliveryTimeout:
 		return fmt.Errorf("%w: Config.VisibilityTimeout (%v) must be > DeliveryTimeout (%v): a claim must outlive its delivery attempt",
 			ErrInvalidConfig, c.VisibilityTimeout, c.DeliveryTimeout)
@@ -303,6 +348,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: Config.MaxInFlight must be ≥ 1 row, got %d", ErrInvalidConfig, c.MaxInFlight)
 	case c.MaxConnsPerHost < 1:
 		return fmt.Errorf("%w: Config.MaxConnsPerHost must be ≥ 1, got %d", ErrInvalidConfig, c.MaxConnsPerHost)
+	case c.InitialConnsPerHost < 1 || c.InitialConnsPerHost > c.MaxConnsPerHost:
+		return fmt.Errorf("%w: Config.InitialConnsPerHost must be in [1, MaxConnsPerHost %d], got %d", ErrInvalidConfig, c.MaxConnsPerHost, c.InitialConnsPerHost)
 	case c.LastErrorMax < 16:
 		return fmt.Errorf("%w: Config.LastErrorMax must be ≥ 16 bytes, got %d", ErrInvalidConfig, c.LastErrorMax)
 	}
@@ -316,6 +363,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	d := DefaultConfig()
 	fs.DurationVar(&c.PollInterval, "dispatch.poll-interval", d.PollInterval, "fallback sweep period when nothing wakes the dispatcher")
 	fs.DurationVar(&c.WakeDebounce, "dispatch.wake-debounce", d.WakeDebounce, "shortest gap between a sweep and a wake-triggered sweep")
+	fs.DurationVar(&c.RefillDebounce, "dispatch.refill-debounce", d.RefillDebounce, "shortest gap between a sweep and one triggered by finished deliveries")
 	fs.IntVar(&c.BatchSize, "dispatch.batch-size", d.BatchSize, "most rows one sweep claims (all namespaces)")
 	fs.IntVar(&c.MaxInFlight, "dispatch.max-in-flight", d.MaxInFlight, "most rows this node delivers at once")
 	fs.DurationVar(&c.DeliveryTimeout, "dispatch.delivery-timeout", d.DeliveryTimeout, "timeout of one HTTP delivery attempt")
@@ -324,7 +372,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.SettleTimeout, "dispatch.settle-timeout", d.SettleTimeout, "timeout of one settle call to the store")
 	fs.DurationVar(&c.Retry.Base, "dispatch.retry-base", d.Retry.Base, "first retry backoff")
 	fs.Float64Var(&c.Retry.Factor, "dispatch.retry-factor", d.Retry.Factor, "backoff multiplier per attempt")
-	fs.DurationVar(&c.Retry.Cap, "dispatch.retry-cap", d.Retry.Cap, "largest backoff and largest Retry-After honoured")
+	fs.DurationVar(&c.Retry.Cap, "dispatch.retry-cap", d.Retry.Cap, "largest backoff, Retry-After included")
 	fs.Func("dispatch.max-attempts", fmt.Sprintf("delivery attempts before a row is dead-lettered (default %d)", d.Retry.MaxAttempts), func(s string) error {
 		var n uint32
 		if _, err := fmt.Sscanf(s, "%d", &n); err != nil {
@@ -334,6 +382,6 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.Float64Var(&c.Retry.Jitter, "dispatch.retry-jitter", d.Retry.Jitter, "backoff jitter fraction (0.2 = ±20%; negative disables)")
-	fs.IntVar(&c.MaxConnsPerHost, "dispatch.max-conns-per-host", d.MaxConnsPerHost, "connections per target host")
+	fs.IntVar(&c.MaxConnsPerHost, "dispatch.max-conns-per-host", d.MaxConnsPerHost, "upper bound of each target host's adaptive concurrency limit")
 	fs.IntVar(&c.LastErrorMax, "dispatch.last-error-max", d.LastErrorMax, "bytes of last_error kept per row")
 }

@@ -7,12 +7,15 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
 	"github.com/fairshard/fairshard/outbox"
+	"github.com/fairshard/fairshard/webhook"
 )
 
 // Request headers of a delivery. Every POST carries all of them; the body
@@ -45,51 +48,101 @@ const userAgent = "fairshard-dispatch"
 // connection can be reused (bytes); a longer body costs the connection.
 const maxDrain = 64 << 10
 
+// OutcomeUnknownPrefix starts the last_error of a row whose last attempt
+// may have been delivered: the request was on the wire in full and then
+// timed out or lost its connection before an answer. Such a row is
+// retried with backoff like any other failure (the target deduplicates
+// by Idempotency-Key); the prefix records that the target may already
+// have it.
+const OutcomeUnknownPrefix = "outcome unknown: "
+
+// Causes of a delivery context's cancellation by the dispatcher's own
+// timers (wireClock).
+var (
+	errDeliveryTimeout = errors.New("dispatch: delivery timeout")
+	errConnectTimeout  = errors.New("dispatch: connect timeout")
+)
+
 // result is how one delivery attempt ended.
 type result struct {
 	kind      outcomeKind
 	status    int    // HTTP status; 0 without a response
 	lastError string // unbounded; settle bounds it
-	// retryAfter is the response's Retry-After, when hasRetryAfter.
+	// unknown: the target may have processed the request (see
+	// OutcomeUnknownPrefix); lastError starts with the prefix.
+	unknown bool
+	// retryAfter is the response's Retry-After, when hasRetryAfter (only
+	// on 429 and 503, only when positive: see retryAfterOf).
 	retryAfter    time.Duration
 	hasRetryAfter bool
+	// load is what the attempt says about the host's load, for its limit.
+	load       loadSignal
+	loadReason string
+	sent       time.Time     // on the wire (or the attempt's start)
+	rtt        time.Duration // on the wire → response headers
 }
 
 // deliverAndSettle delivers one claimed row and records the outcome.
-func (d *Dispatcher) deliverAndSettle(row outbox.Row) {
+// host is the row's target host as launch counted it ("" when it has
+// none) and hostInflight that host's rows in flight at launch: the
+// attempt is fed to the host's limit and its slot freed as soon as the
+// answer is in, before the settle.
+func (d *Dispatcher) deliverAndSettle(row outbox.Row, host string, hostInflight int) {
 	target, ok := d.cfg.Targets.Target(row.Route())
 	var res result
-	if !ok || !usableURL(target.URL) {
+	if !ok || !usableURL(expandURL(target.URL, row.Route())) {
 		res = result{kind: outcomeWait}
 	} else {
 		res = d.deliver(row, target)
 	}
+	if host != "" {
+		now := time.Now()
+		sent := res.sent
+		if sent.IsZero() {
+			sent = now
+		}
+		d.hosts.release(host, row.Namespace, sample{signal: res.load, reason: res.loadReason, sent: sent, at: now, rtt: res.rtt, inflight: hostInflight})
+		if d.hostLimited.Load() {
+			d.wakeRefill() // a sweep was short of slots: this one is free now
+		}
+	}
 	d.settle(row, res)
 }
 
-// deliver POSTs the row to its target and classifies the answer.
-func (d *Dispatcher) deliver(row outbox.Row, t Target) result {
-	if field, bad := badHeaderField(&row); bad {
-		return result{kind: outcomeFail, lastError: fmt.Sprintf("row cannot be sent: its %s is not a valid HTTP header value", field)}
+// deliveryTimeout is the row's attempt timeout: DeliveryTimeout, or the
+// target's own Timeout when shorter.
+func (d *Dispatcher) deliveryTimeout(t Target) time.Duration {
+	if t.Timeout > 0 && t.Timeout < d.cfg.DeliveryTimeout {
+		return t.Timeout
 	}
-	timeout := d.cfg.DeliveryTimeout
-	if t.Timeout > 0 && t.Timeout < timeout {
-		timeout = t.Timeout
+	return d.cfg.DeliveryTimeout
+}
+
+// newDeliveryRequest builds the POST of a row to its target: the expanded
+// URL, the payload as body, the target's static headers, the headers
+// listed at HeaderIdempotencyKey and, when the target has signing
+// secrets, the Standard Webhooks signature headers (webhook-id is the
+// dispatch_key, the same on every attempt; webhook-timestamp is now, so
+// each attempt is signed afresh). An error means the expanded URL does
+// not parse or a signing secret is unreadable (it never quotes the
+// secret).
+func newDeliveryRequest(ctx context.Context, row *outbox.Row, t Target, now time.Time) (*http.Request, error) {
+	secrets, err := webhook.ParseSecrets(t.SigningSecrets)
+	if err != nil {
+		return nil, fmt.Errorf("target of %s/%s: signing %w", row.Namespace, row.TaskQueue, err)
 	}
-	ctx, cancel := context.WithTimeout(d.deliveryCtx, timeout)
-	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, expandURL(t.URL, row.Route()), bytes.NewReader(row.Payload))
 	if err != nil {
-		// The expanded target URL does not parse: a configuration error the
-		// operator can fix, so the row waits rather than use up attempts.
-		d.log.Warn("dispatch: target URL unusable; row back to pending", "namespace", row.Namespace, "task_queue", row.TaskQueue, "error", err)
-		return result{kind: outcomeWait}
+		return nil, err
 	}
 	ct := row.ContentType
 	if ct == "" {
 		ct = "application/octet-stream"
 	}
 	h := req.Header
+	for name, v := range t.Headers {
+		h.Set(name, v)
+	}
 	h.Set("Content-Type", ct)
 	h.Set("User-Agent", userAgent)
 	h.Set(HeaderIdempotencyKey, row.DispatchKey)
@@ -100,21 +153,72 @@ func (d *Dispatcher) deliver(row outbox.Row, t Target) result {
 	h.Set(HeaderOrdinal, strconv.FormatUint(row.Ordinal, 10))
 	h.Set(HeaderActivityType, row.ActivityType)
 	h.Set(HeaderAttempt, strconv.FormatUint(uint64(max(row.Attempt, 1)), 10))
+	webhook.Sign(h, row.DispatchKey, now, row.Payload, secrets...)
+	return req, nil
+}
+
+// deliver POSTs the row to its target and classifies the answer. The
+// delivery timeout runs from the moment the request has a connection
+// (httptrace GotConn): getting one is bounded separately by the same
+// duration, and never waits in a client queue (the planner claims only
+// what the host has slots for, the transport does not cap connections
+// below that).
+func (d *Dispatcher) deliver(row outbox.Row, t Target) result {
+	if field, bad := badHeaderField(&row); bad {
+		return result{kind: outcomeFail, lastError: fmt.Sprintf("row cannot be sent: its %s is not a valid HTTP header value", field)}
+	}
+	timeout := d.deliveryTimeout(t)
+	ctx, cancel := context.WithCancelCause(d.deliveryCtx)
+	defer cancel(nil)
+	wc := startWireClock(timeout, cancel)
+	defer wc.stop()
+	req, err := newDeliveryRequest(httptrace.WithClientTrace(ctx, wc.trace()), &row, t, d.cfg.Now())
+	if err != nil {
+		// The expanded target URL does not parse or a signing secret is
+		// unreadable: a configuration error the operator can fix, so the
+		// row waits rather than use up attempts.
+		d.log.Warn("dispatch: target unusable; row back to pending", "namespace", row.Namespace, "task_queue", row.TaskQueue, "error", err)
+		return result{kind: outcomeWait}
+	}
 
 	start := time.Now()
 	resp, err := d.client.Do(req)
-	if err != nil {
-		d.m.deliveryDur.WithLabelValues(row.Namespace).Observe(time.Since(start).Seconds())
-		if d.deliveryCtx.Err() != nil {
-			return result{kind: outcomeAbandoned}
-		}
-		msg := err.Error()
-		if errors.Is(err, context.DeadlineExceeded) {
-			msg = fmt.Sprintf("timeout after %v: %v", timeout, err)
-		}
-		return result{kind: outcomeRetry, lastError: msg}
+	answered := time.Now()
+	wire := wc.snapshot()
+	res := result{sent: start}
+	if !wire.onWire.IsZero() {
+		res.sent = wire.onWire
 	}
-	res := result{kind: classifyStatus(resp.StatusCode), status: resp.StatusCode}
+	if err != nil {
+		d.m.deliveryDur.WithLabelValues(row.Namespace).Observe(answered.Sub(start).Seconds())
+		if d.deliveryCtx.Err() != nil {
+			return result{kind: outcomeAbandoned, sent: res.sent}
+		}
+		res.kind, res.load = outcomeRetry, signalDrop
+		cause := context.Cause(ctx)
+		switch {
+		case errors.Is(cause, errDeliveryTimeout) && wire.written:
+			res.unknown, res.loadReason = true, cutTimeout
+			res.lastError = fmt.Sprintf("%sno answer within %v of the request going out; the target may have processed it", OutcomeUnknownPrefix, timeout)
+		case errors.Is(cause, errDeliveryTimeout):
+			res.loadReason = cutTimeout
+			res.lastError = fmt.Sprintf("timeout after %v on the wire while sending the request: %v", timeout, err)
+		case errors.Is(cause, errConnectTimeout):
+			res.loadReason = cutTimeout
+			res.lastError = fmt.Sprintf("no connection to the target within %v: %v", timeout, err)
+		case wire.written:
+			res.unknown, res.loadReason = true, cutConnection
+			res.lastError = fmt.Sprintf("%sconnection lost after the request went out; the target may have processed it: %v", OutcomeUnknownPrefix, err)
+		default:
+			res.loadReason = cutConnection
+			res.lastError = err.Error()
+		}
+		return res
+	}
+	res.rtt = answered.Sub(res.sent)
+	res.status = resp.StatusCode
+	res.kind = classifyStatus(resp.StatusCode)
+	res.load, res.loadReason = loadOfStatus(resp.StatusCode)
 	var excerpt []byte
 	if res.kind != outcomeDone {
 		excerpt, _ = io.ReadAll(io.LimitReader(resp.Body, int64(d.cfg.LastErrorMax)))
@@ -131,9 +235,99 @@ func (d *Dispatcher) deliver(row outbox.Row, t Target) result {
 		res.lastError += ": " + ex
 	}
 	if res.kind == outcomeRetry {
-		res.retryAfter, res.hasRetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), d.cfg.Now())
+		res.retryAfter, res.hasRetryAfter = retryAfterOf(resp.StatusCode, resp.Header.Get("Retry-After"), d.cfg.Now())
 	}
 	return res
+}
+
+// loadOfStatus is what an answer's status says about the host's load:
+// 429 and 503 are drops (the host says it is overloaded), other 5xx, 408
+// and 425 say nothing about load, everything else is an answer in time.
+func loadOfStatus(code int) (loadSignal, string) {
+	switch {
+	case code == http.StatusTooManyRequests:
+		return signalDrop, cut429
+	case code == http.StatusServiceUnavailable:
+		return signalDrop, cut503
+	case code >= 500, code == http.StatusRequestTimeout, code == http.StatusTooEarly:
+		return signalNone, ""
+	}
+	return signalSuccess, ""
+}
+
+// wireClock times one attempt with one timer: from its start it bounds
+// getting a connection; when the request gets one (GotConn) it is re-armed
+// for the delivery timeout. It records when that happened and whether the
+// request was written in full (WroteRequest without error).
+type wireClock struct {
+	timeout time.Duration
+	cancel  context.CancelCauseFunc
+
+	mu      sync.Mutex
+	timer   *time.Timer
+	onWire  time.Time
+	written bool
+	stopped bool
+}
+
+// wireState is a snapshot of a wireClock.
+type wireState struct {
+	onWire  time.Time
+	written bool
+}
+
+func startWireClock(timeout time.Duration, cancel context.CancelCauseFunc) *wireClock {
+	w := &wireClock{timeout: timeout, cancel: cancel}
+	w.timer = time.AfterFunc(timeout, w.expire)
+	return w
+}
+
+// expire cancels the attempt with the cause of the phase it is in.
+func (w *wireClock) expire() {
+	w.mu.Lock()
+	wired := !w.onWire.IsZero()
+	w.mu.Unlock()
+	if wired {
+		w.cancel(errDeliveryTimeout)
+	} else {
+		w.cancel(errConnectTimeout)
+	}
+}
+
+func (w *wireClock) trace() *httptrace.ClientTrace {
+	return &httptrace.ClientTrace{
+		GotConn: func(httptrace.GotConnInfo) {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			if w.stopped || !w.onWire.IsZero() {
+				return // a retry on another connection keeps the first deadline
+			}
+			if w.timer.Stop() { // else the connect timeout fired first
+				w.onWire = time.Now()
+				w.timer.Reset(w.timeout)
+			}
+		},
+		WroteRequest: func(info httptrace.WroteRequestInfo) {
+			if info.Err == nil {
+				w.mu.Lock()
+				w.written = true
+				w.mu.Unlock()
+			}
+		},
+	}
+}
+
+func (w *wireClock) snapshot() wireState {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return wireState{onWire: w.onWire, written: w.written}
+}
+
+func (w *wireClock) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stopped = true
+	w.timer.Stop()
 }
 
 // settle records a delivery outcome on the store. A settle error is logged
@@ -166,6 +360,9 @@ func (d *Dispatcher) settle(row outbox.Row, res result) {
 		d.log.Info("dispatch: route lost its delivery target; row back to pending",
 			"dispatch_key", row.DispatchKey, "namespace", ns, "task_queue", row.TaskQueue)
 	case outcomeRetry:
+		if res.unknown {
+			d.m.outcomeUnknown.WithLabelValues(ns).Inc()
+		}
 		policy := d.policyFor(ns)
 		if attempt >= policy.MaxAttempts {
 			msg := d.bound(fmt.Sprintf("attempts exhausted (%d of %d): %s", attempt, policy.MaxAttempts, res.lastError))
@@ -176,10 +373,7 @@ func (d *Dispatcher) settle(row outbox.Row, res result) {
 			}
 			break
 		}
-		delay := policy.randBackoff(attempt)
-		if res.hasRetryAfter {
-			delay = min(res.retryAfter, policy.Cap)
-		}
+		delay := retryDelay(policy, attempt, res)
 		msg := d.bound(res.lastError)
 		if err = d.store.Retry(ctx, outbox.RetryParams{DispatchKey: row.DispatchKey, Claim: row.Version, NextAttempt: attempt + 1, VisibleAfter: now.Add(delay), LastError: msg}); err == nil {
 			d.m.retried.WithLabelValues(ns).Inc()

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"slices"
 	"sync"
@@ -26,13 +25,15 @@ type Dispatcher struct {
 	store        outbox.Store
 	client       *http.Client
 	ownTransport *http.Transport // built by New, closed when Run returns; nil if injected
+	hosts        *HostLimits     // per-target-host limits and rows in flight
 	m            *metrics
 	log          *slog.Logger
 	// startedAt is the clock reading at New: claims older than it were
 	// made by an earlier run of this node (RearmAllOnStart).
 	startedAt time.Time
 
-	wake chan struct{} // 1-buffered: Wake's coalescing signal
+	wake   chan struct{} // 1-buffered: Wake's coalescing signal
+	refill chan struct{} // 1-buffered: a slot or headroom a short sweep wanted is free (wakeRefill)
 
 	// sweepMu serialises sweeps (two concurrent sweeps could together
 	// exceed a ceiling; backpressure package doc). It also guards knownNS.
@@ -46,10 +47,14 @@ type Dispatcher struct {
 	deliveries       sync.WaitGroup // delivery goroutines
 
 	// limited is set when the last sweep left work behind for want of
-	// headroom or budget: settles then wake the loop.
+	// headroom or budget: settles then wake the loop. hostLimited is set
+	// when it left rows behind for want of a target host's slots: answers
+	// then wake it (after RefillDebounce).
 	limited        atomic.Bool
+	hostLimited    atomic.Bool
 	startRearmDone atomic.Bool
 	warnedPolicy   sync.Map // namespace → struct{}: invalid override logged once
+	warnedUngated  atomic.Bool
 
 	mu            sync.Mutex
 	claimsStopped bool               // Drain or Run's end: SweepOnce claims nothing more
@@ -84,24 +89,25 @@ func New(cfg Config) (*Dispatcher, error) {
 		log:        cfg.Logger,
 		startedAt:  cfg.Now(),
 		wake:       make(chan struct{}, 1),
+		refill:     make(chan struct{}, 1),
 		knownNS:    map[string]uint32{},
 		loopsDone:  make(chan struct{}),
 		inflight:   map[string]int{},
 		inflightNS: map[string]int{},
 	}
+	d.hosts = cfg.Hosts
+	if d.hosts == nil {
+		if d.hosts, err = NewHostLimits(HostLimitsConfig{
+			Targets: cfg.Targets, MaxConnsPerHost: cfg.MaxConnsPerHost,
+			InitialConnsPerHost: cfg.InitialConnsPerHost, Registerer: cfg.Registerer,
+		}); err != nil {
+			m.unregister(cfg.Registerer)
+			return nil, err
+		}
+	}
 	rt := cfg.Transport
 	if rt == nil {
-		d.ownTransport = &http.Transport{
-			Proxy:                 http.ProxyFromEnvironment,
-			DialContext:           (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext,
-			ForceAttemptHTTP2:     true,
-			MaxIdleConns:          0, // no global cap; per host below
-			MaxIdleConnsPerHost:   cfg.MaxConnsPerHost,
-			MaxConnsPerHost:       cfg.MaxConnsPerHost,
-			IdleConnTimeout:       90 * time.Second,
-			TLSHandshakeTimeout:   10 * time.Second,
-			ExpectContinueTimeout: time.Second,
-		}
+		d.ownTransport = newTransport(cfg)
 		rt = d.ownTransport
 	}
 	d.client = &http.Client{
@@ -218,6 +224,21 @@ func (d *Dispatcher) Drain(ctx context.Context) error {
 	return nil
 }
 
+// wakeRefill asks for a sweep after RefillDebounce: a delivery's answer
+// freed a host slot that the last sweep was short of. Waiting a little lets one sweep refill the slots of many
+// answers instead of one sweep per answer; a Wake meanwhile (an append)
+// still sweeps after WakeDebounce.
+func (d *Dispatcher) wakeRefill() {
+	select {
+	case d.refill <- struct{}{}:
+	default:
+	}
+}
+
+// Hosts returns the per-target-host limits the dispatcher counts its
+// deliveries against (Config.Hosts, or the one New built).
+func (d *Dispatcher) Hosts() *HostLimits { return d.hosts }
+
 // Wake asks for a sweep soon (after WakeDebounce) instead of at the next
 // poll tick. It never blocks; wakes that arrive while one is pending merge
 // into it. The node calls it after an append lands; the dispatcher calls it
@@ -242,13 +263,14 @@ func (d *Dispatcher) Eligible(route outbox.ClaimScope) bool {
 	return d.hasTarget(route)
 }
 
-// hasTarget reports whether the route has a usable target: configured, with
-// an absolute http or https URL. A route whose target URL is malformed
-// waits like one without target (a configuration error must not burn
-// the rows' attempts).
+// hasTarget reports whether the route has a usable target: configured, its
+// URL, once the route's placeholders are substituted, an absolute http or
+// https URL (a placeholder may stand in the host). A route whose target
+// URL is malformed waits like one without target (a configuration error
+// must not burn the rows' attempts).
 func (d *Dispatcher) hasTarget(route outbox.ClaimScope) bool {
-	t, ok := d.cfg.Targets.Target(route)
-	return ok && usableURL(t.URL)
+	_, ok := d.hosts.HostOf(route)
+	return ok
 }
 
 // RoutesWithoutTarget returns the routes that had visible pending rows but
@@ -307,8 +329,8 @@ func (d *Dispatcher) SweepOnce(ctx context.Context) (backpressure.Sweep, error) 
 	start := time.Now()
 	sw, err := d.cfg.Planner.Sweep(ctx, planned, budget, held)
 	d.m.sweepDur.Observe(time.Since(start).Seconds())
+	d.report(sw, budget, fs) // first: a delivery may end before launch returns, and its answer wakes a short sweep
 	d.launch(sw.Rows)
-	d.report(sw, budget, fs)
 	if err != nil {
 		if ctx.Err() == nil {
 			d.m.sweepErrors.Inc()
@@ -359,7 +381,7 @@ func (f *filteredStore) PendingRoutes(ctx context.Context, now time.Time) ([]out
 // report turns a sweep into metrics and the wake-on-settle decision.
 // Called with sweepMu held.
 func (d *Dispatcher) report(sw backpressure.Sweep, budget int, fs *filteredStore) {
-	limited := len(sw.Rows) >= budget
+	limited, hostLimited := len(sw.Rows) >= budget, false
 	seen := make(map[string]bool, len(sw.Namespaces))
 	for _, ns := range sw.Namespaces {
 		seen[ns.Namespace] = true
@@ -373,6 +395,15 @@ func (d *Dispatcher) report(sw backpressure.Sweep, budget int, fs *filteredStore
 		if ns.AtCeiling() {
 			d.m.atCeiling.WithLabelValues(ns.Namespace).Inc()
 			limited = true
+		}
+		if ns.HostLimited {
+			hostLimited = true // an answer from that host frees a slot
+		}
+	}
+	if len(sw.Rows) > 0 && len(sw.Hosts) == 0 && !d.warnedUngated.Load() {
+		if _, gated := d.hosts.HostOf(sw.Rows[0].Route()); gated && !d.warnedUngated.Swap(true) {
+			d.log.Warn("dispatch: the planner claims without the target hosts' limits (give it the dispatcher's HostLimits: PlannerConfig.Hosts); " +
+				"rows may wait for a connection inside their delivery timeout")
 		}
 	}
 	d.mu.Lock()
@@ -392,6 +423,7 @@ func (d *Dispatcher) report(sw backpressure.Sweep, budget int, fs *filteredStore
 	}
 	d.mu.Unlock()
 	d.limited.Store(limited)
+	d.hostLimited.Store(hostLimited)
 	if len(sw.Rows) > 0 && len(sw.Rows) >= budget && budget == d.cfg.BatchSize {
 		// A full batch: more may be claimable right away.
 		d.Wake()
@@ -413,10 +445,28 @@ func (d *Dispatcher) launch(rows []outbox.Row) {
 	d.m.inFlight.Add(float64(len(rows)))
 	d.mu.Unlock()
 	d.deliveries.Add(len(rows))
+	now := time.Now()
+	type routeHost struct {
+		host  string
+		gated bool
+	}
+	hostOf := map[outbox.ClaimScope]routeHost{} // rows of a sweep share few routes
 	for _, row := range rows {
+		// Count the row against its target host before the next sweep
+		// reads the host's usage (sweeps are serialised under sweepMu).
+		rh, seen := hostOf[row.Route()]
+		if !seen {
+			rh.host, rh.gated = d.hosts.HostOf(row.Route())
+			hostOf[row.Route()] = rh
+		}
+		host, gated := rh.host, rh.gated
+		hostInflight := 0
+		if gated {
+			hostInflight = d.hosts.acquire(host, row.Namespace, now)
+		}
 		go func() {
 			defer d.deliveries.Done()
-			d.deliverAndSettle(row)
+			d.deliverAndSettle(row, host, hostInflight)
 			d.finish(&row)
 		}()
 	}
@@ -440,7 +490,7 @@ func (d *Dispatcher) finish(row *outbox.Row) {
 	}
 	d.mu.Unlock()
 	if d.limited.Load() {
-		d.Wake()
+		d.Wake() // headroom a sweep was short of is free: as before issue 11
 	}
 }
 
@@ -471,29 +521,47 @@ func (d *Dispatcher) inflightKeys() map[string]struct{} {
 	return out
 }
 
-// sweepLoop sweeps once at start, then on every jittered poll tick and,
-// debounced, on Wake, until ctx ends.
+// sweepLoop sweeps once at start, then on every jittered poll tick, after
+// WakeDebounce on Wake and after max(RefillDebounce, the last sweep's
+// duration) on wakeRefill, until ctx ends. The gaps count from the end of
+// the last sweep.
 func (d *Dispatcher) sweepLoop(ctx context.Context) {
 	timer := time.NewTimer(d.pollJitter())
 	defer timer.Stop()
 	debounce := time.NewTimer(time.Hour)
-	debounce.Stop() // armed only after a Wake (Go ≥ 1.23: no stale tick)
+	debounce.Stop() // armed only after a wake (Go ≥ 1.23: no stale tick)
 	for {
+		start := time.Now()
 		_, _ = d.SweepOnce(ctx) // errors are logged and counted inside
 		lastEnd := time.Now()
 		timer.Reset(d.pollJitter())
+		wait := time.Duration(0)
 		select {
 		case <-ctx.Done():
 			return
 		case <-timer.C:
 		case <-d.wake:
-			if gap := d.cfg.WakeDebounce - time.Since(lastEnd); gap > 0 {
-				debounce.Reset(gap)
-				select {
-				case <-ctx.Done():
-					return
-				case <-debounce.C:
-				}
+			wait = d.cfg.WakeDebounce
+		case <-d.refill:
+			// Refills wait at least as long as the last sweep took: the
+			// loop spends at most about half its time refilling, and
+			// deliveries keep the CPU for the rest.
+			wait = max(d.cfg.RefillDebounce, lastEnd.Sub(start))
+		}
+		for wait > 0 {
+			gap := wait - time.Since(lastEnd)
+			if gap <= 0 {
+				break
+			}
+			debounce.Reset(gap)
+			select {
+			case <-ctx.Done():
+				return
+			case <-debounce.C:
+				wait = 0
+			case <-d.wake: // an append does not wait for a refill's gap
+				debounce.Stop()
+				wait = d.cfg.WakeDebounce
 			}
 		}
 		if ctx.Err() != nil {

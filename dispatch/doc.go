@@ -14,17 +14,28 @@
 //     out, and hands every row to its own delivery goroutine without
 //     waiting: a slow target never stalls other tenants;
 //   - HTTP push delivery: a POST of the payload with the headers listed at
-//     [HeaderIdempotencyKey] and below, over one shared transport with a
-//     bounded number of connections per target host;
+//     [HeaderIdempotencyKey] and below (newDeliveryRequest), over one
+//     shared transport (newTransport) that never makes a request wait for
+//     a connection;
+//   - per-target-host concurrency ([HostLimits]): each host (scheme, host
+//     and port after template expansion) has an adaptive limit, AIMD
+//     between 1 and MaxConnsPerHost, that the planner treats as a ceiling
+//     beside the namespace's (backpressure.HostSlots), so a claimed row
+//     always has a slot to go out on. The delivery timeout starts when the
+//     request has a connection (httptrace GotConn);
 //   - the outcome mapping: 2xx → done; 408, 425, 429, 5xx, timeouts and
-//     connection errors → retry (exponential backoff with jitter, or the
-//     response's Retry-After, capped); any other status (other 4xx, 3xx:
-//     redirects are not followed) → failed at once with
-//     "HTTP <status>: <body excerpt>" as last_error; a retryable failure
-//     of the last allowed attempt → failed;
+//     connection errors → retry (exponential backoff with jitter,
+//     lengthened, never shortened, by a 429's or 503's Retry-After,
+//     capped); any other status (other 4xx, 3xx: redirects are not
+//     followed) → failed at once with "HTTP <status>: <body excerpt>" as
+//     last_error; a retryable failure of the last allowed attempt →
+//     failed. An attempt that went out in full and then timed out or lost
+//     its connection may have been delivered: its retry's last_error
+//     starts with [OutcomeUnknownPrefix];
 //   - leases: claims older than VisibilityTimeout (and, at start, every
 //     claim made before this process started) go back to pending;
-//   - its metrics (metrics.go), labelled by namespace only.
+//   - its metrics (metrics.go), labelled by namespace, and the per-host
+//     ones (hosts.go), labelled by the hosts in use.
 //
 // # What it does not own
 //

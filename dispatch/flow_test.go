@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
@@ -99,7 +100,9 @@ func testBurstyQuiet(t *testing.T, st storeKind) {
 	})
 	cfg := testConfig(targets)
 	cfg.Store, _ = st.open(t)
-	cp := &countingPlanner{Planner: testPlanner(), claimed: map[string]int64{}}
+	cfg.Registerer = prometheus.NewPedanticRegistry()
+	cfg.Hosts = testHosts(t, cfg)
+	cp := &countingPlanner{Planner: testPlanner(cfg.Hosts), claimed: map[string]int64{}}
 	cfg.Planner = cp
 	d, b := setup(t, cfg)
 	stop := run(t, d)
@@ -418,7 +421,8 @@ func TestMaxInFlightBoundsClaims(t *testing.T) {
 // its rows keep their attempts.
 func TestUnusableTargetURLWaits(t *testing.T) {
 	tg := newTarget(t, nil)
-	urls := map[string]string{"relative": "/hooks", "ftp": "ftp://x/y", "empty": "", "good": tg.URL() + "/{task_queue}"}
+	urls := map[string]string{"relative": "/hooks", "ftp": "ftp://x/y", "empty": "", "good": tg.URL() + "/{task_queue}",
+		"badhost": "http://x:{task_queue}/y"}
 	d, b := setup(t, testConfig(TargetsFunc(func(r outbox.ClaimScope) (Target, bool) {
 		return Target{URL: urls[r.TaskQueue]}, true
 	})))
@@ -429,13 +433,20 @@ func TestUnusableTargetURLWaits(t *testing.T) {
 	}
 	sweep(t, d)
 	wantStatus(t, b.store, "k-good", outbox.StatusDone)
-	for _, q := range []string{"relative", "ftp", "empty"} {
+	for _, q := range []string{"relative", "ftp", "empty", "badhost"} {
 		if r := wantStatus(t, b.store, "k-"+q, outbox.StatusPending); r.Attempt != 1 {
 			t.Fatalf("row of route with %s URL: attempt %d, want 1", q, r.Attempt)
 		}
 	}
-	if got := d.RoutesWithoutTarget(); len(got) != 3 {
-		t.Fatalf("RoutesWithoutTarget = %v, want the 3 routes with unusable URLs", got)
+	if got := d.RoutesWithoutTarget(); len(got) != 4 {
+		t.Fatalf("RoutesWithoutTarget = %v, want the 4 routes with unusable URLs", got)
+	}
+	// A placeholder may stand in the host: such a route is eligible.
+	hostTmpl := TargetsFunc(func(outbox.ClaimScope) (Target, bool) { return Target{URL: "http://{namespace}.hooks.example/x"}, true })
+	d2, _ := setup(t, testConfig(hostTmpl))
+	defer drain(t, d2)
+	if !d2.Eligible(outbox.ClaimScope{Namespace: "acme", TaskQueue: "q"}) {
+		t.Fatal("a route whose target URL has {namespace} in its host is not eligible")
 	}
 }
 

@@ -167,7 +167,9 @@ func testConfig(targets Targets) Config {
 
 // setup builds a dispatcher over a fresh store (newStore) and a real
 // backpressure planner whose quotas come from b.quotas (default:
-// backpressure.DefaultQuota). cfg.Now, if set, is shared by the planner.
+// backpressure.DefaultQuota) and whose host ceiling is the dispatcher's
+// HostLimits, as the node wires them. cfg.Now, if set, is shared by the
+// planner.
 func setup(t testing.TB, cfg Config) (*Dispatcher, *bundle) {
 	t.Helper()
 	b := &bundle{quotas: &sync.Map{}}
@@ -179,6 +181,13 @@ func setup(t testing.TB, cfg Config) (*Dispatcher, *bundle) {
 		cfg.Now = time.Now
 	}
 	b.now = cfg.Now
+	if cfg.Registerer == nil {
+		b.reg = prometheus.NewPedanticRegistry()
+		cfg.Registerer = b.reg
+	}
+	if cfg.Hosts == nil {
+		cfg.Hosts = testHosts(t, cfg)
+	}
 	if cfg.Planner == nil {
 		src := quota.SettingsSourceFunc(func(_ context.Context, ns string) (quota.Settings, bool, error) {
 			q, ok := b.quotas.Load(ns)
@@ -191,11 +200,8 @@ func setup(t testing.TB, cfg Config) (*Dispatcher, *bundle) {
 		cfg.Planner = backpressure.NewPlanner(backpressure.PlannerConfig{
 			Ceilings: quota.NewProportional(quota.NewPolicies(src, quota.Defaults{Quota: quota.DefaultQuota}, 0), nil),
 			Now:      cfg.Now,
+			Hosts:    cfg.Hosts,
 		})
-	}
-	if cfg.Registerer == nil {
-		b.reg = prometheus.NewPedanticRegistry()
-		cfg.Registerer = b.reg
 	}
 	if cfg.Logger == nil && os.Getenv("DISPATCH_TEST_LOG") != "" {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -207,11 +213,24 @@ func setup(t testing.TB, cfg Config) (*Dispatcher, *bundle) {
 	return d, b
 }
 
+// testHosts builds the HostLimits for cfg (its Targets and host limits,
+// metrics on its Registerer), as the node does.
+func testHosts(t testing.TB, cfg Config) *HostLimits {
+	t.Helper()
+	h, err := NewHostLimits(HostLimitsConfig{Targets: cfg.Targets, MaxConnsPerHost: cfg.MaxConnsPerHost,
+		InitialConnsPerHost: cfg.InitialConnsPerHost, Registerer: cfg.Registerer})
+	if err != nil {
+		t.Fatalf("NewHostLimits: %v", err)
+	}
+	return h
+}
+
 // testPlanner is a backpressure planner where every namespace has the
-// default quota.
-func testPlanner() *backpressure.Planner {
+// default quota, claiming by hosts' limits (nil: no host ceiling).
+func testPlanner(hosts backpressure.HostSlots) *backpressure.Planner {
 	return backpressure.NewPlanner(backpressure.PlannerConfig{
 		Ceilings: quota.NewProportional(quota.NewPolicies(nil, quota.Defaults{Quota: quota.DefaultQuota}, 0), nil),
+		Hosts:    hosts,
 	})
 }
 

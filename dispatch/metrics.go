@@ -17,6 +17,8 @@ type metrics struct {
 	retried   *prometheus.CounterVec // fairshard_rows_retried_total{namespace}
 	failed    *prometheus.CounterVec // fairshard_rows_failed_total{namespace}
 	rearmed   prometheus.Counter     // fairshard_rows_rearmed_total
+	// fairshard_delivery_outcome_unknown_total{namespace}
+	outcomeUnknown *prometheus.CounterVec
 
 	claimedNow   *prometheus.GaugeVec   // fairshard_claimed_rows{namespace}
 	ceiling      *prometheus.GaugeVec   // fairshard_namespace_ceiling{namespace}
@@ -30,6 +32,25 @@ type metrics struct {
 	settleErrors   prometheus.Counter
 	inFlight       prometheus.Gauge
 	routesNoTarget prometheus.Gauge
+}
+
+// collectors lists every series of m, for registration.
+func (m *metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		m.claimed, m.delivered, m.retried, m.failed, m.rearmed, m.outcomeUnknown,
+		m.claimedNow, m.ceiling, m.headroom, m.atCeiling, m.deliveryDur, m.enqueueToDel,
+		m.sweepDur, m.sweepErrors, m.settleErrors, m.inFlight, m.routesNoTarget,
+	}
+}
+
+// unregister removes m's series from reg (New failed after registering).
+func (m *metrics) unregister(reg prometheus.Registerer) {
+	if reg == nil {
+		return
+	}
+	for _, c := range m.collectors() {
+		reg.Unregister(c)
+	}
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -55,6 +76,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "fairshard_rows_rearmed_total",
 			Help: "Stale claims re-armed to pending (visibility timeout passed, or left over from before a restart).",
 		}),
+		outcomeUnknown: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fairshard_delivery_outcome_unknown_total",
+			Help: "Delivery attempts whose outcome is unknown (the request went out in full, then timed out or lost its connection): the target may have the row; it is retried with backoff.",
+		}, ns),
 		claimedNow: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "fairshard_claimed_rows",
 			Help: "Rows of the namespace claimed on this node, as of the last sweep (CLAIMED only, never pending).",
@@ -116,11 +141,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		errs []error
 		done []prometheus.Collector
 	)
-	for _, c := range []prometheus.Collector{
-		m.claimed, m.delivered, m.retried, m.failed, m.rearmed,
-		m.claimedNow, m.ceiling, m.headroom, m.atCeiling, m.deliveryDur, m.enqueueToDel,
-		m.sweepDur, m.sweepErrors, m.settleErrors, m.inFlight, m.routesNoTarget,
-	} {
+	for _, c := range m.collectors() {
 		if err := reg.Register(c); err != nil {
 			errs = append(errs, err)
 			continue

@@ -12,8 +12,9 @@ import (
 )
 
 // TestMetrics drives a known sequence (2 rows delivered in "a"; in "b" one
-// dead letter and one retry) and compares the counters and gauges, then
-// lints every series the dispatcher exports.
+// dead letter and one retry) and compares the counters and gauges, the
+// target host's limit included (the 503 halves it), then lints every
+// series the dispatcher exports.
 func TestMetrics(t *testing.T) {
 	tg := newTarget(t, func(w http.ResponseWriter, r *http.Request) {
 		switch r.Header.Get(HeaderDispatchKey) {
@@ -73,12 +74,23 @@ fairshard_routes_without_target 1
 # HELP fairshard_deliveries_in_flight Rows this process is delivering right now.
 # TYPE fairshard_deliveries_in_flight gauge
 fairshard_deliveries_in_flight 0
+# HELP fairshard_target_host_limit Current adaptive concurrency limit of a target host on this node (rows in flight, 1 … --max-conns-per-host).
+# TYPE fairshard_target_host_limit gauge
+fairshard_target_host_limit{host="HOST"} 10
+# HELP fairshard_target_host_in_flight Rows this node is delivering to a target host right now.
+# TYPE fairshard_target_host_in_flight gauge
+fairshard_target_host_in_flight{host="HOST"} 0
+# HELP fairshard_target_host_limit_cuts_total Times a target host's concurrency limit was halved, by reason (timeout, connection, status_429, status_503, latency).
+# TYPE fairshard_target_host_limit_cuts_total counter
+fairshard_target_host_limit_cuts_total{host="HOST",reason="status_503"} 1
 `
+	want = strings.ReplaceAll(want, "HOST", tg.URL())
 	names := []string{
 		"fairshard_rows_claimed_total", "fairshard_rows_delivered_total", "fairshard_rows_failed_total",
 		"fairshard_rows_retried_total", "fairshard_namespace_ceiling", "fairshard_claimed_rows",
 		"fairshard_namespace_headroom", "fairshard_sweeps_at_ceiling_total", "fairshard_routes_without_target",
-		"fairshard_deliveries_in_flight",
+		"fairshard_deliveries_in_flight", "fairshard_target_host_limit", "fairshard_target_host_in_flight",
+		"fairshard_target_host_limit_cuts_total",
 	}
 	if err := testutil.GatherAndCompare(b.reg, strings.NewReader(want), names...); err != nil {
 		t.Fatal(err)
@@ -109,7 +121,7 @@ fairshard_deliveries_in_flight 0
 		t.Errorf("metric lint: %s: %s", p.Metric, p.Text)
 	}
 	// Every family the dispatcher exports is there and carries no label
-	// but namespace.
+	// but namespace, except the per-host ones: host (and reason).
 	mfs, err := b.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -119,9 +131,13 @@ fairshard_deliveries_in_flight 0
 			t.Errorf("metric %s lacks the fairshard_ prefix", mf.GetName())
 		}
 		for _, m := range mf.GetMetric() {
+			allowed := map[string]bool{"namespace": true}
+			if strings.HasPrefix(mf.GetName(), "fairshard_target_host_") {
+				allowed = map[string]bool{"host": true, "reason": true}
+			}
 			for _, l := range m.GetLabel() {
-				if l.GetName() != "namespace" {
-					t.Errorf("metric %s has label %s; only namespace is allowed", mf.GetName(), l.GetName())
+				if !allowed[l.GetName()] {
+					t.Errorf("metric %s has label %s; only %v allowed", mf.GetName(), l.GetName(), allowed)
 				}
 			}
 		}

@@ -80,6 +80,7 @@ func (d *Dispatcher) reapLoop(ctx context.Context) {
 				d.log.Warn("dispatch: re-arm of claims left from before start failed; retrying next tick", "error", err)
 			}
 		}
+		d.hosts.expire(time.Now())
 		if _, err := d.RearmOnce(ctx); err != nil && ctx.Err() == nil {
 			d.m.sweepErrors.Inc()
 			d.log.Warn("dispatch: re-arm of stale claims failed; retrying next tick", "error", err)

@@ -30,26 +30,65 @@ func (p RetryPolicy) randBackoff(attempt uint32) time.Duration {
 	return p.backoff(attempt, rand.Float64())
 }
 
-// parseRetryAfter reads a Retry-After header value (RFC 9110 §10.2.3):
-// delta-seconds or an HTTP-date, relative to now. ok is false when the
-// value is absent or malformed. A date in the past yields 0.
+// minRetryDelay is the shortest wait before a retry: a retry is never
+// immediate, whatever the jitter.
+const minRetryDelay = time.Millisecond
+
+// retryDelay is the wait before the next attempt after a retryable failure
+// of attempt: the policy's jittered backoff, lengthened (never shortened)
+// by the answer's Retry-After, capped at the policy's Cap, and at least
+// minRetryDelay. A timeout or a lost connection gets the backoff like any
+// other failure.
+func retryDelay(p RetryPolicy, attempt uint32, res result) time.Duration {
+	d := p.randBackoff(attempt)
+	if res.hasRetryAfter {
+		d = max(d, res.retryAfter)
+	}
+	return max(min(d, p.Cap), minRetryDelay)
+}
+
+// retryAfterOf is the wait a response asks for: its Retry-After, on a 429
+// or 503 only (RFC 9110 §10.2.3, RFC 6585 §4). ok is false for any other
+// status and whenever parseRetryAfter gives nothing.
+func retryAfterOf(status int, header string, now time.Time) (time.Duration, bool) {
+	if status != http.StatusTooManyRequests && status != http.StatusServiceUnavailable {
+		return 0, false
+	}
+	return parseRetryAfter(header, now)
+}
+
+// parseRetryAfter reads a Retry-After value (RFC 9110 §10.2.3):
+// delta-seconds (1*DIGIT) or an HTTP-date (IMF-fixdate, RFC 850 or asctime,
+// http.ParseTime), relative to now. ok is true only for a wait longer than
+// zero: an absent, zero, negative, fractional or otherwise malformed value,
+// or a date that is not in the future (a target whose clock is behind
+// ours), gives ok = false, and the caller keeps its own backoff. An
+// enormous delta-seconds gives the largest Duration (the caller caps it).
 func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0, false
 	}
-	secs, err := strconv.ParseUint(v, 10, 64)
-	if err == nil && secs <= uint64(math.MaxInt64/int64(time.Second)) {
+	if v[0] >= '0' && v[0] <= '9' {
+		secs, err := strconv.ParseUint(v, 10, 64)
+		switch {
+		case errors.Is(err, strconv.ErrRange):
+			return time.Duration(math.MaxInt64), true
+		case err != nil, secs == 0:
+			return 0, false
+		case secs > uint64(math.MaxInt64/int64(time.Second)):
+			return time.Duration(math.MaxInt64), true
+		}
 		return time.Duration(secs) * time.Second, true
-	}
-	if err == nil || errors.Is(err, strconv.ErrRange) {
-		return time.Duration(math.MaxInt64), true // absurdly far: the caller caps it
 	}
 	t, err := http.ParseTime(v)
 	if err != nil {
 		return 0, false
 	}
-	return max(t.Sub(now), 0), true
+	if d := t.Sub(now); d > 0 {
+		return d, true
+	}
+	return 0, false
 }
 
 // outcomeKind is how a delivery attempt ended.

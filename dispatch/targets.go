@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"net/http"
 	"net/url"
 	"strings"
 	"time"
@@ -21,6 +22,40 @@ type Target struct {
 	// visibility timeout is derived from DeliveryTimeout, so a longer
 	// attempt could be re-armed while still running).
 	Timeout time.Duration
+	// Headers are static request headers sent with every delivery to this
+	// target (e.g. Authorization), by canonical name. The dispatcher's own
+	// headers win over them; the node refuses the names ReservedHeader
+	// reports before they get here. Values are credentials: never logged.
+	Headers map[string]string
+	// SigningSecrets sign every delivery per Standard Webhooks (package
+	// webhook: "whsec_" + base64 of a 24–64 byte key), one signature per
+	// secret in webhook-signature, newest first during a rotation; none:
+	// deliveries are unsigned. Never logged.
+	SigningSecrets []string
+}
+
+// reservedHeaders are header names a target's static headers may not
+// set: hop-by-hop headers (RFC 9110 §7.6.1, plus Proxy-Connection, TE,
+// Trailer, Upgrade), message framing the client computes (Host,
+// Content-Length, Transfer-Encoding, Expect), and the headers every
+// delivery carries (Content-Type, User-Agent, Idempotency-Key; the
+// Fairshard-* and Webhook-* prefixes are reserved whole, see
+// ReservedHeader).
+var reservedHeaders = map[string]bool{
+	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true, "Proxy-Authenticate": true,
+	"Proxy-Authorization": true, "Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
+	"Host": true, "Content-Length": true, "Content-Encoding": true, "Expect": true,
+	"Content-Type": true, "User-Agent": true, HeaderIdempotencyKey: true,
+}
+
+// ReservedHeader reports whether a target's static headers may not set
+// the header name (any case): a hop-by-hop or framing header, one the
+// dispatcher sets on every delivery, or any name starting with
+// "Fairshard-" (ours) or "Webhook-" (Standard Webhooks' signature
+// headers).
+func ReservedHeader(name string) bool {
+	c := http.CanonicalHeaderKey(name)
+	return reservedHeaders[c] || strings.HasPrefix(c, "Fairshard-") || strings.HasPrefix(c, "Webhook-")
 }
 
 // Targets resolves the delivery target of a route (namespace, task_queue).
@@ -49,8 +84,8 @@ type Planner interface {
 
 var _ Planner = (*backpressure.Planner)(nil)
 
-// usableURL reports whether a target URL (template) is an absolute http or
-// https URL with a host.
+// usableURL reports whether a URL (a template once expanded) is an
+// absolute http or https URL with a host.
 func usableURL(raw string) bool {
 	u, err := url.Parse(raw)
 	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""

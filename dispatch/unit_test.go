@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
@@ -22,13 +23,15 @@ func TestConfigDefaults(t *testing.T) {
 	}{
 		{"PollInterval", c.PollInterval, 20 * time.Millisecond},
 		{"WakeDebounce", c.WakeDebounce, 2 * time.Millisecond},
+		{"RefillDebounce", c.RefillDebounce, 5 * time.Millisecond},
 		{"BatchSize", c.BatchSize, 256},
 		{"MaxInFlight", c.MaxInFlight, 4096},
 		{"DeliveryTimeout", c.DeliveryTimeout, 10 * time.Second},
 		{"VisibilityTimeout", c.VisibilityTimeout, 40 * time.Second},
 		{"RearmInterval", c.RearmInterval, time.Second},
 		{"SettleTimeout", c.SettleTimeout, 5 * time.Second},
-		{"MaxConnsPerHost", c.MaxConnsPerHost, 64},
+		{"MaxConnsPerHost", c.MaxConnsPerHost, 512},
+		{"InitialConnsPerHost", c.InitialConnsPerHost, 20},
 		{"LastErrorMax", c.LastErrorMax, 512},
 		{"Retry", c.Retry, RetryPolicy{Base: 500 * time.Millisecond, Factor: 2, Cap: 5 * time.Minute, MaxAttempts: 10, Jitter: 0.2}},
 	}
@@ -49,7 +52,7 @@ func TestConfigValidation(t *testing.T) {
 	tg := static("http://127.0.0.1:1")
 	base := func() Config {
 		c := testConfig(tg)
-		c.Store, c.Planner = newStore(t), testPlanner()
+		c.Store, c.Planner = newStore(t), testPlanner(nil)
 		return c
 	}
 	cases := []struct {
@@ -66,6 +69,9 @@ func TestConfigValidation(t *testing.T) {
 		{"negative batch", func(c *Config) { c.BatchSize = -1 }, "Config.BatchSize"},
 		{"negative max in flight", func(c *Config) { c.MaxInFlight = -1 }, "Config.MaxInFlight"},
 		{"negative conns", func(c *Config) { c.MaxConnsPerHost = -3 }, "Config.MaxConnsPerHost"},
+		{"initial conns above max", func(c *Config) { c.MaxConnsPerHost, c.InitialConnsPerHost = 4, 5 }, "Config.InitialConnsPerHost"},
+		{"refill debounce below wake debounce", func(c *Config) { c.WakeDebounce, c.RefillDebounce = 3*time.Millisecond, time.Millisecond }, "Config.RefillDebounce"},
+		{"refill debounce not below poll", func(c *Config) { c.RefillDebounce = c.PollInterval }, "Config.RefillDebounce"},
 		{"tiny last error", func(c *Config) { c.LastErrorMax = 8 }, "Config.LastErrorMax"},
 		{"retry factor below 1", func(c *Config) { c.Retry.Factor = 0.5 }, "Config.Retry.Factor"},
 		{"retry cap below base", func(c *Config) { c.Retry.Base, c.Retry.Cap = time.Second, time.Millisecond }, "Config.Retry.Cap"},
@@ -154,31 +160,84 @@ func TestBackoff(t *testing.T) {
 	}
 }
 
+// TestParseRetryAfter: every form of Retry-After (RFC 9110 §10.2.3). Only
+// a wait longer than zero counts; anything else leaves our backoff.
 func TestParseRetryAfter(t *testing.T) {
 	now := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	huge := time.Duration(math.MaxInt64)
 	cases := []struct {
+		name string
 		in   string
 		want time.Duration
 		ok   bool
 	}{
-		{"", 0, false},
-		{"3", 3 * time.Second, true},
-		{" 120 ", 2 * time.Minute, true},
-		{"0", 0, true},
-		{now.Add(7 * time.Second).Format(http.TimeFormat), 7 * time.Second, true},
-		{now.Add(-time.Hour).Format(http.TimeFormat), 0, true},
-		{"-5", 0, false},
-		{"soon", 0, false},
-		{"1.5", 0, false},
+		{"absent", "", 0, false},
+		{"delta-seconds", "3", 3 * time.Second, true},
+		{"delta-seconds with spaces", " 120 ", 2 * time.Minute, true},
+		{"leading zeros", "007", 7 * time.Second, true},
+		{"zero", "0", 0, false},
+		{"zeros", "000", 0, false},
+		{"negative", "-5", 0, false},
+		{"plus sign", "+5", 0, false},
+		{"fractional", "1.5", 0, false},
+		{"exponent", "1e3", 0, false},
+		{"word", "soon", 0, false},
+		{"digits then junk", "5 seconds", 0, false},
+		{"enormous", "99999999999999999999", huge, true},
+		{"past int64 seconds", "9223372036854775807", huge, true},
+		{"IMF-fixdate ahead", now.Add(7 * time.Second).Format(http.TimeFormat), 7 * time.Second, true},
+		{"IMF-fixdate now", now.Format(http.TimeFormat), 0, false},
+		{"IMF-fixdate past (target clock behind)", now.Add(-time.Hour).Format(http.TimeFormat), 0, false},
+		{"RFC 850 ahead", now.Add(30 * time.Second).Format(time.RFC850), 30 * time.Second, true},
+		{"asctime ahead", now.Add(20 * time.Second).Format(time.ANSIC), 20 * time.Second, true},
+		{"date with a numeric zone", now.Add(time.Hour).Format(time.RFC1123Z), 0, false},
+		{"date without weekday", now.Add(time.Hour).Format("02 Jan 2006 15:04:05 GMT"), 0, false},
 	}
 	for _, tc := range cases {
 		got, ok := parseRetryAfter(tc.in, now)
 		if got != tc.want || ok != tc.ok {
-			t.Errorf("parseRetryAfter(%q) = %v, %v; want %v, %v", tc.in, got, ok, tc.want, tc.ok)
+			t.Errorf("%s: parseRetryAfter(%q) = %v, %v; want %v, %v", tc.name, tc.in, got, ok, tc.want, tc.ok)
 		}
 	}
-	if got, ok := parseRetryAfter("99999999999999999999", now); !ok || got <= 0 {
-		t.Errorf("an enormous delta-seconds gave %v, %v; want a huge positive duration", got, ok)
+	// Honoured on 429 and 503 only.
+	for _, code := range []int{429, 503} {
+		if d, ok := retryAfterOf(code, "9", now); !ok || d != 9*time.Second {
+			t.Errorf("retryAfterOf(%d, 9) = %v, %v; want 9s, true", code, d, ok)
+		}
+	}
+	for _, code := range []int{500, 502, 504, 408, 425, 301, 200} {
+		if d, ok := retryAfterOf(code, "9", now); ok {
+			t.Errorf("retryAfterOf(%d, 9) = %v, true; want ignored", code, d)
+		}
+	}
+}
+
+// TestRetryDelay: a Retry-After only lengthens the backoff, capped.
+func TestRetryDelay(t *testing.T) {
+	p := RetryPolicy{Base: 2 * time.Second, Factor: 2, Cap: time.Minute, MaxAttempts: 10, Jitter: -1}
+	cases := []struct {
+		name    string
+		attempt uint32
+		ra      time.Duration
+		hasRA   bool
+		want    time.Duration
+	}{
+		{"backoff alone", 1, 0, false, 2 * time.Second},
+		{"longer Retry-After wins", 1, 7 * time.Second, true, 7 * time.Second},
+		{"shorter Retry-After loses", 3, 5 * time.Second, true, 8 * time.Second},
+		{"Retry-After capped", 1, time.Hour, true, time.Minute},
+		{"enormous Retry-After capped", 1, time.Duration(math.MaxInt64), true, time.Minute},
+	}
+	for _, tc := range cases {
+		if got := retryDelay(p, tc.attempt, result{retryAfter: tc.ra, hasRetryAfter: tc.hasRA}); got != tc.want {
+			t.Errorf("%s: retryDelay = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	full := RetryPolicy{Base: time.Millisecond, Factor: 1, Cap: time.Second, MaxAttempts: 1, Jitter: 1}
+	for range 1000 {
+		if d := retryDelay(full, 1, result{}); d < minRetryDelay {
+			t.Fatalf("full jitter gave a retry delay of %v: a retry must never be immediate", d)
+		}
 	}
 }
 

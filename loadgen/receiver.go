@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fairshard/fairshard/webhook"
 )
 
 // Delivery header names the receiver reads (set by fairshard's dispatcher).
@@ -25,9 +27,17 @@ type Receiver struct {
 	delay atomic.Int64
 	// Status, when non-zero, is answered instead of 200 (fault injection).
 	status atomic.Int32
+	// secrets, when set, make the receiver verify every request's
+	// Standard Webhooks signature (SetSigningSecrets).
+	secrets   atomic.Pointer[[]webhook.Secret]
+	verified  atomic.Int64
+	sigFailed atomic.Int64
 
 	mu         sync.Mutex
 	deliveries map[string]int // dispatch_key → successful deliveries
+	requests   map[string]int // dispatch_key → requests received, whatever their outcome
+	inFlight   int            // requests being held now, all namespaces
+	maxIn      int            // most requests held at once, all namespaces
 	namespaces map[string]*nsStats
 	total      atomic.Int64
 	last       atomic.Int64 // unix nanos of the latest successful delivery
@@ -43,7 +53,7 @@ type nsStats struct {
 
 // NewReceiver returns a receiver that holds each request for delay.
 func NewReceiver(delay time.Duration) *Receiver {
-	r := &Receiver{deliveries: map[string]int{}, namespaces: map[string]*nsStats{}, start: time.Now()}
+	r := &Receiver{deliveries: map[string]int{}, requests: map[string]int{}, namespaces: map[string]*nsStats{}, start: time.Now()}
 	r.delay.Store(int64(delay))
 	return r
 }
@@ -53,6 +63,27 @@ func (r *Receiver) SetDelay(d time.Duration) { r.delay.Store(int64(d)) }
 
 // SetStatus makes every following request answer status (0 restores 200).
 func (r *Receiver) SetStatus(status int) { r.status.Store(int32(status)) }
+
+// SetSigningSecrets makes the receiver verify every request's Standard
+// Webhooks signature (package webhook, DefaultTolerance) against any of
+// secrets, as a real target would: a request that fails is answered 401,
+// counted by SignatureFailures and not recorded as delivered (it still
+// counts in Requests). No secrets: nothing is verified.
+func (r *Receiver) SetSigningSecrets(secrets []webhook.Secret) {
+	if len(secrets) == 0 {
+		r.secrets.Store(nil)
+		return
+	}
+	s := append([]webhook.Secret(nil), secrets...)
+	r.secrets.Store(&s)
+}
+
+// SignatureFailures is how many requests failed verification (see
+// SetSigningSecrets); Verified how many passed.
+func (r *Receiver) SignatureFailures() int64 { return r.sigFailed.Load() }
+
+// Verified is how many requests' signatures were verified.
+func (r *Receiver) Verified() int64 { return r.verified.Load() }
 
 func (r *Receiver) ns(name string) *nsStats {
 	s, ok := r.namespaces[name]
@@ -75,7 +106,15 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	st := r.ns(ns)
 	st.inFlight++
 	st.maxInFlight = max(st.maxInFlight, st.inFlight)
+	r.requests[key]++
+	r.inFlight++
+	r.maxIn = max(r.maxIn, r.inFlight)
 	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.inFlight--
+		r.mu.Unlock()
+	}()
 
 	if d := time.Duration(r.delay.Load()); d > 0 {
 		select {
@@ -84,6 +123,17 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	status := int(r.status.Load())
+	if secrets := r.secrets.Load(); secrets != nil {
+		if err := webhook.Verify(req.Header, body, time.Now(), 0, (*secrets)...); err != nil {
+			r.sigFailed.Add(1)
+			r.mu.Lock()
+			st.inFlight--
+			r.mu.Unlock()
+			http.Error(w, "signature: "+err.Error(), http.StatusUnauthorized)
+			return
+		}
+		r.verified.Add(1)
+	}
 	if req.Context().Err() != nil {
 		// The sender gave up (timeout, hard stop): it will not record this
 		// delivery as done, so neither do we.
@@ -113,6 +163,29 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		st.latency.Add(now.Sub(time.Unix(0, p.T)))
 	}
 	w.WriteHeader(http.StatusOK)
+}
+
+// Requests returns how many requests the receiver got for each
+// dispatch_key, whatever their outcome: answered, failed on purpose
+// (SetStatus) or abandoned by the sender mid-request. More than one for a
+// key the sender delivered once is a repeat delivery. The map is the
+// caller's.
+func (r *Receiver) Requests() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]int, len(r.requests))
+	for k, n := range r.requests {
+		out[k] = n
+	}
+	return out
+}
+
+// MaxInFlight returns the most requests the receiver held at once, all
+// namespaces together.
+func (r *Receiver) MaxInFlight() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.maxIn
 }
 
 // Delivered returns the number of successful deliveries (duplicates

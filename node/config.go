@@ -117,7 +117,9 @@ type Config struct {
 	// MaxAttempts is the number of delivery attempts before a row is dead
 	// lettered. Defaults to 10.
 	MaxAttempts int
-	// MaxConnsPerHost bounds connections per target host. Defaults to 64.
+	// MaxConnsPerHost is the upper bound of the adaptive concurrency limit
+	// of each target host (scheme://host:port): rows this node delivers
+	// to it at once. Defaults to 512.
 	MaxConnsPerHost int
 
 	// HandoffInterval is how often the handoff loop runs besides on every
@@ -209,7 +211,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.RetryFactor, "retry-factor", 2, "backoff multiplier per attempt")
 	fs.DurationVar(&c.RetryCap, "retry-cap", 5*time.Minute, "largest retry backoff")
 	fs.IntVar(&c.MaxAttempts, "max-attempts", 10, "delivery attempts before a row is dead-lettered")
-	fs.IntVar(&c.MaxConnsPerHost, "max-conns-per-host", 64, "most connections per target host")
+	fs.IntVar(&c.MaxConnsPerHost, "max-conns-per-host", 512, "upper bound of each target host's adaptive concurrency limit (rows this node delivers at once to one scheme://host:port)")
 	fs.DurationVar(&c.HandoffInterval, "handoff-interval", 5*time.Second, "handoff loop period (it also runs on every ownership change)")
 	fs.IntVar(&c.HandoffBatch, "handoff-batch", 500, "most rows per handoff call")
 	fs.IntVar(&c.HandoffBatchBytes, "handoff-batch-bytes", 8<<20, "byte budget of one handoff call (payloads and fields; one larger row still moves alone)")

@@ -253,6 +253,13 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 		KV: cl.KV(), DefaultTarget: cfg.DefaultTarget, NodeRetry: nodeRetry,
 		DefaultMaxInFlight: cfg.DefaultMaxInFlight, DefaultMode: defaultMode, QuotaTTL: cfg.QuotaTTL,
 	})
+	targets := dispatch.TargetsFunc(n.settings.DispatchTarget)
+	// The target hosts' limits are one ceiling of the planner (beside each
+	// namespace's) and the dispatcher's record of what is on the wire.
+	hosts, err := dispatch.NewHostLimits(dispatch.HostLimitsConfig{Targets: targets, MaxConnsPerHost: cfg.MaxConnsPerHost, Registerer: reg})
+	if err != nil {
+		return nil, fmt.Errorf("create target host limits: %w", err)
+	}
 	n.peers = peer.NewClient(cfg.ClusterSecret)
 	policies := n.settings.Policies()
 	n.leases, err = newLeaseService(leaseConfig{
@@ -270,11 +277,12 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 	ceilings := quota.NewByMode(policies,
 		quota.NewProportional(policies, func() shards.OwnedShardFraction { return n.ownership().Fraction }),
 		quota.NewLeased(policies, n.leases.Grants(), nil))
-	planner := backpressure.NewPlanner(backpressure.PlannerConfig{Ceilings: ceilings, Logger: log})
+	planner := backpressure.NewPlanner(backpressure.PlannerConfig{Ceilings: ceilings, Hosts: hosts, Logger: log})
 	n.disp, err = dispatch.New(dispatch.Config{
 		Store:             heldClaims(store),
 		Planner:           leasePoker{planner, n.leases},
-		Targets:           dispatch.TargetsFunc(n.settings.DispatchTarget),
+		Targets:           targets,
+		Hosts:             hosts,
 		Held:              n.settings.HeldWorkflows,
 		RetryPolicyFor:    n.settings.RetryPolicyFor,
 		Paused:            n.settings.Paused,

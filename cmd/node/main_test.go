@@ -157,6 +157,8 @@ func TestInvalidConfigExits2(t *testing.T) {
 		{[]string{"FAIRSHARD_SHARDS=abc"}, nil, []string{"FAIRSHARD_SHARDS"}},
 		{[]string{"FAIRSHARD_POLL_INTERVAL=fast"}, nil, []string{"FAIRSHARD_POLL_INTERVAL"}},
 		{[]string{"FAIRSHARD_LOG_LEVEL=loud"}, nil, []string{"--log-level"}},
+		{nil, []string{"target", "--signing-secret", "whsec_c2hvcnQ="}, []string{"--signing-secret", "secret 0", "5 bytes"}},
+		{nil, []string{"target", "--signing-secret", "plain-password"}, []string{"--signing-secret", "whsec_"}},
 	} {
 		code, _, stderr := runCmd(t, c.environ, c.args...)
 		if code != 2 {

@@ -19,6 +19,7 @@ import (
 	"github.com/fairshard/fairshard/cluster"
 	"github.com/fairshard/fairshard/loadgen"
 	"github.com/fairshard/fairshard/node"
+	"github.com/fairshard/fairshard/webhook"
 )
 
 // check runs the store's consistency check on DATA_DIR: bbolt's page check
@@ -148,6 +149,11 @@ func target(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fairshard target", flag.ContinueOnError)
 	addr := fs.String("addr", ":9000", "listen address")
 	delay := fs.Duration("delay", 20*time.Millisecond, "how long each delivery is held (target latency)")
+	var secretArgs []string
+	fs.Func("signing-secret", "verify every delivery's Standard Webhooks signature with this secret (whsec_…; repeat or comma-separate for a rotation); failures are answered 401 and counted", func(v string) error {
+		secretArgs = append(secretArgs, strings.Split(v, ",")...)
+		return nil
+	})
 	if code, ok := parseFlags(fs, "target", args, stdout, stderr); !ok {
 		return code
 	}
@@ -155,7 +161,13 @@ func target(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "fairshard target: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
+	secrets, err := webhook.ParseSecrets(secretArgs)
+	if err != nil {
+		fmt.Fprintf(stderr, "fairshard target: --signing-secret: %v\n", err)
+		return 2
+	}
 	recv := loadgen.NewReceiver(*delay)
+	recv.SetSigningSecrets(secrets)
 	srv := &http.Server{Addr: *addr, Handler: recv, ReadHeaderTimeout: 10 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -169,11 +181,23 @@ func target(args []string, stdout, stderr io.Writer) int {
 				return
 			case <-t.C:
 				b, _ := json.Marshal(recv.Namespaces())
-				fmt.Fprintf(stdout, "delivered=%d distinct=%d namespaces=%s\n", recv.Delivered(), recv.Distinct(), b)
+				sig := ""
+				if len(secrets) > 0 {
+					sig = fmt.Sprintf(" signatures_verified=%d signature_failures=%d", recv.Verified(), recv.SignatureFailures())
+				}
+				fmt.Fprintf(stdout, "delivered=%d distinct=%d%s namespaces=%s\n", recv.Delivered(), recv.Distinct(), sig, b)
 			}
 		}
 	}()
-	fmt.Fprintf(stdout, "fairshard target listening on %s (delay %v)\n", *addr, *delay)
+	verifying := "not verifying signatures"
+	if len(secrets) > 0 {
+		fps := make([]string, len(secrets))
+		for i, s := range secrets {
+			fps[i] = s.Fingerprint()
+		}
+		verifying = "verifying signatures with secrets " + strings.Join(fps, ",")
+	}
+	fmt.Fprintf(stdout, "fairshard target listening on %s (delay %v, %s)\n", *addr, *delay, verifying)
 	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		fmt.Fprintf(stderr, "target: %v\n", err)
 		return 1

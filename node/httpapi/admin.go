@@ -24,7 +24,8 @@ const (
 	MaxQuota         = 1_000_000
 	MaxTargetTimeout = 10 * time.Minute
 	// MaxTargetURLBytes keeps a target within the gossiped config's 1 KiB
-	// value limit, JSON envelope included.
+	// value limit, JSON envelope included (with signing secrets and
+	// headers, the whole target must fit: checkCredentials).
 	MaxTargetURLBytes = 900
 	maxDeadLetterPage = 1000
 )
@@ -255,11 +256,12 @@ func (a *API) handlePutTarget(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	var t settings.TargetSettings
-	if err := decodeBody(w, r, &t); err != nil {
+	var req targetRequest
+	if err := decodeBody(w, r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
+	t := settings.TargetSettings{URL: req.URL, TimeoutMS: req.TimeoutMS}
 	if len(t.URL) > MaxTargetURLBytes {
 		writeError(w, fieldError("url", "is %d bytes, the limit is %d", len(t.URL), MaxTargetURLBytes))
 		return
@@ -277,6 +279,10 @@ func (a *API) handlePutTarget(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fieldError("timeout_ms", "must be between 0 (node default) and %d", MaxTargetTimeout.Milliseconds()))
 		return
 	}
+	if err := req.checkCredentials(&t); err != nil {
+		writeError(w, err)
+		return
+	}
 	if !a.cfg.Settings.HasTarget(ns, tq) {
 		if have := a.cfg.Settings.TargetCount(); have >= a.cfg.MaxTargets {
 			writeError(w, limitExceeded("target", "%d routes have their own target, the limit is %d (--max-targets); use --default-target with {namespace} and {task_queue} for many routes", have, a.cfg.MaxTargets))
@@ -288,7 +294,7 @@ func (a *API) handlePutTarget(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.cfg.Dispatcher.Wake()
-	writeJSON(w, http.StatusOK, map[string]any{"namespace": ns, "task_queue": tq, "url": t.URL, "timeout_ms": t.TimeoutMS})
+	writeJSON(w, http.StatusOK, targetView{Namespace: ns, TaskQueue: tq, RedactedTarget: t.Redacted()})
 }
 
 func (a *API) handleDeleteTarget(w http.ResponseWriter, r *http.Request) {

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/fairshard/fairshard/node/settings"
@@ -152,6 +153,40 @@ func checkText(field, v string, maxBytes int) error {
 	return nil
 }
 
+// checkDispatchKey applies the dispatch_key rules. The key reaches the
+// target as the Idempotency-Key (and Fairshard-Dispatch-Key) header value,
+// and must arrive byte for byte (issue 11): an HTTP field value cannot
+// carry control characters (RFC 9110 §5.5; tab included here: it has no
+// place in a key), and its leading and trailing whitespace is not part of
+// the value (recipients strip it, §5.5). So a key is refused when it is
+// empty, only whitespace, starts or ends with whitespace (Unicode
+// White_Space, which includes the ASCII space and tab the header would
+// lose), or holds a control character. Anything else valid UTF-8 up to
+// MaxKeyBytes travels intact.
+func checkDispatchKey(field, key string) error {
+	switch {
+	case key == "":
+		return fieldError(field, "is empty")
+	case len(key) > MaxKeyBytes:
+		return fieldError(field, "is %d bytes, the limit is %d", len(key), MaxKeyBytes)
+	case !utf8.ValidString(key):
+		return fieldError(field, "is not valid UTF-8")
+	case strings.TrimSpace(key) == "":
+		return fieldError(field, "is only whitespace")
+	}
+	first, _ := utf8.DecodeRuneInString(key)
+	last, _ := utf8.DecodeLastRuneInString(key)
+	if unicode.IsSpace(first) || unicode.IsSpace(last) {
+		return fieldError(field, "has leading or trailing whitespace, which the Idempotency-Key header would not carry to the target")
+	}
+	for i, c := range key {
+		if c < 0x20 || c == 0x7f {
+			return fieldError(field, "contains the control character U+%04X at byte %d, which an HTTP header value (Idempotency-Key) cannot carry", c, i)
+		}
+	}
+	return nil
+}
+
 func (in *appendRow) toRow(i int, now time.Time) (outbox.Row, error) {
 	f := func(name string) string { return fmt.Sprintf("rows[%d].%s", i, name) }
 	row := outbox.Row{Namespace: outbox.DefaultName, TaskQueue: outbox.DefaultName, CreatedAt: now, VisibleAfter: now, Attempt: 1}
@@ -169,10 +204,7 @@ func (in *appendRow) toRow(i int, now time.Time) (outbox.Row, error) {
 	}
 	switch {
 	case in.DispatchKey != nil:
-		if *in.DispatchKey == "" {
-			return row, fieldError(f("dispatch_key"), "is empty")
-		}
-		if err := checkText(f("dispatch_key"), *in.DispatchKey, MaxKeyBytes); err != nil {
+		if err := checkDispatchKey(f("dispatch_key"), *in.DispatchKey); err != nil {
 			return row, err
 		}
 		row.DispatchKey = *in.DispatchKey
@@ -180,6 +212,9 @@ func (in *appendRow) toRow(i int, now time.Time) (outbox.Row, error) {
 		row.DispatchKey = outbox.DefaultDispatchKey(row.WorkflowID, row.Ordinal)
 		if len(row.DispatchKey) > MaxKeyBytes {
 			return row, fieldError(f("dispatch_key"), "derived key is longer than %d bytes", MaxKeyBytes)
+		}
+		if first, _ := utf8.DecodeRuneInString(row.WorkflowID); unicode.IsSpace(first) {
+			return row, fieldError(f("workflow_id"), "starts with whitespace, so the derived dispatch_key (workflow_id:ordinal) would not reach the target intact in the Idempotency-Key header")
 		}
 	case in.WorkflowID != nil:
 		return row, fieldError(f("ordinal"), "is required with workflow_id when dispatch_key is absent")

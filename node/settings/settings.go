@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -12,6 +15,7 @@ import (
 	"github.com/fairshard/fairshard/kv"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/quota"
+	"github.com/fairshard/fairshard/webhook"
 )
 
 // Keys of the gossiped cluster config (package kv, hosted by cluster).
@@ -82,12 +86,62 @@ type RetrySettings struct {
 	MaxAttempts uint32  `json:"max_attempts,omitempty"`
 }
 
-// TargetSettings is a route's delivery target: a URL template
-// ({namespace} and {task_queue} are substituted by the dispatcher) and a
-// timeout in ms (0: the node's delivery timeout).
+// TargetSettings is a route's delivery target as stored in the gossiped
+// config: a URL template ({namespace} and {task_queue} are substituted by
+// the dispatcher), a timeout in ms (0: the node's delivery timeout), the
+// Standard Webhooks signing secrets ("whsec_…", newest first) and static
+// request headers by canonical name. Secrets and header values are
+// credentials: they are never shown by the API (Redacted) nor logged
+// (String, GoString and LogValue redact them).
 type TargetSettings struct {
-	URL       string `json:"url"`
-	TimeoutMS int64  `json:"timeout_ms,omitempty"`
+	URL            string            `json:"url"`
+	TimeoutMS      int64             `json:"timeout_ms,omitempty"`
+	SigningSecrets []string          `json:"signing_secrets,omitempty"`
+	Headers        map[string]string `json:"headers,omitempty"`
+}
+
+// RedactedTarget is what the API shows of a TargetSettings: secrets by
+// fingerprint (webhook.Secret.Fingerprint), headers by name, sorted.
+type RedactedTarget struct {
+	URL                       string   `json:"url"`
+	TimeoutMS                 int64    `json:"timeout_ms"`
+	SigningSecretFingerprints []string `json:"signing_secret_fingerprints"`
+	HeaderNames               []string `json:"header_names"`
+}
+
+// Redacted is t without its credentials. A secret that does not parse
+// (never stored by the API) shows as "invalid".
+func (t TargetSettings) Redacted() RedactedTarget {
+	out := RedactedTarget{URL: t.URL, TimeoutMS: t.TimeoutMS, SigningSecretFingerprints: []string{}, HeaderNames: []string{}}
+	for _, s := range t.SigningSecrets {
+		fp := "invalid"
+		if sec, err := webhook.ParseSecret(s); err == nil {
+			fp = sec.Fingerprint()
+		}
+		out.SigningSecretFingerprints = append(out.SigningSecretFingerprints, fp)
+	}
+	out.HeaderNames = slices.Sorted(maps.Keys(t.Headers))
+	if out.HeaderNames == nil {
+		out.HeaderNames = []string{}
+	}
+	return out
+}
+
+// String shows the redacted form: a target printed by mistake shows no
+// credential.
+func (t TargetSettings) String() string {
+	r := t.Redacted()
+	return fmt.Sprintf("{url:%s timeout_ms:%d signing_secrets:%v headers:%v}", r.URL, r.TimeoutMS, r.SigningSecretFingerprints, r.HeaderNames)
+}
+
+// GoString is String (%#v redacts too).
+func (t TargetSettings) GoString() string { return t.String() }
+
+// LogValue is the redacted form, for slog.
+func (t TargetSettings) LogValue() slog.Value {
+	r := t.Redacted()
+	return slog.GroupValue(slog.String("url", r.URL), slog.Int64("timeout_ms", r.TimeoutMS),
+		slog.Any("signing_secret_fingerprints", r.SigningSecretFingerprints), slog.Any("header_names", r.HeaderNames))
 }
 
 // KV is what the settings need of the gossiped config store (*kv.Store
@@ -278,7 +332,7 @@ func (s *Settings) Target(route outbox.ClaimScope) (TargetSettings, bool) {
 // DispatchTarget is Target as the dispatcher takes it (dispatch.Targets).
 func (s *Settings) DispatchTarget(route outbox.ClaimScope) (dispatch.Target, bool) {
 	t, ok := s.Target(route)
-	return dispatch.Target{URL: t.URL, Timeout: DurationMS(t.TimeoutMS)}, ok
+	return dispatch.Target{URL: t.URL, Timeout: DurationMS(t.TimeoutMS), Headers: t.Headers, SigningSecrets: t.SigningSecrets}, ok
 }
 
 // HeldWorkflows returns the held set; the map is shared and must not be

@@ -94,6 +94,7 @@ func TestFairness(t *testing.T) {
 	t.Logf("small append→delivery loaded: p50 %.1f ms p90 %.1f ms p99 %.1f ms max %.1f ms", loadedLat.P50, loadedLat.P90, loadedLat.P99, loadedLat.Max)
 
 	timing := logNodeTimings(t, c, c.members()[0])
+	logHostLimits(t, c)
 	// The quiet namespace never waits behind the noisy one's backlog,
 	// whatever the build: its p99 stays a small fraction of the big one's
 	// p50 (measured: 40-70× below in plain and -race builds).
