@@ -11,8 +11,10 @@ RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}"
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/fairshard /usr/local/bin/fairshard
-# Owned by the nonroot user, so a fresh named volume mounted here is writable.
+# Owned by the nonroot user, so a fresh named volume mounted here is writable
+# (/secrets: where compose's init service keeps the cluster secret and gossip key).
 COPY --from=build --chown=65532:65532 /out/data /data
+COPY --from=build --chown=65532:65532 /out/data /secrets
 # /data is where replicas keep their outbox files (one slot directory each).
 VOLUME ["/data"]
 USER nonroot:nonroot

@@ -24,6 +24,20 @@ type Cluster struct {
 		// another owner (rows to hand off).
 		ShardsPending int `json:"shards_pending"`
 	} `json:"handoff"`
+	// Security says what protects the answering node.
+	Security Security `json:"security"`
+}
+
+// Security is /v1/cluster's "security": what protects the answering node.
+type Security struct {
+	// Insecure: started with --insecure.
+	Insecure bool `json:"insecure"`
+	// NodeAuth: node-to-node calls are signed both ways (--cluster-secret).
+	NodeAuth bool `json:"node_auth"`
+	// GossipEncrypted: gossip is encrypted (--gossip-key).
+	GossipEncrypted bool `json:"gossip_encrypted"`
+	// Exposed lists its listen and advertised addresses beyond loopback.
+	Exposed []string `json:"exposed"`
 }
 
 // Member is one cluster member.
@@ -37,7 +51,10 @@ type Member struct {
 	// (empty without encryption), for checking a key rotation.
 	GossipKeys []string `json:"gossip_keys"`
 	// State is "active" or "leaving" (draining: it owns no shards).
-	State              string  `json:"state"`
+	State string `json:"state"`
+	// Reachable reports whether its API answers the answering node's
+	// health checks (false: rows for its shards are held elsewhere).
+	Reachable          bool    `json:"reachable"`
 	OwnedShards        int     `json:"owned_shards"`
 	OwnedShardFraction float64 `json:"owned_shard_fraction"`
 }

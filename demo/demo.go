@@ -7,6 +7,8 @@ package demo
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -106,6 +108,10 @@ type demoRun struct {
 	// bg holds the graceful stop running beside the view; closeAll waits
 	// for it so a node is never hard-closed mid-drain.
 	bg sync.WaitGroup
+	// secret and gossipKey are the run's cluster secret and gossip key
+	// (fresh per run): the demo runs secured, as production should.
+	secret    string
+	gossipKey []byte
 }
 
 // Run runs the demo until the load ends and every appended row is delivered
@@ -131,7 +137,11 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	d := &demoRun{opts: opts, dir: opts.Dir}
+	d := &demoRun{opts: opts, dir: opts.Dir, gossipKey: make([]byte, 32)}
+	secret := make([]byte, 16)
+	_, _ = rand.Read(secret)
+	_, _ = rand.Read(d.gossipKey)
+	d.secret = hex.EncodeToString(secret)
 	if d.dir == "" {
 		tmp, err := os.MkdirTemp("", "fairshard-demo-")
 		if err != nil {
@@ -264,6 +274,7 @@ func (d *demoRun) addNode(ctx context.Context, i int) error {
 	cfg.HTTPAddr = fmt.Sprintf("127.0.0.%d:0", i)
 	cfg.GossipAddr = fmt.Sprintf("127.0.0.%d:0", i)
 	cfg.GossipProfile = "fast"
+	cfg.ClusterSecret, cfg.GossipKeys = d.secret, [][]byte{d.gossipKey}
 	cfg.DefaultTarget = d.target
 	cfg.HandoffInterval = time.Second
 	cfg.ShutdownGrace = 15 * time.Second

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fairshard/fairshard/egress"
 	"github.com/fairshard/fairshard/outbox"
 )
 
@@ -53,6 +54,11 @@ const (
 	DefaultMaxConnsPerHost = 512
 	// DefaultLastErrorMax bounds a row's last_error (bytes).
 	DefaultLastErrorMax = 512
+	// DefaultBodyExcerptMax bounds the excerpt of a target's non-2xx
+	// answer kept in last_error (bytes): enough for a status line's
+	// reason, too short to carry what an internal service would leak
+	// through the dead-letters API (issue #13 item 5).
+	DefaultBodyExcerptMax = 64
 
 	// DefaultRetryBase is the first retry's backoff.
 	DefaultRetryBase = 500 * time.Millisecond
@@ -257,9 +263,21 @@ type Config struct {
 	// InitialConnsPerHost is a new host's limit before it has answered,
 	// in [1, MaxConnsPerHost]. Defaults to min(20, MaxConnsPerHost).
 	InitialConnsPerHost int
-	// LastErrorMax bounds a row's last_error, and so the response body
-	// excerpt kept in it (bytes). Defaults to 512.
+	// LastErrorMax bounds a row's last_error (bytes). Defaults to 512.
 	LastErrorMax int
+	// BodyExcerptMax bounds the excerpt of a non-2xx answer's body kept in
+	// last_error (bytes, cut on a rune boundary, control characters
+	// blanked). Defaults to DefaultBodyExcerptMax; negative keeps none.
+	BodyExcerptMax int
+	// Egress is the targets' egress policy, enforced at dial time by the
+	// transport New builds (ignored when Transport is set). nil is the
+	// default policy: link-local and metadata addresses refused (package
+	// egress).
+	Egress *egress.Policy
+	// NamespaceLabel maps a namespace to its metrics label value, so a
+	// flood of namespaces cannot explode the series (nslabel.Limiter.Label).
+	// nil: the namespace itself.
+	NamespaceLabel func(namespace string) string
 }
 
 // DefaultConfig returns a Config holding only the default tunables (no
@@ -299,6 +317,12 @@ func (c *Config) fillDefaults() {
 	}
 	if c.LastErrorMax == 0 {
 		c.LastErrorMax = DefaultLastErrorMax
+	}
+	if c.BodyExcerptMax == 0 {
+		c.BodyExcerptMax = DefaultBodyExcerptMax
+	}
+	if c.NamespaceLabel == nil {
+		c.NamespaceLabel = func(ns string) string { return ns }
 	}
 	c.Retry = c.Retry.withDefaults(DefaultRetryPolicy())
 	if c.Now == nil {

@@ -190,7 +190,7 @@ func (d *Dispatcher) deliver(row outbox.Row, t Target) result {
 		res.sent = wire.onWire
 	}
 	if err != nil {
-		d.m.deliveryDur.WithLabelValues(row.Namespace).Observe(answered.Sub(start).Seconds())
+		d.m.deliveryDur.WithLabelValues(d.cfg.NamespaceLabel(row.Namespace)).Observe(answered.Sub(start).Seconds())
 		if d.deliveryCtx.Err() != nil {
 			return result{kind: outcomeAbandoned, sent: res.sent}
 		}
@@ -220,13 +220,15 @@ func (d *Dispatcher) deliver(row outbox.Row, t Target) result {
 	res.kind = classifyStatus(resp.StatusCode)
 	res.load, res.loadReason = loadOfStatus(resp.StatusCode)
 	var excerpt []byte
-	if res.kind != outcomeDone {
-		excerpt, _ = io.ReadAll(io.LimitReader(resp.Body, int64(d.cfg.LastErrorMax)))
+	if res.kind != outcomeDone && d.cfg.BodyExcerptMax > 0 {
+		// One byte more than kept, so the cut lands on a rune boundary.
+		excerpt, _ = io.ReadAll(io.LimitReader(resp.Body, int64(d.cfg.BodyExcerptMax)+4))
+		excerpt = []byte(truncateUTF8(string(excerpt), d.cfg.BodyExcerptMax))
 	}
 	// Drain (bounded) and close so the connection goes back to the pool.
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
 	_ = resp.Body.Close()
-	d.m.deliveryDur.WithLabelValues(row.Namespace).Observe(time.Since(start).Seconds())
+	d.m.deliveryDur.WithLabelValues(d.cfg.NamespaceLabel(row.Namespace)).Observe(time.Since(start).Seconds())
 	if res.kind == outcomeDone {
 		return res
 	}
@@ -345,12 +347,13 @@ func (d *Dispatcher) settle(row outbox.Row, res result) {
 	now := d.cfg.Now()
 	attempt := max(row.Attempt, 1)
 	ns := row.Namespace
+	label := d.cfg.NamespaceLabel(ns)
 	var err error
 	switch res.kind {
 	case outcomeDone:
 		if err = d.store.Complete(ctx, outbox.CompleteParams{DispatchKey: row.DispatchKey, Claim: row.Version, Now: now}); err == nil {
-			d.m.delivered.WithLabelValues(ns).Inc()
-			d.m.enqueueToDel.WithLabelValues(ns).Observe(max(now.Sub(row.CreatedAt), 0).Seconds())
+			d.m.delivered.WithLabelValues(label).Inc()
+			d.m.enqueueToDel.WithLabelValues(label).Observe(max(now.Sub(row.CreatedAt), 0).Seconds())
 		}
 	case outcomeWait:
 		// The route lost its (usable) target after the claim: back to
@@ -361,13 +364,13 @@ func (d *Dispatcher) settle(row outbox.Row, res result) {
 			"dispatch_key", row.DispatchKey, "namespace", ns, "task_queue", row.TaskQueue)
 	case outcomeRetry:
 		if res.unknown {
-			d.m.outcomeUnknown.WithLabelValues(ns).Inc()
+			d.m.outcomeUnknown.WithLabelValues(label).Inc()
 		}
 		policy := d.policyFor(ns)
 		if attempt >= policy.MaxAttempts {
 			msg := d.bound(fmt.Sprintf("attempts exhausted (%d of %d): %s", attempt, policy.MaxAttempts, res.lastError))
 			if err = d.store.Fail(ctx, outbox.FailParams{DispatchKey: row.DispatchKey, Claim: row.Version, LastError: msg, Now: now}); err == nil {
-				d.m.failed.WithLabelValues(ns).Inc()
+				d.m.failed.WithLabelValues(label).Inc()
 				d.log.Warn("dispatch: row failed (dead letter): attempts exhausted",
 					"dispatch_key", row.DispatchKey, "namespace", ns, "task_queue", row.TaskQueue, "attempt", attempt, "last_error", msg)
 			}
@@ -376,14 +379,14 @@ func (d *Dispatcher) settle(row outbox.Row, res result) {
 		delay := retryDelay(policy, attempt, res)
 		msg := d.bound(res.lastError)
 		if err = d.store.Retry(ctx, outbox.RetryParams{DispatchKey: row.DispatchKey, Claim: row.Version, NextAttempt: attempt + 1, VisibleAfter: now.Add(delay), LastError: msg}); err == nil {
-			d.m.retried.WithLabelValues(ns).Inc()
+			d.m.retried.WithLabelValues(label).Inc()
 			d.log.Debug("dispatch: delivery failed; retrying after backoff",
 				"dispatch_key", row.DispatchKey, "namespace", ns, "attempt", attempt, "backoff", delay, "last_error", msg)
 		}
 	case outcomeFail:
 		msg := d.bound(res.lastError)
 		if err = d.store.Fail(ctx, outbox.FailParams{DispatchKey: row.DispatchKey, Claim: row.Version, LastError: msg, Now: now}); err == nil {
-			d.m.failed.WithLabelValues(ns).Inc()
+			d.m.failed.WithLabelValues(label).Inc()
 			d.log.Warn("dispatch: row failed (dead letter): permanent delivery error",
 				"dispatch_key", row.DispatchKey, "namespace", ns, "task_queue", row.TaskQueue, "attempt", attempt, "last_error", msg)
 		}

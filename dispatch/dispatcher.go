@@ -383,17 +383,31 @@ func (f *filteredStore) PendingRoutes(ctx context.Context, now time.Time) ([]out
 func (d *Dispatcher) report(sw backpressure.Sweep, budget int, fs *filteredStore) {
 	limited, hostLimited := len(sw.Rows) >= budget, false
 	seen := make(map[string]bool, len(sw.Namespaces))
+	// Gauges are summed per label value: namespaces past the label bound
+	// share one ("_other"), so each is set once with the sum.
+	type gauges struct{ claimed, ceiling, headroom float64 }
+	byLabel := map[string]*gauges{}
+	add := func(ns string, claimed, ceiling, headroom float64) {
+		l := d.cfg.NamespaceLabel(ns)
+		g := byLabel[l]
+		if g == nil {
+			g = &gauges{}
+			byLabel[l] = g
+		}
+		g.claimed += claimed
+		g.ceiling += ceiling
+		g.headroom += headroom
+	}
 	for _, ns := range sw.Namespaces {
 		seen[ns.Namespace] = true
 		d.knownNS[ns.Namespace] = ns.Ceiling
+		label := d.cfg.NamespaceLabel(ns.Namespace)
 		if ns.Claimed > 0 {
-			d.m.claimed.WithLabelValues(ns.Namespace).Add(float64(ns.Claimed))
+			d.m.claimed.WithLabelValues(label).Add(float64(ns.Claimed))
 		}
-		d.m.claimedNow.WithLabelValues(ns.Namespace).Set(float64(ns.ClaimedBefore + ns.Claimed))
-		d.m.ceiling.WithLabelValues(ns.Namespace).Set(float64(ns.Ceiling))
-		d.m.headroom.WithLabelValues(ns.Namespace).Set(float64(ns.Headroom()))
+		add(ns.Namespace, float64(ns.ClaimedBefore+ns.Claimed), float64(ns.Ceiling), float64(ns.Headroom()))
 		if ns.AtCeiling() {
-			d.m.atCeiling.WithLabelValues(ns.Namespace).Inc()
+			d.m.atCeiling.WithLabelValues(label).Inc()
 			limited = true
 		}
 		if ns.HostLimited {
@@ -414,8 +428,12 @@ func (d *Dispatcher) report(sw backpressure.Sweep, budget int, fs *filteredStore
 			continue
 		}
 		n := d.inflightNS[ns]
-		d.m.claimedNow.WithLabelValues(ns).Set(float64(n))
-		d.m.headroom.WithLabelValues(ns).Set(float64(max(int(ceiling)-n, 0)))
+		add(ns, float64(n), float64(ceiling), float64(max(int(ceiling)-n, 0)))
+	}
+	for l, g := range byLabel {
+		d.m.claimedNow.WithLabelValues(l).Set(g.claimed)
+		d.m.ceiling.WithLabelValues(l).Set(g.ceiling)
+		d.m.headroom.WithLabelValues(l).Set(g.headroom)
 	}
 	if fs.listed {
 		d.waiting = fs.waiting

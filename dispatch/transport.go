@@ -17,12 +17,14 @@ import (
 // never reaches: no claimed row ever waits here for a connection (it
 // would wait inside its delivery timeout; issue 11). Dialling has no
 // timeout of its own: the attempt's connect timer bounds it (wireClock).
-// This is the place for a dial-time policy (which addresses may be
-// dialled) when one is added.
+// The dial goes through the egress policy (Config.Egress, package egress:
+// checked on the address dialled, after DNS).
 func newTransport(cfg Config) *http.Transport {
 	return &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext,
+		Proxy: http.ProxyFromEnvironment,
+		// The egress policy judges the address actually dialled, after
+		// DNS (issue #13 item 5).
+		DialContext:           cfg.Egress.DialContext(&net.Dialer{KeepAlive: 30 * time.Second}),
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          0, // no global cap; per host below
 		MaxIdleConnsPerHost:   2 * cfg.MaxConnsPerHost,

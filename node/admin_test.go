@@ -1,7 +1,10 @@
 package node_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fairshard/fairshard/node"
+	"github.com/fairshard/fairshard/nodeauth"
 )
 
 // endpoint is one API route with a body that passes auth (it need not be
@@ -47,10 +51,12 @@ var internalEndpoints = []endpoint{
 
 // TestAuth: with --api-token every /v1 call needs the bearer token (401
 // JSON otherwise), health and metrics stay open, and the internal
-// endpoints need the cluster secret, not the API token.
+// endpoints need a call signed with the cluster secret (package
+// nodeauth): neither the API token nor the secret itself as a bearer
+// token opens them (issue #13 items 1 and 2).
 func TestAuth(t *testing.T) {
 	t.Parallel()
-	const token, secret = "api-token-1", "cluster-secret-1"
+	const token, secret = "api-token-1", "cluster-secret-0123456789"
 	n := startNode(t, func(c *node.Config) { c.APIToken, c.ClusterSecret = token, secret })
 
 	for _, e := range publicEndpoints {
@@ -77,32 +83,91 @@ func TestAuth(t *testing.T) {
 			t.Errorf("GET %s without a token: status %d, want 200: %.200s", p, st, b)
 		}
 	}
+	signed := signedClient(t, secret)
+	other := signedClient(t, "another-secret-0123456789")
 	for _, e := range internalEndpoints {
-		for _, bad := range []string{"", token} {
+		for _, bad := range []string{"", token, secret} {
 			st, b := n.doAuth(e.method, e.path, e.body, bad)
 			wantError(t, st, b, http.StatusUnauthorized, node.CodeUnauthorized, "")
 		}
-		if st, b := n.doAuth(e.method, e.path, e.body, secret); st == http.StatusUnauthorized || st >= 500 {
-			t.Errorf("%s %s with the cluster secret: status %d: %s", e.method, e.path, st, b)
+		if st, b, err := signedDo(signed, e.method, n.base+e.path, e.body); err != nil || st == http.StatusUnauthorized || st >= 500 {
+			t.Errorf("%s %s signed with the cluster secret: status %d %v: %s", e.method, e.path, st, err, b)
+		}
+		if _, _, err := signedDo(other, e.method, n.base+e.path, e.body); !nodeauth.IsAuthError(err) {
+			t.Errorf("%s %s signed with another secret: %v, want refused", e.method, e.path, err)
 		}
 	}
 }
 
-// TestAuthDefaults: without --cluster-secret the internal endpoints take
-// the API token; without any token everything is open.
+// signedClient signs node-to-node calls with secret, as a member does.
+func signedClient(t testing.TB, secret string) *http.Client {
+	t.Helper()
+	a, err := nodeauth.New(nodeauth.Config{Secrets: [][]byte{[]byte(secret)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := a.Client(&http.Transport{}, 10*time.Second)
+	t.Cleanup(c.CloseIdleConnections)
+	return c
+}
+
+// signedDo sends a JSON body (a string as is) through a signing client.
+func signedDo(c *http.Client, method, u string, body any) (int, []byte, error) {
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	default:
+		j, _ := json.Marshal(b)
+		rd = bytes.NewReader(j)
+	}
+	req, err := http.NewRequest(method, u, rd)
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, out, err
+}
+
+// TestAuthDefaults: the cluster secret never defaults to the API token;
+// without a secret (allowed on loopback) the internal endpoints are open,
+// and the node says so in /v1/cluster and fairshard_insecure.
 func TestAuthDefaults(t *testing.T) {
 	t.Parallel()
 	withToken := startNode(t, func(c *node.Config) { c.APIToken = "only-token" })
-	open := startNode(t, nil)
+	secured := startNode(t, func(c *node.Config) {
+		c.ClusterSecret = "cluster-secret-0123456789"
+		c.GossipKeys = [][]byte{bytes.Repeat([]byte{7}, 32)}
+	})
 	for _, e := range internalEndpoints {
 		if st, b := withToken.doAuth(e.method, e.path, e.body, "only-token"); st == http.StatusUnauthorized || st >= 500 {
-			t.Errorf("%s %s with the API token as cluster secret: status %d: %s", e.method, e.path, st, b)
+			t.Errorf("%s %s on a node without a cluster secret: status %d: %s", e.method, e.path, st, b)
 		}
 	}
-	for _, e := range append(append([]endpoint{}, publicEndpoints...), internalEndpoints...) {
-		if st, b := open.doAuth(e.method, e.path, e.body, ""); st == http.StatusUnauthorized || st >= 500 {
-			t.Errorf("%s %s on a node without tokens: status %d: %s", e.method, e.path, st, b)
-		}
+	var view struct {
+		Security struct {
+			Insecure, NodeAuth, GossipEncrypted bool
+		} `json:"security"`
+	}
+	withToken.mustDo("GET", "/v1/cluster", nil, http.StatusOK, &view)
+	if view.Security.NodeAuth || view.Security.GossipEncrypted {
+		t.Errorf("node without secrets: /v1/cluster security %+v, want node_auth and gossip_encrypted false", view.Security)
+	}
+	if got := withToken.metric("fairshard_insecure"); got != 1 {
+		t.Errorf("fairshard_insecure = %v on a node without secrets, want 1", got)
+	}
+	if got := secured.metric("fairshard_insecure"); got != 0 {
+		t.Errorf("fairshard_insecure = %v on a node with both secrets, want 0", got)
+	}
+	if !strings.Contains(withToken.logs.String(), "INSECURE") {
+		t.Error("a node without secrets did not log the INSECURE warning at start")
 	}
 }
 

@@ -62,7 +62,7 @@ func BenchmarkShutdownHandoff(b *testing.B) {
 func BenchmarkLeaseRefreshHTTP(b *testing.B) {
 	const namespaces = 10_000
 	coord := startNode(b, nil) // alone: it coordinates every namespace, without learning
-	peers := peer.NewClient("")
+	peers := peer.NewClient(nil) // the test node has no cluster secret: unsigned calls
 	defer peers.CloseIdle()
 	addr := coord.APIAddr()
 	transport := func(ctx context.Context, _ string, req lease.Request) (lease.Response, error) {

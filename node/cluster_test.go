@@ -69,7 +69,7 @@ func sumMetric(nodes []*tnode, name string) float64 {
 // lost; a node stopped gracefully hands off everything it held.
 func TestClusterPlacementJoinAndLeave(t *testing.T) {
 	t.Parallel()
-	secrets := func(_ int, c *node.Config) { c.APIToken, c.ClusterSecret = "tok", "sec" }
+	secrets := func(_ int, c *node.Config) { c.APIToken, c.ClusterSecret = "tok", "cluster-secret-0123456789" }
 	nodes := startCluster(t, 3, secrets)
 	table := waitConverged(t, nodes)
 	pause(t, nodes, "cl")

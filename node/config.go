@@ -14,10 +14,49 @@ import (
 	"time"
 
 	"github.com/fairshard/fairshard/cluster"
+	"github.com/fairshard/fairshard/egress"
 	"github.com/fairshard/fairshard/kv"
 	"github.com/fairshard/fairshard/lease"
+	"github.com/fairshard/fairshard/nodeauth"
 	"github.com/fairshard/fairshard/quota"
 )
+
+// ErrInsecure is returned (wrapped) by Validate for a node that would
+// listen beyond loopback without a cluster secret and a gossip key, and
+// without --insecure.
+var ErrInsecure = errors.New("refusing to start without secrets")
+
+// ExposedAddrs lists the addresses of c (listen and advertised, as
+// "--flag value") that are not loopback: an empty host or 0.0.0.0 (every
+// interface), a non-loopback IP, or a host name other than "localhost".
+func (c *Config) ExposedAddrs() []string {
+	var out []string
+	for _, a := range []struct{ flag, v string }{
+		{"--http-addr", c.HTTPAddr}, {"--gossip-addr", c.GossipAddr},
+		{"--advertise-http", c.AdvertiseHTTP}, {"--advertise-gossip", c.AdvertiseGossip},
+	} {
+		if a.v == "" && a.flag != "--http-addr" && a.flag != "--gossip-addr" {
+			continue
+		}
+		host, _, err := net.SplitHostPort(a.v)
+		if err != nil {
+			continue // reported by Validate
+		}
+		if !loopbackHost(host) {
+			out = append(out, a.flag+" "+a.v)
+		}
+	}
+	return out
+}
+
+// loopbackHost reports whether host names a loopback address only.
+func loopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
 
 // Default caps on the gossiped config (--max-namespaces, --max-targets,
 // --max-holds), checked when an admin call would add an entry (issue #13
@@ -51,13 +90,15 @@ type Config struct {
 	NodeName string
 	// DataDir holds the node's bbolt file (fairshard.db). Defaults to ./data.
 	DataDir string
-	// HTTPAddr is the API listen address. Defaults to :8080.
+	// HTTPAddr is the API listen address. Defaults to 127.0.0.1:8080
+	// (loopback: a node reachable from other hosts needs secrets, see
+	// Insecure).
 	HTTPAddr string
 	// AdvertiseHTTP is the host:port other nodes use to reach this node's
 	// API; derived from HTTPAddr (and the gossip advertise IP) when empty.
 	AdvertiseHTTP string
 	// GossipAddr is the memberlist bind address (UDP and TCP). Defaults to
-	// 0.0.0.0:7946.
+	// 127.0.0.1:7946.
 	GossipAddr string
 	// AdvertiseGossip is the ip:port peers use to reach this node's gossip
 	// (matters behind NAT); derived when empty.
@@ -81,9 +122,36 @@ type Config struct {
 	// APIToken, when set, is required as "Authorization: Bearer <token>" on
 	// every /v1 call. Health and metrics stay open.
 	APIToken string
-	// ClusterSecret authenticates node-to-node calls (forwarded appends,
-	// handoff). Defaults to APIToken.
+	// ClusterSecret authenticates node-to-node calls both ways (package
+	// nodeauth: every /internal/ request and its answer are signed with
+	// keys derived from it; it never travels). At least 16 bytes; never
+	// the API token. Empty: node-to-node calls are not authenticated
+	// (allowed on loopback or with Insecure).
 	ClusterSecret string
+	// ClusterSecretFile, when set, holds the cluster secret instead of
+	// --cluster-secret (the file's content, edge whitespace trimmed).
+	ClusterSecretFile string
+	// Insecure allows listening beyond loopback without a cluster secret
+	// and a gossip key (issue #13 item 1): the node then logs a warning at
+	// start and every hour, and /v1/cluster and fairshard_insecure say so.
+	// Without it such a node refuses to start.
+	Insecure bool
+	// TargetAllow is the egress policy of deliveries (--target-allow):
+	// CIDRs and host names a target may resolve to, checked at dial time
+	// against the address dialled. Empty: every address but link-local,
+	// cloud metadata, unspecified and multicast ones (egress.DefaultDeny).
+	TargetAllow []string
+	// HTTPReadTimeout bounds reading one request, body included (a client
+	// trickling a body is cut off); HTTPIdleTimeout closes keep-alive
+	// connections idle that long. Default to 60 s and 2 min.
+	HTTPReadTimeout, HTTPIdleTimeout time.Duration
+	// PeerCheckInterval is how often each other member's API is probed
+	// (unreachable ones with a backoff up to 5×). Defaults to 2 s.
+	PeerCheckInterval time.Duration
+	// MetricsNamespaces is how many namespaces get their own label value
+	// on namespace-labelled metrics; the others are counted under
+	// "_other". Defaults to 100.
+	MetricsNamespaces int
 	// GossipKeys encrypt gossip: 16, 24 or 32 bytes each (base64 in flags
 	// and env, comma-separated), at most cluster.MaxGossipKeys, primary
 	// first: the primary encrypts, every key decrypts. A rotation changes
@@ -177,9 +245,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	host, _ := os.Hostname()
 	fs.StringVar(&c.NodeName, "node-name", host, "unique node name in the cluster")
 	fs.StringVar(&c.DataDir, "data-dir", "./data", "directory of this node's bbolt outbox file; with {slot} (e.g. /data/{slot}) the node takes the first free slot dir, and the node name bound to that slot wins over --node-name")
-	fs.StringVar(&c.HTTPAddr, "http-addr", ":8080", "HTTP API listen address")
+	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:8080", "HTTP API listen address (beyond loopback the node needs --cluster-secret and --gossip-key, or --insecure)")
 	fs.StringVar(&c.AdvertiseHTTP, "advertise-http", "", "host:port other nodes use for this node's API (default: derived)")
-	fs.StringVar(&c.GossipAddr, "gossip-addr", "0.0.0.0:7946", "gossip (memberlist) bind address, UDP and TCP")
+	fs.StringVar(&c.GossipAddr, "gossip-addr", "127.0.0.1:7946", "gossip (memberlist) bind address, UDP and TCP (beyond loopback the node needs --cluster-secret and --gossip-key, or --insecure)")
 	fs.StringVar(&c.AdvertiseGossip, "advertise-gossip", "", "ip:port peers use to reach this node's gossip (default: the bound IP, or for 0.0.0.0 an address of the default route's interface, logged at start)")
 	fs.Func("join", "comma-separated host:port seeds to join (DNS names join every address)", func(s string) error {
 		c.Join = splitList(s)
@@ -192,7 +260,17 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.DefaultMaxInFlight = 1024
 	fs.StringVar(&c.DefaultTarget, "default-target", "", "delivery URL for routes without a target; {namespace} and {task_queue} are substituted")
 	fs.StringVar(&c.APIToken, "api-token", "", "bearer token required on /v1 calls (default: none)")
-	fs.StringVar(&c.ClusterSecret, "cluster-secret", "", "bearer token for node-to-node calls (default: the API token)")
+	fs.StringVar(&c.ClusterSecret, "cluster-secret", "", "shared secret (at least 16 bytes, not the API token) that signs node-to-node calls both ways; required beyond loopback unless --insecure")
+	fs.StringVar(&c.ClusterSecretFile, "cluster-secret-file", "", "file holding the cluster secret (instead of --cluster-secret)")
+	fs.BoolVar(&c.Insecure, "insecure", false, "allow listening beyond loopback without --cluster-secret and --gossip-key: node-to-node calls unauthenticated, gossip in clear (warned at start and every hour)")
+	fs.Func("target-allow", "comma-separated CIDRs and host names delivery targets may connect to, checked at dial time (default: any address but link-local, cloud metadata, unspecified and multicast)", func(s string) error {
+		c.TargetAllow = splitList(s)
+		return nil
+	})
+	fs.DurationVar(&c.HTTPReadTimeout, "http-read-timeout", 60*time.Second, "bound on reading one request, body included (slow clients are cut off)")
+	fs.DurationVar(&c.HTTPIdleTimeout, "http-idle-timeout", 2*time.Minute, "keep-alive connections idle this long are closed")
+	fs.DurationVar(&c.PeerCheckInterval, "peer-check-interval", 2*time.Second, "how often each other member's API is probed; one that fails 3 times in a row is shown unreachable, held rows wait and handoff skips it (backoff up to 5x)")
+	fs.IntVar(&c.MetricsNamespaces, "metrics-namespaces", 100, "namespaces with their own label on namespace-labelled metrics; the rest are summed under \"_other\"")
 	fs.Func("gossip-key", "comma-separated base64 gossip encryption keys of 16, 24 or 32 bytes, primary first: the first encrypts, each decrypts (default: none; rotation: see the README)", func(s string) error {
 		keys, err := ParseGossipKeys(strings.Split(s, ","))
 		if err != nil {
@@ -442,8 +520,51 @@ func (c *Config) Validate() error {
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		bad("log-format", "%q is not text or json", c.LogFormat)
 	}
-	if c.ClusterSecret == "" {
-		c.ClusterSecret = c.APIToken
+	if c.ClusterSecretFile != "" {
+		b, err := os.ReadFile(c.ClusterSecretFile)
+		sec := strings.TrimSpace(string(b))
+		switch {
+		case err != nil:
+			bad("cluster-secret-file", "%v", err)
+		case c.ClusterSecret != "" && c.ClusterSecret != sec:
+			bad("cluster-secret-file", "and --cluster-secret are both set: keep the secret in one place")
+		default:
+			c.ClusterSecret = sec
+		}
+	}
+	if c.ClusterSecret != "" && len(c.ClusterSecret) < nodeauth.MinSecretBytes {
+		bad("cluster-secret", "is %d bytes, at least %d are required (e.g. openssl rand -hex 32)", len(c.ClusterSecret), nodeauth.MinSecretBytes)
+	}
+	if c.ClusterSecret != "" && c.ClusterSecret == c.APIToken {
+		bad("cluster-secret", "must differ from --api-token: API clients must not be able to make node-to-node calls")
+	}
+	if _, err := egress.Parse(c.TargetAllow); err != nil {
+		bad("target-allow", "%v", err)
+	}
+	if c.HTTPReadTimeout <= 0 {
+		bad("http-read-timeout", "must be positive")
+	}
+	if c.HTTPIdleTimeout <= 0 {
+		bad("http-idle-timeout", "must be positive")
+	}
+	if c.PeerCheckInterval <= 0 {
+		bad("peer-check-interval", "must be positive")
+	}
+	if c.MetricsNamespaces < 0 || c.MetricsNamespaces > 10_000 {
+		bad("metrics-namespaces", "%d is not between 0 and 10000", c.MetricsNamespaces)
+	}
+	if exposed := c.ExposedAddrs(); len(exposed) > 0 && !c.Insecure {
+		var missing []string
+		if c.ClusterSecret == "" {
+			missing = append(missing, "--cluster-secret (or --cluster-secret-file)")
+		}
+		if len(c.GossipKeys) == 0 {
+			missing = append(missing, "--gossip-key (or --gossip-key-file)")
+		}
+		if len(missing) > 0 {
+			errs = append(errs, fmt.Errorf("%w: %s listens beyond loopback, so it needs %s; generate them with `fairshard secrets`, "+
+				"or pass --insecure to run unauthenticated on purpose (README \"Security\")", ErrInsecure, strings.Join(exposed, " and "), strings.Join(missing, " and ")))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -144,14 +144,17 @@ func TestQuotaModeSetting(t *testing.T) {
 	}
 }
 
-// TestInternalLeaseRoute covers POST /internal/v1/leases: the cluster
-// secret is required, a malformed request is a 400 naming the field, and
-// a valid one is answered for every namespace asked.
+// TestInternalLeaseRoute covers POST /internal/v1/leases: an unsigned
+// call is refused (node-to-node authentication), a signed malformed
+// request is a 400 naming the field, and a signed valid one is answered
+// for every namespace asked.
 func TestInternalLeaseRoute(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, func(c *node.Config) { c.ClusterSecret = "s3cret" })
-	if st, _ := n.doAuth("POST", "/internal/v1/leases", `{"node":"x","epoch":0,"namespaces":[]}`, "wrong"); st != http.StatusUnauthorized {
-		t.Fatalf("wrong secret: status %d, want 401", st)
+	const secret = "cluster-secret-0123456789"
+	n := startNode(t, func(c *node.Config) { c.ClusterSecret = secret })
+	signed := signedClient(t, secret)
+	if st, _ := n.doAuth("POST", "/internal/v1/leases", `{"node":"x","epoch":0,"namespaces":[]}`, ""); st != http.StatusUnauthorized {
+		t.Fatalf("unsigned: status %d, want 401", st)
 	}
 	for body, field := range map[string]string{
 		`{"node":"","epoch":0,"namespaces":[]}`:                                                                         "node",
@@ -161,20 +164,20 @@ func TestInternalLeaseRoute(t *testing.T) {
 		`{"node":"x","epoch":0,"namespaces":[],"extra":1}`:                                                              "extra",
 		`{"node":"x"`: "body",
 	} {
-		st, b := n.doAuth("POST", "/internal/v1/leases", body, "s3cret")
+		st, b, err := signedDo(signed, "POST", n.base+"/internal/v1/leases", body)
 		var e struct {
 			Error struct{ Field string } `json:"error"`
 		}
 		_ = json.Unmarshal(b, &e)
-		if st != http.StatusBadRequest || e.Error.Field != field {
-			t.Errorf("POST %s: status %d field %q, want 400 naming %q: %s", body, st, e.Error.Field, field, b)
+		if err != nil || st != http.StatusBadRequest || e.Error.Field != field {
+			t.Errorf("POST %s: status %d field %q (%v), want 400 naming %q: %s", body, st, e.Error.Field, err, field, b)
 		}
 	}
 	req := lease.Request{Node: "peer", Asks: []lease.Ask{{Namespace: "a", Wants: 3}, {Namespace: "b", Wants: 0, Has: 0}}}
 	body, _ := lease.EncodeRequest(req)
-	st, b := n.doAuth("POST", "/internal/v1/leases", string(body), "s3cret")
-	if st != http.StatusOK {
-		t.Fatalf("valid call: status %d: %s", st, b)
+	st, b, err := signedDo(signed, "POST", n.base+"/internal/v1/leases", string(body))
+	if err != nil || st != http.StatusOK {
+		t.Fatalf("valid call: status %d (%v): %s", st, err, b)
 	}
 	resp, err := lease.DecodeResponse(strings.NewReader(string(b)), req)
 	if err != nil {

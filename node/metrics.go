@@ -61,23 +61,36 @@ func (n *Node) statsLoop(ctx context.Context) error {
 			continue
 		}
 		now := time.Now()
-		for ns := range seen {
-			if _, ok := stats[ns]; !ok {
-				m.pending.DeleteLabelValues(ns)
-				m.oldestPendingAge.DeleteLabelValues(ns)
-				m.deadLetters.DeleteLabelValues(ns)
-				delete(seen, ns)
+		// Namespaces past --metrics-namespaces share the "_other" series:
+		// counts summed, the oldest age kept.
+		type agg struct{ pending, failed, age float64 }
+		byLabel := map[string]*agg{}
+		for ns, st := range stats {
+			l := n.nsLabels.Label(ns)
+			a := byLabel[l]
+			if a == nil {
+				a = &agg{}
+				byLabel[l] = a
+			}
+			a.pending += float64(st.Pending)
+			a.failed += float64(st.Failed)
+			if !st.OldestPending.IsZero() && st.OldestPending.Before(now) {
+				a.age = max(a.age, now.Sub(st.OldestPending).Seconds())
 			}
 		}
-		for ns, st := range stats {
-			seen[ns] = true
-			m.pending.WithLabelValues(ns).Set(float64(st.Pending))
-			m.deadLetters.WithLabelValues(ns).Set(float64(st.Failed))
-			age := 0.0
-			if !st.OldestPending.IsZero() && st.OldestPending.Before(now) {
-				age = now.Sub(st.OldestPending).Seconds()
+		for l := range seen {
+			if _, ok := byLabel[l]; !ok {
+				m.pending.DeleteLabelValues(l)
+				m.oldestPendingAge.DeleteLabelValues(l)
+				m.deadLetters.DeleteLabelValues(l)
+				delete(seen, l)
 			}
-			m.oldestPendingAge.WithLabelValues(ns).Set(age)
+		}
+		for l, a := range byLabel {
+			seen[l] = true
+			m.pending.WithLabelValues(l).Set(a.pending)
+			m.deadLetters.WithLabelValues(l).Set(a.failed)
+			m.oldestPendingAge.WithLabelValues(l).Set(a.age)
 		}
 	}
 }

@@ -22,12 +22,15 @@ import (
 	"github.com/fairshard/fairshard/boltstore"
 	"github.com/fairshard/fairshard/cluster"
 	"github.com/fairshard/fairshard/dispatch"
+	"github.com/fairshard/fairshard/egress"
 	"github.com/fairshard/fairshard/lifecycle"
 	"github.com/fairshard/fairshard/node/handoff"
 	"github.com/fairshard/fairshard/node/httpapi"
 	"github.com/fairshard/fairshard/node/peer"
 	"github.com/fairshard/fairshard/node/router"
 	"github.com/fairshard/fairshard/node/settings"
+	"github.com/fairshard/fairshard/nodeauth"
+	"github.com/fairshard/fairshard/nslabel"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/quota"
 	"github.com/fairshard/fairshard/shards"
@@ -118,6 +121,12 @@ type Node struct {
 	// terms[s] is when this node became primary of shard s under its
 	// applied view (zero: it is not): the lease coordinator's term start.
 	terms atomic.Pointer[[]time.Time]
+	// auth signs and verifies node-to-node calls (nil without a cluster
+	// secret: unauthenticated, loopback or --insecure only).
+	auth     *nodeauth.Auth
+	nsLabels *nslabel.Limiter
+	reach    *reachability
+	security securityState
 
 	ln      net.Listener
 	srv     *http.Server
@@ -225,6 +234,23 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 	if n.stats, err = newStatsMetrics(reg); err != nil {
 		return nil, err
 	}
+	n.nsLabels = nslabel.New(cfg.MetricsNamespaces)
+	if cfg.ClusterSecret != "" {
+		n.auth, err = nodeauth.New(nodeauth.Config{Secrets: [][]byte{[]byte(cfg.ClusterSecret)}, MaxBodyBytes: httpapi.MaxHandoffBodyBytes})
+		if err != nil {
+			return nil, fmt.Errorf("--cluster-secret: %w", err)
+		}
+	}
+	egressPolicy, err := egress.Parse(cfg.TargetAllow)
+	if err != nil {
+		return nil, fmt.Errorf("--target-allow: %w", err)
+	}
+	if err := n.initSecurity(reg); err != nil { // security.go
+		return nil, err
+	}
+	if n.reach, err = newReachability(reg); err != nil { // reach.go
+		return nil, err
+	}
 
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
@@ -260,7 +286,7 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 	if err != nil {
 		return nil, fmt.Errorf("create target host limits: %w", err)
 	}
-	n.peers = peer.NewClient(cfg.ClusterSecret)
+	n.peers = peer.NewClient(n.auth)
 	policies := n.settings.Policies()
 	n.leases, err = newLeaseService(leaseConfig{
 		Self: n.name, ShardCount: cfg.Shards, LeaseLength: cfg.LeaseLength, Refresh: cfg.LeaseRefresh,
@@ -294,19 +320,21 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 		VisibilityTimeout: cfg.VisibilityTimeout,
 		MaxConnsPerHost:   cfg.MaxConnsPerHost,
 		Retry:             nodeRetry,
+		Egress:            egressPolicy,
+		NamespaceLabel:    n.nsLabels.Label,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create dispatcher: %w", err)
 	}
 	n.router, err = router.New(router.Config{
-		Self: n.name, ShardCount: cfg.Shards, Store: store, Ownership: n.ownership, Forwarder: n.peers,
+		Self: n.name, ShardCount: cfg.Shards, Store: store, Ownership: n.ownership, Forwarder: reachForwarder{n.peers, n.reach},
 		Logger: log, Registerer: reg,
 	})
 	if err != nil {
 		return nil, err
 	}
 	n.handoff, err = handoff.New(handoff.Config{
-		Self: n.name, Store: store, Ownership: n.ownership, Sink: n.peers.Sink,
+		Self: n.name, Store: store, Ownership: n.ownership, Sink: n.peers.Sink, Reachable: n.reach.Reachable,
 		Limits:   transfer.Limits{MaxRows: cfg.HandoffBatch, MaxBytes: cfg.HandoffBatchBytes},
 		Interval: cfg.HandoffInterval, Logger: log, Registerer: reg,
 	})
@@ -314,7 +342,7 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 		return nil, err
 	}
 	n.api, err = httpapi.New(httpapi.Config{
-		Self: n.name, ShardCount: cfg.Shards, APIToken: cfg.APIToken, ClusterSecret: cfg.ClusterSecret,
+		Self: n.name, ShardCount: cfg.Shards, APIToken: cfg.APIToken, Security: n.securityView, Reachable: n.reach.Reachable,
 		DefaultMaxInFlight: cfg.DefaultMaxInFlight,
 		MaxNamespaces:      cfg.MaxNamespaces, MaxTargets: cfg.MaxTargets, MaxHolds: cfg.MaxHolds,
 		Store: store, Router: n.router, Settings: n.settings, Ownership: n.ownership, Peers: n.peers,
@@ -324,7 +352,7 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 	if err != nil {
 		return nil, err
 	}
-	n.srv = &http.Server{Handler: n.api.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	n.srv = newHTTPServer(n.auth.Middleware(n.api.Handler()), cfg) // security.go
 	for _, s := range n.services() {
 		if err := n.svc.Add(s); err != nil {
 			return nil, err
@@ -349,6 +377,12 @@ func (n *Node) ListenAddr() string { return n.ln.Addr().String() }
 // GossipAddr returns the ip:port peers use to reach this node's gossip
 // (what --join takes).
 func (n *Node) GossipAddr() string { return n.cl.GossipAddr() }
+
+// NodeAuth returns the signer of node-to-node calls: wrap the transport
+// of every client of another node's /internal/ routes with its Transport
+// (nil without a cluster secret, which Transport accepts: calls go
+// unsigned).
+func (n *Node) NodeAuth() *nodeauth.Auth { return n.auth }
 
 // Registry returns the node's metrics registry (served on /metrics).
 func (n *Node) Registry() *prometheus.Registry { return n.reg }

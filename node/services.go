@@ -24,9 +24,11 @@ import (
 //	handoff     refuse rows from peers, wait for writes in progress, hand
 //	            off every row held here (the loop already moves rows while
 //	            the dispatcher drains)
-//	stats, tombstone-gc, config, join
+//	peer-check, stats, tombstone-gc, config, join (peer-check: health
+//	            checks of the other members' APIs, reach.go)
 //	ownership   stop applying snapshots
 //	slot-lease  stop renewing the {slot} lease (when slots are used)
+//	security-warning  stop the hourly INSECURE warning (security.go)
 //	refusal     stop watching for the cluster's refusal of this node
 //	cluster     bounded flush of config gossip, leave (then the slot's
 //	            lease is released), shut memberlist down
@@ -49,6 +51,7 @@ func (n *Node) services() []lifecycle.Service {
 			Run: n.serveHTTP, Stop: n.stopHTTP},
 		{Name: "cluster", Start: n.startCluster, Stop: n.stopCluster},
 		{Name: "refusal", Run: n.watchRefusal},
+		{Name: "security-warning", Run: n.warnInsecure},
 	}
 	if n.slotDir != "" {
 		svcs = append(svcs, lifecycle.Service{Name: "slot-lease",
@@ -65,6 +68,7 @@ func (n *Node) services() []lifecycle.Service {
 	}
 	return append(svcs,
 		lifecycle.Service{Name: "stats", Run: n.statsLoop},
+		lifecycle.Service{Name: "peer-check", Run: n.peerCheckLoop},
 		lifecycle.Service{Name: "handoff", Run: n.handoff.Run, Stop: n.stopHandoff},
 		lifecycle.Service{Name: "leases", Run: n.leases.run},
 		lifecycle.Service{Name: "dispatcher", Run: n.disp.Run, Stop: n.drainDeliveries},

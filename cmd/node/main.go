@@ -3,7 +3,8 @@
 // node.Config, signals into a graceful stop, and the subcommands below.
 //
 // The subcommands are listed in commands() (fairshard --help prints them):
-// serve (the default), version, check, compact, demo, load, target, probe,
+// serve (the default), version, check, compact, demo, load, target, secrets,
+// probe,
 // help.
 // Every one answers --help with its usage and exit 0.
 //
@@ -59,6 +60,7 @@ func commands() []command {
 			func(args, _ []string, stdout, stderr io.Writer) int { return load(args, stdout, stderr) }},
 		{"target", "[flags]", "run a sample delivery target that answers 200 and prints a summary",
 			func(args, _ []string, stdout, stderr io.Writer) int { return target(args, stdout, stderr) }},
+		{"secrets", "[--dir DIR]", "print a fresh cluster secret and gossip key, or keep both in DIR (compose's init service)", secretsCmd},
 		{"probe", "URL", "exit 0 if URL answers 2xx (the container health check)",
 			func(args, _ []string, stdout, stderr io.Writer) int { return probe(args, stdout, stderr) }},
 		{"help", "[COMMAND]", "print this help, or a command's",

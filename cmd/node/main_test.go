@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -74,13 +75,14 @@ func TestEveryDocumentedSettingHasAFlag(t *testing.T) {
 	for _, name := range []string{"node-name", "data-dir", "http-addr", "advertise-http", "gossip-addr", "advertise-gossip",
 		"join", "shards", "default-max-in-flight", "default-target", "api-token", "gossip-key", "gossip-key-file", "log-level", "log-format",
 		"cluster-secret", "poll-interval", "batch-size", "delivery-timeout", "visibility-timeout", "retry-base",
-		"retry-factor", "retry-cap", "max-attempts", "handoff-interval", "handoff-batch", "shutdown-grace", "tombstone-retention"} {
+		"retry-factor", "retry-cap", "max-attempts", "handoff-interval", "handoff-batch", "shutdown-grace", "tombstone-retention",
+		"cluster-secret-file", "insecure", "target-allow", "metrics-namespaces"} {
 		if fs.Lookup(name) == nil {
 			t.Errorf("no flag --%s (env %s)", name, node.EnvName(name))
 		}
 	}
 	d := node.DefaultConfig()
-	if d.DataDir != "./data" || d.HTTPAddr != ":8080" || d.GossipAddr != "0.0.0.0:7946" || d.Shards != 1024 ||
+	if d.DataDir != "./data" || d.HTTPAddr != "127.0.0.1:8080" || d.GossipAddr != "127.0.0.1:7946" || d.Shards != 1024 || d.Insecure || d.ClusterSecret != "" ||
 		d.DefaultMaxInFlight != 1024 || d.LogLevel != "info" || d.LogFormat != "text" || d.DefaultTarget != "" || d.APIToken != "" {
 		t.Errorf("defaults differ from the documented ones: %+v", d)
 	}
@@ -115,7 +117,7 @@ func TestEnvMapping(t *testing.T) {
 	}
 	want := node.DefaultConfig()
 	want.NodeName, want.DataDir, want.Join, want.Shards = "from-env", "/tmp/env-data", []string{"10.0.0.1:7946", "10.0.0.2:7946"}, 64
-	want.DefaultMaxInFlight, want.DefaultTarget, want.APIToken, want.ClusterSecret = 9, "http://t:9/{namespace}", "tok", "tok"
+	want.DefaultMaxInFlight, want.DefaultTarget, want.APIToken = 9, "http://t:9/{namespace}", "tok" // the cluster secret never defaults to the token
 	want.GossipKeys, want.PollInterval = [][]byte{bytes.Repeat([]byte{7}, 16), bytes.Repeat([]byte{8}, 32)}, 5*time.Millisecond
 	want.HTTPAddr, want.LogFormat = "127.0.0.1:2222", "text" // flags win
 	if err := want.Validate(); err != nil {
@@ -159,6 +161,15 @@ func TestInvalidConfigExits2(t *testing.T) {
 		{[]string{"FAIRSHARD_LOG_LEVEL=loud"}, nil, []string{"--log-level"}},
 		{nil, []string{"target", "--signing-secret", "whsec_c2hvcnQ="}, []string{"--signing-secret", "secret 0", "5 bytes"}},
 		{nil, []string{"target", "--signing-secret", "plain-password"}, []string{"--signing-secret", "whsec_"}},
+		// Secure defaults (issue #13 item 1): beyond loopback without both
+		// secrets the node refuses to start, naming what is missing.
+		{nil, []string{"--http-addr", "0.0.0.0:0"}, []string{"--http-addr 0.0.0.0:0", "--cluster-secret", "--gossip-key", "--insecure"}},
+		{nil, []string{"--gossip-addr", ":0", "--cluster-secret", "cluster-secret-0123456789"}, []string{"--gossip-addr :0", "--gossip-key", "--insecure"}},
+		{[]string{"FAIRSHARD_HTTP_ADDR=10.1.2.3:8080", "FAIRSHARD_GOSSIP_KEY=BwcHBwcHBwcHBwcHBwcHBw=="}, nil, []string{"--cluster-secret"}},
+		{nil, []string{"--advertise-http", "node.example:8080"}, []string{"--advertise-http", "--insecure"}},
+		{nil, []string{"--cluster-secret", "short"}, []string{"--cluster-secret", "at least 16"}},
+		{nil, []string{"--api-token", "same-token-0123456789", "--cluster-secret", "same-token-0123456789"}, []string{"--cluster-secret", "must differ from --api-token"}},
+		{nil, []string{"--target-allow", "10.0.0.0/33"}, []string{"--target-allow"}},
 	} {
 		code, _, stderr := runCmd(t, c.environ, c.args...)
 		if code != 2 {
@@ -780,5 +791,124 @@ func tamperDigest(t *testing.T, dir string) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestInsecureOnPurpose: --insecure lets a node listen beyond loopback
+// without secrets; it then warns (INSECURE, at start) and says so in
+// /v1/cluster ("security") and fairshard_insecure. Without the flag the
+// same command exits 2 (TestInvalidConfigExits2).
+func TestInsecureOnPurpose(t *testing.T) {
+	_, port, _ := net.SplitHostPort(freeAddr(t))
+	gossipIP, _, _ := net.SplitHostPort(freeAddr(t))
+	args := []string{"serve", "--http-addr", "0.0.0.0:" + port, "--advertise-http", "127.0.0.1:" + port,
+		"--gossip-addr", gossipIP + ":0", "--gossip-profile", "fast", "--insecure",
+		"--shutdown-grace", "5s", "--data-dir", t.TempDir(), "--node-name", "insecure-node"}
+	if code, _, stderr := runCmd(t, nil, slices.DeleteFunc(slices.Clone(args), func(a string) bool { return a == "--insecure" })...); code != 2 {
+		t.Fatalf("without --insecure: exit %d, want 2: %s", code, stderr)
+	}
+	var stderr syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- run(args, nil, io.Discard, &stderr) }()
+	base := "http://127.0.0.1:" + port
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if code, _, _ := runCmd(t, nil, "probe", base+"/readyz"); code == 0 {
+			break
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("serve --insecure exited %d before it was ready:\n%s", code, stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve --insecure not ready after 10 s:\n%s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	resp, err := http.Get(base + "/v1/cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		Security struct {
+			Insecure bool     `json:"insecure"`
+			NodeAuth bool     `json:"node_auth"`
+			Exposed  []string `json:"exposed"`
+		} `json:"security"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&c)
+	resp.Body.Close()
+	if !c.Security.Insecure || c.Security.NodeAuth || len(c.Security.Exposed) == 0 {
+		t.Errorf("/v1/cluster security %+v: want insecure, no node auth, the exposed address", c.Security)
+	}
+	resp, err = http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), "\nfairshard_insecure 1\n") {
+		t.Error("fairshard_insecure is not 1 on an --insecure node")
+	}
+	if !strings.Contains(stderr.String(), "INSECURE") {
+		t.Errorf("no INSECURE warning at start:\n%s", stderr.String())
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("serve exited %d after SIGTERM:\n%s", code, stderr.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("serve did not stop within 15 s of SIGTERM")
+	}
+}
+
+// TestSecrets: `fairshard secrets --dir` generates a cluster secret and a
+// gossip key once, keeps them on later runs, writes values the
+// environment gives, and serve reads them through --cluster-secret-file
+// and --gossip-key-file (compose's init service, issue #13 item 1).
+func TestSecrets(t *testing.T) {
+	dir := t.TempDir()
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	if code, out, errOut := runCmd(t, nil, "secrets", "--dir", dir); code != 0 || strings.Count(out, "generated") != 2 {
+		t.Fatalf("first run: exit %d: %s %s", code, out, errOut)
+	}
+	sec, key := read("cluster-secret"), read("gossip-key")
+	if code, out, _ := runCmd(t, nil, "secrets", "--dir", dir); code != 0 || strings.Count(out, "kept") != 2 || read("cluster-secret") != sec || read("gossip-key") != key {
+		t.Fatalf("second run did not keep the secrets: %s", out)
+	}
+	if strings.Contains(sec, "\n\n") || len(strings.TrimSpace(sec)) < 32 {
+		t.Errorf("cluster secret %q", sec)
+	}
+	for _, f := range []string{"cluster-secret", "gossip-key"} {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Mode().Perm() != 0o600 {
+			t.Errorf("%s: mode %v %v, want 0600", f, st.Mode().Perm(), err)
+		}
+	}
+	cfg, _, err := parseServeFlags([]string{"--http-addr", "0.0.0.0:0", "--cluster-secret-file", filepath.Join(dir, "cluster-secret"),
+		"--gossip-key-file", filepath.Join(dir, "gossip-key")}, nil, io.Discard)
+	if err != nil || cfg.ClusterSecret != strings.TrimSpace(sec) || len(cfg.GossipKeys) != 1 {
+		t.Fatalf("serve with the generated files beyond loopback: %v (secret %d bytes, %d keys)", err, len(cfg.ClusterSecret), len(cfg.GossipKeys))
+	}
+	key2 := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{9}, 32))
+	env := []string{"FAIRSHARD_CLUSTER_SECRET=from-env-secret-0123456789", "FAIRSHARD_GOSSIP_KEY=" + key2}
+	if code, out, _ := runCmd(t, env, "secrets", "--dir", dir); code != 0 || strings.Count(out, "written from the environment") != 2 {
+		t.Fatalf("run with env: exit %d: %s", code, out)
+	}
+	if strings.TrimSpace(read("cluster-secret")) != "from-env-secret-0123456789" || strings.TrimSpace(read("gossip-key")) != key2 {
+		t.Error("the environment's values were not written")
+	}
+	if code, out, _ := runCmd(t, nil, "secrets"); code != 0 || !strings.Contains(out, "FAIRSHARD_CLUSTER_SECRET=") || !strings.Contains(out, "FAIRSHARD_GOSSIP_KEY=") {
+		t.Errorf("secrets without --dir: exit %d: %s", code, out)
 	}
 }

@@ -107,3 +107,29 @@ func TestMountedFilesExist(t *testing.T) {
 		}
 	}
 }
+
+// Nodes listen beyond loopback in compose, so they need their secrets
+// (issue #13 item 1): the one-shot secrets service must complete first and
+// the node must read both files it keeps.
+func TestNodeGetsSecrets(t *testing.T) {
+	p := load(t)
+	n, err := p.GetService("node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, ok := n.DependsOn["secrets"]; !ok || d.Condition != types.ServiceConditionCompletedSuccessfully {
+		t.Fatalf("node must depend on secrets completing successfully, depends_on %+v", n.DependsOn)
+	}
+	for _, v := range []string{"FAIRSHARD_CLUSTER_SECRET_FILE", "FAIRSHARD_GOSSIP_KEY_FILE"} {
+		if f := n.Environment[v]; f == nil || !strings.HasPrefix(*f, "/secrets/") {
+			t.Errorf("node must set %s to a file under /secrets, got %v", v, f)
+		}
+	}
+	s, err := p.GetService("secrets")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(s.Command, " ") != "secrets --dir /secrets" {
+		t.Errorf("secrets service command %q", s.Command)
+	}
+}

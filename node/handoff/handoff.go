@@ -47,6 +47,11 @@ type Config struct {
 	// Sink returns the sink of the member serving its API at apiAddr
 	// (*peer.Client's Sink).
 	Sink func(apiAddr string) transfer.Sink
+	// Reachable reports whether a member's API answers its health
+	// checks; a pass skips a member that does not (no batch marked, no
+	// call made) until it does again (issue #13 item 7). nil: every
+	// member is tried.
+	Reachable func(member string) bool
 	// Limits bound one batch (rows, bytes); zero fields take transfer's
 	// defaults.
 	Limits transfer.Limits
@@ -213,6 +218,12 @@ func (h *Handoff) Once(ctx context.Context) (int, error) {
 	moved := 0
 	var firstErr error
 	for _, name := range owners {
+		if h.cfg.Reachable != nil && !h.cfg.Reachable(name) {
+			if firstErr == nil {
+				firstErr = fmt.Errorf("to %s: skipped, its API does not answer health checks", name)
+			}
+			continue
+		}
 		m, err := h.moveTo(ctx, name, byOwner[name].addr, byOwner[name].shards)
 		moved += m
 		if firstErr == nil {

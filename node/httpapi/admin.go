@@ -19,14 +19,15 @@ import (
 	"github.com/fairshard/fairshard/quota"
 )
 
-// Limits of the admin API.
+// Limits of the admin API (settings checks gossiped values against the
+// same bounds).
 const (
-	MaxQuota         = 1_000_000
-	MaxTargetTimeout = 10 * time.Minute
+	MaxQuota         = settings.MaxQuota
+	MaxTargetTimeout = settings.MaxTargetTimeout
 	// MaxTargetURLBytes keeps a target within the gossiped config's 1 KiB
 	// value limit, JSON envelope included (with signing secrets and
 	// headers, the whole target must fit: checkCredentials).
-	MaxTargetURLBytes = 900
+	MaxTargetURLBytes = settings.MaxTargetURLBytes
 	maxDeadLetterPage = 1000
 )
 
@@ -358,12 +359,21 @@ func (a *API) handleRelease(w http.ResponseWriter, r *http.Request) {
 // ---- dead letters: deadletters.go; redrive (fanned out to every member) ----
 
 func (a *API) handleInternalRedrive(w http.ResponseWriter, r *http.Request) {
+	ns, err := pathName(r, "ns")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	var req peer.RedriveRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
-	count, err := a.cfg.Store.Redrive(r.Context(), r.PathValue("ns"), req.Keys, time.Now().UTC())
+	if err := validateRedriveKeys(req.Keys); err != nil {
+		writeError(w, err)
+		return
+	}
+	count, err := a.cfg.Store.Redrive(r.Context(), ns, req.Keys, time.Now().UTC())
 	if err != nil {
 		writeError(w, err)
 		return
@@ -387,11 +397,9 @@ func (a *API) handleRedrive(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	for i, k := range req.Keys {
-		if k == "" || len(k) > MaxKeyBytes {
-			writeError(w, fieldError("keys["+strconv.Itoa(i)+"]", "must be 1-%d bytes", MaxKeyBytes))
-			return
-		}
+	if err := validateRedriveKeys(req.Keys); err != nil {
+		writeError(w, err)
+		return
 	}
 	total, err := a.cfg.Store.Redrive(r.Context(), ns, req.Keys, time.Now().UTC())
 	if err != nil {
@@ -411,6 +419,19 @@ func (a *API) handleRedrive(w http.ResponseWriter, r *http.Request) {
 	})
 	a.cfg.Dispatcher.Wake()
 	writeJSON(w, http.StatusOK, map[string]any{"redriven": total, "unreachable_nodes": unreachable})
+}
+
+// validateRedriveKeys checks a redrive's keys (public and internal).
+func validateRedriveKeys(keys []string) error {
+	if len(keys) > maxDeadLetterPage*10 {
+		return tooLarge("keys", "%d keys exceed the limit of %d per redrive", len(keys), maxDeadLetterPage*10)
+	}
+	for i, k := range keys {
+		if k == "" || len(k) > MaxKeyBytes {
+			return fieldError("keys["+strconv.Itoa(i)+"]", "must be 1-%d bytes", MaxKeyBytes)
+		}
+	}
+	return nil
 }
 
 type peerRef struct{ name, addr string }
@@ -467,6 +488,7 @@ type memberView struct {
 	GossipAddr         string   `json:"gossip_addr"`
 	GossipKeys         []string `json:"gossip_keys"`
 	State              string   `json:"state"`
+	Reachable          bool     `json:"reachable"`
 	OwnedShards        int      `json:"owned_shards"`
 	OwnedShardFraction float64  `json:"owned_shard_fraction"`
 }
@@ -476,7 +498,8 @@ func (a *API) handleCluster(w http.ResponseWriter, r *http.Request) {
 	members := make([]memberView, 0, len(snap.Members))
 	for _, m := range snap.Members {
 		owned := snap.Table.OwnedCount(m.Name)
-		members = append(members, memberView{Name: m.Name, APIAddr: m.APIAddr, GossipAddr: m.GossipAddr, GossipKeys: commaList(m.GossipKeys), State: string(m.State),
+		reachable := m.Name == a.cfg.Self || a.cfg.Reachable == nil || a.cfg.Reachable(m.Name)
+		members = append(members, memberView{Name: m.Name, APIAddr: m.APIAddr, GossipAddr: m.GossipAddr, GossipKeys: commaList(m.GossipKeys), State: string(m.State), Reachable: reachable,
 			OwnedShards: owned, OwnedShardFraction: float64(owned) / float64(snap.ShardCount)})
 	}
 	// Shards with rows in transfer (on the wire, or left marked by a failed
@@ -492,6 +515,7 @@ func (a *API) handleCluster(w http.ResponseWriter, r *http.Request) {
 		"handoff": map[string]any{
 			"shards_pending": pending,
 		},
+		"security": a.security(),
 	}
 	if a.cfg.Leases != nil {
 		out["leases_learning"] = a.cfg.Leases.Learning()

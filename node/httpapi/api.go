@@ -66,9 +66,15 @@ type Config struct {
 	Self string
 	// ShardCount is the cluster's shard count.
 	ShardCount uint32
-	// APIToken, when set, is required as a bearer token on /v1;
-	// ClusterSecret on /internal/v1.
-	APIToken, ClusterSecret string
+	// APIToken, when set, is required as a bearer token on /v1. It never
+	// opens /internal/v1: those routes are authenticated by package
+	// nodeauth's middleware, which the node wraps around Handler.
+	APIToken string
+	// Security is /v1/cluster's "security" object (nil: omitted).
+	Security func() any
+	// Reachable reports whether a member's API answers health checks
+	// (/v1/cluster's "reachable"; nil: every member is).
+	Reachable func(member string) bool
 	// DefaultMaxInFlight is the quota shown for namespaces without one.
 	DefaultMaxInFlight uint32
 	// MaxNamespaces, MaxTargets and MaxHolds cap the gossiped config
@@ -136,6 +142,13 @@ func New(cfg Config) (*API, error) {
 	return a, nil
 }
 
+func (a *API) security() any {
+	if a.cfg.Security == nil {
+		return nil
+	}
+	return a.cfg.Security()
+}
+
 // Handler returns the API's HTTP handler.
 func (a *API) Handler() http.Handler { return a.handler }
 
@@ -166,7 +179,9 @@ func (a *API) routes() http.Handler {
 	mux := &routeMux{ServeMux: http.NewServeMux()}
 	defer func() { a.routePatterns = mux.patterns }()
 	pub := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, auth(a.cfg.APIToken, h)) }
-	internal := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, auth(a.cfg.ClusterSecret, h)) }
+	// Node-to-node routes: authenticated by the node's nodeauth middleware
+	// on the /internal/ prefix (signed both ways), never by the API token.
+	internal := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, h) }
 
 	pub("POST /v1/rows", a.handleAppend)
 	pub("GET /v1/rows/{key...}", a.handleGetRow)

@@ -80,12 +80,17 @@ func (a *API) localDeadLetters(ctx context.Context, ns string, q peer.DeadLetter
 // "more" says the part was cut by limit or max_bytes (this node has dead
 // letters after the last one sent, not after through when given).
 func (a *API) handleInternalDeadLetters(w http.ResponseWriter, r *http.Request) {
+	ns, err := pathName(r, "ns")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	q, err := parseDeadLetterQuery(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	views, more, err := a.localDeadLetters(r.Context(), r.PathValue("ns"), q)
+	views, more, err := a.localDeadLetters(r.Context(), ns, q)
 	if err != nil {
 		writeError(w, err)
 		return

@@ -2,10 +2,8 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -37,18 +35,26 @@ type appendResult struct {
 func (a *API) handleAppend(w http.ResponseWriter, r *http.Request) {
 	code := http.StatusOK
 	defer func() { a.m.appendRequests.WithLabelValues(strconv.Itoa(code)).Inc() }()
-	if a.Draining() || !a.intake.enter() {
+	if a.Draining() {
 		code = http.StatusServiceUnavailable
 		writeError(w, &APIError{Status: code, Code: CodeUnavailable, Message: "node is draining; append through another node"})
 		return
 	}
-	defer a.intake.exit()
+	// The body is read and validated before the request is admitted as a
+	// write: a client still sending holds no slot of the intake gate, so
+	// it cannot hold a stop (issue #13 item 6).
 	rows, err := decodeAppend(w, r, time.Now().UTC())
 	if err != nil {
 		code = err.(*APIError).Status
 		writeError(w, err)
 		return
 	}
+	if a.Draining() || !a.intake.enter() {
+		code = http.StatusServiceUnavailable
+		writeError(w, &APIError{Status: code, Code: CodeUnavailable, Message: "node is draining; append through another node"})
+		return
+	}
+	defer a.intake.exit()
 	routed, err := a.cfg.Router.Append(r.Context(), rows)
 	if err != nil {
 		code = http.StatusServiceUnavailable
@@ -70,18 +76,35 @@ var errLeaving = &APIError{Status: http.StatusServiceUnavailable, Code: CodeUnav
 	Message: "node is leaving the cluster: it takes no more rows"}
 
 func (a *API) handleInternalAppend(w http.ResponseWriter, r *http.Request) {
+	body, err := readInternalBody(w, r, MaxForwardBodyBytes)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var req peer.AppendRequest
+	if err := strictUnmarshal(body, &req); err != nil {
+		writeError(w, jsonError("", "body", err))
+		return
+	}
+	if len(req.Rows) == 0 {
+		writeError(w, fieldError("rows", "is empty"))
+		return
+	}
+	if len(req.Rows) > MaxBatchRows {
+		writeError(w, tooLarge("rows", "%d rows exceed the limit of %d per request", len(req.Rows), MaxBatchRows))
+		return
+	}
+	rows := peer.RowsOf(req.Rows)
+	if err := validateRemoteRows(rows, a.cfg.ShardCount, time.Now().UTC(), true); err != nil {
+		writeError(w, err)
+		return
+	}
 	if !a.intake.enter() {
 		writeError(w, errLeaving)
 		return
 	}
 	defer a.intake.exit()
-	var req peer.AppendRequest
-	r.Body = http.MaxBytesReader(w, r.Body, 64<<20)
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		writeError(w, &APIError{Status: http.StatusBadRequest, Code: CodeInvalidJSON, Message: err.Error()})
-		return
-	}
-	outcomes, err := a.cfg.Store.Append(r.Context(), peer.RowsOf(req.Rows))
+	outcomes, err := a.cfg.Store.Append(r.Context(), rows)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -103,35 +126,34 @@ func (a *API) handleInternalAppend(w http.ResponseWriter, r *http.Request) {
 // (older nodes). Senders bound a batch by --handoff-batch-bytes plus one
 // row, so the body limit is MaxHandoffBodyBytes.
 func (a *API) handleInternalHandoff(w http.ResponseWriter, r *http.Request) {
-	if !a.intake.enter() {
-		writeError(w, errLeaving)
+	body, err := readInternalBody(w, r, MaxHandoffBodyBytes)
+	if err != nil {
+		writeError(w, err)
 		return
 	}
-	defer a.intake.exit()
-	r.Body = http.MaxBytesReader(w, r.Body, MaxHandoffBodyBytes)
 	var rows []outbox.Row
 	if r.Header.Get("Content-Type") == transfer.ContentType {
-		body, err := io.ReadAll(r.Body)
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			writeError(w, tooLarge("body", "handoff batch exceeds %d bytes", MaxHandoffBodyBytes))
-			return
-		}
-		if err == nil {
-			rows, err = transfer.DecodeBatch(body, 0)
-		}
-		if err != nil {
+		if rows, err = transfer.DecodeBatch(body, MaxRemoteRows); err != nil {
 			writeError(w, &APIError{Status: http.StatusBadRequest, Code: CodeInvalidField, Field: "body", Message: "body: " + err.Error()})
 			return
 		}
 	} else {
 		var req peer.AppendRequest
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			writeError(w, &APIError{Status: http.StatusBadRequest, Code: CodeInvalidJSON, Message: err.Error()})
+		if err := strictUnmarshal(body, &req); err != nil {
+			writeError(w, jsonError("", "body", err))
 			return
 		}
 		rows = peer.RowsOf(req.Rows)
 	}
+	if err := validateRemoteRows(rows, a.cfg.ShardCount, time.Now().UTC(), false); err != nil {
+		writeError(w, err)
+		return
+	}
+	if !a.intake.enter() {
+		writeError(w, errLeaving)
+		return
+	}
+	defer a.intake.exit()
 	res, err := a.cfg.Store.Merge(r.Context(), rows)
 	if err != nil {
 		writeError(w, err)
@@ -188,7 +210,12 @@ func (a *API) handleGetRow(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) handleInternalGetRow(w http.ResponseWriter, r *http.Request) {
-	row, err := a.cfg.Store.Get(r.Context(), r.PathValue("key"))
+	key := r.PathValue("key")
+	if key == "" || len(key) > MaxKeyBytes {
+		writeError(w, fieldError("dispatch_key", "must be 1-%d bytes", MaxKeyBytes))
+		return
+	}
+	row, err := a.cfg.Store.Get(r.Context(), key)
 	if errors.Is(err, outbox.ErrNotFound) {
 		writeError(w, &APIError{Status: http.StatusNotFound, Code: CodeNotFound, Message: "not here"})
 		return

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fairshard/fairshard/nodeauth"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/transfer"
 )
@@ -19,8 +20,8 @@ import (
 // ErrNotFound is returned (wrapped) by calls the peer answered 404.
 var ErrNotFound = errors.New("not found on peer")
 
-// The node-to-node routes (served by package httpapi under the cluster
-// secret).
+// The node-to-node routes (served by package httpapi, authenticated by
+// package nodeauth's middleware on the /internal/ prefix).
 const (
 	PathAppend  = "/internal/v1/rows"
 	PathHandoff = "/internal/v1/handoff"
@@ -33,20 +34,47 @@ func PathDeadLetters(ns string) string { return "/internal/v1/namespaces/" + ns 
 // PathRedrive is a namespace's redrive route.
 func PathRedrive(ns string) string { return PathDeadLetters(ns) + "/redrive" }
 
-// Client calls other nodes' internal endpoints (/internal/v1/...),
-// authenticated with the cluster secret when one is set. Every call is
-// bounded by its context and by 30 s overall. Safe for concurrent use.
+// Client calls other nodes' internal endpoints (/internal/v1/...), every
+// call signed and every answer verified by package nodeauth when the node
+// has a cluster secret. Every call is bounded by its context and by 30 s
+// overall. Safe for concurrent use.
 type Client struct {
 	http   *http.Client
-	secret string
+	signed bool
 }
 
-// NewClient returns a Client sending secret as its bearer token ("" sends
-// none), keeping up to 16 idle connections per peer.
-func NewClient(secret string) *Client {
+// NewClient returns a Client whose calls go through auth's transport (nil:
+// unsigned, the insecure mode), keeping up to 16 idle connections per
+// peer.
+func NewClient(auth *nodeauth.Auth) *Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 16
-	return &Client{http: &http.Client{Transport: tr, Timeout: 30 * time.Second}, secret: secret}
+	return &Client{http: auth.Client(tr, 30*time.Second), signed: auth != nil}
+}
+
+// Probe checks that the peer at apiAddr answers: with a cluster secret, a
+// signed challenge it must answer signed (nodeauth.PathChallenge: the
+// address proves it is a member); without, GET /healthz. nil when it
+// answered as expected.
+func (c *Client) Probe(ctx context.Context, apiAddr string) error {
+	path, want := "/healthz", http.StatusOK
+	if c.signed {
+		path, want = nodeauth.PathChallenge, http.StatusNoContent
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+apiAddr+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("probe %s: %w", apiAddr, err)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+	_ = resp.Body.Close()
+	if resp.StatusCode != want {
+		return fmt.Errorf("probe %s%s: HTTP %d, want %d", apiAddr, path, resp.StatusCode, want)
+	}
+	return nil
 }
 
 // CloseIdle closes the client's idle connections (at stop).
@@ -79,9 +107,6 @@ func (c *Client) CallBody(ctx context.Context, method, apiAddr, path, contentTyp
 		return fmt.Errorf("peer %s %s: %w", method, path, err)
 	}
 	req.Header.Set("Content-Type", contentType)
-	if c.secret != "" {
-		req.Header.Set("Authorization", "Bearer "+c.secret)
-	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return fmt.Errorf("peer %s %s%s: %w", method, apiAddr, path, err)

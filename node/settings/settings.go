@@ -231,6 +231,14 @@ func lookupJSON[T any](s *Settings, key string) (T, bool) {
 	}
 	var v T
 	err := json.Unmarshal(e.Value, &v)
+	if err == nil {
+		// Gossiped values are checked like the admin API's input.
+		if val, ok := any(v).(validator); ok {
+			err = val.Validate()
+		} else if q, ok := any(v).(uint32); ok && q > MaxQuota {
+			err = fmt.Errorf("max_in_flight %d exceeds %d", q, MaxQuota)
+		}
+	}
 	s.mu.Lock()
 	s.decoded[key] = decodedEntry{version: e.Version, value: v, ok: err == nil}
 	s.mu.Unlock()

@@ -5,6 +5,9 @@ package chaos
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,8 +27,13 @@ import (
 )
 
 // nodeFlags are the serve flags of every node: fast gossip and short loops,
-// as in test/e2e, so a fault's effects play out in seconds.
+// as in test/e2e, so a fault's effects play out in seconds; and the
+// secrets a node listening beyond loopback needs (issue #13 item 1): a
+// cluster secret signing node-to-node calls and a gossip key, fresh per
+// run.
 var nodeFlags = []string{
+	"--cluster-secret", randomSecret(32),
+	"--gossip-key", base64.StdEncoding.EncodeToString([]byte(randomSecret(16))),
 	"--gossip-profile", "fast",
 	"--poll-interval", "10ms",
 	"--handoff-interval", "500ms",
@@ -35,6 +43,15 @@ var nodeFlags = []string{
 	"--shutdown-grace", "20s",
 	"--quota-ttl", "500ms",
 	"--log-level", "info",
+}
+
+// randomSecret returns n random bytes as hex characters (n of them).
+func randomSecret(n int) string {
+	b := make([]byte, n/2)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
 }
 
 // nodeState is what the harness last did to a node.

@@ -173,7 +173,10 @@ func startInNetns(t *testing.T, ns, dir, name string, flags ...string) string {
 		t.Fatal(err)
 	}
 	args := append([]string{"netns", "exec", ns, fairshardBin, "serve",
-		"--node-name", name, "--data-dir", filepath.Join(dir, name), "--shards", "64"}, baseNodeFlags...)
+		"--node-name", name, "--data-dir", filepath.Join(dir, name), "--shards", "64",
+		// Beyond loopback a node needs a gossip key beside the cluster
+		// secret of baseNodeFlags (issue #13 item 1).
+		"--gossip-key", "YWR2ZXJ0aXNlLXRlc3Qta2V5LTMyLWJ5dGVzLi4uLi4="}, baseNodeFlags...)
 	args = append(args, flags...)
 	cmd := exec.Command("ip", args...)
 	cmd.Stdout, cmd.Stderr = logf, logf

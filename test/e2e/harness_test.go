@@ -3,6 +3,8 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,8 +31,11 @@ import (
 )
 
 // Timings every node runs with: fast gossip and short loops, so a scenario
-// takes seconds (DESIGN: tests use shorter timings than the LAN profile).
+// takes seconds (DESIGN: tests use shorter timings than the LAN profile);
+// and a cluster secret, so every node-to-node call of the suite is signed
+// both ways (issue #13 item 2; loopback nodes could run without).
 var baseNodeFlags = []string{
+	"--cluster-secret", e2eClusterSecret,
 	"--gossip-profile", "fast",
 	"--poll-interval", "10ms",
 	"--handoff-interval", "500ms",
@@ -46,6 +51,15 @@ var baseNodeFlags = []string{
 	"--lease-refresh", "100ms",
 	"--log-level", "info",
 }
+
+// e2eClusterSecret is the suite's cluster secret, fresh per run.
+var e2eClusterSecret = func() string {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}()
 
 // ---- addresses ----
 

@@ -1,0 +1,102 @@
+package node
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// HTTP server limits against slow and idle clients (issue #13 item 6);
+// the read and idle timeouts are flags (--http-read-timeout, 60 s: a
+// 64 MiB handoff batch at 2 MiB/s fits; --http-idle-timeout, 2 min).
+const (
+	// HTTPReadHeaderTimeout bounds reading a request's headers.
+	HTTPReadHeaderTimeout = 10 * time.Second
+	// HTTPWriteTimeout bounds a request from its headers to the end of
+	// the answer (reads, the store's commit, peers' fan-out).
+	HTTPWriteTimeout = 2 * time.Minute
+	// HTTPMaxHeaderBytes bounds a request's headers.
+	HTTPMaxHeaderBytes = 64 << 10
+)
+
+// newHTTPServer is the API's server with the limits above.
+func newHTTPServer(h http.Handler, cfg Config) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: min(HTTPReadHeaderTimeout, cfg.HTTPReadTimeout),
+		ReadTimeout:       cfg.HTTPReadTimeout,
+		WriteTimeout:      max(HTTPWriteTimeout, cfg.HTTPReadTimeout),
+		IdleTimeout:       cfg.HTTPIdleTimeout,
+		MaxHeaderBytes:    HTTPMaxHeaderBytes,
+	}
+}
+
+// securityState is what the node says about its own protection: in
+// /v1/cluster ("security"), fairshard_insecure and the hourly warning.
+type securityState struct {
+	// Insecure is --insecure.
+	Insecure bool `json:"insecure"`
+	// NodeAuth: node-to-node calls are signed both ways (--cluster-secret).
+	NodeAuth bool `json:"node_auth"`
+	// GossipEncrypted: gossip is encrypted (--gossip-key).
+	GossipEncrypted bool `json:"gossip_encrypted"`
+	// Exposed lists the listen and advertised addresses beyond loopback.
+	Exposed []string `json:"exposed"`
+}
+
+// unprotected reports whether anything is left open: node-to-node calls
+// unauthenticated or gossip in clear.
+func (s securityState) unprotected() bool { return !s.NodeAuth || !s.GossipEncrypted }
+
+// insecureWarnEvery is how often an unprotected node repeats its warning.
+const insecureWarnEvery = time.Hour
+
+func (n *Node) initSecurity(reg prometheus.Registerer) error {
+	n.security = securityState{
+		Insecure: n.cfg.Insecure, NodeAuth: n.cfg.ClusterSecret != "",
+		GossipEncrypted: len(n.cfg.GossipKeys) > 0, Exposed: n.cfg.ExposedAddrs(),
+	}
+	if n.security.Exposed == nil {
+		n.security.Exposed = []string{}
+	}
+	g := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "fairshard_insecure",
+		Help: "1 when this node runs without node-to-node authentication (--cluster-secret) or without gossip encryption (--gossip-key): allowed on loopback or with --insecure.",
+	}, func() float64 {
+		if n.security.unprotected() {
+			return 1
+		}
+		return 0
+	})
+	return reg.Register(g)
+}
+
+// securityView is /v1/cluster's "security" object.
+func (n *Node) securityView() any { return n.security }
+
+// warnInsecure logs, at start and every hour, what an unprotected node
+// leaves open (issue #13 item 1).
+func (n *Node) warnInsecure(ctx context.Context) error {
+	s := n.security
+	if !s.unprotected() {
+		return nil
+	}
+	warn := func() {
+		n.log.Warn("INSECURE: node-to-node calls or gossip are not protected; anyone who reaches these ports can join, read and change rows",
+			"insecure_flag", s.Insecure, "node_auth", s.NodeAuth, "gossip_encrypted", s.GossipEncrypted,
+			"exposed", s.Exposed, "fix", "set --cluster-secret and --gossip-key (README \"Security\")")
+	}
+	warn()
+	t := time.NewTicker(insecureWarnEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			warn()
+		}
+	}
+}
