@@ -61,7 +61,7 @@ func BenchmarkShutdownHandoff(b *testing.B) {
 //	go test -run '^$' -bench BenchmarkLeaseRefreshHTTP -benchtime 20x ./node
 func BenchmarkLeaseRefreshHTTP(b *testing.B) {
 	const namespaces = 10_000
-	coord := startNode(b, nil) // alone: it coordinates every namespace, without learning
+	coord := startNode(b, nil)   // alone: it coordinates every namespace, without learning
 	peers := peer.NewClient(nil) // the test node has no cluster secret: unsigned calls
 	defer peers.CloseIdle()
 	addr := coord.APIAddr()
