@@ -48,7 +48,10 @@ type leaseConfig struct {
 	Eligible   func(outbox.ClaimScope) bool
 	Peers      *peer.Client
 	// Wake asks the dispatcher for a sweep (a grant grew).
-	Wake       func()
+	Wake func()
+	// Label maps a namespace to its metrics label (--metrics-namespaces:
+	// past the bound, "_other"); nil: the namespace itself.
+	Label      func(ns string) string
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
 }
@@ -274,7 +277,7 @@ func (l *leaseService) refresh(ctx context.Context) {
 			break
 		}
 	}
-	l.m.update(l.client.Status(now), wants)
+	l.m.update(l.client.Status(now), wants, l.cfg.Label)
 	if grow && l.cfg.Wake != nil {
 		l.cfg.Wake()
 	}
@@ -416,26 +419,35 @@ func newLeaseMetrics(reg prometheus.Registerer) (*leaseMetrics, error) {
 }
 
 // update sets the per-namespace gauges from the client's grants and the
-// measured wants, dropping namespaces that have neither. Called by the
+// measured wants, summed per metrics label (label maps a namespace to it;
+// nil: the namespace), dropping labels that have neither. Called by the
 // refresh loop only.
-func (m *leaseMetrics) update(grants []lease.GrantStatus, wants map[string]uint32) {
+func (m *leaseMetrics) update(grants []lease.GrantStatus, wants map[string]uint32, label func(string) string) {
+	if label == nil {
+		label = func(ns string) string { return ns }
+	}
 	cur := make(map[string]bool, len(grants)+len(wants))
-	granted := make(map[string]uint32, len(grants))
+	granted := make(map[string]float64, len(grants))
+	wanted := make(map[string]float64, len(wants))
 	for _, g := range grants {
-		cur[g.Namespace], granted[g.Namespace] = true, g.Grant
+		l := label(g.Namespace)
+		cur[l] = true
+		granted[l] += float64(g.Grant)
 	}
-	for ns := range wants {
-		cur[ns] = true
+	for ns, w := range wants {
+		l := label(ns)
+		cur[l] = true
+		wanted[l] += float64(w)
 	}
-	for ns := range m.seen {
-		if !cur[ns] {
-			m.grant.DeleteLabelValues(ns)
-			m.wants.DeleteLabelValues(ns)
+	for l := range m.seen {
+		if !cur[l] {
+			m.grant.DeleteLabelValues(l)
+			m.wants.DeleteLabelValues(l)
 		}
 	}
-	for ns := range cur {
-		m.grant.WithLabelValues(ns).Set(float64(granted[ns]))
-		m.wants.WithLabelValues(ns).Set(float64(wants[ns]))
+	for l := range cur {
+		m.grant.WithLabelValues(l).Set(granted[l])
+		m.wants.WithLabelValues(l).Set(wanted[l])
 	}
 	m.seen = cur
 }
