@@ -71,6 +71,8 @@ func TestMain(m *testing.M) {
 // routes (/internal/…) are never described and need no entry.
 var notDescribed = map[string]string{
 	"GET /v1/rows": "answers 404 only, pointing the caller at GET /v1/rows/{dispatch_key}",
+	"GET /ui/":     "the web console's static files (HTML, CSS, JavaScript), not an API; README \"Console\"",
+	"GET /ui":      "redirects to /ui/",
 }
 
 // howToAdd ends every route mismatch message.
@@ -991,6 +993,16 @@ func clientWalkthrough(t *testing.T, proxyURL string) {
 	if tg.Timeout != 2*time.Second || !strings.HasSuffix(tg.URL, "/unused/{namespace}") {
 		t.Errorf("SetTarget = %+v", tg)
 	}
+	tv, err := c.GetTarget(ctx, "walk", "q")
+	must("GetTarget", err)
+	if tv.Source != "route" || tv.TimeoutMS != 2000 || !strings.HasSuffix(tv.URL, "/unused/{namespace}") {
+		t.Errorf("GetTarget = %+v", tv)
+	}
+	tl, err := c.ListTargets(ctx)
+	must("ListTargets", err)
+	if !slices.ContainsFunc(tl.Targets, func(v client.TargetView) bool { return v.Namespace == "walk" && v.TaskQueue == "q" }) {
+		t.Errorf("ListTargets lacks walk/q: %+v", tl)
+	}
 	// Signed, with a static header: the request and the redacted answer
 	// match the spec too.
 	tg, err = c.SetTarget(ctx, "walk", "q", client.Target{URL: proxyURL + "/unused/{namespace}",
@@ -1008,7 +1020,30 @@ func clientWalkthrough(t *testing.T, proxyURL string) {
 	}
 	must("DeleteTarget", c.DeleteTarget(ctx, "walk", "q"))
 	must("Hold", c.Hold(ctx, "walk/wf 1"))
+	held, err := c.ListHolds(ctx)
+	must("ListHolds", err)
+	if !slices.Contains(held, "walk/wf 1") {
+		t.Errorf("ListHolds = %v, want walk/wf 1 in it", held)
+	}
+	isHeld, err := c.IsHeld(ctx, "walk/wf 1")
+	must("IsHeld", err)
+	if !isHeld {
+		t.Error("IsHeld(walk/wf 1) = false after Hold")
+	}
 	must("Release", c.Release(ctx, "walk/wf 1"))
+	rp, err := c.ListRows(ctx, "walk", client.RowQuery{Limit: 1})
+	must("ListRows", err)
+	if len(rp.Rows) != 1 || rp.Rows[0].DispatchKey != "walk-1" || rp.Next != "walk-1" {
+		t.Errorf("ListRows(walk, limit 1) = %+v", rp)
+	}
+	if _, err := c.Append(ctx, client.Row{DispatchKey: "walk-cancel", Namespace: "walk", Delay: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	cr, err := c.Cancel(ctx, "walk-cancel", "walkthrough")
+	must("Cancel", err)
+	if !cr.Cancelled || cr.Row == nil || cr.Row.Status != client.StatusCancelled || cr.Row.LastError != "walkthrough" {
+		t.Errorf("Cancel(walk-cancel) = %+v", cr)
+	}
 
 	// The three walk-dl rows become dead letters (the target answers 422).
 	deadline := time.Now().Add(20 * time.Second)
@@ -1045,6 +1080,11 @@ func clientWalkthrough(t *testing.T, proxyURL string) {
 	}
 	_, err = c.Redrive(ctx, "walk-dl")
 	must("Redrive all", err)
+	pr, err := c.PurgeDeadLetters(ctx, "walk-dl", "walk-none")
+	must("PurgeDeadLetters", err)
+	if pr.Purged != 0 {
+		t.Errorf("PurgeDeadLetters of a key that is no dead letter = %+v", pr)
+	}
 
 	cl, err := c.Cluster(ctx)
 	must("Cluster", err)

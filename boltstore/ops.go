@@ -391,10 +391,9 @@ func (s *Store) settle(ctx context.Context, what, dispatchKey string, change fun
 // FinishedAt = p.Now (the store clock if zero). Anything else is a no-op.
 func (s *Store) Complete(ctx context.Context, p outbox.CompleteParams) error {
 	now := cmp.Or(p.Now, s.now())
-	_, err := s.settle(ctx, "complete "+p.DispatchKey, p.DispatchKey, func(r *outbox.Row) bool {
+	return s.settleRecording(ctx, "complete "+p.DispatchKey, p.DispatchKey, outbox.AttemptDone, p.StatusCode, "", now, func(r *outbox.Row) bool {
 		return outbox.ApplyComplete(r, p, now)
 	})
-	return err
 }
 
 // Retry implements outbox.Store with outbox.ApplyRetry: the row claimed
@@ -402,10 +401,14 @@ func (s *Store) Complete(ctx context.Context, p outbox.CompleteParams) error {
 // (Attempt+1 if zero), VisibleAfter and LastError. Anything else is a
 // no-op.
 func (s *Store) Retry(ctx context.Context, p outbox.RetryParams) error {
-	_, err := s.settle(ctx, "retry "+p.DispatchKey, p.DispatchKey, func(r *outbox.Row) bool {
+	if p.Unattempted {
+		_, err := s.settle(ctx, "retry "+p.DispatchKey, p.DispatchKey, func(r *outbox.Row) bool { return outbox.ApplyRetry(r, p) })
+		return err
+	}
+	now := cmp.Or(p.Now, s.now())
+	return s.settleRecording(ctx, "retry "+p.DispatchKey, p.DispatchKey, outbox.AttemptRetry, p.StatusCode, p.LastError, now, func(r *outbox.Row) bool {
 		return outbox.ApplyRetry(r, p)
 	})
-	return err
 }
 
 // Fail implements outbox.Store with outbox.ApplyFail: the row claimed
@@ -413,10 +416,9 @@ func (s *Store) Retry(ctx context.Context, p outbox.RetryParams) error {
 // p.Now (the store clock if zero). Anything else is a no-op.
 func (s *Store) Fail(ctx context.Context, p outbox.FailParams) error {
 	now := cmp.Or(p.Now, s.now())
-	_, err := s.settle(ctx, "fail "+p.DispatchKey, p.DispatchKey, func(r *outbox.Row) bool {
+	return s.settleRecording(ctx, "fail "+p.DispatchKey, p.DispatchKey, outbox.AttemptFailed, p.StatusCode, p.LastError, now, func(r *outbox.Row) bool {
 		return outbox.ApplyFail(r, p, now)
 	})
-	return err
 }
 
 // Cancel implements outbox.Store with outbox.ApplyCancel: a pending row

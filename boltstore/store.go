@@ -167,6 +167,9 @@ func (s *Store) initFile() (int, error) {
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.path, err)
 		}
+		if err := ensureAttemptsBucket(tx); err != nil {
+			return fmt.Errorf("%s: %w", s.path, err)
+		}
 		if format == formatV1 {
 			if err := s.upgradeV1(w); err != nil {
 				return fmt.Errorf("%s: upgrade from format 1: %w", s.path, err)

@@ -178,6 +178,9 @@ func (w *wtx) write(rk []byte, old *outbox.Row, oldXfer bool, nw *outbox.Row, ne
 		if err := w.b.rows.Delete(rk); err != nil {
 			return err
 		}
+		if err := w.deleteAttempts(rk); err != nil {
+			return err
+		}
 	case nw == old:
 		// Only the transfer mark changes; the stored row stays.
 	default:

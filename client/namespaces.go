@@ -44,6 +44,9 @@ type Namespace struct {
 	// WaitingRoutes are task queues whose rows wait because no target is
 	// set for them (nor a node default).
 	WaitingRoutes []string `json:"waiting_routes,omitempty"`
+	// Cluster sums the namespace's counts over every member that answered
+	// (GetNamespace and ListNamespaces; nil in UpdateNamespace's answer).
+	Cluster *NamespaceTotals `json:"cluster,omitempty"`
 }
 
 // NamespaceRetry is a namespace's retry policy override. Zero fields keep

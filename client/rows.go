@@ -266,6 +266,12 @@ type RowInfo struct {
 	Shard     uint32 `json:"shard"`
 	// Node is the node holding the row.
 	Node string `json:"node,omitempty"`
+	// Waiting says why a pending or claimed row has not been delivered
+	// yet (Get only; nil for finished rows).
+	Waiting *Waiting `json:"waiting,omitempty"`
+	// Attempts is the row's last settled attempts (at most 20) on the node
+	// holding it, oldest first (Get only).
+	Attempts []RowAttempt `json:"attempts,omitempty"`
 }
 
 // Get returns the row with this dispatch_key, wherever it is held in the

@@ -351,7 +351,7 @@ func (d *Dispatcher) settle(row outbox.Row, res result) {
 	var err error
 	switch res.kind {
 	case outcomeDone:
-		if err = d.store.Complete(ctx, outbox.CompleteParams{DispatchKey: row.DispatchKey, Claim: row.Version, Now: now}); err == nil {
+		if err = d.store.Complete(ctx, outbox.CompleteParams{DispatchKey: row.DispatchKey, Claim: row.Version, Now: now, StatusCode: res.status}); err == nil {
 			d.m.delivered.WithLabelValues(label).Inc()
 			d.m.enqueueToDel.WithLabelValues(label).Observe(max(now.Sub(row.CreatedAt), 0).Seconds())
 		}
@@ -359,7 +359,7 @@ func (d *Dispatcher) settle(row outbox.Row, res result) {
 		// The route lost its (usable) target after the claim: back to
 		// pending, same attempt, last_error kept; the sweep filter now skips
 		// the route.
-		err = d.store.Retry(ctx, outbox.RetryParams{DispatchKey: row.DispatchKey, Claim: row.Version, NextAttempt: attempt, VisibleAfter: now, LastError: row.LastError})
+		err = d.store.Retry(ctx, outbox.RetryParams{DispatchKey: row.DispatchKey, Claim: row.Version, NextAttempt: attempt, VisibleAfter: now, LastError: row.LastError, Unattempted: true})
 		d.log.Info("dispatch: route lost its delivery target; row back to pending",
 			"dispatch_key", row.DispatchKey, "namespace", ns, "task_queue", row.TaskQueue)
 	case outcomeRetry:
@@ -369,7 +369,7 @@ func (d *Dispatcher) settle(row outbox.Row, res result) {
 		policy := d.policyFor(ns)
 		if attempt >= policy.MaxAttempts {
 			msg := d.bound(fmt.Sprintf("attempts exhausted (%d of %d): %s", attempt, policy.MaxAttempts, res.lastError))
-			if err = d.store.Fail(ctx, outbox.FailParams{DispatchKey: row.DispatchKey, Claim: row.Version, LastError: msg, Now: now}); err == nil {
+			if err = d.store.Fail(ctx, outbox.FailParams{DispatchKey: row.DispatchKey, Claim: row.Version, LastError: msg, Now: now, StatusCode: res.status}); err == nil {
 				d.m.failed.WithLabelValues(label).Inc()
 				d.log.Warn("dispatch: row failed (dead letter): attempts exhausted",
 					"dispatch_key", row.DispatchKey, "namespace", ns, "task_queue", row.TaskQueue, "attempt", attempt, "last_error", msg)
@@ -378,14 +378,14 @@ func (d *Dispatcher) settle(row outbox.Row, res result) {
 		}
 		delay := retryDelay(policy, attempt, res)
 		msg := d.bound(res.lastError)
-		if err = d.store.Retry(ctx, outbox.RetryParams{DispatchKey: row.DispatchKey, Claim: row.Version, NextAttempt: attempt + 1, VisibleAfter: now.Add(delay), LastError: msg}); err == nil {
+		if err = d.store.Retry(ctx, outbox.RetryParams{DispatchKey: row.DispatchKey, Claim: row.Version, NextAttempt: attempt + 1, VisibleAfter: now.Add(delay), LastError: msg, StatusCode: res.status, Now: now}); err == nil {
 			d.m.retried.WithLabelValues(label).Inc()
 			d.log.Debug("dispatch: delivery failed; retrying after backoff",
 				"dispatch_key", row.DispatchKey, "namespace", ns, "attempt", attempt, "backoff", delay, "last_error", msg)
 		}
 	case outcomeFail:
 		msg := d.bound(res.lastError)
-		if err = d.store.Fail(ctx, outbox.FailParams{DispatchKey: row.DispatchKey, Claim: row.Version, LastError: msg, Now: now}); err == nil {
+		if err = d.store.Fail(ctx, outbox.FailParams{DispatchKey: row.DispatchKey, Claim: row.Version, LastError: msg, Now: now, StatusCode: res.status}); err == nil {
 			d.m.failed.WithLabelValues(label).Inc()
 			d.log.Warn("dispatch: row failed (dead letter): permanent delivery error",
 				"dispatch_key", row.DispatchKey, "namespace", ns, "task_queue", row.TaskQueue, "attempt", attempt, "last_error", msg)

@@ -334,6 +334,27 @@ func TestUnreachableOwner(t *testing.T) {
 	if len(rd.UnreachableNodes) != 1 || rd.UnreachableNodes[0] != c.Name() {
 		t.Errorf("redrive while %s is unreachable: unreachable_nodes %v, want [%s]", c.Name(), rd.UnreachableNodes, c.Name())
 	}
+	// The read-back's fan-outs too (issue 17): namespace totals, row
+	// listing, purge.
+	var nsv struct {
+		Cluster struct {
+			Pending          int      `json:"pending"`
+			UnreachableNodes []string `json:"unreachable_nodes"`
+		} `json:"cluster"`
+	}
+	a.mustDo("GET", "/v1/namespaces/un", nil, http.StatusOK, &nsv)
+	if len(nsv.Cluster.UnreachableNodes) != 1 || nsv.Cluster.UnreachableNodes[0] != c.Name() || nsv.Cluster.Pending < 200 {
+		t.Errorf("namespace view while %s is unreachable: %+v, want it named and %s's 200 pending counted", c.Name(), nsv.Cluster, a.Name())
+	}
+	var listed rowsPageView
+	a.mustDo("GET", "/v1/namespaces/un/rows?limit=10", nil, http.StatusOK, &listed)
+	if len(listed.UnreachableNodes) != 1 || listed.UnreachableNodes[0] != c.Name() || len(listed.Rows) != 10 {
+		t.Errorf("row listing while %s is unreachable: %d rows, unreachable_nodes %v", c.Name(), len(listed.Rows), listed.UnreachableNodes)
+	}
+	a.mustDo("POST", "/v1/namespaces/un/dead-letters/purge", nil, http.StatusOK, &rd)
+	if len(rd.UnreachableNodes) != 1 || rd.UnreachableNodes[0] != c.Name() {
+		t.Errorf("purge while %s is unreachable: unreachable_nodes %v, want [%s]", c.Name(), rd.UnreachableNodes, c.Name())
+	}
 
 	proxy.up(t)
 	wantPlacement(t, nodes, "un", keys, table)

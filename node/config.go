@@ -128,6 +128,13 @@ type Config struct {
 	// the API token. Empty: node-to-node calls are not authenticated
 	// (allowed on loopback or with Insecure).
 	ClusterSecret string
+	// PprofAddr, when set, is the listen address of a separate listener
+	// serving net/http/pprof under /debug/pprof/ (bearer APIToken when
+	// set). Empty (the default): no profiling endpoint.
+	PprofAddr string
+	// Version is the binary's release version (cmd/node's main.version),
+	// reported by the fairshard_build_info metric; "" reads "dev".
+	Version string
 	// ClusterSecretFile, when set, holds the cluster secret instead of
 	// --cluster-secret (the file's content, edge whitespace trimmed).
 	ClusterSecretFile string
@@ -260,6 +267,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.DefaultMaxInFlight = 1024
 	fs.StringVar(&c.DefaultTarget, "default-target", "", "delivery URL for routes without a target; {namespace} and {task_queue} are substituted")
 	fs.StringVar(&c.APIToken, "api-token", "", "bearer token required on /v1 calls (default: none)")
+	fs.StringVar(&c.PprofAddr, "pprof-addr", "", "listen address of a separate net/http/pprof listener (/debug/pprof/, bearer --api-token when set); empty: off")
 	fs.StringVar(&c.ClusterSecret, "cluster-secret", "", "shared secret (at least 16 bytes, not the API token) that signs node-to-node calls both ways; required beyond loopback unless --insecure")
 	fs.StringVar(&c.ClusterSecretFile, "cluster-secret-file", "", "file holding the cluster secret (instead of --cluster-secret)")
 	fs.BoolVar(&c.Insecure, "insecure", false, "allow listening beyond loopback without --cluster-secret and --gossip-key: node-to-node calls unauthenticated, gossip in clear (warned at start and every hour)")

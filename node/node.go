@@ -131,6 +131,9 @@ type Node struct {
 	ln      net.Listener
 	srv     *http.Server
 	apiAddr string
+	// pprofLn and pprofSrv serve --pprof-addr (operate.go); nil when off.
+	pprofLn  net.Listener
+	pprofSrv *http.Server
 
 	// svc runs the node's services in their declared order (services.go).
 	svc *lifecycle.Manager
@@ -232,6 +235,9 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 	}()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if n.stats, err = newStatsMetrics(reg); err != nil {
+		return nil, err
+	}
+	if err := registerBuildInfo(reg, cfg.Version); err != nil {
 		return nil, err
 	}
 	n.nsLabels = nslabel.New(cfg.MetricsNamespaces)
@@ -346,6 +352,7 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 		DefaultMaxInFlight: cfg.DefaultMaxInFlight,
 		MaxNamespaces:      cfg.MaxNamespaces, MaxTargets: cfg.MaxTargets, MaxHolds: cfg.MaxHolds,
 		Store: store, Router: n.router, Settings: n.settings, Ownership: n.ownership, Peers: n.peers,
+		Hosts:      hosts,
 		Dispatcher: n.disp, Ceilings: ceilings, Leases: n.leases, Ready: n.Ready, StoreWritable: n.storeWritable,
 		Gatherer: reg, Registerer: reg, Logger: log,
 	})

@@ -66,6 +66,9 @@ func (n *Node) services() []lifecycle.Service {
 		svcs = append(svcs, lifecycle.Service{Name: "tombstone-gc",
 			Run: func(ctx context.Context) error { return gc.RunTombstoneGC(ctx, time.Minute) }})
 	}
+	if n.cfg.PprofAddr != "" {
+		svcs = append(svcs, lifecycle.Service{Name: "pprof", Start: n.startPprof, Run: n.runPprof, Stop: n.stopPprof})
+	}
 	return append(svcs,
 		lifecycle.Service{Name: "stats", Run: n.statsLoop},
 		lifecycle.Service{Name: "peer-check", Run: n.peerCheckLoop},

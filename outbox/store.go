@@ -61,6 +61,15 @@ type RetryParams struct {
 	VisibleAfter time.Time
 	// LastError describes the failed attempt.
 	LastError string
+	// StatusCode is the target's HTTP status (0: none), recorded in the
+	// row's attempt history; Now is the settle instant recorded there
+	// (the store clock if zero).
+	StatusCode int
+	Now        time.Time
+	// Unattempted says the claim is handed back without a delivery
+	// attempt (its route lost its target): nothing is recorded in the
+	// row's attempt history.
+	Unattempted bool
 }
 
 // FailParams settles a claimed row as a dead letter.
@@ -74,6 +83,9 @@ type FailParams struct {
 	LastError string
 	// Now is recorded as FinishedAt (the store clock if zero).
 	Now time.Time
+	// StatusCode is the target's HTTP status (0: none), recorded in the
+	// row's attempt history.
+	StatusCode int
 }
 
 // CompleteParams settles a claimed row as delivered.
@@ -86,6 +98,9 @@ type CompleteParams struct {
 	Claim Version
 	// Now is recorded as FinishedAt (the store clock if zero).
 	Now time.Time
+	// StatusCode is the target's HTTP status (0: none), recorded in the
+	// row's attempt history.
+	StatusCode int
 }
 
 // CancelParams withdraws a pending row.

@@ -23,6 +23,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fairshard/fairshard/buildinfo"
 	"github.com/fairshard/fairshard/node"
 )
 
@@ -169,7 +170,8 @@ func parseFlags(fs *flag.FlagSet, name string, args []string, stdout, stderr io.
 	return 0, true
 }
 
-// versionCmd prints the version set at build time.
+// versionCmd prints the version set at build time, the module version and
+// the VCS revision the toolchain recorded (package buildinfo).
 func versionCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fairshard version", flag.ContinueOnError)
 	if code, ok := parseFlags(fs, "version", args, stdout, stderr); !ok {
@@ -179,7 +181,7 @@ func versionCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "fairshard version: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
-	fmt.Fprintf(stdout, "fairshard %s\n", version)
+	fmt.Fprintln(stdout, buildinfo.Read(version).String())
 	return 0
 }
 
@@ -222,6 +224,7 @@ func serveFlags(cfg *node.Config) *flag.FlagSet {
 
 func serve(args, environ []string, stdout, stderr io.Writer) int {
 	cfg, unknown, err := parseServeFlags(args, environ, stderr)
+	cfg.Version = version
 	if errors.Is(err, flag.ErrHelp) {
 		fs := serveFlags(&node.Config{})
 		fs.SetOutput(stdout)

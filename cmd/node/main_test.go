@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -191,8 +192,8 @@ func TestHelpVersionAndUnknownCommand(t *testing.T) {
 	}
 	for _, args := range [][]string{{"version"}, {"--version"}, {"-version"}} {
 		code, stdout, _ := runCmd(t, nil, args...)
-		if code != 0 || stdout != "fairshard dev\n" {
-			t.Errorf("%v: exit %d, %q; want 0, \"fairshard dev\\n\"", args, code, stdout)
+		if code != 0 || !strings.HasPrefix(stdout, "fairshard dev (module github.com/fairshard/fairshard") || !strings.Contains(stdout, ", revision ") {
+			t.Errorf("%v: exit %d, %q; want 0, the version, module and revision", args, code, stdout)
 		}
 	}
 	code, _, stderr := runCmd(t, nil, "frobnicate")
@@ -791,6 +792,46 @@ func tamperDigest(t *testing.T, dir string) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestVersionOfBuiltBinary: a binary built from a git clone of this
+// checkout prints the VCS revision the toolchain recorded (the clone's
+// HEAD) with `version` and `--version`. It builds in a fresh local clone
+// because the toolchain records no VCS information in a git worktree.
+func TestVersionOfBuiltBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("clones the checkout and builds the binary")
+	}
+	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		t.Skipf("not a git checkout (git rev-parse: %v): no revision to compare", err)
+	}
+	clone := filepath.Join(t.TempDir(), "src")
+	if out, err := exec.Command("git", "clone", "-q", strings.TrimSpace(string(top)), clone).CombinedOutput(); err != nil {
+		t.Fatalf("git clone: %v\n%s", err, out)
+	}
+	head, err := exec.Command("git", "-C", clone, "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "fairshard")
+	build := exec.Command("go", "build", "-buildvcs=true", "-ldflags", "-X main.version=7.7.7", "-o", bin, "./cmd/node")
+	build.Dir = clone
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	for _, arg := range []string{"version", "--version"} {
+		out, err := exec.Command(bin, arg).Output()
+		if err != nil {
+			t.Fatalf("fairshard %s: %v", arg, err)
+		}
+		// The module version is the toolchain's: a pseudo-version of the
+		// revision, or (devel).
+		rev := ", revision " + strings.TrimSpace(string(head)) + " at "
+		if !strings.HasPrefix(string(out), "fairshard 7.7.7 (module github.com/fairshard/fairshard ") || !strings.Contains(string(out), rev) {
+			t.Errorf("fairshard %s = %q, want the release 7.7.7, the module and %q", arg, out, rev)
+		}
 	}
 }
 

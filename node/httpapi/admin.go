@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -91,45 +90,6 @@ func (a *API) namespaceView(ctx context.Context, ns string, st outbox.NamespaceS
 		}
 	}
 	return v
-}
-
-func (a *API) handleListNamespaces(w http.ResponseWriter, r *http.Request) {
-	stats, err := a.cfg.Store.NamespaceStats(r.Context())
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	names := map[string]bool{}
-	for ns := range stats {
-		names[ns] = true
-	}
-	for ns := range a.cfg.Settings.Namespaces() {
-		names[ns] = true
-	}
-	sorted := make([]string, 0, len(names))
-	for ns := range names {
-		sorted = append(sorted, ns)
-	}
-	sort.Strings(sorted)
-	out := make([]namespaceView, 0, len(sorted))
-	for _, ns := range sorted {
-		out = append(out, a.namespaceView(r.Context(), ns, stats[ns], false))
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"namespaces": out})
-}
-
-func (a *API) handleGetNamespace(w http.ResponseWriter, r *http.Request) {
-	ns, err := pathName(r, "ns")
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	stats, err := a.cfg.Store.NamespaceStats(r.Context())
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, a.namespaceView(r.Context(), ns, stats[ns], true))
 }
 
 // handlePutNamespace sets max_in_flight, paused, retry and/or mode; absent

@@ -11,17 +11,21 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/fairshard/fairshard/api"
+	"github.com/fairshard/fairshard/backpressure"
 	"github.com/fairshard/fairshard/cluster"
 	"github.com/fairshard/fairshard/node/peer"
 	"github.com/fairshard/fairshard/node/router"
 	"github.com/fairshard/fairshard/node/settings"
+	"github.com/fairshard/fairshard/node/webui"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/quota"
 )
@@ -43,6 +47,11 @@ type Store interface {
 	// ForeignShards lists the non-owned shards still holding rows here
 	// (/v1/cluster's handoff.shards_pending).
 	ForeignShards(ctx context.Context) ([]uint32, error)
+	// CountClaimedHeld counts claimed rows held here per namespace, every
+	// shard (the dispatcher's ceiling count; a row's `waiting`).
+	CountClaimedHeld(ctx context.Context, namespaces []string) (map[string]int, error)
+	// ConsoleStore is the read-back's (console.go).
+	ConsoleStore
 }
 
 // Appender places the rows of a public append (*router.Router).
@@ -57,6 +66,9 @@ type Dispatcher interface {
 	Wake()
 	// RoutesWithoutTarget lists the routes whose rows wait for a target.
 	RoutesWithoutTarget() []outbox.ClaimScope
+	// Eligible reports whether a route may be claimed now (namespace not
+	// paused, usable target): the dispatcher's own route filter.
+	Eligible(route outbox.ClaimScope) bool
 }
 
 // Config wires an API. Every field but Logger, Registerer, Leases and the tokens
@@ -103,6 +115,9 @@ type Config struct {
 	StoreWritable func() error
 	// Gatherer is served on /metrics.
 	Gatherer prometheus.Gatherer
+	// Hosts is the planner's target host ceiling (*dispatch.HostLimits),
+	// read by a row's explanation; nil: no host reason is given.
+	Hosts backpressure.HostSlots
 	// Registerer receives the API's own metrics (nil: none).
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
@@ -122,6 +137,11 @@ type API struct {
 	routePatterns []string
 	intake        intakeGate
 	draining      atomic.Bool
+	// statsMu guards the delivery figures the namespace views reuse for
+	// a second (console.go).
+	statsMu  sync.Mutex
+	statsAt  time.Time
+	statsMFs []*dto.MetricFamily
 }
 
 // New builds the API and registers its metrics.
@@ -189,8 +209,8 @@ func (a *API) routes() http.Handler {
 		writeError(w, &APIError{Status: http.StatusNotFound, Code: CodeNotFound, Field: "dispatch_key",
 			Message: "dispatch_key: missing; GET /v1/rows/{dispatch_key}"})
 	})
-	pub("GET /v1/namespaces", a.handleListNamespaces)
-	pub("GET /v1/namespaces/{ns}", a.handleGetNamespace)
+	pub("GET /v1/namespaces", a.handleListNamespacesCluster)
+	pub("GET /v1/namespaces/{ns}", a.handleGetNamespaceCluster)
 	pub("PUT /v1/namespaces/{ns}", a.handlePutNamespace)
 	pub("PUT /v1/namespaces/{ns}/task-queues/{tq}/target", a.handlePutTarget)
 	pub("DELETE /v1/namespaces/{ns}/task-queues/{tq}/target", a.handleDeleteTarget)
@@ -205,6 +225,8 @@ func (a *API) routes() http.Handler {
 		_, _ = io.WriteString(w, api.OpenAPIYAML())
 	})
 
+	a.consoleRoutes(pub, internal)
+
 	internal("POST /internal/v1/rows", a.handleInternalAppend)
 	internal("POST /internal/v1/handoff", a.handleInternalHandoff)
 	internal("GET /internal/v1/rows/{key...}", a.handleInternalGetRow)
@@ -213,6 +235,8 @@ func (a *API) routes() http.Handler {
 	internal("POST "+peer.PathLeases, a.handleInternalLease)
 	internal("GET "+peer.PathLeases+"/{ns}", a.handleInternalLeaseStatus)
 
+	mux.Handle("GET "+webui.Prefix, webui.Handler())
+	mux.Handle("GET /ui", http.RedirectHandler(webui.Prefix, http.StatusMovedPermanently))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.cfg.Gatherer, promhttp.HandlerOpts{Registry: a.cfg.Registerer}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

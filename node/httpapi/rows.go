@@ -174,7 +174,7 @@ func (a *API) handleGetRow(w http.ResponseWriter, r *http.Request) {
 	}
 	row, err := a.cfg.Store.Get(r.Context(), key)
 	if err == nil {
-		writeJSON(w, http.StatusOK, peer.ViewOf(row, a.cfg.Self))
+		writeJSON(w, http.StatusOK, a.lookupView(r.Context(), row))
 		return
 	}
 	if !errors.Is(err, outbox.ErrNotFound) {
@@ -224,5 +224,5 @@ func (a *API) handleInternalGetRow(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, peer.ViewOf(row, a.cfg.Self))
+	writeJSON(w, http.StatusOK, a.lookupView(r.Context(), row))
 }

@@ -3,6 +3,7 @@ package peer
 import (
 	"time"
 
+	"github.com/fairshard/fairshard/node/waiting"
 	"github.com/fairshard/fairshard/outbox"
 )
 
@@ -35,6 +36,13 @@ type RowView struct {
 	Version *outbox.Version `json:"version,omitempty"`
 	// Node is the node holding the row (set by the API layer).
 	Node string `json:"node,omitempty"`
+	// Waiting says why a live row has not been delivered yet, as the node
+	// holding it sees it (row lookups only; nil for terminal rows and in
+	// node-to-node row batches).
+	Waiting *waiting.Waiting `json:"waiting,omitempty"`
+	// Attempts is the row's last settled attempts on the node holding it,
+	// oldest first (row lookups only).
+	Attempts []outbox.Attempt `json:"attempts,omitempty"`
 }
 
 func optTime(t time.Time) *time.Time {

@@ -36,7 +36,10 @@ type Store struct {
 	marked map[string]bool   // dispatch_keys in transfer (see ReadShard)
 	owned  map[uint32]bool   // nil: every shard is owned
 	config map[string][]byte // SaveConfigEntry; nil until the first
-	closed bool
+	// attempts is each row's attempt history (console.go); nil until the
+	// first settle.
+	attempts map[string][]outbox.Attempt
+	closed   bool
 }
 
 var _ outbox.Store = (*Store)(nil)
@@ -213,23 +216,29 @@ func (s *Store) RearmStale(ctx context.Context, p outbox.RearmParams) ([]outbox.
 
 // Complete implements outbox.Store.
 func (s *Store) Complete(ctx context.Context, p outbox.CompleteParams) error {
-	_, err := s.change(ctx, p.DispatchKey, func(r *outbox.Row) bool {
-		return outbox.ApplyComplete(r, p, s.nowOr(p.Now))
-	})
+	now := s.nowOr(p.Now)
+	_, err := s.change(ctx, p.DispatchKey, s.recording(outbox.AttemptDone, p.StatusCode, "", now, func(r *outbox.Row) bool {
+		return outbox.ApplyComplete(r, p, now)
+	}))
 	return err
 }
 
 // Retry implements outbox.Store.
 func (s *Store) Retry(ctx context.Context, p outbox.RetryParams) error {
-	_, err := s.change(ctx, p.DispatchKey, func(r *outbox.Row) bool { return outbox.ApplyRetry(r, p) })
+	apply := func(r *outbox.Row) bool { return outbox.ApplyRetry(r, p) }
+	if !p.Unattempted {
+		apply = s.recording(outbox.AttemptRetry, p.StatusCode, p.LastError, s.nowOr(p.Now), apply)
+	}
+	_, err := s.change(ctx, p.DispatchKey, apply)
 	return err
 }
 
 // Fail implements outbox.Store.
 func (s *Store) Fail(ctx context.Context, p outbox.FailParams) error {
-	_, err := s.change(ctx, p.DispatchKey, func(r *outbox.Row) bool {
-		return outbox.ApplyFail(r, p, s.nowOr(p.Now))
-	})
+	now := s.nowOr(p.Now)
+	_, err := s.change(ctx, p.DispatchKey, s.recording(outbox.AttemptFailed, p.StatusCode, p.LastError, now, func(r *outbox.Row) bool {
+		return outbox.ApplyFail(r, p, now)
+	}))
 	return err
 }
 
@@ -568,6 +577,7 @@ func (s *Store) endTransfer(ctx context.Context, keys []string, del bool) (int, 
 		delete(s.marked, k)
 		if del {
 			delete(s.rows, k)
+			delete(s.attempts, k)
 		}
 		n++
 	}

@@ -144,6 +144,10 @@ func RunStoreSuite(t *testing.T, newStore func(t *testing.T) outbox.Store) {
 		{"NamespaceStatsCoverEveryShard", testNamespaceStats},
 		{"CountClaimedHeldIgnoresOwnership", testCountClaimedHeld},
 		{"ConfigEntries", testConfigEntries},
+		// An operator's read-back (console.go).
+		{"AttemptHistory", testAttemptHistory},
+		{"ListRows", testListRows},
+		{"PurgeDeadLetters", testPurgeDeadLetters},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,721 @@
+package httpapi
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/fairshard/fairshard/node/peer"
+	"github.com/fairshard/fairshard/outbox"
+	"github.com/fairshard/fairshard/shards"
+)
+
+// An operator's read-back and list routes (issue 17 item 2): targets and
+// holds read back, the row listing, cancel, dead-letter purge, and the
+// namespace views' cluster-wide totals. Writes that concern rows go to the
+// node holding them; lists are fanned out to every member and name the
+// members that did not answer.
+
+// ConsoleStore is what the read-back needs of the node's store beside the
+// rest of Store (outboxtest.ConsoleReader checks both stores).
+type ConsoleStore interface {
+	Cancel(ctx context.Context, p outbox.CancelParams) (bool, error)
+	Attempts(ctx context.Context, dispatchKey string) ([]outbox.Attempt, error)
+	ListRows(ctx context.Context, q outbox.RowQuery) (outbox.RowPage, error)
+	PurgeDeadLetters(ctx context.Context, namespace string, keys []string, now time.Time) (int, error)
+	// PendingRoutes lists the routes with visible pending rows of owned
+	// shards (which namespaces want a target host, for a row's
+	// explanation).
+	PendingRoutes(ctx context.Context, now time.Time) ([]outbox.ClaimScope, error)
+}
+
+// Internal routes of the read-back.
+const (
+	pathInternalStats  = "/internal/v1/stats"
+	pathInternalCancel = "/internal/v1/rows/cancel"
+)
+
+func pathInternalRows(ns string) string { return "/internal/v1/namespaces/" + ns + "/rows" }
+func pathInternalPurge(ns string) string {
+	return "/internal/v1/namespaces/" + ns + "/dead-letters/purge"
+}
+
+// Limits of the read-back.
+const (
+	maxRowPage     = 1000
+	defaultRowPage = 100
+)
+
+// consoleRoutes registers the read-back routes.
+func (a *API) consoleRoutes(pub, internal func(string, http.HandlerFunc)) {
+	pub("GET /v1/targets", a.handleListTargets)
+	pub("GET /v1/namespaces/{ns}/task-queues/{tq}/target", a.handleGetTarget)
+	pub("GET /v1/holds", a.handleListHolds)
+	pub("GET /v1/workflows/{wf}/hold", a.handleGetHold)
+	pub("GET /v1/namespaces/{ns}/rows", a.handleListRows)
+	pub("POST /v1/rows/cancel", a.handleCancel)
+	pub("POST /v1/namespaces/{ns}/dead-letters/purge", a.handlePurge)
+
+	internal("GET "+pathInternalStats, a.handleInternalStats)
+	internal("GET /internal/v1/namespaces/{ns}/rows", a.handleInternalRows)
+	internal("POST "+pathInternalCancel, a.handleInternalCancel)
+	internal("POST /internal/v1/namespaces/{ns}/dead-letters/purge", a.handleInternalPurge)
+}
+
+// ---- targets and holds ----
+
+// targetReadView is a route's target as read back: the URL with its secrets
+// redacted (see RedactURL).
+type targetReadView struct {
+	Namespace string `json:"namespace"`
+	TaskQueue string `json:"task_queue"`
+	URL       string `json:"url"`
+	TimeoutMS int64  `json:"timeout_ms,omitempty"`
+	// Source is "route" (set for this route) or "default" (the node's
+	// --default-target).
+	Source string `json:"source"`
+}
+
+func (a *API) handleListTargets(w http.ResponseWriter, _ *http.Request) {
+	out := []targetReadView{}
+	for _, t := range a.cfg.Settings.Targets() {
+		out = append(out, targetReadView{Namespace: t.Namespace, TaskQueue: t.TaskQueue, URL: RedactURL(t.URL), TimeoutMS: t.TimeoutMS, Source: "route"})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"targets": out, "default_target": RedactURL(a.cfg.Settings.DefaultTarget())})
+}
+
+func (a *API) handleGetTarget(w http.ResponseWriter, r *http.Request) {
+	ns, tq, err := routeFromPath(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if t, ok := a.cfg.Settings.OwnTarget(ns, tq); ok {
+		writeJSON(w, http.StatusOK, targetReadView{Namespace: ns, TaskQueue: tq, URL: RedactURL(t.URL), TimeoutMS: t.TimeoutMS, Source: "route"})
+		return
+	}
+	if d := a.cfg.Settings.DefaultTarget(); d != "" {
+		writeJSON(w, http.StatusOK, targetReadView{Namespace: ns, TaskQueue: tq, URL: RedactURL(d), Source: "default"})
+		return
+	}
+	writeError(w, &APIError{Status: http.StatusNotFound, Code: CodeNotFound,
+		Message: fmt.Sprintf("route %s/%s has no target and the node no --default-target: its rows wait", ns, tq)})
+}
+
+type holdView struct {
+	WorkflowID string `json:"workflow_id"`
+	Held       bool   `json:"held"`
+}
+
+func (a *API) handleListHolds(w http.ResponseWriter, _ *http.Request) {
+	out := []holdView{}
+	for _, h := range a.cfg.Settings.Holds() {
+		out = append(out, holdView{WorkflowID: h.WorkflowID, Held: true})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"holds": out})
+}
+
+func (a *API) handleGetHold(w http.ResponseWriter, r *http.Request) {
+	wf, err := holdWorkflow(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, holdView{WorkflowID: wf, Held: a.cfg.Settings.IsHeld(wf)})
+}
+
+// redacted replaces a secret in a read-back URL.
+const redacted = "REDACTED"
+
+// secretParams are query parameter names (lower case, or parts of them)
+// whose values RedactURL hides.
+var secretParams = []string{"token", "key", "secret", "sig", "password", "passwd", "pass", "auth", "credential", "code"}
+
+// RedactURL returns a target URL template as the read-back shows it: a
+// password in the userinfo and the values of query parameters whose name
+// suggests a secret (token, key, secret, sig, password, auth, credential,
+// code…) are replaced by "REDACTED"; the {namespace} and {task_queue}
+// placeholders stay as written. A URL that does not parse is answered
+// "REDACTED" whole. "" stays "".
+func RedactURL(raw string) string {
+	if raw == "" {
+		return ""
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return redacted
+	}
+	if u.User != nil {
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), redacted)
+		}
+	}
+	if u.RawQuery != "" {
+		q := u.Query()
+		for k, vs := range q {
+			lk := strings.ToLower(k)
+			for _, s := range secretParams {
+				if strings.Contains(lk, s) {
+					for i := range vs {
+						vs[i] = redacted
+					}
+					break
+				}
+			}
+		}
+		u.RawQuery = q.Encode()
+	}
+	return strings.NewReplacer("%7B", "{", "%7D", "}").Replace(u.String())
+}
+
+// ---- row listing (fanned out) ----
+
+// rowQuery reads a listing's filters and page from the query string.
+func rowQuery(r *http.Request) (outbox.RowQuery, error) {
+	ns, err := pathName(r, "ns")
+	if err != nil {
+		return outbox.RowQuery{}, err
+	}
+	v := r.URL.Query()
+	q := outbox.RowQuery{Namespace: ns, TaskQueue: v.Get("task_queue"), WorkflowID: v.Get("workflow_id"),
+		Status: outbox.Status(v.Get("status")), After: v.Get("after"), Limit: defaultRowPage}
+	if q.TaskQueue != "" && !ValidName(q.TaskQueue) {
+		return q, fieldError("task_queue", "%q must be 1-64 letters, digits, '-', '_' or '.'", q.TaskQueue)
+	}
+	if len(q.WorkflowID) > MaxWorkflowIDBytes {
+		return q, fieldError("workflow_id", "must be at most %d bytes", MaxWorkflowIDBytes)
+	}
+	if q.Status != "" && !q.Status.Valid() {
+		return q, fieldError("status", "must be one of pending, claimed, done, failed, cancelled")
+	}
+	if len(q.After) > MaxKeyBytes {
+		return q, fieldError("after", "must be at most %d bytes", MaxKeyBytes)
+	}
+	if s := v.Get("limit"); s != "" {
+		q.Limit, err = strconv.Atoi(s)
+		if err != nil || q.Limit < 1 || q.Limit > maxRowPage {
+			return q, fieldError("limit", "must be an integer from 1 to %d", maxRowPage)
+		}
+	}
+	return q, nil
+}
+
+// rowsPage is one node's (or the merged) page of a listing.
+type rowsPage struct {
+	Rows []peer.RowView `json:"rows"`
+	// Next is the cursor of the following page ("" when complete).
+	Next string `json:"next"`
+}
+
+func (a *API) localRows(ctx context.Context, q outbox.RowQuery) (rowsPage, error) {
+	p, err := a.cfg.Store.ListRows(ctx, q)
+	if err != nil {
+		return rowsPage{}, err
+	}
+	return rowsPage{Rows: peer.ViewsOf(p.Rows, a.cfg.Self), Next: p.Next}, nil
+}
+
+func (a *API) handleInternalRows(w http.ResponseWriter, r *http.Request) {
+	q, err := rowQuery(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	p, err := a.localRows(r.Context(), q)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, p)
+}
+
+// handleListRows lists a namespace's rows (filtered by task_queue,
+// workflow_id, status) across the cluster, ordered by dispatch_key; "next"
+// is the cursor for ?after=.
+func (a *API) handleListRows(w http.ResponseWriter, r *http.Request) {
+	q, err := rowQuery(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	local, err := a.localRows(r.Context(), q)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	pages := []rowsPage{local}
+	var mu sync.Mutex
+	path := pathInternalRows(url.PathEscape(q.Namespace)) + "?" + r.URL.RawQuery
+	unreachable := a.fanOut(r.Context(), func(ctx context.Context, m peerRef) error {
+		var p rowsPage
+		if err := a.cfg.Peers.Call(ctx, http.MethodGet, m.addr, path, nil, &p); err != nil {
+			return err
+		}
+		mu.Lock()
+		pages = append(pages, p)
+		mu.Unlock()
+		return nil
+	})
+	out := mergeRowPages(pages, q.Limit)
+	writeJSON(w, http.StatusOK, map[string]any{"rows": out.Rows, "next": out.Next, "unreachable_nodes": unreachable})
+}
+
+// mergeRowPages merges the nodes' pages of one listing: every node has
+// examined its rows up to its Next (all of them when Next is ""), so the
+// merged page holds the rows up to the smallest Next, at most limit, and
+// its cursor is the last row kept, or that smallest Next.
+func mergeRowPages(pages []rowsPage, limit int) rowsPage {
+	cut, bounded := "", false
+	var all []peer.RowView
+	for _, p := range pages {
+		all = append(all, p.Rows...)
+		if p.Next != "" && (!bounded || p.Next < cut) {
+			cut, bounded = p.Next, true
+		}
+	}
+	slices.SortFunc(all, func(x, y peer.RowView) int { return strings.Compare(x.DispatchKey, y.DispatchKey) })
+	all = slices.CompactFunc(all, func(x, y peer.RowView) bool { return x.DispatchKey == y.DispatchKey })
+	out := rowsPage{Rows: []peer.RowView{}}
+	for _, v := range all {
+		if bounded && v.DispatchKey > cut {
+			break
+		}
+		out.Rows = append(out.Rows, v)
+	}
+	switch {
+	case len(out.Rows) > limit:
+		out.Rows = out.Rows[:limit]
+		out.Next = out.Rows[limit-1].DispatchKey
+	case bounded:
+		out.Next = cut
+	}
+	return out
+}
+
+// ---- cancel ----
+
+type cancelRequest struct {
+	DispatchKey string `json:"dispatch_key"`
+	Reason      string `json:"reason,omitempty"`
+}
+
+// cancelResult is a cancel's answer: Found says a node holds the row;
+// Cancelled whether this call cancelled it (false for a row claimed or
+// already finished); Row is the row as it is now.
+type cancelResult struct {
+	DispatchKey string        `json:"dispatch_key"`
+	Cancelled   bool          `json:"cancelled"`
+	Found       bool          `json:"-"`
+	Message     string        `json:"message"`
+	Row         *peer.RowView `json:"row,omitempty"`
+}
+
+// maxCancelReasonBytes bounds a cancel's reason (stored as last_error).
+const maxCancelReasonBytes = 256
+
+func (a *API) decodeCancel(w http.ResponseWriter, r *http.Request) (cancelRequest, error) {
+	var req cancelRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		return req, err
+	}
+	if req.DispatchKey == "" || len(req.DispatchKey) > MaxKeyBytes {
+		return req, fieldError("dispatch_key", "must be 1-%d bytes", MaxKeyBytes)
+	}
+	if err := checkText("reason", req.Reason, maxCancelReasonBytes); err != nil {
+		return req, err
+	}
+	return req, nil
+}
+
+// cancelLocal cancels the row here if this node holds it.
+func (a *API) cancelLocal(ctx context.Context, req cancelRequest) (cancelResult, error) {
+	res := cancelResult{DispatchKey: req.DispatchKey}
+	if _, err := a.cfg.Store.Get(ctx, req.DispatchKey); errors.Is(err, outbox.ErrNotFound) {
+		return res, nil
+	} else if err != nil {
+		return res, err
+	}
+	res.Found = true
+	reason := cmp.Or(req.Reason, "cancelled by an operator")
+	ok, err := a.cfg.Store.Cancel(ctx, outbox.CancelParams{DispatchKey: req.DispatchKey, Reason: reason, Now: time.Now().UTC()})
+	if err != nil {
+		return res, err
+	}
+	row, err := a.cfg.Store.Get(ctx, req.DispatchKey)
+	if err != nil {
+		return res, err
+	}
+	v := a.lookupView(ctx, row)
+	res.Cancelled, res.Row = ok, &v
+	if ok {
+		res.Message = "cancelled on " + a.cfg.Self + ": the row will not be delivered"
+	} else {
+		res.Message = fmt.Sprintf("not cancelled: the row is %s on %s (only pending rows can be cancelled)", row.Status, a.cfg.Self)
+	}
+	return res, nil
+}
+
+func (a *API) handleInternalCancel(w http.ResponseWriter, r *http.Request) {
+	req, err := a.decodeCancel(w, r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	res, err := a.cancelLocal(r.Context(), req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if !res.Found {
+		writeError(w, &APIError{Status: http.StatusNotFound, Code: CodeNotFound, Message: "not here"})
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// handleCancel cancels a pending row wherever it is held: the shard's
+// owner first, then this node, then every other member (like a lookup).
+func (a *API) handleCancel(w http.ResponseWriter, r *http.Request) {
+	req, err := a.decodeCancel(w, r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	snap := a.cfg.Ownership()
+	var order []string
+	addrs := map[string]string{}
+	if owner, ok := snap.Owner(shards.ShardOf(req.DispatchKey, a.cfg.ShardCount)); ok {
+		order = append(order, owner.Name)
+		addrs[owner.Name] = owner.APIAddr
+	}
+	if !slices.Contains(order, a.cfg.Self) {
+		order = append(order, a.cfg.Self)
+	}
+	for _, m := range snap.Members {
+		if !slices.Contains(order, m.Name) && m.APIAddr != "" {
+			order = append(order, m.Name)
+			addrs[m.Name] = m.APIAddr
+		}
+	}
+	for _, name := range order {
+		if name == a.cfg.Self {
+			res, err := a.cancelLocal(r.Context(), req)
+			if err != nil {
+				writeError(w, err)
+				return
+			}
+			if res.Found {
+				a.cfg.Dispatcher.Wake()
+				writeJSON(w, http.StatusOK, res)
+				return
+			}
+			continue
+		}
+		cctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		var res cancelResult
+		err := a.cfg.Peers.Call(cctx, http.MethodPost, addrs[name], pathInternalCancel, req, &res)
+		cancel()
+		if err == nil {
+			writeJSON(w, http.StatusOK, res)
+			return
+		}
+	}
+	writeError(w, &APIError{Status: http.StatusNotFound, Code: CodeNotFound, Message: fmt.Sprintf("no row with dispatch_key %q on any node", req.DispatchKey)})
+}
+
+// ---- dead-letter purge (fanned out) ----
+
+type purgeRequest struct {
+	Keys []string `json:"keys,omitempty"`
+}
+
+func (a *API) decodePurge(w http.ResponseWriter, r *http.Request) (purgeRequest, error) {
+	var req purgeRequest
+	if r.ContentLength != 0 {
+		if err := decodeBody(w, r, &req); err != nil {
+			return req, err
+		}
+	}
+	for i, k := range req.Keys {
+		if k == "" || len(k) > MaxKeyBytes {
+			return req, fieldError("keys["+strconv.Itoa(i)+"]", "must be 1-%d bytes", MaxKeyBytes)
+		}
+	}
+	return req, nil
+}
+
+func (a *API) handleInternalPurge(w http.ResponseWriter, r *http.Request) {
+	req, err := a.decodePurge(w, r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	n, err := a.cfg.Store.PurgeDeadLetters(r.Context(), r.PathValue("ns"), req.Keys, time.Now().UTC())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"purged": n})
+}
+
+// handlePurge purges dead letters (all of the namespace's, or the listed
+// keys) on every node: they become cancelled tombstones.
+func (a *API) handlePurge(w http.ResponseWriter, r *http.Request) {
+	ns, err := pathName(r, "ns")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	req, err := a.decodePurge(w, r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	total, err := a.cfg.Store.PurgeDeadLetters(r.Context(), ns, req.Keys, time.Now().UTC())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var mu sync.Mutex
+	unreachable := a.fanOut(r.Context(), func(ctx context.Context, m peerRef) error {
+		var out struct {
+			Purged int `json:"purged"`
+		}
+		if err := a.cfg.Peers.Call(ctx, http.MethodPost, m.addr, pathInternalPurge(url.PathEscape(ns)), req, &out); err != nil {
+			return err
+		}
+		mu.Lock()
+		total += out.Purged
+		mu.Unlock()
+		return nil
+	})
+	writeJSON(w, http.StatusOK, map[string]any{"purged": total, "unreachable_nodes": unreachable})
+}
+
+// ---- namespace views with cluster-wide totals ----
+
+// nodeNamespaceStats is one node's counts of one namespace.
+type nodeNamespaceStats struct {
+	Node        string `json:"node"`
+	Pending     int    `json:"pending"`
+	Claimed     int    `json:"claimed"`
+	DeadLetters int    `json:"dead_letters"`
+	// DeliveredTotal is fairshard_rows_delivered_total of the namespace
+	// on the node since it started (a rate is its change over time).
+	DeliveredTotal uint64 `json:"delivered_total"`
+	// DeliveryP99Seconds estimates the 99th percentile of one delivery
+	// attempt (fairshard_delivery_duration_seconds, since the node
+	// started; the upper bound of its bucket), 0 with no attempt.
+	DeliveryP99Seconds float64 `json:"delivery_p99_seconds"`
+}
+
+// statsResponse is the internal stats route's answer: every namespace
+// holding rows or with metrics on the node.
+type statsResponse struct {
+	Node       string                        `json:"node"`
+	Namespaces map[string]nodeNamespaceStats `json:"namespaces"`
+}
+
+// clusterTotals sums a namespace's counts over the members that answered.
+type clusterTotals struct {
+	Pending          int                  `json:"pending"`
+	Claimed          int                  `json:"claimed"`
+	DeadLetters      int                  `json:"dead_letters"`
+	DeliveredTotal   uint64               `json:"delivered_total"`
+	Nodes            []nodeNamespaceStats `json:"nodes"`
+	UnreachableNodes []string             `json:"unreachable_nodes"`
+}
+
+// namespaceClusterView is a namespace view (this node's counts) plus its
+// cluster-wide totals.
+type namespaceClusterView struct {
+	namespaceView
+	Cluster clusterTotals `json:"cluster"`
+}
+
+// localStats reads this node's counts and delivery metrics per namespace.
+func (a *API) localStats(ctx context.Context) (statsResponse, map[string]outbox.NamespaceStats, error) {
+	st, err := a.cfg.Store.NamespaceStats(ctx)
+	if err != nil {
+		return statsResponse{}, nil, err
+	}
+	out := statsResponse{Node: a.cfg.Self, Namespaces: map[string]nodeNamespaceStats{}}
+	for ns, s := range st {
+		out.Namespaces[ns] = nodeNamespaceStats{Node: a.cfg.Self, Pending: s.Pending, Claimed: s.Claimed, DeadLetters: s.Failed}
+	}
+	for _, mf := range a.deliveryMetrics() {
+		switch mf.GetName() {
+		case "fairshard_rows_delivered_total":
+			for _, m := range mf.GetMetric() {
+				ns := nsLabel(m)
+				v := out.Namespaces[ns]
+				v.Node = a.cfg.Self
+				v.DeliveredTotal += uint64(m.GetCounter().GetValue())
+				out.Namespaces[ns] = v
+			}
+		case "fairshard_delivery_duration_seconds":
+			for _, m := range mf.GetMetric() {
+				ns := nsLabel(m)
+				v := out.Namespaces[ns]
+				v.Node = a.cfg.Self
+				v.DeliveryP99Seconds = histogramQuantile(m.GetHistogram(), 0.99)
+				out.Namespaces[ns] = v
+			}
+		}
+	}
+	delete(out.Namespaces, "")
+	return out, st, nil
+}
+
+// deliveryMetricsTTL is how long the delivery figures read from the
+// node's metrics are reused: a full Gather costs milliseconds, and a
+// console refreshing every second from many tabs would pay it per call.
+const deliveryMetricsTTL = time.Second
+
+// deliveryMetrics returns the metric families the namespace views read
+// (delivered rows, delivery durations), gathered at most once per
+// deliveryMetricsTTL.
+func (a *API) deliveryMetrics() []*dto.MetricFamily {
+	a.statsMu.Lock()
+	defer a.statsMu.Unlock()
+	if time.Since(a.statsAt) < deliveryMetricsTTL {
+		return a.statsMFs
+	}
+	mfs, err := a.cfg.Gatherer.Gather()
+	if err != nil {
+		a.log.Warn("namespace stats: gathering metrics failed; delivery figures left at 0", "err", err)
+	}
+	keep := mfs[:0]
+	for _, mf := range mfs {
+		if n := mf.GetName(); n == "fairshard_rows_delivered_total" || n == "fairshard_delivery_duration_seconds" {
+			keep = append(keep, mf)
+		}
+	}
+	a.statsMFs, a.statsAt = keep, time.Now()
+	return keep
+}
+
+func nsLabel(m *dto.Metric) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == "namespace" {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+// histogramQuantile is the upper bound of the bucket holding quantile q of
+// h's observations (the largest finite bound when it is in +Inf), 0 for
+// an empty histogram.
+func histogramQuantile(h *dto.Histogram, q float64) float64 {
+	n := h.GetSampleCount()
+	if n == 0 {
+		return 0
+	}
+	rank := uint64(math.Ceil(q * float64(n)))
+	last := 0.0
+	for _, b := range h.GetBucket() {
+		if math.IsInf(b.GetUpperBound(), 1) {
+			continue
+		}
+		last = b.GetUpperBound()
+		if b.GetCumulativeCount() >= rank {
+			return last
+		}
+	}
+	return last
+}
+
+func (a *API) handleInternalStats(w http.ResponseWriter, r *http.Request) {
+	out, _, err := a.localStats(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// clusterStats gathers every member's stats: this node's, then the peers'
+// (fanned out), and the members that did not answer.
+func (a *API) clusterStats(ctx context.Context) ([]statsResponse, map[string]outbox.NamespaceStats, []string, error) {
+	local, st, err := a.localStats(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	all := []statsResponse{local}
+	var mu sync.Mutex
+	unreachable := a.fanOut(ctx, func(ctx context.Context, m peerRef) error {
+		var s statsResponse
+		if err := a.cfg.Peers.Call(ctx, http.MethodGet, m.addr, pathInternalStats, nil, &s); err != nil {
+			return err
+		}
+		mu.Lock()
+		all = append(all, s)
+		mu.Unlock()
+		return nil
+	})
+	slices.SortFunc(all, func(x, y statsResponse) int { return strings.Compare(x.Node, y.Node) })
+	return all, st, unreachable, nil
+}
+
+func totalsOf(ns string, all []statsResponse, unreachable []string) clusterTotals {
+	t := clusterTotals{Nodes: []nodeNamespaceStats{}, UnreachableNodes: unreachable}
+	for _, s := range all {
+		n := s.Namespaces[ns]
+		n.Node = s.Node
+		t.Pending += n.Pending
+		t.Claimed += n.Claimed
+		t.DeadLetters += n.DeadLetters
+		t.DeliveredTotal += n.DeliveredTotal
+		t.Nodes = append(t.Nodes, n)
+	}
+	return t
+}
+
+func (a *API) handleGetNamespaceCluster(w http.ResponseWriter, r *http.Request) {
+	ns, err := pathName(r, "ns")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	all, st, unreachable, err := a.clusterStats(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, namespaceClusterView{namespaceView: a.namespaceView(r.Context(), ns, st[ns], true), Cluster: totalsOf(ns, all, unreachable)})
+}
+
+func (a *API) handleListNamespacesCluster(w http.ResponseWriter, r *http.Request) {
+	all, st, unreachable, err := a.clusterStats(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	names := map[string]bool{}
+	for _, s := range all {
+		for ns := range s.Namespaces {
+			names[ns] = true
+		}
+	}
+	for ns := range a.cfg.Settings.Namespaces() {
+		names[ns] = true
+	}
+	out := make([]namespaceClusterView, 0, len(names))
+	for _, ns := range slices.Sorted(maps.Keys(names)) {
+		out = append(out, namespaceClusterView{namespaceView: a.namespaceView(r.Context(), ns, st[ns], false), Cluster: totalsOf(ns, all, unreachable)})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"namespaces": out, "unreachable_nodes": unreachable})
+}
