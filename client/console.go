@@ -60,6 +60,11 @@ type TargetView struct {
 	TaskQueue string `json:"task_queue"`
 	URL       string `json:"url"`
 	TimeoutMS int64  `json:"timeout_ms,omitempty"`
+	// SigningSecretFingerprints and HeaderNames are the route's signing
+	// secrets by fingerprint and static headers by name (never their
+	// values); empty for the default target or a route without them.
+	SigningSecretFingerprints []string `json:"signing_secret_fingerprints,omitempty"`
+	HeaderNames               []string `json:"header_names,omitempty"`
 	// Source is "route" (the route's own) or "default" (--default-target).
 	Source string `json:"source"`
 }

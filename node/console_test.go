@@ -45,18 +45,31 @@ func TestReadBack(t *testing.T) {
 	ok := newTarget(t)
 
 	// Targets read back, secrets redacted; holds too.
-	a.mustDo(http.MethodPut, "/v1/namespaces/rb/task-queues/q/target", map[string]any{"url": ok.URL() + "/x?token=s3cret&page=1", "timeout_ms": 1500}, http.StatusOK, nil)
+	// Credentials (a signing secret, an Authorization header) read back by
+	// fingerprint and name only.
+	const signingSecret = "whsec_a2tra2tra2tra2tra2tra2tra2tra2tr"
+	a.mustDo(http.MethodPut, "/v1/namespaces/rb/task-queues/q/target", map[string]any{"url": ok.URL() + "/x?token=s3cret&page=1", "timeout_ms": 1500,
+		"signing_secret": signingSecret, "headers": map[string]string{"Authorization": "Bearer hdr-s3cret"}}, http.StatusOK, nil)
 	var tv struct {
-		URL       string `json:"url"`
-		TimeoutMS int64  `json:"timeout_ms"`
-		Source    string `json:"source"`
+		URL          string   `json:"url"`
+		TimeoutMS    int64    `json:"timeout_ms"`
+		Fingerprints []string `json:"signing_secret_fingerprints"`
+		HeaderNames  []string `json:"header_names"`
+		Source       string   `json:"source"`
 	}
 	eventually(t, 5*time.Second, func() bool {
 		st, _ := b.getJSON("/v1/namespaces/rb/task-queues/q/target", &tv)
 		return st == http.StatusOK
 	}, "the target to reach %s", b.Name())
-	if strings.Contains(tv.URL, "s3cret") || !strings.Contains(tv.URL, "token=REDACTED") || tv.TimeoutMS != 1500 || tv.Source != "route" {
+	if strings.Contains(tv.URL, "s3cret") || !strings.Contains(tv.URL, "token=REDACTED") || tv.TimeoutMS != 1500 || tv.Source != "route" ||
+		len(tv.Fingerprints) != 1 || len(tv.Fingerprints[0]) != 8 || len(tv.HeaderNames) != 1 || tv.HeaderNames[0] != "Authorization" {
 		t.Fatalf("target read back: %+v", tv)
+	}
+	for _, path := range []string{"/v1/namespaces/rb/task-queues/q/target", "/v1/targets"} {
+		_, raw := b.do(http.MethodGet, path, nil)
+		if strings.Contains(string(raw), "s3cret") || strings.Contains(string(raw), "a2tra2tr") {
+			t.Fatalf("GET %s shows a credential: %s", path, raw)
+		}
 	}
 	st, body := a.do(http.MethodGet, "/v1/namespaces/rb/task-queues/none/target", nil)
 	wantError(t, st, body, http.StatusNotFound, "not_found", "")

@@ -18,6 +18,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/fairshard/fairshard/node/peer"
+	"github.com/fairshard/fairshard/node/settings"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/shards"
 )
@@ -77,21 +78,33 @@ func (a *API) consoleRoutes(pub, internal func(string, http.HandlerFunc)) {
 // ---- targets and holds ----
 
 // targetReadView is a route's target as read back: the URL with its secrets
-// redacted (see RedactURL).
+// redacted (see RedactURL), signing secrets by fingerprint and static
+// headers by name (settings.TargetSettings.Redacted), never their values.
 type targetReadView struct {
 	Namespace string `json:"namespace"`
 	TaskQueue string `json:"task_queue"`
 	URL       string `json:"url"`
 	TimeoutMS int64  `json:"timeout_ms,omitempty"`
+	// SigningSecretFingerprints and HeaderNames are a route target's
+	// credentials, redacted (absent for the default target).
+	SigningSecretFingerprints []string `json:"signing_secret_fingerprints,omitempty"`
+	HeaderNames               []string `json:"header_names,omitempty"`
 	// Source is "route" (set for this route) or "default" (the node's
 	// --default-target).
 	Source string `json:"source"`
 }
 
+// routeTargetView is a route's own target as read back.
+func routeTargetView(ns, tq string, t settings.TargetSettings) targetReadView {
+	r := t.Redacted()
+	return targetReadView{Namespace: ns, TaskQueue: tq, URL: RedactURL(r.URL), TimeoutMS: r.TimeoutMS,
+		SigningSecretFingerprints: r.SigningSecretFingerprints, HeaderNames: r.HeaderNames, Source: "route"}
+}
+
 func (a *API) handleListTargets(w http.ResponseWriter, _ *http.Request) {
 	out := []targetReadView{}
 	for _, t := range a.cfg.Settings.Targets() {
-		out = append(out, targetReadView{Namespace: t.Namespace, TaskQueue: t.TaskQueue, URL: RedactURL(t.URL), TimeoutMS: t.TimeoutMS, Source: "route"})
+		out = append(out, routeTargetView(t.Namespace, t.TaskQueue, t.TargetSettings))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"targets": out, "default_target": RedactURL(a.cfg.Settings.DefaultTarget())})
 }
@@ -103,7 +116,7 @@ func (a *API) handleGetTarget(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if t, ok := a.cfg.Settings.OwnTarget(ns, tq); ok {
-		writeJSON(w, http.StatusOK, targetReadView{Namespace: ns, TaskQueue: tq, URL: RedactURL(t.URL), TimeoutMS: t.TimeoutMS, Source: "route"})
+		writeJSON(w, http.StatusOK, routeTargetView(ns, tq, t))
 		return
 	}
 	if d := a.cfg.Settings.DefaultTarget(); d != "" {
