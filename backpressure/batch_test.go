@@ -13,6 +13,7 @@ import (
 	"github.com/fairshard/fairshard/boltstore"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/outbox/outboxtest"
+	"github.com/fairshard/fairshard/quota"
 )
 
 // batchStore wraps a real boltstore, counting ClaimBatch calls and
@@ -45,8 +46,8 @@ func boltSetup(t *testing.T) (*backpressure.Planner, *batchStore) {
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	p := backpressure.NewPlanner(backpressure.PlannerConfig{
-		Quotas: backpressure.NewQuotaCache(nil, backpressure.DefaultQuota, 0),
-		Now:    func() time.Time { return outboxtest.T0 },
+		Ceilings: quota.NewProportional(quota.NewPolicies(nil, quota.Defaults{Quota: quota.DefaultQuota}, 0), nil),
+		Now:      func() time.Time { return outboxtest.T0 },
 	})
 	return p, &batchStore{Store: s}
 }

@@ -6,9 +6,10 @@
 //  1. CLAIMED-only headroom: headroom = per-node ceiling − this node's
 //     claimed rows of the namespace. Pending rows never count, or a tenant
 //     would wedge against its own backlog.
-//  2. Proportional per-node ceiling: ceil(quota × owned/total) from the
-//     node's live OwnedShardFraction, so ceilings sum to about the
-//     cluster-wide quota with no central counter.
+//  2. The per-node ceiling comes from a quota.Source (PlannerConfig.
+//     Ceilings): the seed's proportional ceil(quota × owned/total), or in
+//     exact mode (issue #15) the node's unexpired capacity lease, which
+//     FairShare (fairshare.go) computes on the namespace's coordinator.
 //  3. Claims stay atomic and exactly-once: the planner only shapes the limit
 //     and scope of each Store.Claim. A row it does not claim stays pending.
 //
@@ -19,10 +20,10 @@
 // across the namespaces that want it (see Sweep).
 //
 // What it does not own: delivery and settling (package dispatch), the
-// storage (outbox.Store implementations) and where quotas come from (a
-// QuotaSource supplied by the node, backed by the gossiped cluster config).
+// storage (outbox.Store implementations) and where ceilings come from
+// (package quota, over the gossiped cluster config and package lease).
 //
-// Concurrency: QuotaCache and Planner are safe for concurrent use, but a
+// Concurrency: the Planner is safe for concurrent use, but a
 // node runs one sweep at a time; two concurrent sweeps would each see the
 // other's claims only after they commit and could together exceed a
 // ceiling by one sweep's worth.

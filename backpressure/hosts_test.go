@@ -15,6 +15,7 @@ import (
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/outbox/memstore"
 	"github.com/fairshard/fairshard/outbox/outboxtest"
+	"github.com/fairshard/fairshard/quota"
 	"github.com/fairshard/fairshard/shards"
 )
 
@@ -89,13 +90,13 @@ func hostSetup(t *testing.T) (*backpressure.Planner, *bundle, *fakeHosts) {
 	b.owned.Store(&all)
 	hosts := newFakeHosts()
 	p := backpressure.NewPlanner(backpressure.PlannerConfig{
-		Quotas: backpressure.NewQuotaCache(backpressure.QuotaSourceFunc(func(_ context.Context, ns string) (uint32, bool, error) {
+		Ceilings: quota.NewProportional(quota.NewPolicies(quota.SettingsSourceFunc(func(_ context.Context, ns string) (quota.Settings, bool, error) {
 			q, ok := b.quotas[ns]
-			return q, ok, nil
-		}), backpressure.DefaultQuota, 0),
-		Fraction: func() shards.OwnedShardFraction { return *b.owned.Load() },
-		Now:      func() time.Time { return outboxtest.T0 },
-		Hosts:    hosts,
+			return quota.Settings{MaxInFlight: &q}, ok, nil
+		}), quota.Defaults{Quota: quota.DefaultQuota, Mode: quota.ModeProportional}, 0),
+			func() shards.OwnedShardFraction { return *b.owned.Load() }),
+		Now:   func() time.Time { return outboxtest.T0 },
+		Hosts: hosts,
 	})
 	return p, b, hosts
 }

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/fairshard/fairshard/outbox"
-	"github.com/fairshard/fairshard/shards"
+	"github.com/fairshard/fairshard/quota"
 )
 
 // ClaimStore is the part of outbox.Store the planner uses: one route
@@ -34,13 +34,14 @@ type BatchClaimer interface {
 	ClaimBatch(ctx context.Context, run func(claim func(outbox.ClaimParams) ([]outbox.Row, error)) error) error
 }
 
-// PlannerConfig wires a Planner. Only Quotas is required.
+// PlannerConfig wires a Planner. Only Ceilings is required.
 type PlannerConfig struct {
-	// Quotas resolves each namespace's cluster-wide quota (rows).
-	Quotas *QuotaCache
-	// Fraction returns this node's live OwnedShardFraction; it is read once
-	// per sweep. nil means OwnAll (a single node).
-	Fraction func() shards.OwnedShardFraction
+	// Ceilings gives this node's ceiling for each namespace, read once per
+	// active namespace per sweep: quota.Proportional (the seed's
+	// ceil(quota × owned/total)), quota.Leased (the unexpired capacity
+	// lease) or quota.ByMode (per namespace). Every source answers 0 for a
+	// paused namespace.
+	Ceilings quota.Source
 	// Eligible filters routes before planning: a route for which it returns
 	// false is left out of the sweep entirely (its rows stay pending). The
 	// node uses it for paused namespaces and routes with no delivery target.
@@ -61,8 +62,7 @@ type PlannerConfig struct {
 // claim_round_robin). Safe for concurrent use; see the package doc on
 // concurrent sweeps.
 type Planner struct {
-	quotas   *QuotaCache
-	fraction func() shards.OwnedShardFraction
+	ceilings quota.Source
 	eligible func(outbox.ClaimScope) bool
 	hosts    HostSlots
 	now      func() time.Time
@@ -76,17 +76,14 @@ type Planner struct {
 	routeCursor map[string]string
 }
 
-// NewPlanner builds a Planner. It panics only if cfg.Quotas is nil, a
+// NewPlanner builds a Planner. It panics only if cfg.Ceilings is nil, a
 // programming error caught at start-up.
 func NewPlanner(cfg PlannerConfig) *Planner {
-	if cfg.Quotas == nil {
-		panic("backpressure: PlannerConfig.Quotas is required")
+	if cfg.Ceilings == nil {
+		panic("backpressure: PlannerConfig.Ceilings is required")
 	}
-	p := &Planner{quotas: cfg.Quotas, fraction: cfg.Fraction, eligible: cfg.Eligible, hosts: cfg.Hosts, now: cfg.Now, log: cfg.Logger,
+	p := &Planner{ceilings: cfg.Ceilings, eligible: cfg.Eligible, hosts: cfg.Hosts, now: cfg.Now, log: cfg.Logger,
 		routeCursor: map[string]string{}}
-	if p.fraction == nil {
-		p.fraction = shards.OwnAll
-	}
 	if p.now == nil {
 		p.now = time.Now
 	}
@@ -101,8 +98,12 @@ type NamespaceSweep struct {
 	Namespace string
 	// Quota is the namespace's cluster-wide quota (rows).
 	Quota uint32
-	// Ceiling is this node's per-node ceiling: ceil(Quota × owned/total).
+	// Ceiling is this node's per-node ceiling (rows) from
+	// PlannerConfig.Ceilings: ceil(Quota × owned/total) in proportional
+	// mode, the unexpired lease in exact mode, 0 when paused.
 	Ceiling uint32
+	// Mode is the quota mode the ceiling was computed in.
+	Mode quota.Mode
 	// ClaimedBefore is this node's claimed rows of the namespace when the
 	// sweep started (CLAIMED only, never pending).
 	ClaimedBefore int
@@ -133,8 +134,6 @@ type Sweep struct {
 	Rows []outbox.Row
 	// Namespaces has one entry per active namespace, sorted by name.
 	Namespaces []NamespaceSweep
-	// Fraction is the owned shard fraction the sweep used.
-	Fraction shards.OwnedShardFraction
 	// Hosts has one entry per target host that an eligible route of a
 	// namespace with headroom maps to, sorted by host; empty without
 	// PlannerConfig.Hosts.
@@ -154,7 +153,8 @@ func (p *Planner) ClaimRoundRobin(ctx context.Context, store ClaimStore, batchSi
 //   - list pending routes (filtered by Eligible) and group them by
 //     namespace, sorted;
 //   - read every namespace's claimed count in ONE bucketed read;
-//   - headroom = ceil(quota × owned/total) − claimed, clamped at 0;
+//   - headroom = this node's ceiling (PlannerConfig.Ceilings) − claimed,
+//     clamped at 0 (quota.Ceiling.Headroom);
 //   - slice = ceil(batchSize / active namespaces), at least 1;
 //   - pass 1 (fairness): each namespace claims min(slice, headroom, budget),
 //     spread round-robin over its routes, each route taking the running
@@ -189,8 +189,7 @@ func (p *Planner) ClaimRoundRobin(ctx context.Context, store ClaimStore, batchSi
 // caller can deliver what it already owns.
 func (p *Planner) Sweep(ctx context.Context, store ClaimStore, batchSize int, held map[string]struct{}) (Sweep, error) {
 	now := p.now()
-	fraction := p.fraction()
-	out := Sweep{Fraction: fraction}
+	var out Sweep
 	if batchSize <= 0 {
 		return out, nil
 	}
@@ -228,13 +227,13 @@ func (p *Planner) Sweep(ctx context.Context, store ClaimStore, batchSize int, he
 	}
 	out.Namespaces = make([]NamespaceSweep, len(names))
 	for i, ns := range names {
-		quota := p.quotas.Quota(ctx, ns)
-		ceiling := fraction.PerNodeCeiling(quota)
+		ceiling := p.ceilings.Ceiling(ctx, ns)
 		c := claimed[ns]
 		pl := byNS[ns]
-		pl.headroom = max(int(ceiling)-c, 0)
+		pl.headroom = ceiling.Headroom(c)
 		slices.SortFunc(pl.routes, func(a, b routeRef) int { return strings.Compare(a.scope.TaskQueue, b.scope.TaskQueue) })
-		out.Namespaces[i] = NamespaceSweep{Namespace: ns, Quota: quota, Ceiling: ceiling, ClaimedBefore: c, Routes: len(pl.routes)}
+		out.Namespaces[i] = NamespaceSweep{Namespace: ns, Quota: ceiling.Quota, Ceiling: ceiling.Rows, Mode: ceiling.Mode,
+			ClaimedBefore: c, Routes: len(pl.routes)}
 	}
 	var hosts map[string]*hostPlan
 	if p.hosts != nil {

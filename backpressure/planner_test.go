@@ -14,6 +14,7 @@ import (
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/outbox/memstore"
 	"github.com/fairshard/fairshard/outbox/outboxtest"
+	"github.com/fairshard/fairshard/quota"
 	"github.com/fairshard/fairshard/shards"
 )
 
@@ -74,13 +75,14 @@ func setup(t *testing.T) (*backpressure.Planner, *bundle) {
 	b.store = &countingStore{Store: b.mem}
 	all := shards.OwnAll()
 	b.owned.Store(&all)
-	src := backpressure.QuotaSourceFunc(func(_ context.Context, ns string) (uint32, bool, error) {
+	src := quota.SettingsSourceFunc(func(_ context.Context, ns string) (quota.Settings, bool, error) {
 		q, ok := b.quotas[ns]
-		return q, ok, nil
+		return quota.Settings{MaxInFlight: &q}, ok, nil
 	})
+	// The seed's scenarios run in proportional mode (issue #15 keeps them).
+	pol := quota.NewPolicies(src, quota.Defaults{Quota: quota.DefaultQuota, Mode: quota.ModeProportional}, 0)
 	p := backpressure.NewPlanner(backpressure.PlannerConfig{
-		Quotas:   backpressure.NewQuotaCache(src, backpressure.DefaultQuota, 0),
-		Fraction: func() shards.OwnedShardFraction { return *b.owned.Load() },
+		Ceilings: quota.NewProportional(pol, func() shards.OwnedShardFraction { return *b.owned.Load() }),
 		Now:      func() time.Time { return outboxtest.T0 },
 	})
 	return p, b
@@ -369,7 +371,7 @@ func TestQuotaZeroNamespaceIsNeverClaimed(t *testing.T) {
 func TestEligibleFilterLeavesRoutesOut(t *testing.T) {
 	_, b := setup(t)
 	p := backpressure.NewPlanner(backpressure.PlannerConfig{
-		Quotas:   backpressure.NewQuotaCache(nil, backpressure.DefaultQuota, 0),
+		Ceilings: quota.NewProportional(quota.NewPolicies(nil, quota.Defaults{Quota: quota.DefaultQuota}, 0), nil),
 		Eligible: func(r outbox.ClaimScope) bool { return r.TaskQueue != "no-target" },
 		Now:      func() time.Time { return outboxtest.T0 },
 	})

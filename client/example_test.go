@@ -91,11 +91,17 @@ func ExampleClient_UpdateNamespace() {
 	ns, _ = c.Pause(ctx, "acme")
 	fmt.Println("paused", ns.Paused, "ceiling", ns.Ceiling)
 	ns, _ = c.Resume(ctx, "acme")
-	fmt.Println("paused", ns.Paused, "ceiling", ns.Ceiling)
+	// Exact mode (the default): this node's ceiling is its capacity lease,
+	// 0 until it has rows of acme to deliver.
+	fmt.Println("paused", ns.Paused, "mode", ns.Mode, "ceiling", ns.Ceiling)
+	// Proportional mode: ceil(quota × owned/total), here one node owning all.
+	ns, _ = c.UpdateNamespace(ctx, "acme", client.NamespaceUpdate{Mode: "proportional"})
+	fmt.Println("mode", ns.Mode, "ceiling", ns.Ceiling)
 	// Output:
 	// acme quota 8 paused false retry cap 1m0s
 	// paused true ceiling 0
-	// paused false ceiling 8
+	// paused false mode exact ceiling 0
+	// mode proportional ceiling 8
 }
 
 func ExampleClient_SetTarget() {

@@ -19,6 +19,12 @@ type Namespace struct {
 	MaxInFlight        uint32 `json:"max_in_flight"`
 	MaxInFlightDefault bool   `json:"max_in_flight_default"`
 	Paused             bool   `json:"paused"`
+	// Mode is the quota mode, "exact" (the cluster never runs more than
+	// MaxInFlight at once; nodes hold capacity leases) or "proportional"
+	// (each node runs up to ceil(quota × owned/total)). ModeDefault says
+	// it is the nodes' --default-quota-mode because none was set.
+	Mode        string `json:"mode"`
+	ModeDefault bool   `json:"mode_default"`
 	// Retry is the namespace's retry policy override, nil when it uses the
 	// nodes' policy.
 	Retry *NamespaceRetry `json:"retry,omitempty"`
@@ -30,8 +36,9 @@ type Namespace struct {
 	DeadLetters int    `json:"dead_letters"`
 	// OwnedShardFraction is the node's share of shards, in [0,1].
 	OwnedShardFraction float64 `json:"owned_shard_fraction"`
-	// Ceiling is the node's share of the quota, ceil(quota × owned/total)
-	// (0 while paused); Headroom is Ceiling − Claimed, at least 0.
+	// Ceiling is the node's ceiling: its unexpired capacity lease in exact
+	// mode, ceil(quota × owned/total) in proportional mode, 0 while
+	// paused; Headroom is Ceiling − Claimed, at least 0.
 	Ceiling  uint32 `json:"ceiling"`
 	Headroom int    `json:"headroom"`
 	// WaitingRoutes are task queues whose rows wait because no target is
@@ -94,6 +101,10 @@ type NamespaceUpdate struct {
 	// policy applies again). Set one of the two.
 	Retry        *NamespaceRetry
 	DefaultRetry bool
+	// Mode sets the quota mode, "exact" or "proportional" ("" leaves it);
+	// DefaultMode returns it to the nodes' default instead.
+	Mode        string
+	DefaultMode bool
 }
 
 // MarshalJSON encodes the update as PUT /v1/namespaces/{ns} takes it:
@@ -118,6 +129,14 @@ func (u NamespaceUpdate) MarshalJSON() ([]byte, error) {
 		m["retry"] = *u.Retry
 	case u.DefaultRetry:
 		m["retry"] = nil
+	}
+	switch {
+	case u.Mode != "" && u.DefaultMode:
+		return nil, fmt.Errorf("NamespaceUpdate: set Mode or DefaultMode, not both")
+	case u.Mode != "":
+		m["mode"] = u.Mode
+	case u.DefaultMode:
+		m["mode"] = nil
 	}
 	return json.Marshal(m)
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/fairshard/fairshard/boltstore"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/outbox/memstore"
+	"github.com/fairshard/fairshard/quota"
 )
 
 // TestMain runs the package's tests once per store kind (memstore, then
@@ -188,17 +189,18 @@ func setup(t testing.TB, cfg Config) (*Dispatcher, *bundle) {
 		cfg.Hosts = testHosts(t, cfg)
 	}
 	if cfg.Planner == nil {
-		src := backpressure.QuotaSourceFunc(func(_ context.Context, ns string) (uint32, bool, error) {
+		src := quota.SettingsSourceFunc(func(_ context.Context, ns string) (quota.Settings, bool, error) {
 			q, ok := b.quotas.Load(ns)
 			if !ok {
-				return 0, false, nil
+				return quota.Settings{}, false, nil
 			}
-			return q.(uint32), true, nil
+			v := q.(uint32)
+			return quota.Settings{MaxInFlight: &v}, true, nil
 		})
 		cfg.Planner = backpressure.NewPlanner(backpressure.PlannerConfig{
-			Quotas: backpressure.NewQuotaCache(src, backpressure.DefaultQuota, 0),
-			Now:    cfg.Now,
-			Hosts:  cfg.Hosts,
+			Ceilings: quota.NewProportional(quota.NewPolicies(src, quota.Defaults{Quota: quota.DefaultQuota}, 0), nil),
+			Now:      cfg.Now,
+			Hosts:    cfg.Hosts,
 		})
 	}
 	if cfg.Logger == nil && os.Getenv("DISPATCH_TEST_LOG") != "" {
@@ -227,8 +229,8 @@ func testHosts(t testing.TB, cfg Config) *HostLimits {
 // default quota, claiming by hosts' limits (nil: no host ceiling).
 func testPlanner(hosts backpressure.HostSlots) *backpressure.Planner {
 	return backpressure.NewPlanner(backpressure.PlannerConfig{
-		Quotas: backpressure.NewQuotaCache(nil, backpressure.DefaultQuota, 0),
-		Hosts:  hosts,
+		Ceilings: quota.NewProportional(quota.NewPolicies(nil, quota.Defaults{Quota: quota.DefaultQuota}, 0), nil),
+		Hosts:    hosts,
 	})
 }
 

@@ -61,6 +61,15 @@ type CoordinatorConfig struct {
 	// Epoch returns this node's applied ownership epoch, comparable across
 	// nodes (0 or nil: unknown; requests are then never refused for it).
 	Epoch func() uint64
+	// Members returns how many nodes may have demand (the active members
+	// of the coordinator's view); nil or 0: unknown. When set, for one
+	// refresh interval after the coordinator starts holding state for a
+	// namespace (the first ask since it was idle, or a new term) no node
+	// is granted more than max(its has, ceil(limit / members)): the other
+	// nodes with rows have not asked yet, and a first asker handed the
+	// whole quota would have to give it back through two of its own
+	// refreshes before they get any (issue #15's drain test).
+	Members func() int
 }
 
 func (c *CoordinatorConfig) withDefaults() (CoordinatorConfig, error) {
@@ -134,8 +143,9 @@ type Coordinator struct {
 
 // nsState is one namespace's state for one coordination term.
 type nsState struct {
-	since time.Time
-	nodes []record // sorted by node name
+	since   time.Time
+	created time.Time // when this state was created (coordinator clock)
+	nodes   []record  // sorted by node name
 }
 
 // record is the coordinator's view of one node for one namespace.
@@ -226,7 +236,7 @@ func (c *Coordinator) Handle(now time.Time, req Request) (Response, error) {
 func (c *Coordinator) decide(now time.Time, node string, a Ask, since time.Time, quota uint32) (grant uint32, learning bool) {
 	st := c.ns[a.Namespace]
 	if st == nil || !st.since.Equal(since) {
-		st = &nsState{since: since}
+		st = &nsState{since: since, created: now}
 		c.ns[a.Namespace] = st
 	}
 	st.prune(now)
@@ -259,6 +269,12 @@ func (c *Coordinator) decide(now time.Time, node string, a Ask, since time.Time,
 		}
 		c.grants = backpressure.FairShare(quota, c.demands, c.grants)
 		grant = c.grants[i]
+		if c.cfg.Members != nil && now.Before(st.created.Add(c.cfg.RefreshInterval)) {
+			if m := uint64(c.cfg.Members()); m > 0 {
+				share := uint32((uint64(quota) + m - 1) / m)
+				grant = min(grant, max(a.Has, share))
+			}
+		}
 	}
 
 	if grant == 0 && a.Has == 0 && a.Wants == 0 {

@@ -410,3 +410,43 @@ func TestCoordinatorConcurrentBatches(t *testing.T) {
 		}
 	}
 }
+
+// TestFirstRefreshCapsAtMemberShare: with Members set, for one refresh
+// interval after a namespace's state is created no node gets more than
+// max(has, ceil(q / members)); later asks get the fair share over the
+// nodes on record, and a node alone gets the whole quota one refresh in.
+func TestFirstRefreshCapsAtMemberShare(t *testing.T) {
+	clk, w := newClock(), newWorld()
+	w.coordinate("ns", clk.Now().Add(-time.Hour), 64)
+	cfg := w.config()
+	cfg.Members = func() int { return 5 }
+	c := mustCoordinator(t, cfg)
+	ask := func(node string, wants, has uint32) uint32 {
+		t.Helper()
+		resp, err := c.Handle(clk.Now(), lease.Request{Node: node, Asks: []lease.Ask{{Namespace: "ns", Wants: wants, Has: has}}})
+		if err != nil || len(resp.Leases) != 1 {
+			t.Fatalf("%s: %+v, %v", node, resp, err)
+		}
+		return resp.Leases[0].Grant
+	}
+	if g := ask("a", 80, 0); g != 13 {
+		t.Fatalf("first asker: grant %d, want ceil(64/5) = 13", g)
+	}
+	for _, n := range []string{"b", "c", "d"} {
+		if g := ask(n, 80, 0); g != 13 {
+			t.Fatalf("%s in the first refresh: grant %d, want 13", n, g)
+		}
+	}
+	if g := ask("e", 80, 0); g != 12 {
+		t.Fatalf("e in the first refresh: grant %d, want the 12 left", g)
+	}
+	// A refresh later the cap is off: a alone again (the others gave
+	// theirs back) gets the whole quota.
+	clk.Advance(testRefresh)
+	for _, n := range []string{"b", "c", "d", "e"} {
+		ask(n, 0, 0)
+	}
+	if g := ask("a", 80, 13); g != 64 {
+		t.Fatalf("a refresh later, alone: grant %d, want 64", g)
+	}
+}

@@ -295,10 +295,11 @@ func TestHealthClusterShardsMetrics(t *testing.T) {
 
 // TestNamespaceSettings covers GET /v1/namespaces and GET|PUT
 // /v1/namespaces/{ns}: max_in_flight 0..1e6 or null, paused, errors naming
-// the field with nothing changed, ceiling and headroom.
+// the field with nothing changed, ceiling and headroom (in proportional
+// mode, the seed's ceiling; TestExactModeNamespaceView covers exact).
 func TestNamespaceSettings(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, func(c *node.Config) { c.DefaultMaxInFlight = 64 })
+	n := startNode(t, func(c *node.Config) { c.DefaultMaxInFlight = 64; c.DefaultQuotaMode = "proportional" })
 
 	v := n.namespace("fresh")
 	if v.MaxInFlight != 64 || !v.MaxInFlightDefault || v.Paused || v.Ceiling != 64 || v.Headroom != 64 || v.OwnedShardFraction != 1 || v.Node != n.Name() {

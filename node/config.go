@@ -16,7 +16,9 @@ import (
 	"github.com/fairshard/fairshard/cluster"
 	"github.com/fairshard/fairshard/egress"
 	"github.com/fairshard/fairshard/kv"
+	"github.com/fairshard/fairshard/lease"
 	"github.com/fairshard/fairshard/nodeauth"
+	"github.com/fairshard/fairshard/quota"
 	"github.com/fairshard/fairshard/replication"
 )
 
@@ -231,6 +233,17 @@ type Config struct {
 	TombstoneRetention time.Duration
 	// QuotaTTL is how long a namespace quota is cached. Defaults to 2 s.
 	QuotaTTL time.Duration
+	// DefaultQuotaMode is the quota mode of a namespace without one:
+	// "exact" (capacity leases; the default) or "proportional" (the seed's
+	// ceil(quota × owned/total)). Issue #15; README "Quota modes".
+	DefaultQuotaMode string
+	// LeaseLength is how long an exact-mode capacity lease lasts without a
+	// refresh, and how long a new coordinator learns after a failover.
+	// Defaults to 10 s; at most 10 min.
+	LeaseLength time.Duration
+	// LeaseRefresh is how often a node refreshes its leases (one call per
+	// coordinator node). Defaults to 250 ms; at most LeaseLength.
+	LeaseRefresh time.Duration
 	// MaxNamespaces, MaxTargets and MaxHolds cap the gossiped config:
 	// namespaces with settings, routes with their own target, workflows
 	// held. An admin call past a cap is answered 409. Default to
@@ -312,6 +325,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 30*time.Second, "bound on a graceful stop: in-flight deliveries, then handoff")
 	fs.DurationVar(&c.TombstoneRetention, "tombstone-retention", 24*time.Hour, "dedupe window: how long finished rows keep their key")
 	fs.DurationVar(&c.QuotaTTL, "quota-ttl", 2*time.Second, "how long a namespace quota is cached")
+	fs.StringVar(&c.DefaultQuotaMode, "default-quota-mode", "exact", "quota mode of a namespace without one: exact (cluster-wide capacity leases) or proportional (ceil(quota × owned/total) per node)")
+	fs.DurationVar(&c.LeaseLength, "lease-length", 10*time.Second, "exact quota mode: how long a capacity lease lasts without a refresh (and how long a new coordinator learns)")
+	fs.DurationVar(&c.LeaseRefresh, "lease-refresh", 250*time.Millisecond, "exact quota mode: how often a node refreshes its capacity leases")
 	fs.IntVar(&c.MaxNamespaces, "max-namespaces", DefaultMaxNamespaces, "most namespaces with settings (cluster-wide, gossiped config)")
 	fs.IntVar(&c.MaxTargets, "max-targets", DefaultMaxTargets, "most routes with their own delivery target (cluster-wide)")
 	fs.IntVar(&c.MaxHolds, "max-holds", DefaultMaxHolds, "most workflows held at once (cluster-wide)")
@@ -507,6 +523,24 @@ func (c *Config) Validate() error {
 	}
 	if c.TombstoneRetention <= 0 {
 		bad("tombstone-retention", "must be positive")
+	}
+	if c.DefaultQuotaMode == "" {
+		c.DefaultQuotaMode = "exact"
+	}
+	if _, err := quota.ParseMode(c.DefaultQuotaMode); err != nil {
+		bad("default-quota-mode", "%q is not exact or proportional", c.DefaultQuotaMode)
+	}
+	if c.LeaseLength == 0 {
+		c.LeaseLength = lease.DefaultLeaseLength
+	}
+	if c.LeaseRefresh == 0 {
+		c.LeaseRefresh = min(lease.DefaultRefreshInterval, c.LeaseLength)
+	}
+	if c.LeaseLength < 10*time.Millisecond || c.LeaseLength > lease.MaxLeaseMS*time.Millisecond {
+		bad("lease-length", "%v is not between 10ms and %v", c.LeaseLength, lease.MaxLeaseMS*time.Millisecond)
+	}
+	if c.LeaseRefresh < time.Millisecond || c.LeaseRefresh > c.LeaseLength {
+		bad("lease-refresh", "%v is not between 1ms and --lease-length %v", c.LeaseRefresh, c.LeaseLength)
 	}
 	for _, lim := range []struct {
 		flag string

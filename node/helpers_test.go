@@ -70,6 +70,10 @@ func testConfig(t testing.TB) node.Config {
 	// own tests (replication_test.go) and the e2e scenarios.
 	cfg.ReplicationFactor = 1
 	cfg.RepairInterval = 200 * time.Millisecond
+	// Exact quota mode: a short lease, so a coordinator that moves with a
+	// join learns for 1 s, not the production 10 s.
+	cfg.LeaseLength = time.Second
+	cfg.LeaseRefresh = 50 * time.Millisecond
 	return cfg
 }
 

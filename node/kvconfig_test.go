@@ -159,6 +159,7 @@ func TestOwnershipViewWhileJoining(t *testing.T) {
 	cfg.Join = []string{"127.0.0.1:1"} // nobody answers
 	cfg.JoinWait = 2 * time.Second
 	cfg.DefaultMaxInFlight = 64
+	cfg.DefaultQuotaMode = "proportional" // the seed's ceiling, from the applied view
 	n, err := node.New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)

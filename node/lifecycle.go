@@ -189,6 +189,7 @@ func (n *Node) applySnapshot(s *cluster.OwnershipSnapshot) {
 	} else {
 		n.repl.Apply(viewOf(s))
 	}
+	n.updateTerms(s)
 	n.applied.Store(s)
 	n.disp.Wake()
 }

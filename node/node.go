@@ -31,6 +31,7 @@ import (
 	"github.com/fairshard/fairshard/nodeauth"
 	"github.com/fairshard/fairshard/nslabel"
 	"github.com/fairshard/fairshard/outbox"
+	"github.com/fairshard/fairshard/quota"
 	"github.com/fairshard/fairshard/replication"
 	"github.com/fairshard/fairshard/shards"
 	"github.com/fairshard/fairshard/transfer"
@@ -121,6 +122,10 @@ type Node struct {
 	replPeers *replication.HTTPPeers
 	api       *httpapi.API
 	stats     *statsMetrics
+	leases    *leaseService
+	// terms[s] is when this node became primary of shard s under its
+	// applied view (zero: it is not): the lease coordinator's term start.
+	terms atomic.Pointer[[]time.Time]
 	// auth signs and verifies node-to-node calls (nil without a cluster
 	// secret: unauthenticated, loopback or --insecure only).
 	auth     *nodeauth.Auth
@@ -280,9 +285,10 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 	n.applied.Store(cl.Snapshot()) // alone, owning every shard: the store's default scope too
 
 	nodeRetry := dispatch.RetryPolicy{Base: cfg.RetryBase, Factor: cfg.RetryFactor, Cap: cfg.RetryCap, MaxAttempts: uint32(cfg.MaxAttempts)}
+	defaultMode, _ := quota.ParseMode(cfg.DefaultQuotaMode) // validated
 	n.settings = settings.New(settings.Config{
 		KV: cl.KV(), DefaultTarget: cfg.DefaultTarget, NodeRetry: nodeRetry,
-		DefaultMaxInFlight: cfg.DefaultMaxInFlight, QuotaTTL: cfg.QuotaTTL,
+		DefaultMaxInFlight: cfg.DefaultMaxInFlight, DefaultMode: defaultMode, QuotaTTL: cfg.QuotaTTL,
 	})
 	targets := dispatch.TargetsFunc(n.settings.DispatchTarget)
 	// The target hosts' limits are one ceiling of the planner (beside each
@@ -291,14 +297,24 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 	if err != nil {
 		return nil, fmt.Errorf("create target host limits: %w", err)
 	}
-	planner := backpressure.NewPlanner(backpressure.PlannerConfig{
-		Quotas: n.settings.Quotas(),
-		// Ceilings come from the same applied view as the claim scope
-		// (issue #12 item 3), not from the live membership snapshot.
-		Fraction: func() shards.OwnedShardFraction { return n.ownership().Fraction },
-		Hosts:    hosts,
-		Logger:   log,
+	n.peers = peer.NewClient(n.auth)
+	policies := n.settings.Policies()
+	n.leases, err = newLeaseService(leaseConfig{
+		Self: n.name, ShardCount: cfg.Shards, LeaseLength: cfg.LeaseLength, Refresh: cfg.LeaseRefresh,
+		Drain: cfg.DeliveryTimeout, Policies: policies, Ownership: n.ownership, Terms: n.termStart, LatestTerm: n.latestTerm,
+		Store: store, Eligible: func(r outbox.ClaimScope) bool { return n.disp.Eligible(r) }, Peers: n.peers,
+		Wake: func() { n.disp.Wake() }, Label: n.nsLabels.Label, Registerer: reg, Logger: log,
 	})
+	if err != nil {
+		return nil, fmt.Errorf("create lease service: %w", err)
+	}
+	// Ceilings have one home (package quota), per namespace by mode: the
+	// proportional one reads the same applied view as the claim scope
+	// (issue #12 item 3), the exact one this node's unexpired lease.
+	ceilings := quota.NewByMode(policies,
+		quota.NewProportional(policies, func() shards.OwnedShardFraction { return n.ownership().Fraction }),
+		quota.NewLeased(policies, n.leases.Grants(), nil))
+	planner := backpressure.NewPlanner(backpressure.PlannerConfig{Ceilings: ceilings, Hosts: hosts, Logger: log})
 	n.replPeers = replication.NewHTTPPeers(n.auth.Transport)
 	n.repl, err = replication.New(replication.Config{
 		Self: n.name, ShardCount: cfg.Shards, Store: store, Peers: n.replPeers,
@@ -318,7 +334,7 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 	}
 	n.disp, err = dispatch.New(dispatch.Config{
 		Store:             heldClaims(store, n.repl),
-		Planner:           planner,
+		Planner:           leasePoker{planner, n.leases},
 		Targets:           targets,
 		Hosts:             hosts,
 		Held:              n.settings.HeldWorkflows,
@@ -338,7 +354,6 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 	if err != nil {
 		return nil, fmt.Errorf("create dispatcher: %w", err)
 	}
-	n.peers = peer.NewClient(n.auth)
 	n.router, err = router.New(router.Config{Placer: n.repl, Logger: log, Registerer: reg})
 	if err != nil {
 		return nil, err
@@ -350,7 +365,7 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 		Store: store, Router: n.router, Settings: n.settings, Ownership: n.ownership, Peers: n.peers,
 		Replication: n.repl, SetReplicationFactor: n.setReplicationFactor,
 		Hosts:      hosts,
-		Dispatcher: n.disp, Ready: n.Ready, StoreWritable: n.storeWritable,
+		Dispatcher: n.disp, Ceilings: ceilings, Leases: n.leases, Ready: n.Ready, StoreWritable: n.storeWritable,
 		Gatherer: reg, Registerer: reg, Logger: log,
 	})
 	if err != nil {
@@ -614,4 +629,82 @@ func heldClaims(store Store, repl *replication.Replicator) outbox.Store {
 		return heldClaimsBatchStore{h, b}
 	}
 	return h
+}
+
+// leasePoker is the claim planner as the dispatcher runs it: after each
+// sweep, an exact-mode namespace that has visible pending rows here, no
+// grant, and was not in this node's last lease demand (rows of it just
+// arrived) asks the lease service for an early refresh, so a namespace new
+// on this node gets capacity within a call instead of a refresh interval.
+// Namespaces already asked for wait for the regular refresh, so lease
+// traffic stays one call per coordinator per interval.
+type leasePoker struct {
+	*backpressure.Planner
+	leases *leaseService
+}
+
+// Sweep runs the planner's sweep, then pokes the lease service as above.
+func (p leasePoker) Sweep(ctx context.Context, store backpressure.ClaimStore, batchSize int, held map[string]struct{}) (backpressure.Sweep, error) {
+	sw, err := p.Planner.Sweep(ctx, store, batchSize, held)
+	for _, ns := range sw.Namespaces {
+		if ns.Mode == quota.ModeExact && ns.Ceiling == 0 && ns.Routes > 0 && !p.leases.asked(ns.Namespace) {
+			p.leases.Poke()
+			break
+		}
+	}
+	return sw, err
+}
+
+// updateTerms records, for every shard this node is primary of in s, when
+// it became so (kept from the previous view when it already was): the
+// lease coordinator's term start (lease.CoordinatorConfig.Coordinates).
+// A node alone in its view starts its terms one learning period in the
+// past: no other member can hold grants of a previous coordinator, so it
+// need not learn (a cluster's first node grants at once). Called by
+// applySnapshot under snapMu.
+func (n *Node) updateTerms(s *cluster.OwnershipSnapshot) {
+	now := time.Now()
+	start := now
+	if len(s.Members) <= 1 {
+		start = now.Add(-2 * n.cfg.LeaseLength)
+	}
+	var old []time.Time
+	if p := n.terms.Load(); p != nil {
+		old = *p
+	}
+	terms := make([]time.Time, s.ShardCount)
+	for _, sh := range s.Owned {
+		if int(sh) < len(old) && !old[sh].IsZero() {
+			terms[sh] = old[sh]
+		} else {
+			terms[sh] = start
+		}
+	}
+	n.terms.Store(&terms)
+}
+
+// latestTerm returns the latest term start among the shards this node is
+// primary of (zero: none).
+func (n *Node) latestTerm() time.Time {
+	p := n.terms.Load()
+	if p == nil {
+		return time.Time{}
+	}
+	var latest time.Time
+	for _, t := range *p {
+		if t.After(latest) {
+			latest = t
+		}
+	}
+	return latest
+}
+
+// termStart returns when this node became primary of shard under its
+// applied view; zero when it is not.
+func (n *Node) termStart(shard uint32) time.Time {
+	p := n.terms.Load()
+	if p == nil || int(shard) >= len(*p) {
+		return time.Time{}
+	}
+	return (*p)[shard]
 }

@@ -19,6 +19,8 @@ import (
 //	intake      refuse new appends, announce leaving (peers take the
 //	            shards at once; this node owns none, so it stops claiming)
 //	dispatcher  finish in-flight deliveries (at most half the time left)
+//	leases      stop refreshing capacity leases (exact quota mode; grants
+//	            lapse at expiry, the coordinator role moves with the view)
 //	handoff     refuse rows from peers, wait for writes in progress, hand
 //	            off every row held here (the loop already moves rows while
 //	            the dispatcher drains)
@@ -76,6 +78,7 @@ func (n *Node) services() []lifecycle.Service {
 		lifecycle.Service{Name: "stats", Run: n.statsLoop},
 		lifecycle.Service{Name: "peer-check", Run: n.peerCheckLoop},
 		lifecycle.Service{Name: "replication", Run: n.repl.Run, Stop: n.stopReplication},
+		lifecycle.Service{Name: "leases", Run: n.leases.run},
 		lifecycle.Service{Name: "dispatcher", Run: n.disp.Run, Stop: n.drainDeliveries},
 		lifecycle.Service{Name: "intake", Start: func(context.Context) error { n.ready.Store(true); return nil },
 			Stop: n.announceLeaving},

@@ -15,6 +15,7 @@ import (
 	"github.com/fairshard/fairshard/node/peer"
 	"github.com/fairshard/fairshard/node/settings"
 	"github.com/fairshard/fairshard/outbox"
+	"github.com/fairshard/fairshard/quota"
 	"github.com/fairshard/fairshard/replication"
 	"github.com/fairshard/fairshard/shards"
 )
@@ -40,6 +41,10 @@ type namespaceView struct {
 	MaxInFlight        uint32 `json:"max_in_flight"`
 	MaxInFlightDefault bool   `json:"max_in_flight_default"`
 	Paused             bool   `json:"paused"`
+	// Mode is the quota mode, "exact" or "proportional" (issue #15);
+	// ModeDefault says it is the node default because none was set.
+	Mode        string `json:"mode"`
+	ModeDefault bool   `json:"mode_default"`
 	// Retry is the namespace's retry policy override, if any.
 	Retry *settings.RetrySettings `json:"retry,omitempty"`
 	// Node is the node these counts come from.
@@ -48,16 +53,24 @@ type namespaceView struct {
 	Claimed            int     `json:"claimed"`
 	DeadLetters        int     `json:"dead_letters"`
 	OwnedShardFraction float64 `json:"owned_shard_fraction"`
-	// Ceiling is this node's per-node ceiling, ceil(quota × owned/total);
-	// Headroom is Ceiling − Claimed (≥ 0).
+	// Ceiling is this node's per-node ceiling (rows): its unexpired lease
+	// in exact mode, ceil(quota × owned/total) in proportional mode, 0
+	// when paused (the planner's own quota.Source); Headroom is Ceiling −
+	// Claimed (≥ 0).
 	Ceiling  uint32 `json:"ceiling"`
 	Headroom int    `json:"headroom"`
+	// Lease is the exact-mode lease: this node's grant, wants, the
+	// coordinator and the lease expiry, and (GET of one namespace) the
+	// coordinator's view of every node.
+	Lease *leaseView `json:"lease,omitempty"`
 	// WaitingRoutes are task queues whose rows wait because no delivery
 	// target is configured for them (nor a node default).
 	WaitingRoutes []string `json:"waiting_routes,omitempty"`
 }
 
-func (a *API) namespaceView(ns string, st outbox.NamespaceStats) namespaceView {
+// namespaceView builds ns's view; withCluster also reads the lease
+// coordinator's state (GET of one namespace, not the list).
+func (a *API) namespaceView(ctx context.Context, ns string, st outbox.NamespaceStats, withCluster bool) namespaceView {
 	s, _ := a.cfg.Settings.Namespace(ns)
 	v := namespaceView{Namespace: ns, Paused: s.Paused, Retry: s.Retry, Node: a.cfg.Self,
 		Pending: st.Pending, Claimed: st.Claimed, DeadLetters: st.Failed}
@@ -66,14 +79,13 @@ func (a *API) namespaceView(ns string, st outbox.NamespaceStats) namespaceView {
 	} else {
 		v.MaxInFlight, v.MaxInFlightDefault = a.cfg.DefaultMaxInFlight, true
 	}
-	f := a.cfg.Ownership().Fraction
-	v.OwnedShardFraction = f.Float()
-	quota := v.MaxInFlight
-	if s.Paused {
-		quota = 0
+	v.OwnedShardFraction = a.cfg.Ownership().Fraction.Float()
+	c := a.cfg.Ceilings.Ceiling(ctx, ns)
+	v.Mode, v.ModeDefault = c.Mode.String(), s.Mode == quota.ModeDefault
+	v.Ceiling, v.Headroom = c.Rows, c.Headroom(st.Claimed)
+	if c.Mode == quota.ModeExact {
+		v.Lease = a.leaseView(ctx, ns, withCluster)
 	}
-	v.Ceiling = f.PerNodeCeiling(quota)
-	v.Headroom = max(int(v.Ceiling)-st.Claimed, 0)
 	for _, r := range a.cfg.Dispatcher.RoutesWithoutTarget() {
 		if r.Namespace == ns {
 			v.WaitingRoutes = append(v.WaitingRoutes, r.TaskQueue)
@@ -82,11 +94,11 @@ func (a *API) namespaceView(ns string, st outbox.NamespaceStats) namespaceView {
 	return v
 }
 
-// handlePutNamespace sets max_in_flight, paused and/or retry; absent
+// handlePutNamespace sets max_in_flight, paused, retry and/or mode; absent
 // fields keep their value, and only the fields present are written (each
 // is its own config key), so fields set at once on different nodes all
-// survive. max_in_flight or retry null returns the field to the node's
-// default. A namespace beyond MaxNamespaces is refused (409).
+// survive. max_in_flight, retry or mode null returns the field to the
+// node's default. A namespace beyond MaxNamespaces is refused (409).
 func (a *API) handlePutNamespace(w http.ResponseWriter, r *http.Request) {
 	ns, err := pathName(r, "ns")
 	if err != nil {
@@ -142,8 +154,19 @@ func (a *API) handlePutNamespace(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			u.Retry = &rs
+		case "mode":
+			if isNull(raw) {
+				u.ClearMode = true
+				continue
+			}
+			var m quota.Mode
+			if err := json.Unmarshal(raw, &m); err != nil || m == quota.ModeDefault {
+				writeError(w, fieldError("mode", `must be "exact" or "proportional" (or null for the node default)`))
+				return
+			}
+			u.Mode = m
 		default:
-			writeError(w, fieldError(k, "unknown field (want max_in_flight, paused, retry)"))
+			writeError(w, fieldError(k, "unknown field (want max_in_flight, paused, retry, mode)"))
 			return
 		}
 	}
@@ -159,7 +182,7 @@ func (a *API) handlePutNamespace(w http.ResponseWriter, r *http.Request) {
 	}
 	a.cfg.Dispatcher.Wake()
 	stats, _ := a.cfg.Store.NamespaceStats(r.Context())
-	writeJSON(w, http.StatusOK, a.namespaceView(ns, stats[ns]))
+	writeJSON(w, http.StatusOK, a.namespaceView(r.Context(), ns, stats[ns], false))
 }
 
 // validateRetry checks an override's bounds; the error names the field.
@@ -492,7 +515,7 @@ func (a *API) handleCluster(w http.ResponseWriter, r *http.Request) {
 	if left, err := a.cfg.Replication.Leftovers(r.Context()); err == nil {
 		pending = len(left)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{
+	out := map[string]any{
 		"node":              a.cfg.Self,
 		"accepted":          snap.Accepted,
 		"shard_count":       snap.ShardCount,
@@ -503,7 +526,11 @@ func (a *API) handleCluster(w http.ResponseWriter, r *http.Request) {
 			"shards_pending": pending,
 		},
 		"security": a.security(),
-	})
+	}
+	if a.cfg.Leases != nil {
+		out["leases_learning"] = a.cfg.Leases.Learning()
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // clusterUpdate is PUT /v1/cluster's body.

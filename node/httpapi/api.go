@@ -27,6 +27,7 @@ import (
 	"github.com/fairshard/fairshard/node/settings"
 	"github.com/fairshard/fairshard/node/webui"
 	"github.com/fairshard/fairshard/outbox"
+	"github.com/fairshard/fairshard/quota"
 	"github.com/fairshard/fairshard/replication"
 )
 
@@ -86,7 +87,7 @@ type Dispatcher interface {
 	Eligible(route outbox.ClaimScope) bool
 }
 
-// Config wires an API. Every field but Logger, Registerer and the tokens
+// Config wires an API. Every field but Logger, Registerer, Leases and the tokens
 // is required.
 type Config struct {
 	// Self is this node's name (answers name it).
@@ -122,6 +123,13 @@ type Config struct {
 	Ownership            func() *cluster.OwnershipSnapshot
 	Peers                *peer.Client
 	Dispatcher           Dispatcher
+	// Ceilings gives this node's ceiling per namespace, the planner's own
+	// source (quota.ByMode): the namespace view shows it.
+	Ceilings quota.Source
+	// Leases is the node's lease service (exact quota mode): its internal
+	// routes and the namespace view's "lease". nil: the lease route
+	// answers 503 and views have no "lease".
+	Leases Leases
 	// Ready reports whether the node serves (GET /readyz answers 200);
 	// the API adds "not draining".
 	Ready func() bool
@@ -163,8 +171,8 @@ type API struct {
 // New builds the API and registers its metrics.
 func New(cfg Config) (*API, error) {
 	if cfg.Store == nil || cfg.Router == nil || cfg.Replication == nil || cfg.SetReplicationFactor == nil ||
-		cfg.Settings == nil || cfg.Ownership == nil || cfg.Peers == nil || cfg.Dispatcher == nil || cfg.Ready == nil || cfg.Gatherer == nil {
-		return nil, errors.New("httpapi: Store, Router, Replication, SetReplicationFactor, Settings, Ownership, Peers, Dispatcher, Ready and Gatherer are required")
+		cfg.Settings == nil || cfg.Ownership == nil || cfg.Peers == nil || cfg.Dispatcher == nil || cfg.Ceilings == nil || cfg.Ready == nil || cfg.Gatherer == nil {
+		return nil, errors.New("httpapi: Store, Router, Replication, SetReplicationFactor, Settings, Ownership, Peers, Dispatcher, Ceilings, Ready and Gatherer are required")
 	}
 	a := &API{cfg: cfg, log: cfg.Logger}
 	if a.log == nil {
@@ -250,6 +258,8 @@ func (a *API) routes() http.Handler {
 	internal("GET /internal/v1/rows/{key...}", a.handleInternalGetRow)
 	internal("GET /internal/v1/namespaces/{ns}/dead-letters", a.handleInternalDeadLetters)
 	internal("POST /internal/v1/namespaces/{ns}/dead-letters/redrive", a.handleInternalRedrive)
+	internal("POST "+peer.PathLeases, a.handleInternalLease)
+	internal("GET "+peer.PathLeases+"/{ns}", a.handleInternalLeaseStatus)
 
 	mux.Handle("GET "+webui.Prefix, webui.Handler())
 	mux.Handle("GET /ui", http.RedirectHandler(webui.Prefix, http.StatusMovedPermanently))

@@ -708,7 +708,7 @@ func (a *API) handleGetNamespaceCluster(w http.ResponseWriter, r *http.Request) 
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, namespaceClusterView{namespaceView: a.namespaceView(ns, st[ns]), Cluster: totalsOf(ns, all, unreachable)})
+	writeJSON(w, http.StatusOK, namespaceClusterView{namespaceView: a.namespaceView(r.Context(), ns, st[ns], true), Cluster: totalsOf(ns, all, unreachable)})
 }
 
 func (a *API) handleListNamespacesCluster(w http.ResponseWriter, r *http.Request) {
@@ -728,7 +728,7 @@ func (a *API) handleListNamespacesCluster(w http.ResponseWriter, r *http.Request
 	}
 	out := make([]namespaceClusterView, 0, len(names))
 	for _, ns := range slices.Sorted(maps.Keys(names)) {
-		out = append(out, namespaceClusterView{namespaceView: a.namespaceView(ns, st[ns]), Cluster: totalsOf(ns, all, unreachable)})
+		out = append(out, namespaceClusterView{namespaceView: a.namespaceView(r.Context(), ns, st[ns], false), Cluster: totalsOf(ns, all, unreachable)})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"namespaces": out, "unreachable_nodes": unreachable})
 }

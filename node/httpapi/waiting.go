@@ -41,9 +41,10 @@ func (a *API) explain(ctx context.Context, row outbox.Row, now time.Time) *waiti
 		OwnsShard: snap.Owns(row.Shard),
 		Paused:    a.cfg.Settings.Paused(row.Namespace),
 		Held:      row.WorkflowID != "" && a.cfg.Settings.IsHeld(row.WorkflowID),
-		Quota:     a.cfg.Settings.Quotas().Quota(ctx, row.Namespace),
 		Fraction:  snap.Fraction,
 	}
+	c := a.cfg.Ceilings.Ceiling(ctx, row.Namespace)
+	f.Quota, f.Ceiling, f.HasCeiling = c.Quota, c.Rows, true
 	if owner, ok := snap.Owner(row.Shard); ok {
 		f.Owner = owner.Name
 	}

@@ -11,10 +11,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fairshard/fairshard/backpressure"
 	"github.com/fairshard/fairshard/dispatch"
 	"github.com/fairshard/fairshard/kv"
 	"github.com/fairshard/fairshard/outbox"
+	"github.com/fairshard/fairshard/quota"
 	"github.com/fairshard/fairshard/webhook"
 )
 
@@ -28,6 +28,7 @@ import (
 //	ns/{namespace}/max_in_flight      → uint32 (deleted: the node default)
 //	ns/{namespace}/paused             → bool
 //	ns/{namespace}/retry              → RetrySettings (deleted: the node policy)
+//	ns/{namespace}/mode               → "exact" | "proportional" (deleted: the node default)
 //	target/{namespace}/{task_queue}   → TargetSettings
 //	hold/{workflow_id}                → {} (present = held)
 //
@@ -42,6 +43,7 @@ const (
 	fieldMaxInFlight = "max_in_flight"
 	fieldPaused      = "paused"
 	fieldRetry       = "retry"
+	fieldMode        = "mode"
 )
 
 // nsKey is the config key of one field of a namespace's settings.
@@ -69,6 +71,9 @@ type NamespaceSettings struct {
 	// Retry overrides the node's retry policy for this namespace; zero
 	// fields keep the node's values.
 	Retry *RetrySettings `json:"retry,omitempty"`
+	// Mode is the quota mode (issue #15); quota.ModeDefault means "the
+	// node default" (--default-quota-mode).
+	Mode quota.Mode `json:"mode,omitempty"`
 }
 
 // RetrySettings is a namespace's retry policy override (issue 6:
@@ -160,7 +165,10 @@ type Config struct {
 	NodeRetry dispatch.RetryPolicy
 	// DefaultMaxInFlight is the quota (rows) of a namespace without one.
 	DefaultMaxInFlight uint32
-	// QuotaTTL is how long a namespace's quota is cached.
+	// DefaultMode is the quota mode of a namespace without one
+	// (quota.ModeDefault: exact).
+	DefaultMode quota.Mode
+	// QuotaTTL is how long a namespace's policy is cached.
 	QuotaTTL time.Duration
 }
 
@@ -168,12 +176,12 @@ type Config struct {
 // retry overrides, delivery targets and workflow holds, read from and
 // written to the gossiped config (package kv), with the caches the hot
 // paths need (decoded values per entry version, the held set, the quota
-// cache). Boot configuration (flags) is not here. Safe for concurrent use.
+// policies). Boot configuration (flags) is not here. Safe for concurrent use.
 type Settings struct {
 	kv            KV
 	defaultTarget string
 	nodeRetry     dispatch.RetryPolicy
-	quotas        *backpressure.QuotaCache
+	policies      *quota.Policies
 
 	mu       sync.Mutex
 	held     map[string]struct{}
@@ -185,13 +193,14 @@ type Settings struct {
 func New(cfg Config) *Settings {
 	s := &Settings{kv: cfg.KV, defaultTarget: cfg.DefaultTarget, nodeRetry: cfg.NodeRetry,
 		heldDirt: true, decoded: map[string]decodedEntry{}}
-	s.quotas = backpressure.NewQuotaCache(s, cfg.DefaultMaxInFlight, cfg.QuotaTTL)
+	s.policies = quota.NewPolicies(s, quota.Defaults{Quota: cfg.DefaultMaxInFlight, Mode: cfg.DefaultMode}, cfg.QuotaTTL)
 	return s
 }
 
-// Quotas returns the namespace quota cache the claim planner reads
-// (invalidated by every namespace write here and by Apply).
-func (s *Settings) Quotas() *backpressure.QuotaCache { return s.quotas }
+// Policies returns the namespace policies (quota, pause, mode) every
+// ceiling source reads (invalidated by every namespace write here and by
+// Apply).
+func (s *Settings) Policies() *quota.Policies { return s.policies }
 
 // decodedEntry is a config value decoded once per version.
 type decodedEntry struct {
@@ -250,7 +259,9 @@ func (s *Settings) Namespace(ns string) (NamespaceSettings, bool) {
 	if okR {
 		out.Retry = &r
 	}
-	return out, okQ || okP || okR
+	m, okM := lookupJSON[quota.Mode](s, nsKey(ns, fieldMode))
+	out.Mode = m
+	return out, okQ || okP || okR || okM
 }
 
 // Namespaces returns the namespaces with settings, unsorted.
@@ -264,20 +275,15 @@ func (s *Settings) Namespaces() map[string]bool {
 	return out
 }
 
-// NamespaceQuota implements backpressure.QuotaSource: the namespace's
-// max_in_flight when set; paused namespaces report 0 (never claimed).
-func (s *Settings) NamespaceQuota(_ context.Context, ns string) (uint32, bool, error) {
+// NamespaceSettings implements quota.SettingsSource: the namespace's
+// max_in_flight, pause and mode as set (quota.Policies applies the
+// defaults and answers 0 for a paused namespace, in one place).
+func (s *Settings) NamespaceSettings(_ context.Context, ns string) (quota.Settings, bool, error) {
 	st, ok := s.Namespace(ns)
 	if !ok {
-		return 0, false, nil
+		return quota.Settings{}, false, nil
 	}
-	if st.Paused {
-		return 0, true, nil
-	}
-	if st.MaxInFlight == nil {
-		return 0, false, nil
-	}
-	return *st.MaxInFlight, true, nil
+	return quota.Settings{MaxInFlight: st.MaxInFlight, Paused: st.Paused, Mode: st.Mode}, true, nil
 }
 
 // Paused reports whether ns is paused (dispatch.Config.Paused).
@@ -360,7 +366,7 @@ func (s *Settings) invalidateHolds() {
 
 // Apply drops what the caches hold for changed entries (the node calls it
 // with every batch of changes its config watch reports): a changed hold
-// rebuilds the held set, a changed namespace field its cached quota.
+// rebuilds the held set, a changed namespace field its cached policy.
 func (s *Settings) Apply(changes []kv.Entry) {
 	for _, e := range changes {
 		switch {
@@ -368,7 +374,7 @@ func (s *Settings) Apply(changes []kv.Entry) {
 			s.invalidateHolds()
 		case strings.HasPrefix(e.Key, prefixNamespace):
 			if ns, ok := namespaceOfKey(e.Key); ok {
-				s.quotas.Invalidate(ns)
+				s.policies.Invalidate(ns)
 			}
 		}
 	}
@@ -389,10 +395,14 @@ type NamespaceUpdate struct {
 	// Retry sets the retry override; ClearRetry returns to the node policy.
 	Retry      *RetrySettings
 	ClearRetry bool
+	// Mode sets the quota mode (ModeExact or ModeProportional); ClearMode
+	// returns it to the node default.
+	Mode      quota.Mode
+	ClearMode bool
 }
 
 // writes returns u's config writes in a fixed field order (max_in_flight,
-// paused, retry), so a batch is written the same way whatever the order
+// paused, retry, mode), so a batch is written the same way whatever the order
 // the caller read its fields in.
 func (u NamespaceUpdate) writes(ns string) []kv.Write {
 	var out []kv.Write
@@ -415,17 +425,24 @@ func (u NamespaceUpdate) writes(ns string) []kv.Write {
 	case u.Retry != nil:
 		put(fieldRetry, *u.Retry)
 	}
+	switch {
+	case u.ClearMode:
+		out = append(out, kv.Write{Key: nsKey(ns, fieldMode), Delete: true})
+	case u.Mode != quota.ModeDefault:
+		put(fieldMode, u.Mode)
+	}
 	return out
 }
 
 // Adds reports whether u sets any field (rather than only clearing):
 // such a write may add a namespace to those with settings.
 func (u NamespaceUpdate) Adds() bool {
-	return u.MaxInFlight != nil && !u.ClearMaxInFlight || u.Paused != nil || u.Retry != nil && !u.ClearRetry
+	return u.MaxInFlight != nil && !u.ClearMaxInFlight || u.Paused != nil || u.Retry != nil && !u.ClearRetry ||
+		u.Mode != quota.ModeDefault && !u.ClearMode
 }
 
 // UpdateNamespace writes u's fields of ns in one kv.Update and drops the
-// namespace's cached quota. An empty update writes nothing. Errors are
+// namespace's cached policy. An empty update writes nothing. Errors are
 // kv's (kv.ErrInvalidEntry, *kv.LimitError), wrapped naming ns.
 func (s *Settings) UpdateNamespace(ctx context.Context, ns string, u NamespaceUpdate) error {
 	if w := u.writes(ns); len(w) > 0 {
@@ -433,7 +450,7 @@ func (s *Settings) UpdateNamespace(ctx context.Context, ns string, u NamespaceUp
 			return fmt.Errorf("set namespace %s: %w", ns, err)
 		}
 	}
-	s.quotas.Invalidate(ns)
+	s.policies.Invalidate(ns)
 	return nil
 }
 

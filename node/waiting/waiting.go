@@ -86,6 +86,11 @@ type Facts struct {
 	// cache resolves it (rows); Fraction is Node's owned shard fraction.
 	Quota    uint32
 	Fraction shards.OwnedShardFraction
+	// Ceiling, when HasCeiling, is this node's ceiling for the namespace as
+	// the planner's quota.Source gives it (exact mode: the lease; issue
+	// #15); otherwise ceil(Quota × Fraction) is used.
+	Ceiling    uint32
+	HasCeiling bool
 	// ClaimedHeld is the namespace's claimed rows held on Node, every shard
 	// (the count the dispatcher's ceiling uses). ClaimedUnknown says it
 	// could not be read: the ceiling is then neither judged nor shown.
@@ -170,6 +175,9 @@ func Explain(f Facts) *Waiting {
 		w.VisibleAfter = optTime(r.VisibleAfter)
 	}
 	ceiling := f.Fraction.PerNodeCeiling(f.Quota)
+	if f.HasCeiling {
+		ceiling = f.Ceiling
+	}
 	ceilingKnown := f.OwnsShard && !f.ClaimedUnknown
 	if ceilingKnown {
 		claimed, quota, frac := f.ClaimedHeld, f.Quota, f.Fraction.Float()

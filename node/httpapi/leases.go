@@ -1,0 +1,159 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/fairshard/fairshard/lease"
+	"github.com/fairshard/fairshard/node/peer"
+)
+
+// Leases is the node's lease service as the API serves and shows it
+// (exact quota mode, issue #15).
+type Leases interface {
+	// HandleLease answers one batched lease call from another node
+	// (lease.Coordinator.Handle); a *lease.FieldError is a bad request.
+	HandleLease(req lease.Request) (lease.Response, error)
+	// CoordinatorStatus is this node's coordinator state of ns, if any.
+	CoordinatorStatus(ns string) (lease.NamespaceStatus, bool)
+	// NodeLease is this node's side of ns's lease.
+	NodeLease(ns string) NodeLease
+	// Learning reports whether this node coordinates a shard whose
+	// coordinator term is still in its learning period (it grants nothing
+	// new for those namespaces yet): GET /v1/cluster's leases_learning.
+	Learning() bool
+}
+
+// NodeLease is this node's side of a namespace's capacity lease, as GET
+// /v1/namespaces/{ns} shows it.
+type NodeLease struct {
+	// Coordinator is the node that coordinates the namespace under this
+	// node's applied view (the primary of shard xxhash64(ns) mod S).
+	Coordinator string `json:"coordinator"`
+	// Wants is this node's last reported demand (claimed + pending, at
+	// most the quota; rows).
+	Wants uint32 `json:"wants"`
+	// Grant is this node's unexpired grant (rows), its ceiling; 0 without
+	// one.
+	Grant uint32 `json:"grant"`
+	// Expires is when the grant lapses without a refresh (absent without
+	// a grant).
+	Expires time.Time `json:"expires,omitzero"`
+	// GrantedBy is the coordinator that granted it.
+	GrantedBy string `json:"granted_by,omitempty"`
+	// Learning says the granting coordinator was learning after a
+	// failover (it only confirms what nodes hold).
+	Learning bool `json:"learning"`
+}
+
+// leaseView is the "lease" object of an exact-mode namespace's view:
+// this node's side, and the coordinator's (every node's wants, has and
+// grant, and the sum of holdings) when it could be read.
+type leaseView struct {
+	NodeLease
+	// Cluster is the coordinator's state of the namespace: Outstanding is
+	// Σ max(grant, has) over the nodes, an upper bound of what the cluster
+	// runs at once; Nodes has each node's wants, has and grant.
+	Cluster *lease.NamespaceStatus `json:"cluster,omitempty"`
+	// ClusterError says why Cluster is missing (coordinator unreachable,
+	// or ownership moving).
+	ClusterError string `json:"cluster_error,omitempty"`
+}
+
+// leaseStatusTimeout bounds the namespace view's read of the coordinator.
+const leaseStatusTimeout = 2 * time.Second
+
+// leaseView builds ns's lease view; with cluster it also reads the
+// coordinator's state (locally, or from the coordinator node).
+func (a *API) leaseView(ctx context.Context, ns string, cluster bool) *leaseView {
+	if a.cfg.Leases == nil {
+		return nil
+	}
+	v := &leaseView{NodeLease: a.cfg.Leases.NodeLease(ns)}
+	if !cluster {
+		return v
+	}
+	switch {
+	case v.Coordinator == "":
+		v.ClusterError = "no coordinator: no live member owns the namespace's coordinator shard"
+	case v.Coordinator == a.cfg.Self:
+		if st, ok := a.cfg.Leases.CoordinatorStatus(ns); ok {
+			v.Cluster = &st
+		} else {
+			v.ClusterError = "this node does not coordinate the namespace under its applied view yet"
+		}
+	default:
+		addr := ""
+		for _, m := range a.cfg.Ownership().Members {
+			if m.Name == v.Coordinator {
+				addr = m.APIAddr
+			}
+		}
+		cctx, cancel := context.WithTimeout(ctx, leaseStatusTimeout)
+		defer cancel()
+		st, err := a.cfg.Peers.LeaseStatus(cctx, addr, ns)
+		switch {
+		case errors.Is(err, peer.ErrNotFound):
+			v.ClusterError = "coordinator " + v.Coordinator + " does not coordinate the namespace under its view (ownership is moving)"
+		case err != nil:
+			v.ClusterError = "coordinator " + v.Coordinator + " unreachable: " + err.Error()
+		default:
+			v.Cluster = &st
+		}
+	}
+	return v
+}
+
+// handleInternalLease is POST /internal/v1/leases: one node's batched
+// lease call. A malformed body is a 400 naming the field (lease.FieldError)
+// and changes nothing.
+func (a *API) handleInternalLease(w http.ResponseWriter, r *http.Request) {
+	if a.cfg.Leases == nil {
+		writeError(w, &APIError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "this node serves no leases"})
+		return
+	}
+	req, err := lease.DecodeRequest(http.MaxBytesReader(w, r.Body, lease.MaxRequestBytes+1))
+	if err == nil {
+		var resp lease.Response
+		if resp, err = a.cfg.Leases.HandleLease(req); err == nil {
+			body, eerr := lease.EncodeResponse(resp)
+			if eerr != nil {
+				writeError(w, eerr)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(body)
+			return
+		}
+	}
+	var fe *lease.FieldError
+	switch {
+	case errors.As(err, &fe) && fe.Field == "body" && strings.HasPrefix(fe.Reason, "exceeds"):
+		writeError(w, tooLarge("body", "%s", fe.Reason))
+	case errors.As(err, &fe):
+		writeError(w, fieldError(fe.Field, "%s", fe.Reason))
+	default:
+		writeError(w, err)
+	}
+}
+
+// handleInternalLeaseStatus is GET /internal/v1/leases/{ns}: this node's
+// coordinator state of ns (404 when it does not coordinate ns).
+func (a *API) handleInternalLeaseStatus(w http.ResponseWriter, r *http.Request) {
+	ns, err := pathName(r, "ns")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if a.cfg.Leases != nil {
+		if st, ok := a.cfg.Leases.CoordinatorStatus(ns); ok {
+			writeJSON(w, http.StatusOK, st)
+			return
+		}
+	}
+	writeError(w, &APIError{Status: http.StatusNotFound, Code: CodeNotFound, Field: "namespace",
+		Message: "namespace: this node holds no lease state for " + ns})
+}

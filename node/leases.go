@@ -1,0 +1,453 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fairshard/fairshard/cluster"
+	"github.com/fairshard/fairshard/lease"
+	"github.com/fairshard/fairshard/node/httpapi"
+	"github.com/fairshard/fairshard/node/peer"
+	"github.com/fairshard/fairshard/outbox"
+	"github.com/fairshard/fairshard/quota"
+)
+
+// leaseStore is what the lease service reads of the node's store to
+// measure demand: the maintained per-namespace counters and the routes
+// with visible pending rows of owned shards.
+type leaseStore interface {
+	NamespaceStats(ctx context.Context) (map[string]outbox.NamespaceStats, error)
+	PendingRoutes(ctx context.Context, now time.Time) ([]outbox.ClaimScope, error)
+}
+
+// leaseConfig wires the node's lease service.
+type leaseConfig struct {
+	Self       string
+	ShardCount uint32
+	// LeaseLength, Refresh: Config.LeaseLength and LeaseRefresh.
+	LeaseLength, Refresh time.Duration
+	// Drain is the delivery timeout: how long a silent node's last
+	// holding still counts after its grant expired (lease.CoordinatorConfig).
+	Drain     time.Duration
+	Policies  *quota.Policies
+	Ownership func() *cluster.OwnershipSnapshot
+	// Terms gives when this node became primary of a shard under its
+	// applied view (zero: it is not).
+	Terms func(shard uint32) time.Time
+	// LatestTerm returns the latest term start among the shards this
+	// node owns (zero: none); its terms learn until that + the learning
+	// period.
+	LatestTerm func() time.Time
+	Store      leaseStore
+	Eligible   func(outbox.ClaimScope) bool
+	Peers      *peer.Client
+	// Wake asks the dispatcher for a sweep (a grant grew).
+	Wake func()
+	// Label maps a namespace to its metrics label (--metrics-namespaces:
+	// past the bound, "_other"); nil: the namespace itself.
+	Label      func(ns string) string
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
+}
+
+// leaseService is a node's part in exact quotas (issue #15, DESIGN.md
+// "Exact cluster-wide quota"): the coordinator of every namespace whose
+// coordinator shard (xxhash64(namespace) mod S) this node is primary of in
+// its applied ownership view, served on POST /internal/v1/leases; and the
+// client side, which once per refresh interval (or sooner when appends
+// arrive) measures this node's demand for every exact-mode namespace and
+// sends one batched call per coordinator node (sooner when a namespace
+// is new here: leasePoker). Its grants are the
+// planner's ceilings (quota.Leased over lease.Client).
+type leaseService struct {
+	cfg    leaseConfig
+	coord  *lease.Coordinator
+	client *lease.Client
+	m      *leaseMetrics
+	log    *slog.Logger
+	wake   chan struct{}
+
+	// wants is this node's last measured demand per namespace (rows), for
+	// the namespace view.
+	wantsMu sync.Mutex
+	wants   map[string]uint32
+	// changes is the client's coordinator-change count already exported.
+	changes atomic.Uint64
+}
+
+func newLeaseService(cfg leaseConfig) (*leaseService, error) {
+	l := &leaseService{cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1), wants: map[string]uint32{}}
+	if l.log == nil {
+		l.log = slog.New(slog.DiscardHandler)
+	}
+	var err error
+	l.coord, err = lease.NewCoordinator(lease.CoordinatorConfig{
+		LeaseLength:     cfg.LeaseLength,
+		RefreshInterval: cfg.Refresh,
+		Drain:           cfg.Drain,
+		Coordinates:     l.coordinates,
+		Quota: func(ns string) uint32 {
+			return cfg.Policies.Policy(context.Background(), ns).Limit()
+		},
+		// Epoch stays 0 (the check off): the applied view's epochs are
+		// per node, not comparable across nodes (docs/DECISIONS.md).
+		Members: func() int {
+			n := 0
+			for _, m := range cfg.Ownership().Members {
+				if m.State == cluster.MemberActive {
+					n++
+				}
+			}
+			return n
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	l.client, err = lease.NewClient(lease.ClientConfig{Node: cfg.Self, RefreshInterval: cfg.Refresh})
+	if err != nil {
+		return nil, err
+	}
+	if l.m, err = newLeaseMetrics(cfg.Registerer); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// coordinates implements lease.CoordinatorConfig.Coordinates from the
+// applied view: this node owns the namespace's coordinator shard, since
+// it applied the view that gave it the shard.
+func (l *leaseService) coordinates(ns string) (time.Time, bool) {
+	shard := lease.CoordinatorShard(ns, l.cfg.ShardCount)
+	if !l.cfg.Ownership().Owns(shard) {
+		return time.Time{}, false
+	}
+	since := l.cfg.Terms(shard)
+	return since, !since.IsZero()
+}
+
+// coordinatorOf names namespace ns's coordinator under the applied view:
+// the primary of its coordinator shard.
+func (l *leaseService) coordinatorOf(ns string) (string, bool) {
+	view := l.cfg.Ownership()
+	return lease.CoordinatorOf(ns, l.cfg.ShardCount, func(shard uint32) (string, bool) {
+		p := view.ReplicaSet(shard).Primary()
+		return p, p != ""
+	})
+}
+
+// Grants is the client as quota.Leased reads it.
+func (l *leaseService) Grants() quota.Grants { return l.client }
+
+// Poke asks for a refresh soon (a namespace new on this node wants
+// capacity, see leasePoker). It never blocks.
+func (l *leaseService) Poke() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// asked reports whether ns was in this node's last lease demand.
+func (l *leaseService) asked(ns string) bool {
+	l.wantsMu.Lock()
+	defer l.wantsMu.Unlock()
+	_, ok := l.wants[ns]
+	return ok
+}
+
+// minPokeGap bounds how often appends can trigger an early refresh.
+const minPokeGap = 20 * time.Millisecond
+
+// run refreshes every NextRefresh (or on Poke, after minPokeGap)
+// and expires the coordinator's stale state about once a lease, until ctx
+// ends.
+func (l *leaseService) run(ctx context.Context) error {
+	lastExpire := time.Now()
+	for {
+		l.refresh(ctx)
+		if now := time.Now(); now.Sub(lastExpire) >= l.cfg.LeaseLength {
+			l.coord.Expire(now)
+			lastExpire = now
+		}
+		l.m.coordinated.Set(float64(l.coord.Namespaces()))
+		timer := time.NewTimer(l.client.NextRefresh())
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil
+		case <-timer.C:
+		case <-l.wake:
+			timer.Stop()
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(minPokeGap):
+			}
+		}
+	}
+}
+
+// demand measures this node's demand for every exact-mode namespace with
+// claimed rows or visible pending rows on an eligible route: wants =
+// claimed + pending (the namespace's pending count, all of it, once it has
+// a visible row on an eligible route: rows in retry backoff are counted
+// too), at most the namespace's limit; claimed is every claimed row held
+// here (as the planner counts them).
+func (l *leaseService) demand(ctx context.Context) ([]lease.Demand, error) {
+	stats, err := l.cfg.Store.NamespaceStats(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("lease demand: namespace stats: %w", err)
+	}
+	routes, err := l.cfg.Store.PendingRoutes(ctx, time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("lease demand: pending routes: %w", err)
+	}
+	visible := map[string]bool{}
+	for _, r := range routes {
+		if !visible[r.Namespace] && (l.cfg.Eligible == nil || l.cfg.Eligible(r)) {
+			visible[r.Namespace] = true
+		}
+	}
+	out := make([]lease.Demand, 0, len(visible))
+	for ns, st := range stats {
+		if st.Claimed == 0 && !visible[ns] {
+			continue
+		}
+		pol := l.cfg.Policies.Policy(ctx, ns)
+		if pol.Mode != quota.ModeExact {
+			continue
+		}
+		want := uint64(st.Claimed)
+		if visible[ns] {
+			want += uint64(st.Pending)
+		}
+		out = append(out, lease.Demand{Namespace: ns, Wants: uint32(min(want, uint64(pol.Limit()))), Claimed: uint32(st.Claimed)})
+	}
+	return out, nil
+}
+
+// refresh runs one refresh: demand, one batched call per coordinator, and
+// a sweep if a grant now leaves room for more claims.
+func (l *leaseService) refresh(ctx context.Context) {
+	demand, err := l.demand(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			l.log.Warn("lease refresh skipped: cannot measure demand", "error", err)
+		}
+		return
+	}
+	wants := make(map[string]uint32, len(demand))
+	for _, d := range demand {
+		wants[d.Namespace] = d.Wants
+	}
+	l.wantsMu.Lock()
+	l.wants = wants
+	l.wantsMu.Unlock()
+
+	results, derr := l.client.Refresh(ctx, 0, demand, l.coordinatorOf, l.transport)
+	if derr != nil {
+		l.log.Warn("lease refresh: demand left out", "error", derr)
+	}
+	for _, r := range results {
+		l.m.calls.Inc()
+		l.m.latency.Observe(r.Latency.Seconds())
+		if r.Err != nil {
+			l.m.errors.Inc()
+			if ctx.Err() == nil {
+				l.log.Debug("lease call failed; grants kept until they expire", "coordinator", r.To, "namespaces", r.Namespaces, "error", r.Err)
+			}
+		}
+	}
+	if c := l.client.CoordinatorChanges(); c > l.changes.Load() {
+		l.m.coordinatorChanges.Add(float64(c - l.changes.Load()))
+		l.changes.Store(c)
+	}
+	now := time.Now()
+	grow := false
+	for _, d := range demand {
+		if g, _, ok := l.client.Grant(d.Namespace, now); ok && g > d.Claimed && d.Wants > d.Claimed {
+			grow = true
+			break
+		}
+	}
+	l.m.update(l.client.Status(now), wants, l.cfg.Label)
+	if grow && l.cfg.Wake != nil {
+		l.cfg.Wake()
+	}
+}
+
+// leaseCallTimeout bounds one lease call: half a lease (at least 1 s). A
+// slow answer is still worth having while the grant it renews has not
+// expired; a refresh waits for all its calls, so a stuck coordinator
+// delays the others' renewals by at most half a lease, and their grants
+// (counted from the send) still have the other half.
+func (l *leaseService) leaseCallTimeout() time.Duration {
+	return max(time.Second, l.cfg.LeaseLength/2)
+}
+
+// transport makes one lease call: this node's own coordinator directly,
+// another node's over POST /internal/v1/leases.
+func (l *leaseService) transport(ctx context.Context, to string, req lease.Request) (lease.Response, error) {
+	if to == l.cfg.Self {
+		return l.coord.Handle(time.Now(), req)
+	}
+	addr := ""
+	for _, m := range l.cfg.Ownership().Members {
+		if m.Name == to {
+			addr = m.APIAddr
+			break
+		}
+	}
+	if addr == "" {
+		return lease.Response{}, fmt.Errorf("coordinator %s has no API address in the applied view", to)
+	}
+	cctx, cancel := context.WithTimeout(ctx, l.leaseCallTimeout())
+	defer cancel()
+	return l.cfg.Peers.Lease(cctx, addr, req)
+}
+
+// HandleLease implements httpapi.Leases: the coordinator's answer to
+// another node's batched call.
+func (l *leaseService) HandleLease(req lease.Request) (lease.Response, error) {
+	return l.coord.Handle(time.Now(), req)
+}
+
+// CoordinatorStatus implements httpapi.Leases: this node's coordinator
+// state of ns; when it coordinates ns but no node has asked lately, the
+// term alone (since, learning) with no nodes. ok is false when it does not
+// coordinate ns.
+func (l *leaseService) CoordinatorStatus(ns string) (lease.NamespaceStatus, bool) {
+	now := time.Now()
+	if st, ok := l.coord.Status(now, ns); ok {
+		return st, true
+	}
+	since, ok := l.coordinates(ns)
+	if !ok {
+		return lease.NamespaceStatus{}, false
+	}
+	until := since.Add(l.coord.Config().LearningPeriod)
+	return lease.NamespaceStatus{Namespace: ns, Since: since, Learning: now.Before(until), LearningUntil: until,
+		Nodes: []lease.NodeStatus{}}, true
+}
+
+// Learning implements httpapi.Leases: whether a coordinator term of this
+// node (a shard it became primary of) is still in its learning period.
+func (l *leaseService) Learning() bool {
+	if l.cfg.LatestTerm == nil {
+		return false
+	}
+	return time.Now().Before(l.cfg.LatestTerm().Add(l.coord.Config().LearningPeriod))
+}
+
+// NodeLease implements httpapi.Leases: this node's side of ns's lease.
+func (l *leaseService) NodeLease(ns string) httpapi.NodeLease {
+	out := httpapi.NodeLease{}
+	out.Coordinator, _ = l.coordinatorOf(ns)
+	l.wantsMu.Lock()
+	out.Wants = l.wants[ns]
+	l.wantsMu.Unlock()
+	now := time.Now()
+	if g, exp, ok := l.client.Grant(ns, now); ok {
+		out.Grant, out.Expires = g, exp
+		for _, st := range l.client.Status(now) {
+			if st.Namespace == ns {
+				out.GrantedBy, out.Learning = st.Coordinator, st.Learning
+				break
+			}
+		}
+	}
+	return out
+}
+
+// leaseMetrics are the lease service's metrics (issue #15: grants, wants,
+// refresh latency, coordinator changes).
+type leaseMetrics struct {
+	grant              *prometheus.GaugeVec
+	wants              *prometheus.GaugeVec
+	calls              prometheus.Counter
+	errors             prometheus.Counter
+	latency            prometheus.Histogram
+	coordinatorChanges prometheus.Counter
+	coordinated        prometheus.Gauge
+	seen               map[string]bool
+}
+
+func newLeaseMetrics(reg prometheus.Registerer) (*leaseMetrics, error) {
+	m := &leaseMetrics{
+		grant: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fairshard_lease_grant_rows", Help: "This node's unexpired capacity lease (its ceiling) per exact-mode namespace, rows.",
+		}, []string{"namespace"}),
+		wants: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fairshard_lease_wants_rows", Help: "This node's last reported demand (claimed + pending, at most the quota) per exact-mode namespace, rows.",
+		}, []string{"namespace"}),
+		calls: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fairshard_lease_calls_total", Help: "Batched lease calls made (one per coordinator node per refresh, whatever the number of namespaces).",
+		}),
+		errors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fairshard_lease_call_errors_total", Help: "Lease calls that failed (grants are kept until they expire).",
+		}),
+		// Buckets from 0.5 ms (a local call) to 2.5 s (past the call
+		// timeout's floor of 1 s: a stuck coordinator).
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "fairshard_lease_refresh_duration_seconds", Help: "Time from sending a batched lease call to applying its answer.",
+			Buckets: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5},
+		}),
+		coordinatorChanges: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fairshard_lease_coordinator_changes_total", Help: "Times a namespace's grant came from another coordinator than before (failover or ownership move).",
+		}),
+		coordinated: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fairshard_lease_coordinated_namespaces", Help: "Namespaces this node coordinates and holds lease state for.",
+		}),
+		seen: map[string]bool{},
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.grant, m.wants, m.calls, m.errors, m.latency, m.coordinatorChanges, m.coordinated} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// update sets the per-namespace gauges from the client's grants and the
+// measured wants, summed per metrics label (label maps a namespace to it;
+// nil: the namespace), dropping labels that have neither. Called by the
+// refresh loop only.
+func (m *leaseMetrics) update(grants []lease.GrantStatus, wants map[string]uint32, label func(string) string) {
+	if label == nil {
+		label = func(ns string) string { return ns }
+	}
+	cur := make(map[string]bool, len(grants)+len(wants))
+	granted := make(map[string]float64, len(grants))
+	wanted := make(map[string]float64, len(wants))
+	for _, g := range grants {
+		l := label(g.Namespace)
+		cur[l] = true
+		granted[l] += float64(g.Grant)
+	}
+	for ns, w := range wants {
+		l := label(ns)
+		cur[l] = true
+		wanted[l] += float64(w)
+	}
+	for l := range m.seen {
+		if !cur[l] {
+			m.grant.DeleteLabelValues(l)
+			m.wants.DeleteLabelValues(l)
+		}
+	}
+	for l := range cur {
+		m.grant.WithLabelValues(l).Set(granted[l])
+		m.wants.WithLabelValues(l).Set(wanted[l])
+	}
+	m.seen = cur
+}
