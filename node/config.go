@@ -295,7 +295,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	})
 	fs.DurationVar(&c.HTTPReadTimeout, "http-read-timeout", 60*time.Second, "bound on reading one request, body included (slow clients are cut off)")
 	fs.DurationVar(&c.HTTPIdleTimeout, "http-idle-timeout", 2*time.Minute, "keep-alive connections idle this long are closed")
-	fs.DurationVar(&c.PeerCheckInterval, "peer-check-interval", 2*time.Second, "how often each other member's API is probed; one that fails 3 times in a row is shown unreachable, held rows wait and handoff skips it (backoff up to 5x)")
+	fs.DurationVar(&c.PeerCheckInterval, "peer-check-interval", 2*time.Second, "how often each other member's API is probed; one that fails 3 times in a row is shown unreachable in /v1/cluster and counted (backoff up to 5x)")
 	fs.IntVar(&c.MetricsNamespaces, "metrics-namespaces", 100, "namespaces with their own label on namespace-labelled metrics; the rest are summed under \"_other\"")
 	fs.Func("gossip-key", "comma-separated base64 gossip encryption keys of 16, 24 or 32 bytes, primary first: the first encrypts, each decrypts (default: none; rotation: see the README)", func(s string) error {
 		keys, err := ParseGossipKeys(strings.Split(s, ","))
