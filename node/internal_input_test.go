@@ -2,7 +2,6 @@ package node_test
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/fairshard/fairshard/node"
 	"github.com/fairshard/fairshard/outbox"
+	"github.com/fairshard/fairshard/replication"
 	"github.com/fairshard/fairshard/shards"
 	"github.com/fairshard/fairshard/transfer"
 )
@@ -30,16 +30,27 @@ func TestInternalInputValidated(t *testing.T) {
 	pause(t, []*tnode{n}, "ns")
 	n.appendRows(rowIn{"dispatch_key": "K", "namespace": "ns"})
 
-	// The issue's reproducer: unsigned it is refused 401, signed 400.
-	repro := `{"rows":[{"dispatch_key":"K","namespace":"ns","task_queue":"default","status":"done"}]}`
-	if st, b := n.doAuth("POST", "/internal/v1/handoff", repro, ""); st != http.StatusUnauthorized {
-		t.Errorf("unsigned handoff marking K done: %d %s, want 401", st, b)
+	// The issue's reproducer (a copy marking K done without a version),
+	// on replication's merge route: unsigned it is refused 401, signed 400.
+	mergePath := replication.PathPrefix + "merge"
+	repro := transfer.EncodeBatch(nil, []outbox.Row{{DispatchKey: "K", Namespace: "ns", TaskQueue: "default", Status: outbox.StatusDone,
+		Attempt: 1, Shard: shards.ShardOf("K", 1024), CreatedAt: time.Now().UTC(), VisibleAfter: time.Now().UTC()}})
+	req, _ := http.NewRequest("POST", n.base+mergePath, bytes.NewReader(repro))
+	req.Header.Set("Content-Type", transfer.ContentType)
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("unsigned merge marking K done: %v %v, want 401", resp, err)
+	} else {
+		resp.Body.Close()
 	}
-	st, b, err := signedDo(signed, "POST", n.base+"/internal/v1/handoff", repro)
+	req, _ = http.NewRequest("POST", n.base+mergePath, bytes.NewReader(repro))
+	req.Header.Set("Content-Type", transfer.ContentType)
+	resp, err := signed.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantError(t, st, b, http.StatusBadRequest, node.CodeInvalidField, "rows[0].version")
+	b := readAll(t, resp)
+	resp.Body.Close()
+	wantError(t, resp.StatusCode, b, http.StatusBadRequest, node.CodeInvalidField, "rows[0].version")
 	if r, ok := n.getRow("K"); !ok || r.Status != "pending" {
 		t.Errorf("K after the reproducer: %+v (found %v), want pending", r, ok)
 	}
@@ -54,43 +65,46 @@ func TestInternalInputValidated(t *testing.T) {
 		mutate  func(r *outbox.Row)
 		status  int
 		field   string
-		handoff bool // only the handoff routes read it (status, version, shard)
+		handoff bool // only the copy routes read it (status, version, shard)
+		// absolute: a created_at bound; forwarded rows carry relative
+		// times (stamped by the receiver), so the forward route has none.
+		absolute bool
 	}
 	cases := []tc{
 		{"dispatch_key of 4000 bytes", func(r *outbox.Row) {
 			r.DispatchKey = strings.Repeat("k", 4000)
 			r.Shard = shards.ShardOf(r.DispatchKey, 1024)
-		}, 400, "rows[1].dispatch_key", false},
-		{"control character in dispatch_key", func(r *outbox.Row) { r.DispatchKey += "\x01"; r.Shard = shards.ShardOf(r.DispatchKey, 1024) }, 400, "rows[1].dispatch_key", false},
-		{"namespace ../../x y\\r\\n", func(r *outbox.Row) { r.Namespace = "../../x y\r\n" }, 400, "rows[1].namespace", false},
-		{"empty namespace", func(r *outbox.Row) { r.Namespace = "" }, 400, "rows[1].namespace", false},
-		{"task_queue of 65 bytes", func(r *outbox.Row) { r.TaskQueue = strings.Repeat("q", 65) }, 400, "rows[1].task_queue", false},
-		{"workflow_id of 200 bytes", func(r *outbox.Row) { r.WorkflowID = strings.Repeat("w", 200) }, 400, "rows[1].workflow_id", false},
-		{"activity_type with a newline", func(r *outbox.Row) { r.ActivityType = "a\nb" }, 400, "rows[1].activity_type", false},
-		{"content_type not a media type", func(r *outbox.Row) { r.ContentType = "not a type" }, 400, "rows[1].content_type", false},
-		{"payload over 1 MiB", func(r *outbox.Row) { r.Payload = bytes.Repeat([]byte("x"), 1<<20+1) }, 413, "rows[1].payload", false},
-		{"attempt 4e9", func(r *outbox.Row) { r.Attempt = 4_000_000_000 }, 400, "rows[1].attempt", false},
-		{"visible_after in 9999", func(r *outbox.Row) { r.VisibleAfter = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC) }, 400, "rows[1].visible_after", false},
-		{"created_at in 1970", func(r *outbox.Row) { r.CreatedAt = time.Unix(1, 0).UTC() }, 400, "rows[1].created_at", false},
-		{"created_at next year", func(r *outbox.Row) { r.CreatedAt = now.AddDate(1, 0, 0) }, 400, "rows[1].created_at", false},
-		{"last_error of 5000 bytes", func(r *outbox.Row) { r.LastError = strings.Repeat("e", 5000) }, 400, "rows[1].last_error", false},
-		{"done without a version", func(r *outbox.Row) { r.Status, r.Version = outbox.StatusDone, outbox.Version{} }, 400, "rows[1].version", true},
-		{"done at the first version", func(r *outbox.Row) { r.Status = outbox.StatusDone }, 400, "rows[1].status", true},
-		{"wrong shard", func(r *outbox.Row) { r.Shard = (r.Shard + 1) % 1024 }, 400, "rows[1].shard", true},
+		}, 400, "rows[1].dispatch_key", false, false},
+		{"control character in dispatch_key", func(r *outbox.Row) { r.DispatchKey += "\x01"; r.Shard = shards.ShardOf(r.DispatchKey, 1024) }, 400, "rows[1].dispatch_key", false, false},
+		{"namespace ../../x y\\r\\n", func(r *outbox.Row) { r.Namespace = "../../x y\r\n" }, 400, "rows[1].namespace", false, false},
+		{"empty namespace", func(r *outbox.Row) { r.Namespace = "" }, 400, "rows[1].namespace", false, false},
+		{"task_queue of 65 bytes", func(r *outbox.Row) { r.TaskQueue = strings.Repeat("q", 65) }, 400, "rows[1].task_queue", false, false},
+		{"workflow_id of 200 bytes", func(r *outbox.Row) { r.WorkflowID = strings.Repeat("w", 200) }, 400, "rows[1].workflow_id", false, false},
+		{"activity_type with a newline", func(r *outbox.Row) { r.ActivityType = "a\nb" }, 400, "rows[1].activity_type", false, false},
+		{"content_type not a media type", func(r *outbox.Row) { r.ContentType = "not a type" }, 400, "rows[1].content_type", false, false},
+		{"payload over 1 MiB", func(r *outbox.Row) { r.Payload = bytes.Repeat([]byte("x"), 1<<20+1) }, 413, "rows[1].payload", false, false},
+		{"attempt 4e9", func(r *outbox.Row) { r.Attempt = 4_000_000_000 }, 400, "rows[1].attempt", false, false},
+		{"visible_after in 9999", func(r *outbox.Row) { r.VisibleAfter = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC) }, 400, "rows[1].visible_after", false, false},
+		{"created_at in 1970", func(r *outbox.Row) { r.CreatedAt = time.Unix(1, 0).UTC() }, 400, "rows[1].created_at", false, true},
+		{"created_at next year", func(r *outbox.Row) { r.CreatedAt = now.AddDate(1, 0, 0) }, 400, "rows[1].created_at", false, true},
+		{"last_error of 5000 bytes", func(r *outbox.Row) { r.LastError = strings.Repeat("e", 5000) }, 400, "rows[1].last_error", false, false},
+		{"done without a version", func(r *outbox.Row) { r.Status, r.Version = outbox.StatusDone, outbox.Version{} }, 400, "rows[1].version", true, false},
+		{"done at the first version", func(r *outbox.Row) { r.Status = outbox.StatusDone }, 400, "rows[1].status", true, false},
+		{"wrong shard", func(r *outbox.Row) { r.Shard = (r.Shard + 1) % 1024 }, 400, "rows[1].shard", true, false},
 	}
 	for i, c := range cases {
 		first, bad := good(fmt.Sprintf("iv-first-%d", i)), good(fmt.Sprintf("iv-bad-%d", i))
 		c.mutate(&bad)
 		rows := []outbox.Row{first, bad}
-		views, _ := json.Marshal(map[string]any{"rows": viewsJSON(rows)})
 		type route struct {
 			path, ct string
 			body     []byte
 		}
-		routes := []route{{"/internal/v1/handoff", "application/json", views},
-			{"/internal/v1/handoff", transfer.ContentType, transfer.EncodeBatch(nil, rows)}}
-		if !c.handoff {
-			routes = append(routes, route{"/internal/v1/rows", "application/json", views})
+		batch := transfer.EncodeBatch(nil, rows)
+		routes := []route{{replication.PathPrefix + "merge", transfer.ContentType, batch},
+			{replication.PathPrefix + "append", transfer.ContentType, batch}}
+		if !c.handoff && !c.absolute {
+			routes = append(routes, route{replication.PathPrefix + "forward", transfer.ContentType, batch})
 		}
 		for _, r := range routes {
 			req, _ := http.NewRequest("POST", n.base+r.path, bytes.NewReader(r.body))
@@ -112,22 +126,32 @@ func TestInternalInputValidated(t *testing.T) {
 			wantNotStored(t, n, bad.DispatchKey)
 		}
 	}
-	// Malformed bodies on every write route.
-	for _, p := range []string{"/internal/v1/rows", "/internal/v1/handoff"} {
-		for _, body := range []string{`{"rows":[`, `{"rows":[],"extra":1}`, `[1,2]`} {
-			st, b, err := signedDo(signed, "POST", n.base+p, body)
+	// Malformed batches on every write route.
+	for _, route := range []string{"forward", "append", "merge"} {
+		for _, body := range []string{`{"rows":[`, "FSB\x00garbage", ""} {
+			req, _ := http.NewRequest("POST", n.base+replication.PathPrefix+route, strings.NewReader(body))
+			req.Header.Set("Content-Type", transfer.ContentType)
+			resp, err := signed.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
-			wantError(t, st, b, http.StatusBadRequest, node.CodeInvalidJSON, "")
+			b := readAll(t, resp)
+			resp.Body.Close()
+			wantError(t, resp.StatusCode, b, http.StatusBadRequest, node.CodeInvalidField, "")
 		}
 	}
-	big := `{"rows":[{"dispatch_key":"iv-huge","payload_base64":"` + strings.Repeat("A", 30<<20) + `"}]}`
-	st, b, err = signedDo(signed, "POST", n.base+"/internal/v1/rows", big)
+	// A forward over its body limit (16 MiB) is refused whole.
+	huge := good("iv-huge")
+	huge.Payload = bytes.Repeat([]byte("A"), 20<<20)
+	req, _ = http.NewRequest("POST", n.base+replication.PathPrefix+"forward", bytes.NewReader(transfer.EncodeBatch(nil, []outbox.Row{huge})))
+	req.Header.Set("Content-Type", transfer.ContentType)
+	resp, err = signed.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantError(t, st, b, http.StatusRequestEntityTooLarge, node.CodeTooLarge, "body")
+	b = readAll(t, resp)
+	resp.Body.Close()
+	wantError(t, resp.StatusCode, b, http.StatusRequestEntityTooLarge, node.CodeTooLarge, "")
 	wantNotStored(t, n, "iv-huge")
 	for _, p := range []string{"/internal/v1/namespaces/..%2F..%2Fx%20y/dead-letters", "/internal/v1/rows/" + strings.Repeat("k", 600)} {
 		st, b, err := signedDo(signed, "GET", n.base+p, nil)
@@ -136,24 +160,4 @@ func TestInternalInputValidated(t *testing.T) {
 		}
 		wantError(t, st, b, http.StatusBadRequest, node.CodeInvalidField, "")
 	}
-}
-
-// viewsJSON is rows as peer.RowView JSON (what nodes send each other).
-func viewsJSON(rows []outbox.Row) []map[string]any {
-	var out []map[string]any
-	for _, r := range rows {
-		v := map[string]any{"dispatch_key": r.DispatchKey, "namespace": r.Namespace, "task_queue": r.TaskQueue,
-			"status": r.Status, "attempt": r.Attempt, "visible_after": r.VisibleAfter, "created_at": r.CreatedAt,
-			"shard": r.Shard, "payload_base64": r.Payload}
-		for k, s := range map[string]string{"workflow_id": r.WorkflowID, "activity_type": r.ActivityType, "content_type": r.ContentType, "last_error": r.LastError} {
-			if s != "" {
-				v[k] = s
-			}
-		}
-		if !r.Version.IsZero() {
-			v["version"] = r.Version
-		}
-		out = append(out, v)
-	}
-	return out
 }

@@ -49,7 +49,9 @@ func TestExactModeAcrossNodes(t *testing.T) {
 	nodes[0].mustDo("PUT", "/v1/namespaces/"+ns, map[string]any{"max_in_flight": q}, http.StatusOK, nil)
 	eventually(t, 5*time.Second, func() bool {
 		for _, n := range nodes {
-			if n.metric("fairshard_cluster_config_entries") != 2 {
+			// The target and the quota, beside the cluster's replication
+			// factor.
+			if n.metric("fairshard_cluster_config_entries") != 3 {
 				return false
 			}
 		}

@@ -111,7 +111,7 @@ func (c *tcluster) start(n *tnode) {
 		c.t.Fatal(err)
 	}
 	n.repl = r
-	h := replication.Handler(r, nil)
+	h := replication.Handler(r, nil, nil)
 	n.srv = httptest.NewServer(authOnly(h))
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel, n.done, n.up = cancel, make(chan struct{}), true

@@ -55,11 +55,23 @@ type Server interface {
 
 var _ Server = (*Replicator)(nil)
 
+// RowCheck validates a batch a peer sent before anything of it is stored,
+// by the public API's rules (names, sizes, times, attempts; for copies
+// also status and version). forwarded is true for a forwarded append (the
+// rows become new pending rows: status and version are not read; times
+// are already stamped by this node's clock), false for copies merged or
+// inserted by version. It answers the call itself (a 4xx naming the row
+// and field) and returns false when the batch is refused.
+type RowCheck func(w http.ResponseWriter, rows []outbox.Row, forwarded bool) bool
+
 // Handler serves the replication routes for r (mount it at PathPrefix,
-// behind the cluster secret's authentication). Routes that store rows
-// (forward, append, merge) go through gate (nil: none): a closed gate
-// answers 503.
-func Handler(r Server, gate Gate) http.Handler {
+// behind the node's authentication: package nodeauth). Routes that store
+// rows (forward, append, merge) go through gate (nil: none): a closed gate
+// answers 503; their batches go through check first (nil: none).
+func Handler(r Server, gate Gate, check RowCheck) http.Handler {
+	if check == nil {
+		check = func(http.ResponseWriter, []outbox.Row, bool) bool { return true }
+	}
 	mux := http.NewServeMux()
 	storing := func(h http.HandlerFunc) http.HandlerFunc {
 		return func(w http.ResponseWriter, req *http.Request) {
@@ -78,6 +90,16 @@ func Handler(r Server, gate Gate) http.Handler {
 		if !ok {
 			return
 		}
+		// Forwarded times are relative (Forward): stamp them by this
+		// node's clock, as AcceptForward does, before the check.
+		now := time.Now().UTC()
+		for i := range rows {
+			delay := max(rows[i].VisibleAfter.Sub(rows[i].CreatedAt), 0)
+			rows[i].CreatedAt, rows[i].VisibleAfter = now, now.Add(delay)
+		}
+		if !check(w, rows, true) {
+			return
+		}
 		out, err := r.AcceptForward(req.Context(), rows)
 		switch {
 		case errors.Is(err, ErrInsufficientCopies):
@@ -93,7 +115,7 @@ func Handler(r Server, gate Gate) http.Handler {
 	}))
 	mux.HandleFunc("POST "+PathPrefix+"append", storing(func(w http.ResponseWriter, req *http.Request) {
 		rows, ok := readBatch(w, req, MaxBodyBytes)
-		if !ok {
+		if !ok || !check(w, rows, false) {
 			return
 		}
 		out, err := r.AcceptAppend(req.Context(), rows)
@@ -105,7 +127,7 @@ func Handler(r Server, gate Gate) http.Handler {
 	}))
 	mux.HandleFunc("POST "+PathPrefix+"merge", storing(func(w http.ResponseWriter, req *http.Request) {
 		rows, ok := readBatch(w, req, MaxBodyBytes)
-		if !ok {
+		if !ok || !check(w, rows, false) {
 			return
 		}
 		res, err := r.AcceptMerge(req.Context(), rows)

@@ -253,7 +253,7 @@ func (a *API) routes() http.Handler {
 
 	a.consoleRoutes(pub, internal)
 
-	repl := replication.Handler(a.cfg.Replication, gate{&a.intake})
+	repl := replication.Handler(a.cfg.Replication, gate{&a.intake}, a.checkRemoteRows)
 	internal("POST "+replication.PathPrefix, repl.ServeHTTP)
 	internal("GET /internal/v1/rows/{key...}", a.handleInternalGetRow)
 	internal("GET /internal/v1/namespaces/{ns}/dead-letters", a.handleInternalDeadLetters)

@@ -40,6 +40,16 @@ const (
 // forged or corrupt).
 var minRowTime = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
+// checkRemoteRows is replication's RowCheck: validateRemoteRows, answering
+// a refused batch with the API's error (4xx naming rows[i].field).
+func (a *API) checkRemoteRows(w http.ResponseWriter, rows []outbox.Row, forwarded bool) bool {
+	if err := validateRemoteRows(rows, a.cfg.ShardCount, time.Now().UTC(), forwarded); err != nil {
+		writeError(w, err)
+		return false
+	}
+	return true
+}
+
 // validateRemoteRows checks every row a peer sent; forwarded is true for
 // a forwarded append (the store makes them new pending rows, so status and
 // version are not read), false for a handoff batch (merged by version:
