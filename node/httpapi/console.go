@@ -373,6 +373,8 @@ func (a *API) cancelLocal(ctx context.Context, req cancelRequest) (cancelResult,
 	v := a.lookupView(ctx, row)
 	res.Cancelled, res.Row = ok, &v
 	if ok {
+		// The backups' copies follow (a failover must not deliver it).
+		a.cfg.Replication.Changed(req.DispatchKey)
 		res.Message = "cancelled on " + a.cfg.Self + ": the row will not be delivered"
 	} else {
 		res.Message = fmt.Sprintf("not cancelled: the row is %s on %s (only pending rows can be cancelled)", row.Status, a.cfg.Self)
