@@ -328,9 +328,10 @@ func (a *API) isPrimary(key string) bool {
 	return a.cfg.Ownership().ReplicaSet(shards.ShardOf(key, a.cfg.ShardCount)).Primary() == a.cfg.Self
 }
 
-// redrivePrimary redrives ns's dead letters (keys, or all) of the shards
-// this node is primary of and ships their new state to the backups.
-func (a *API) redrivePrimary(ctx context.Context, ns string, keys []string) (int, error) {
+// primaryDeadLetters returns ns's dead letters (of keys, or all) of the
+// shards this node is primary of: the ones a redrive or purge acts on
+// here (the backups' copies follow by shipping).
+func (a *API) primaryDeadLetters(ctx context.Context, ns string, keys []string) ([]string, error) {
 	var mine []string
 	if len(keys) > 0 {
 		for _, k := range keys {
@@ -338,26 +339,48 @@ func (a *API) redrivePrimary(ctx context.Context, ns string, keys []string) (int
 				mine = append(mine, k)
 			}
 		}
-	} else {
-		q := peer.DeadLetterQuery{Limit: maxDeadLetterPage, MaxBytes: MaxDeadLetterPageBytes}
-		for {
-			views, more, err := a.localDeadLetters(ctx, ns, q)
-			if err != nil {
-				return 0, err
-			}
-			for _, v := range views {
-				mine = append(mine, v.DispatchKey)
-			}
-			if !more || len(views) == 0 {
-				break
-			}
-			q.After = views[len(views)-1].DispatchKey
-		}
+		return mine, nil
 	}
-	if len(mine) == 0 {
-		return 0, nil
+	q := peer.DeadLetterQuery{Limit: maxDeadLetterPage, MaxBytes: MaxDeadLetterPageBytes}
+	for {
+		views, more, err := a.localDeadLetters(ctx, ns, q) // primaries' only
+		if err != nil {
+			return nil, err
+		}
+		for _, v := range views {
+			mine = append(mine, v.DispatchKey)
+		}
+		if !more || len(views) == 0 {
+			return mine, nil
+		}
+		q.After = views[len(views)-1].DispatchKey
+	}
+}
+
+// redrivePrimary redrives ns's dead letters (keys, or all) of the shards
+// this node is primary of and ships their new state to the backups.
+func (a *API) redrivePrimary(ctx context.Context, ns string, keys []string) (int, error) {
+	mine, err := a.primaryDeadLetters(ctx, ns, keys)
+	if err != nil || len(mine) == 0 {
+		return 0, err
 	}
 	n, err := a.cfg.Store.Redrive(ctx, ns, mine, time.Now().UTC())
+	if err != nil {
+		return 0, err
+	}
+	a.cfg.Replication.Changed(mine...)
+	return n, nil
+}
+
+// purgePrimary purges ns's dead letters (keys, or all) of the shards this
+// node is primary of and ships their new state to the backups, so a purge
+// counts each row once whatever the replication factor.
+func (a *API) purgePrimary(ctx context.Context, ns string, keys []string) (int, error) {
+	mine, err := a.primaryDeadLetters(ctx, ns, keys)
+	if err != nil || len(mine) == 0 {
+		return 0, err
+	}
+	n, err := a.cfg.Store.PurgeDeadLetters(ctx, ns, mine, time.Now().UTC())
 	if err != nil {
 		return 0, err
 	}

@@ -477,7 +477,7 @@ func (a *API) handleInternalPurge(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	n, err := a.cfg.Store.PurgeDeadLetters(r.Context(), r.PathValue("ns"), req.Keys, time.Now().UTC())
+	n, err := a.purgePrimary(r.Context(), r.PathValue("ns"), req.Keys)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -486,7 +486,8 @@ func (a *API) handleInternalPurge(w http.ResponseWriter, r *http.Request) {
 }
 
 // handlePurge purges dead letters (all of the namespace's, or the listed
-// keys) on every node: they become cancelled tombstones.
+// keys) on every node, each by its shard's primary (purgePrimary): they
+// become cancelled tombstones, on the backups too.
 func (a *API) handlePurge(w http.ResponseWriter, r *http.Request) {
 	ns, err := pathName(r, "ns")
 	if err != nil {
@@ -498,7 +499,7 @@ func (a *API) handlePurge(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	total, err := a.cfg.Store.PurgeDeadLetters(r.Context(), ns, req.Keys, time.Now().UTC())
+	total, err := a.purgePrimary(r.Context(), ns, req.Keys)
 	if err != nil {
 		writeError(w, err)
 		return
