@@ -4,7 +4,9 @@ GO ?= go
 .PHONY: test test-short bench demo build chaos-long
 
 ## test: every package with the race detector, the e2e suite included;
-## then every benchmark once (-benchtime=1x) so their checks cannot rot
+## then the million-row join of issue 14 in a plain build (it skips under
+## -race, and without FAIRSHARD_REPLICATION_SCENARIOS=1); then every
+## benchmark once (-benchtime=1x) so their checks cannot rot
 ## (-short: the slow ones run a tenth of their rows; it adds 35 s with a
 ## warm build cache, 70 s cold, on 2 busy cores); then the compose
 ## end-to-end test on its own (a Docker engine with 5 replicas; it skips
@@ -16,6 +18,7 @@ GO ?= go
 test:
 	$(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -v -e '/test/compose$$' -e '/test/chaos$$')
 	$(GO) test -short -count=1 -timeout 10m -run '^$$' -bench . -benchtime=1x ./...
+	$(GO) test -count=1 -timeout 10m -run '^TestReplicationJoinMillionRows$$' ./test/e2e
 	$(GO) test -race -count=1 -timeout 15m ./test/compose
 	cd deploy/composecheck && $(GO) test -count=1 ./...
 	$(GO) test -race -count=1 -timeout 15m ./test/chaos

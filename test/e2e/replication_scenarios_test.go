@@ -193,6 +193,13 @@ func TestReplicationLargeRows(t *testing.T) {
 // fast: every row ends on both nodes, digests agreeing).
 func TestReplicationJoinMillionRows(t *testing.T) {
 	longScenario(t)
+	if raceEnabled {
+		// Measured in CI: with race-built nodes the million appends and the
+		// sync took over 5 minutes of the e2e package's 20, for a test that
+		// asserts only that every row ends on both nodes. make test runs it
+		// again in a plain build (Makefile), where it takes about a minute.
+		t.Skip("scenario 7 runs in a plain build: make test's own step for it (race-built nodes take 5+ minutes)")
+	}
 	const rows = 1_000_000
 	c := newCluster(t, clusterOpts{Shards: 1024, Flags: []string{"--replication-factor", "2", "--handoff-batch", "4000"}})
 	c.startNode("mil-a")
