@@ -88,7 +88,10 @@ func (c *testCluster) setMode(ns string, settings map[string]any) {
 }
 
 // appendKeysVia appends rows of ns with keys, 100 per request, through the
-// given nodes in turn; it fails the test unless every row is stored.
+// given nodes in turn; it fails the test unless every row is stored. A 503
+// (a replica set short of its write copies while a killed member is not yet
+// failed over) is retried as a producer would, with the same rows, for up
+// to 15 s (appends are idempotent by dispatch_key).
 func (c *testCluster) appendKeysVia(via []*proc, ns string, keys []string) {
 	c.t.Helper()
 	for b := 0; len(keys) > 0; b++ {
@@ -98,9 +101,16 @@ func (c *testCluster) appendKeysVia(via []*proc, ns string, keys []string) {
 			rows[i] = map[string]any{"dispatch_key": k, "namespace": ns, "task_queue": "q"}
 		}
 		p := via[b%len(via)]
-		code, body, err := c.do(http.MethodPost, p.baseURL()+"/v1/rows", map[string]any{"rows": rows}, nil)
-		if err != nil || code != http.StatusOK {
-			c.t.Fatalf("append %d rows of %s through %s: HTTP %d %s: %v", n, ns, p.name, code, body, err)
+		deadline := time.Now().Add(deadline(15 * time.Second))
+		for {
+			code, body, err := c.do(http.MethodPost, p.baseURL()+"/v1/rows", map[string]any{"rows": rows}, nil)
+			if err == nil && code == http.StatusOK {
+				break
+			}
+			if err != nil || code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+				c.t.Fatalf("append %d rows of %s through %s: HTTP %d %s: %v", n, ns, p.name, code, body, err)
+			}
+			time.Sleep(200 * time.Millisecond)
 		}
 		keys = keys[n:]
 	}
