@@ -16,8 +16,11 @@ import (
 //
 //   - rows the killed node had claimed and the target had answered, but
 //     whose done it had not committed yet: re-armed on restart, delivered
-//     again. Their number is bounded by the rows it could have had claimed,
-//     the sum of its per-node ceilings (a claim never exceeds the ceiling),
+//     again. Their number is bounded by the rows it could have had claimed:
+//     in exact quota mode (the default) a node's ceiling is its lease
+//     grant, which follows its demand and never exceeds the namespace's
+//     quota, so the bound is the sum of the quotas (a ceiling read before
+//     the load is the grant of a node without demand: 0),
 //     and each is a row of its shards. (A delivery cut off by the kill is
 //     not counted by the target: loadgen.Receiver ignores abandoned ones.)
 //   - appends in flight to the killed node: the node may have stored a
@@ -40,14 +43,18 @@ func TestCrashRestart(t *testing.T) {
 	for ns, q := range quotas {
 		c.setNamespace(ns, map[string]any{"max_in_flight": q})
 	}
-	// The bound: what the victim may have claimed at any instant.
+	// The bound: what the victim may have claimed at any instant. Exact
+	// mode (the default): its grant, at most the quota.
 	bound := 0
-	for ns := range quotas {
+	for ns, q := range quotas {
 		v, err := c.namespace(victim, ns)
 		if err != nil {
 			t.Fatal(err)
 		}
-		bound += int(v.Ceiling)
+		if v.Mode != "exact" {
+			t.Fatalf("%s is in %q mode; this bound is exact mode's", ns, v.Mode)
+		}
+		bound += q
 	}
 
 	l := newLedger()

@@ -770,6 +770,8 @@ type namespaceView struct {
 	OwnedShardFraction float64 `json:"owned_shard_fraction"`
 	Ceiling            uint32  `json:"ceiling"`
 	Headroom           int     `json:"headroom"`
+	// Mode is the namespace's quota mode: "exact" or "proportional".
+	Mode string `json:"mode"`
 }
 
 func (c *testCluster) namespace(p *proc, ns string) (namespaceView, error) {
