@@ -93,14 +93,24 @@ func (s *Store) ListDeadLetterPage(ctx context.Context, namespace string, q Dead
 // otherwise only the listed keys that are failed rows of that namespace
 // (others are skipped). It returns the number of rows redriven.
 func (s *Store) Redrive(ctx context.Context, namespace string, keys []string, now time.Time) (int, error) {
+	return s.settleDeadLetters(ctx, "redrive", namespace, keys, now, outbox.ApplyRedrive)
+}
+
+// settleDeadLetters applies apply (outbox.ApplyRedrive, ApplyPurge) to
+// namespace's dead letters: keys nil means every one, read from the
+// dead-letter index in pages of at most GCBatchRows rows, each page in its
+// own transaction; otherwise only the listed keys that are failed rows of
+// that namespace (others are skipped). op names the operation in errors.
+// It returns how many rows it changed.
+func (s *Store) settleDeadLetters(ctx context.Context, op, namespace string, keys []string, now time.Time, apply func(*outbox.Row, time.Time) bool) (int, error) {
 	if keys != nil {
-		return s.redriveKeys(ctx, namespace, keys, now)
+		return s.settleDeadLetterKeys(ctx, op, namespace, keys, now, apply)
 	}
 	total := 0
 	var lastFirst string
 	for {
 		var page []string
-		err := s.view(ctx, "redrive", func(_ *bolt.Tx, b buckets) error {
+		err := s.view(ctx, op, func(_ *bolt.Tx, b buckets) error {
 			prefix := appendStr(nil, namespace)
 			c := b.dlq.Cursor()
 			for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix) && len(page) < GCBatchRows; k, _ = c.Next() {
@@ -112,11 +122,11 @@ func (s *Store) Redrive(ctx context.Context, namespace string, keys []string, no
 			return total, err
 		}
 		if page[0] == lastFirst {
-			// The same page twice: its rows were not redriven last round.
+			// The same page twice: its rows were not changed last round.
 			return total, fmt.Errorf("%w: dead-letter index lists rows that are not failed in namespace %q", ErrCorrupt, namespace)
 		}
 		lastFirst = page[0]
-		n, err := s.redriveKeys(ctx, namespace, page, now)
+		n, err := s.settleDeadLetterKeys(ctx, op, namespace, page, now, apply)
 		total += n
 		if err != nil {
 			return total, err
@@ -124,12 +134,12 @@ func (s *Store) Redrive(ctx context.Context, namespace string, keys []string, no
 	}
 }
 
-func (s *Store) redriveKeys(ctx context.Context, namespace string, keys []string, now time.Time) (int, error) {
+func (s *Store) settleDeadLetterKeys(ctx context.Context, op, namespace string, keys []string, now time.Time, apply func(*outbox.Row, time.Time) bool) (int, error) {
 	if len(keys) == 0 {
-		return 0, s.checkOpen("redrive")
+		return 0, s.checkOpen(op)
 	}
 	n := 0
-	err := s.submit(ctx, "redrive", len(keys), func(w *wtx) error {
+	err := s.submit(ctx, op, len(keys), func(w *wtx) error {
 		n = 0
 		for _, dk := range keys {
 			rk := rowKey(dk)
@@ -141,7 +151,7 @@ func (s *Store) redriveKeys(ctx context.Context, namespace string, keys []string
 				continue
 			}
 			nw := old
-			outbox.ApplyRedrive(&nw, now)
+			apply(&nw, now)
 			if err := w.write(rk, &old, xfer, &nw, false, nil); err != nil {
 				return err
 			}
