@@ -19,7 +19,10 @@ import (
 // dead-letter, transfer) and counter (routes, namespace, namespace×shard,
 // shard) with the recount, entry by entry in both directions, and every
 // shard's digest (outbox.ShardDigest: row count and sum of
-// outbox.DigestOf) with one recomputed from the rows. It checks the
+// outbox.DigestOf) with one recomputed from the rows, packed rows
+// included: every bundle must decode, hold its shard's done and cancelled
+// rows in key order without overlapping its neighbours or the rows
+// bucket, and have its expiry entry. It checks the
 // invariants the indexes encode: a row's key prefix is its shard, a transfer
 // mark is only on pending or terminal rows, and every row is in exactly one
 // status index. It runs as a write operation (bbolt's check is only safe
@@ -143,6 +146,68 @@ func (s *Store) checkTx(w *wtx) error {
 		}
 		d.Add(&row)
 	}
+	// Packed rows: every bundle decodes, holds keys of its shard in order
+	// (from its own key's first key, after the previous bundle's), done
+	// or cancelled rows with no rows entry, and has its bexp entry.
+	bundles := 0
+	var prevShard uint32
+	var prevLast string
+	bc := w.b.bundles.Cursor()
+	for bk, bv := bc.First(); bk != nil; bk, bv = bc.Next() {
+		br, err := openBundle(bk, bv)
+		if err != nil {
+			return err
+		}
+		rows, err := br.all()
+		if err != nil {
+			return fmt.Errorf("bundle %x: %w", bk, err)
+		}
+		if rows[0].DispatchKey != string(bk[4:]) {
+			return fmt.Errorf("bundle %x starts at %q", bk, rows[0].DispatchKey)
+		}
+		if bundles > 0 && prevShard == br.shard && prevLast >= rows[0].DispatchKey {
+			return fmt.Errorf("bundle %x overlaps the one before it (which ends at %q)", bk, prevLast)
+		}
+		bundles++
+		prevShard, prevLast = br.shard, rows[len(rows)-1].DispatchKey
+		earliest := rows[0].FinishedAt
+		for i := range rows {
+			row := &rows[i]
+			if row.FinishedAt.Before(earliest) {
+				earliest = row.FinishedAt
+			}
+			if want := shards.ShardOf(row.DispatchKey, s.opts.ShardCount); row.Shard != want {
+				return fmt.Errorf("packed row %q is in a bundle of shard %d, its shard is %d", row.DispatchKey, row.Shard, want)
+			}
+			if row.Status != outbox.StatusDone && row.Status != outbox.StatusCancelled {
+				return fmt.Errorf("packed row %q is %s", row.DispatchKey, row.Status)
+			}
+			rk := rowKey(row.DispatchKey)
+			if w.b.rows.Get(rk) != nil {
+				return fmt.Errorf("row %q is both packed and a rows entry", row.DispatchKey)
+			}
+			add(nsWant, []byte(row.Namespace), nsCountsLen, nsIndex(row.Status))
+			sk := appendShard(nil, row.Shard)
+			add(shWant, sk, shCountsLen, shTerminal)
+			if has(w.b.transfer, rk) {
+				nIdx["transfer"]++
+				add(shWant, sk, shCountsLen, shTransfer)
+			}
+			d := dgWant[row.Shard]
+			if d == nil {
+				d = &outbox.ShardDigest{Shard: row.Shard}
+				dgWant[row.Shard] = d
+			}
+			d.Add(row)
+		}
+		if !has(w.b.bexp, bexpKey(earliest, bk)) {
+			return fmt.Errorf("bundle %x: expiry entry at %s missing", bk, earliest)
+		}
+	}
+	if got := w.b.bexp.Stats().KeyN; got != bundles {
+		return fmt.Errorf("bundle expiry index has %d entries for %d bundles", got, bundles)
+	}
+
 	// Entries present for every row; now no entry beyond them.
 	for _, idx := range idxOrder {
 		if got := idx.b.Stats().KeyN; got != nIdx[idx.name] {

@@ -9,7 +9,7 @@ import (
 	"github.com/fairshard/fairshard/outbox"
 )
 
-// On-disk layout (format version 2). Every bucket is top level.
+// On-disk layout (format version 3). Every bucket is top level.
 //
 //	rows      dispatch_key                       → encoded row (see encodeRow)
 //	byshard   group(2) ‖ time(12) ‖ dispatch_key → shard(4)  every row; group = shard mod 16, time = CreatedAt
@@ -24,10 +24,18 @@ import (
 //	nsshard   str(namespace) ‖ shard(4)          → counts: pending, claimed
 //	shards    shard(4)                           → counts: pending, claimed, terminal, in-transfer
 //	digests   shard(4)                           → uvarint rows ‖ sum(8): the shard's outbox.ShardDigest
+//	bundles   shard(4) ‖ first dispatch_key      → packed done/cancelled rows (bundle.go)
+//	bexp      time(12) ‖ bundle key              → 1   time = the bundle's earliest FinishedAt
 //	config    key                                → opaque bytes (cluster config entries)
 //	meta      "format" → uvarint, "shard_count" → uint32
 //
-// Format 2 (this build) added the row Version (row values of format 2) and
+// Format 3 (this build) added the bundles and bexp buckets: done and
+// cancelled rows are packed into bundles (bundle.go) by the pack pass. A
+// format 1 or 2 file is upgraded when it is opened (the two buckets are
+// created; its slim tombstones are packed by the next pack passes), and a
+// build that reads only format 2 refuses an upgraded file.
+//
+// Format 2 added the row Version (row values of format 2) and
 // the digests bucket. A format 1 file (written before row versions) is
 // upgraded when it is opened: its digests are computed in one pass over
 // the rows and the meta format becomes 2. Its row values stay as they are
@@ -70,16 +78,17 @@ var (
 
 	allBuckets = [][]byte{bucketRows, bucketByShard, bucketPending, bucketClaimed, bucketTombs, bucketDead,
 		bucketDLQ, bucketTransfer, bucketRoutes, bucketNS, bucketNSShard, bucketShards,
-		bucketConfig, bucketMeta, bucketDigests}
+		bucketConfig, bucketMeta, bucketDigests, bucketBundles, bucketBExp}
 
 	metaFormat     = []byte("format")
 	metaShardCount = []byte("shard_count")
 )
 
 // formatVersion is the file format this build writes; it also reads
-// formatV1 files, upgrading them at Open.
+// formatV1 and formatV2 files, upgrading them at Open.
 const (
-	formatVersion = 2
+	formatVersion = 3
+	formatV2      = 2
 	formatV1      = 1
 )
 

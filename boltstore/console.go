@@ -3,6 +3,7 @@ package boltstore
 import (
 	"bytes"
 	"cmp"
+	"container/heap"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -108,13 +109,15 @@ func (s *Store) Attempts(ctx context.Context, dispatchKey string) ([]outbox.Atte
 	return out, err
 }
 
-// ListRows returns a page of the rows (any shard, live and tombstones)
-// passing q's filters, ordered by dispatch_key after q.After (see
-// outbox.RowQuery, outbox.RowPage). It walks the rows bucket from the
-// cursor and examines at most q.MaxScan rows (outbox.DefaultMaxScan if
-// ≤ 0), so a selective filter answers a short page whose Next goes on
-// where the scan stopped. Cost: one seek plus the rows examined, in one
-// short read transaction.
+// ListRows returns a page of the rows (any shard, live and tombstones,
+// packed or not) passing q's filters, ordered by dispatch_key after
+// q.After (see outbox.RowQuery, outbox.RowPage). It merges the rows
+// bucket with every shard's packed rows (a k-way merge over the shards'
+// bundles) from the cursor and examines at most q.MaxScan rows
+// (outbox.DefaultMaxScan if ≤ 0), so a selective filter answers a short
+// page whose Next goes on where the scan stopped. Cost: one seek in the
+// rows bucket and one per shard holding packed rows (plus decoding one
+// bundle each), then the rows examined, in one short read transaction.
 func (s *Store) ListRows(ctx context.Context, q outbox.RowQuery) (outbox.RowPage, error) {
 	var page outbox.RowPage
 	if q.Limit <= 0 {
@@ -128,22 +131,34 @@ func (s *Store) ListRows(ctx context.Context, q outbox.RowQuery) (outbox.RowPage
 		if k != nil && bytes.Equal(k, rowKey(q.After)) {
 			k, v = c.Next()
 		}
-		for scanned := 0; k != nil; k, v = c.Next() {
+		packed, err := packedFrom(b, s.opts.ShardCount, q.After)
+		if err != nil {
+			return err
+		}
+		for scanned := 0; k != nil || packed.Len() > 0; {
 			if scanned == budget {
 				return nil
 			}
 			scanned++
-			page.Next = string(k)
-			row, err := decodeRow(k, v)
-			if err != nil {
-				return fmt.Errorf("%w: %w", ErrCorrupt, err)
+			var row outbox.Row
+			if k != nil && (packed.Len() == 0 || string(k) < packed.heads[0].cur().DispatchKey) {
+				if row, err = decodeRow(k, v); err != nil {
+					return fmt.Errorf("%w: %w", ErrCorrupt, err)
+				}
+				k, v = c.Next()
+			} else {
+				row = *packed.heads[0].cur()
+				if err := packed.advance(); err != nil {
+					return err
+				}
 			}
+			page.Next = row.DispatchKey
 			if !q.Matches(&row) {
 				continue
 			}
 			page.Rows = append(page.Rows, row)
 			if len(page.Rows) == q.Limit {
-				if nk, _ := c.Next(); nk == nil {
+				if k == nil && packed.Len() == 0 {
 					page.Next = ""
 				}
 				return nil
@@ -156,6 +171,102 @@ func (s *Store) ListRows(ctx context.Context, q outbox.RowQuery) (outbox.RowPage
 		return outbox.RowPage{}, err
 	}
 	return page, nil
+}
+
+// packedHead walks one shard's packed rows in key order, a bundle at a
+// time.
+type packedHead struct {
+	c      *bolt.Cursor
+	prefix []byte
+	rows   []outbox.Row
+	i      int
+}
+
+func (h *packedHead) cur() *outbox.Row { return &h.rows[h.i] }
+
+// load decodes the bundle at (k, v) if it is the shard's; false when the
+// shard has no more.
+func (h *packedHead) load(k, v []byte) (bool, error) {
+	if k == nil || !bytes.HasPrefix(k, h.prefix) {
+		return false, nil
+	}
+	br, err := openBundle(k, v)
+	if err != nil {
+		return false, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	if h.rows, err = br.all(); err != nil {
+		return false, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	h.i = 0
+	return true, nil
+}
+
+// packedHeap merges the shards' packed rows by dispatch_key.
+type packedHeap struct{ heads []*packedHead }
+
+func (p *packedHeap) Len() int { return len(p.heads) }
+func (p *packedHeap) Less(i, j int) bool {
+	return p.heads[i].cur().DispatchKey < p.heads[j].cur().DispatchKey
+}
+func (p *packedHeap) Swap(i, j int) { p.heads[i], p.heads[j] = p.heads[j], p.heads[i] }
+func (p *packedHeap) Push(x any)    { p.heads = append(p.heads, x.(*packedHead)) }
+func (p *packedHeap) Pop() any {
+	x := p.heads[len(p.heads)-1]
+	p.heads = p.heads[:len(p.heads)-1]
+	return x
+}
+
+// advance moves the smallest head on.
+func (p *packedHeap) advance() error {
+	h := p.heads[0]
+	h.i++
+	if h.i == len(h.rows) {
+		more, err := h.load(h.c.Next())
+		if err != nil {
+			return err
+		}
+		if !more {
+			heap.Pop(p)
+			return nil
+		}
+	}
+	heap.Fix(p, 0)
+	return nil
+}
+
+// packedFrom positions a head on every shard's first packed row after
+// the key after.
+func packedFrom(b buckets, shardCount uint32, after string) (*packedHeap, error) {
+	p := &packedHeap{}
+	if k, _ := b.bundles.Cursor().First(); k == nil {
+		return p, nil
+	}
+	for shard := range shardCount {
+		h := &packedHead{c: b.bundles.Cursor(), prefix: appendShard(nil, shard)}
+		k, v := findBundle(h.c, shard, after)
+		if k == nil {
+			k, v = h.c.Seek(h.prefix)
+		}
+		for {
+			more, err := h.load(k, v)
+			if err != nil {
+				return nil, err
+			}
+			if !more {
+				break
+			}
+			for h.i < len(h.rows) && h.rows[h.i].DispatchKey <= after {
+				h.i++
+			}
+			if h.i < len(h.rows) {
+				p.heads = append(p.heads, h)
+				break
+			}
+			k, v = h.c.Next()
+		}
+	}
+	heap.Init(p)
+	return p, nil
 }
 
 // PurgeDeadLetters turns dead letters of namespace into cancelled

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -14,8 +15,9 @@ import (
 
 // fillAndDrain (issue #16's reproducer at the store) appends n rows of about payloadBytes (16 producers × 100-row
 // batches, 4 task queues) while a claimer takes 256 visible rows per sweep
-// and 64 deliverers complete them one by one, as a node with default flags
-// does; it returns once every row is done.
+// and 64 deliverers complete them one by one and the pack pass runs every
+// PackIntervalDefault, as a node with default flags does; it returns once
+// every row is done and packed.
 func fillAndDrain(t testing.TB, s *Store, b *testBundle, cycle, n, payloadBytes int) {
 	t.Helper()
 	pad := strings.Repeat("x", max(payloadBytes-40, 0))
@@ -26,12 +28,37 @@ func fillAndDrain(t testing.TB, s *Store, b *testBundle, cycle, n, payloadBytes 
 	for range deliverers {
 		dwg.Go(func() {
 			for r := range work {
-				if err := s.Complete(ctx, outbox.CompleteParams{DispatchKey: r.DispatchKey, Claim: r.Version, Now: b.clock.Now()}); err != nil {
+				if err := s.Complete(ctx, outbox.CompleteParams{DispatchKey: r.DispatchKey, Claim: r.Version, Now: s.now()}); err != nil {
 					errs <- err
 				}
 			}
 		})
 	}
+	// The pack pass, as RunTombstoneGC runs it (every PackInterval), and
+	// once more when the cycle is over.
+	stopPack := make(chan struct{})
+	var pwg sync.WaitGroup
+	pwg.Go(func() {
+		tick := time.NewTicker(PackIntervalDefault)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopPack:
+				return
+			case <-tick.C:
+				if _, err := s.PackTombstones(ctx); err != nil {
+					errs <- err
+				}
+			}
+		}
+	})
+	defer func() {
+		close(stopPack)
+		pwg.Wait()
+		if _, err := s.PackTombstones(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}()
 	per := n / producers
 	for p := range producers {
 		wg.Go(func() {
@@ -52,7 +79,7 @@ func fillAndDrain(t testing.TB, s *Store, b *testBundle, cycle, n, payloadBytes 
 	}
 	claimed := 0
 	for claimed < per*producers {
-		rows, err := s.Claim(ctx, outbox.ClaimParams{Limit: 256, Now: b.clock.Now()})
+		rows, err := s.Claim(ctx, outbox.ClaimParams{Limit: 256, Now: s.now()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -101,13 +128,14 @@ func TestTombstonesGiveBackTheirPages(t *testing.T) {
 	}
 	t.Parallel()
 	const rows, perRow = 20_000, 400
-	s, b := newTestStore(t, func(o *Options) { o.ShardCount = 1024 })
+	s, b := newTestStore(t, func(o *Options) { o.ShardCount = 1024; o.Now = time.Now })
 	var hw []int64
 	for c := 1; c <= 3; c++ {
 		fillAndDrain(t, s, b, c, rows, 200)
 		hw = append(hw, highWater(t, s))
 		t.Logf("cycle %d: high water %.1f MiB (%.2fx the first)", c, float64(hw[c-1])/(1<<20), float64(hw[c-1])/float64(hw[0]))
 	}
+	logBucketBytes(t, s)
 	for c := 1; c < len(hw); c++ {
 		if grew := hw[c] - hw[c-1]; grew > perRow*rows {
 			t.Errorf("cycle %d grew the file's high water by %d bytes, %d per row (want ≤ %d): finished rows keep pages they no longer need",
@@ -126,6 +154,35 @@ func TestTombstonesGiveBackTheirPages(t *testing.T) {
 	}
 }
 
+// logBucketBytes logs, per bucket holding rows or their indexes, the
+// bytes of pages it allocates and uses, and what the packed rows cost
+// each (bundles and their expiry index over the packed rows).
+func logBucketBytes(t testing.TB, s *Store) {
+	t.Helper()
+	var packed int
+	must(t, s.view(ctx, "stats", func(tx *bolt.Tx, b buckets) error {
+		for _, name := range [][]byte{bucketRows, bucketByShard, bucketTombs, bucketBundles, bucketBExp} {
+			st := tx.Bucket(name).Stats()
+			t.Logf("%-8s %8d keys %9d bytes allocated %9d in use", name, st.KeyN, st.LeafAlloc+st.BranchAlloc, st.LeafInuse+st.BranchInuse)
+		}
+		c := b.bundles.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			br, err := openBundle(k, v)
+			if err != nil {
+				return err
+			}
+			packed += br.n
+		}
+		bs, es := b.bundles.Stats(), b.bexp.Stats()
+		if packed > 0 {
+			t.Logf("%d packed rows: %.1f bytes each allocated, %.1f in use", packed,
+				float64(bs.LeafAlloc+bs.BranchAlloc+es.LeafAlloc+es.BranchAlloc)/float64(packed),
+				float64(bs.LeafInuse+bs.BranchInuse+es.LeafInuse+es.BranchInuse)/float64(packed))
+		}
+		return nil
+	}))
+}
+
 // BenchmarkFillAndDrainFileSize is issue #16's reproducer at the store:
 // three cycles of 100,000 rows of ~200-byte payloads appended and fully
 // delivered (tombstones kept: the default 24 h retention). One op = the
@@ -133,18 +190,22 @@ func TestTombstonesGiveBackTheirPages(t *testing.T) {
 // high-water mark after the first and the third cycle, in MiB.
 func BenchmarkFillAndDrainFileSize(b *testing.B) {
 	for range b.N {
-		s, tb := newTestStore(b, func(o *Options) { o.ShardCount = 1024 })
+		s, tb := newTestStore(b, func(o *Options) { o.ShardCount = 1024; o.Now = time.Now })
 		var size, hw [3]float64
 		for c := range 3 {
 			fillAndDrain(b, s, tb, c+1, 100_000, 200)
 			fi, err := os.Stat(tb.path)
 			must(b, err)
 			size[c], hw[c] = float64(fi.Size())/(1<<20), float64(highWater(b, s))/(1<<20)
+			st := s.db.Stats()
+			b.Logf("cycle %d: file %.1f MiB, high water %.1f MiB, free %.1f MiB (%d pages pending)", c+1, size[c], hw[c], float64(st.FreeAlloc)/(1<<20), st.PendingPageN)
 		}
 		b.ReportMetric(size[0], "file1-MiB")
 		b.ReportMetric(size[2], "file3-MiB")
 		b.ReportMetric(hw[0], "hw1-MiB")
 		b.ReportMetric(hw[2], "hw3-MiB")
 		b.ReportMetric(hw[2]/hw[0], "hw3/hw1")
+		b.ReportMetric(size[2]/size[0], "file3/file1")
+		logBucketBytes(b, s)
 	}
 }

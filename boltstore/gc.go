@@ -14,7 +14,7 @@ import (
 // ExpireTombstones deletes the tombstones whose retention has ended at the
 // store clock's now: done and cancelled rows with FinishedAt older than
 // TombstoneRetention, failed rows (dead letters) older than
-// DeadLetterRetention. It works in transactions of at most GCBatchRows rows,
+// DeadLetterRetention, packed or not. It works in transactions of at most GCBatchRows rows,
 // queued like any other write, so it never holds the writer long. It
 // returns the number of rows deleted. Cost: the rows deleted, via the
 // tombstone indexes ordered by FinishedAt.
@@ -57,6 +57,13 @@ func (s *Store) ExpireTombstones(ctx context.Context) (int, error) {
 				}
 				n += len(dks)
 			}
+			if n < GCBatchRows {
+				m, err := w.expireBundles(tombCut, GCBatchRows-n)
+				if err != nil {
+					return err
+				}
+				n += m
+			}
 			w.expired += n
 			return nil
 		})
@@ -67,30 +74,38 @@ func (s *Store) ExpireTombstones(ctx context.Context) (int, error) {
 	}
 }
 
-// RunTombstoneGC calls ExpireTombstones every interval until ctx ends, then
-// returns nil. Errors are logged and the loop goes on; after Close it
-// returns the ErrClosed error.
+// RunTombstoneGC calls ExpireTombstones every interval and PackTombstones
+// every Options.PackInterval until ctx ends, then returns nil. Errors are
+// logged and the loop goes on; after Close it returns the ErrClosed error.
 func (s *Store) RunTombstoneGC(ctx context.Context, interval time.Duration) error {
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	p := time.NewTicker(s.opts.PackInterval)
+	defer p.Stop()
 	for {
+		what := "tombstone sweep"
+		var n int
+		var err error
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+			n, err = s.ExpireTombstones(ctx)
+		case <-p.C:
+			what = "tombstone pack"
+			n, err = s.PackTombstones(ctx)
 		}
-		n, err := s.ExpireTombstones(ctx)
 		switch {
 		case err == nil:
 			if n > 0 {
-				s.log.Debug("expired tombstones", slog.Int("rows", n))
+				s.log.Debug(what, slog.Int("rows", n))
 			}
 		case ctx.Err() != nil:
 			return nil
 		case isClosed(err):
 			return err
 		default:
-			s.log.Warn("tombstone sweep failed", slog.Any("error", err))
+			s.log.Warn(what+" failed", slog.Any("error", err))
 		}
 	}
 }

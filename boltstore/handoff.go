@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -199,60 +200,125 @@ func markShard(w *wtx, p outbox.ShardRead) (outbox.ShardPage, error) {
 	return page, nil
 }
 
-// scanShard reads one page of p.Shard from the byshard index (see
-// ReadShard); with p.Mark it steps over claimed rows and rows xferOf says
-// are marked. It returns the page and its rows' keys.
+// bundlePhase is the time part of a resume token past the shard's byshard
+// entries: the page goes on in its packed rows (no time key is all 0xFF:
+// its nanoseconds would exceed a second).
+var bundlePhase = bytes.Repeat([]byte{0xFF}, timeKeyLen)
+
+// scanShard reads one page of p.Shard (see ReadShard): first the byshard
+// index (rows entries, in CreatedAt order), then the shard's bundles
+// (packed rows, in dispatch_key order; their tokens are group ‖
+// bundlePhase ‖ dispatch_key). With p.Mark it steps over claimed rows and
+// rows xferOf says are marked. It returns the page and its rows' keys.
 func scanShard(b buckets, p outbox.ShardRead, xferOf func(rk []byte) bool) (outbox.ShardPage, [][]byte, error) {
 	page := outbox.ShardPage{Next: p.After, Done: true}
 	var rks [][]byte
 	group := byShardGroup(p.Shard)
+	phase := append(slices.Clone(group), bundlePhase...)
 	want := appendShard(nil, p.Shard)
 	size := 0
-	c := b.byShard.Cursor()
-	k, v := c.Seek(group)
-	if len(p.After) > 0 {
-		k, v = c.Seek(p.After)
-		if bytes.Equal(k, p.After) {
-			k, v = c.Next()
-		}
-	}
-	for ; k != nil && bytes.HasPrefix(k, group); k, v = c.Next() {
-		if len(k) < len(group)+timeKeyLen {
-			return page, nil, fmt.Errorf("%w: byshard key %x", ErrCorrupt, k)
-		}
-		if !bytes.Equal(v, want) {
-			continue
-		}
+	// add appends row unless the page is full; false: stop here.
+	add := func(rk []byte, row *outbox.Row, token []byte) bool {
 		if len(page.Rows) >= p.MaxRows {
 			page.Done = false
-			break
+			return false
 		}
-		rk := rowKey(string(k[len(group)+timeKeyLen:]))
-		if p.Mark && xferOf(rk) {
-			page.Next = append(page.Next[:0:0], k...)
-			continue
+		n := outbox.RowBytes(row)
+		if p.MaxBytes > 0 && len(page.Rows) > 0 && size+n > p.MaxBytes {
+			page.Done = false
+			return false
 		}
-		val := b.rows.Get(rk)
-		if val == nil {
-			return page, nil, fmt.Errorf("%w: byshard entry for %q without a row", ErrCorrupt, rk)
+		size += n
+		page.Rows = append(page.Rows, *row)
+		page.Next = token
+		rks = append(rks, rk)
+		return true
+	}
+	afterPacked := ""
+	if bytes.HasPrefix(p.After, phase) {
+		afterPacked = string(p.After[len(phase):])
+	} else {
+		c := b.byShard.Cursor()
+		k, v := c.Seek(group)
+		if len(p.After) > 0 {
+			k, v = c.Seek(p.After)
+			if bytes.Equal(k, p.After) {
+				k, v = c.Next()
+			}
 		}
-		row, err := decodeRow(rk, val)
+		for ; k != nil && bytes.HasPrefix(k, group); k, v = c.Next() {
+			if len(k) < len(group)+timeKeyLen {
+				return page, nil, fmt.Errorf("%w: byshard key %x", ErrCorrupt, k)
+			}
+			if !bytes.Equal(v, want) {
+				continue
+			}
+			rk := rowKey(string(k[len(group)+timeKeyLen:]))
+			if p.Mark && xferOf(rk) {
+				if len(page.Rows) >= p.MaxRows {
+					page.Done = false
+					return page, rks, nil
+				}
+				page.Next = append(page.Next[:0:0], k...)
+				continue
+			}
+			val := b.rows.Get(rk)
+			if val == nil {
+				return page, nil, fmt.Errorf("%w: byshard entry for %q without a row", ErrCorrupt, rk)
+			}
+			row, err := decodeRow(rk, val)
+			if err != nil {
+				return page, nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+			}
+			if p.Mark && row.Status == outbox.StatusClaimed {
+				if len(page.Rows) >= p.MaxRows {
+					page.Done = false
+					return page, rks, nil
+				}
+				page.Next = append(page.Next[:0:0], k...)
+				continue
+			}
+			if !add(rk, &row, append([]byte(nil), k...)) {
+				return page, rks, nil
+			}
+		}
+	}
+	// The shard's packed rows, from the bundle holding afterPacked.
+	c := b.bundles.Cursor()
+	var bk, bv []byte
+	if afterPacked != "" {
+		bk, bv = findBundle(c, p.Shard, afterPacked)
+	}
+	if bk == nil {
+		bk, bv = c.Seek(want)
+	}
+	for ; bk != nil && bytes.HasPrefix(bk, want); bk, bv = c.Next() {
+		br, err := openBundle(bk, bv)
 		if err != nil {
 			return page, nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
 		}
-		if p.Mark && row.Status == outbox.StatusClaimed {
-			page.Next = append(page.Next[:0:0], k...)
-			continue
+		rows, err := br.all()
+		if err != nil {
+			return page, nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
 		}
-		n := outbox.RowBytes(&row)
-		if p.MaxBytes > 0 && len(page.Rows) > 0 && size+n > p.MaxBytes {
-			page.Done = false
-			break
+		for i := range rows {
+			if rows[i].DispatchKey <= afterPacked {
+				continue
+			}
+			rk := rowKey(rows[i].DispatchKey)
+			token := append(slices.Clone(phase), rk...)
+			if p.Mark && xferOf(rk) {
+				if len(page.Rows) >= p.MaxRows {
+					page.Done = false
+					return page, rks, nil
+				}
+				page.Next = token
+				continue
+			}
+			if !add(rk, &rows[i], token) {
+				return page, rks, nil
+			}
 		}
-		size += n
-		page.Rows = append(page.Rows, row)
-		page.Next = append(page.Next[:0:0], k...)
-		rks = append(rks, rk)
 	}
 	return page, rks, nil
 }
@@ -281,7 +347,7 @@ func (s *Store) endTransfer(ctx context.Context, what string, keys []string, del
 		n = 0
 		for _, dk := range keys {
 			rk := rowKey(dk)
-			row, xfer, ok, err := w.getRow(rk)
+			row, xfer, ok, packed, err := w.getAny(rk)
 			if err != nil {
 				return err
 			}
@@ -289,7 +355,12 @@ func (s *Store) endTransfer(ctx context.Context, what string, keys []string, del
 				continue
 			}
 			if del {
-				err = w.write(rk, &row, true, nil, false, nil)
+				if packed {
+					if err := w.unbundle(&row); err != nil {
+						return err
+					}
+				}
+				err = w.writeFrom(rk, &row, true, nil, false, nil, packed)
 			} else {
 				err = w.write(rk, &row, true, &row, false, nil)
 			}
@@ -341,7 +412,7 @@ func (s *Store) Merge(ctx context.Context, rows []outbox.Row) (outbox.MergeResul
 		res = outbox.MergeResult{}
 		for i := range prep {
 			in := prep[i].row
-			old, xfer, ok, err := w.getRow(prep[i].rk)
+			old, xfer, ok, packed, err := w.getAny(prep[i].rk)
 			if err != nil {
 				return err
 			}
@@ -362,7 +433,14 @@ func (s *Store) Merge(ctx context.Context, rows []outbox.Row) (outbox.MergeResul
 				res.Skipped++
 				continue
 			}
-			if err := w.write(prep[i].rk, &old, xfer, &merged, false, nil); err != nil {
+			if packed {
+				// A newer state of a packed row: it leaves its bundle and
+				// becomes a rows entry again (packed anew when finished).
+				if err := w.unbundle(&old); err != nil {
+					return err
+				}
+			}
+			if err := w.writeFrom(prep[i].rk, &old, xfer, &merged, false, nil, packed); err != nil {
 				return err
 			}
 			res.Updated++

@@ -14,6 +14,7 @@ type metrics struct {
 	commitDuration prometheus.Histogram
 	batchOps       prometheus.Histogram
 	expired        prometheus.Counter
+	packed         prometheus.Counter
 	commitFailures prometheus.Counter
 	reopens        *prometheus.CounterVec
 	writable       prometheus.GaugeFunc
@@ -62,6 +63,10 @@ func newMetrics(reg prometheus.Registerer, totals *[nsCountsLen]atomic.Int64, wr
 			Name: "fairshard_store_tombstones_expired_total",
 			Help: "Tombstones (done, cancelled, failed rows) removed by the retention sweep.",
 		}),
+		packed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fairshard_store_tombstones_packed_total",
+			Help: "Done and cancelled rows packed into bundles by the pack pass (a few dozen bytes each instead of a row and two index entries).",
+		}),
 		commitFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fairshard_store_commit_failures_total",
 			Help: "Commits that failed (a write or fsync error, a full disk); each stops all writes until the data file is reopened.",
@@ -92,7 +97,7 @@ func newMetrics(reg prometheus.Registerer, totals *[nsCountsLen]atomic.Int64, wr
 			[]string{"status"}, nil),
 		totals: totals,
 	}
-	for _, c := range []prometheus.Collector{m.commitDuration, m.batchOps, m.expired, m.commitFailures, m.reopens, m.writable, gauge} {
+	for _, c := range []prometheus.Collector{m.commitDuration, m.batchOps, m.expired, m.packed, m.commitFailures, m.reopens, m.writable, gauge} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -44,7 +44,8 @@ type prepared struct {
 // they are queued; an invalid row fails
 // the call with outbox.ErrInvalidRow and nothing is written. It returns
 // after the group commit holding the batch has been fsync'd. A row whose key
-// exists, live or tombstone, on any shard, is AppendDuplicate.
+// exists, live or tombstone (packed or not), on any shard, is
+// AppendDuplicate.
 func (s *Store) Append(ctx context.Context, rows []outbox.Row) ([]outbox.AppendOutcome, error) {
 	now := s.now()
 	prep := make([]prepared, len(rows))
@@ -64,6 +65,12 @@ func (s *Store) Append(ctx context.Context, rows []outbox.Row) ([]outbox.AppendO
 	err := s.submit(ctx, "append", len(rows), func(w *wtx) error {
 		for i := range prep {
 			if w.b.rows.Get(prep[i].rk) != nil {
+				outcomes[i] = outbox.AppendDuplicate
+				continue
+			}
+			if packed, err := w.isBundled(prep[i].row.Shard, prep[i].row.DispatchKey); err != nil {
+				return err
+			} else if packed {
 				outcomes[i] = outbox.AppendDuplicate
 				continue
 			}

@@ -31,6 +31,10 @@ const (
 	RecoverIntervalDefault = time.Second
 	// RecoverIntervalMax bounds the wait between two reopen attempts: 30 s.
 	RecoverIntervalMax = 30 * time.Second
+	// PackIntervalDefault is how often RunTombstoneGC packs finished rows
+	// into bundles (Store.PackTombstones): 1 s, so the space of a burst of
+	// finished rows is reusable by the next burst of appends.
+	PackIntervalDefault = time.Second
 )
 
 // Input limits, checked before anything is written (outbox.ErrInvalidRow).
@@ -57,6 +61,9 @@ type Options struct {
 	// FinishedAt so a late duplicate Append reports duplicate. Defaults to
 	// 24 h.
 	TombstoneRetention time.Duration
+	// PackInterval is how often RunTombstoneGC packs done and cancelled
+	// rows into bundles (Store.PackTombstones). Defaults to 1 s.
+	PackInterval time.Duration
 	// DeadLetterRetention is how long failed rows are kept after FinishedAt
 	// (they also dedupe appends meanwhile). Defaults to 7 days; it is raised
 	// to TombstoneRetention if shorter, so a dead letter dedupes at least as
@@ -104,6 +111,9 @@ func (o Options) withDefaults() Options {
 	if o.RecoverInterval == 0 {
 		o.RecoverInterval = RecoverIntervalDefault
 	}
+	if o.PackInterval == 0 {
+		o.PackInterval = PackIntervalDefault
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -123,6 +133,8 @@ func (o Options) validate() error {
 		return fmt.Errorf("%w: TombstoneRetention %s is negative", ErrInvalidOptions, o.TombstoneRetention)
 	case o.DeadLetterRetention < 0:
 		return fmt.Errorf("%w: DeadLetterRetention %s is negative", ErrInvalidOptions, o.DeadLetterRetention)
+	case o.PackInterval < 0:
+		return fmt.Errorf("%w: PackInterval %s is negative", ErrInvalidOptions, o.PackInterval)
 	case o.RecoverInterval < 0:
 		return fmt.Errorf("%w: RecoverInterval %s is negative", ErrInvalidOptions, o.RecoverInterval)
 	case o.MaxBatchRows < 0:

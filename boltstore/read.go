@@ -16,14 +16,24 @@ import (
 )
 
 // Get implements outbox.Store: the row of dispatchKey (any shard, live or
-// tombstone, in transfer or not), or an error wrapping outbox.ErrNotFound.
+// tombstone, packed or not, in transfer or not), or an error wrapping
+// outbox.ErrNotFound.
 func (s *Store) Get(ctx context.Context, dispatchKey string) (outbox.Row, error) {
 	var row outbox.Row
 	rk := rowKey(dispatchKey)
 	err := s.view(ctx, "get "+dispatchKey, func(_ *bolt.Tx, b buckets) error {
 		v := b.rows.Get(rk)
 		if v == nil {
-			return fmt.Errorf("boltstore: get %q: %w", dispatchKey, outbox.ErrNotFound)
+			var ok bool
+			var err error
+			row, ok, err = lookupBundled(b.bundles, shards.ShardOf(dispatchKey, s.opts.ShardCount), dispatchKey)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return fmt.Errorf("boltstore: get %q: %w", dispatchKey, outbox.ErrNotFound)
+			}
+			return nil
 		}
 		var err error
 		if row, err = decodeRow(rk, v); err != nil {

@@ -160,10 +160,25 @@ func (s *Store) initFile() (int, error) {
 			if _, err := tx.CreateBucket(bucketDigests); err != nil {
 				return fmt.Errorf("%s: upgrade from format 1: create bucket %q: %w", s.path, bucketDigests, err)
 			}
-		case format != formatVersion:
-			return fmt.Errorf("%s: %w: format version %d, this build reads %d and %d", s.path, ErrCorrupt, format, formatV1, formatVersion)
+		case format != formatVersion && format != formatV2:
+			return fmt.Errorf("%s: %w: format version %d, this build reads %d to %d", s.path, ErrCorrupt, format, formatV1, formatVersion)
 		}
-		w, err := newWtx(tx)
+		if format == formatV1 || format == formatV2 {
+			// Written before bundles: add their buckets; the pack pass packs
+			// the file's slim tombstones from then on.
+			for _, name := range [][]byte{bucketBundles, bucketBExp} {
+				if _, err := tx.CreateBucket(name); err != nil {
+					return fmt.Errorf("%s: upgrade from format %d: create bucket %q: %w", s.path, format, name, err)
+				}
+			}
+			if format == formatV2 {
+				if err := meta.Put(metaFormat, binary.AppendUvarint(nil, formatVersion)); err != nil {
+					return err
+				}
+				s.log.Info("upgraded the data file from format 2 to 3 (bundles of finished rows)")
+			}
+		}
+		w, err := newWtx(tx, s.opts.ShardCount)
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.path, err)
 		}
@@ -189,7 +204,7 @@ func (s *Store) initFile() (int, error) {
 			keys = append(keys, append([]byte(nil), k...))
 		}
 		for _, rk := range keys {
-			row, xfer, ok, err := w.getRow(rk)
+			row, xfer, ok, _, err := w.getAny(rk)
 			if err != nil {
 				return err
 			}
@@ -396,9 +411,9 @@ func (s *Store) reopen() error {
 func (s *Store) now() time.Time { return s.opts.Now() }
 
 // upgradeV1 turns a format 1 file (no row versions, no digests) into a
-// format 2 one inside Open's transaction: one pass over the rows computes
+// format 3 one inside Open's transaction: one pass over the rows computes
 // every shard's digest (the rows' Version decodes as zero), then the meta
-// format becomes 2. Row values are left as they are; a change rewrites
+// format becomes 3 (initFile has created the bundle buckets). Row values are left as they are; a change rewrites
 // each in format 2. Cost: O(rows), once.
 func (s *Store) upgradeV1(w *wtx) error {
 	c := w.b.rows.Cursor()
@@ -414,6 +429,6 @@ func (s *Store) upgradeV1(w *wtx) error {
 	if err := w.b.meta.Put(metaFormat, binary.AppendUvarint(nil, formatVersion)); err != nil {
 		return err
 	}
-	s.log.Info("upgraded the data file from format 1 to 2 (row versions, shard digests)", slog.Int("rows", n))
+	s.log.Info("upgraded the data file from format 1 to 3 (row versions, shard digests, bundles)", slog.Int("rows", n))
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +30,7 @@ func copyFixture(t *testing.T, name string) string {
 // versions (testdata/format1.db, made by testdata/mkfixture-format1.go.txt
 // on main at 72d7033: 40 rows over 16 shards, pending, claimed, done,
 // failed and retried ones, two of shard 5 left marked in-transfer, a config
-// entry) opens: the file becomes format 2, every shard gets its digest,
+// entry) opens: the file becomes format 3, every shard gets its digest,
 // rows read back with the zero Version, marks are cleared, and the store
 // works on them (settles fenced by the zero version, merges, checks).
 func TestOpenUpgradesFormat1(t *testing.T) {
@@ -102,6 +103,127 @@ func TestOpenUpgradesFormat1(t *testing.T) {
 	}
 }
 
+// TestOpenUpgradesFormat2: a data file written by the build before
+// bundles (testdata/format2.db, made by testdata/mkfixture-format2.go.txt
+// on replint at e523262: 70 rows over 16 shards and 3 namespaces, slim
+// done rows with and without retries, a redriven-then-done row,
+// cancelled rows with and without a reason, dead letters, live rows,
+// rows of shard 5 left marked in-transfer, a config entry) opens: the
+// file becomes format 3 with its bundle buckets, marks are cleared, and
+// the pack pass then packs every done and cancelled row without changing
+// anything any call reads: Get (every field), digests, namespace stats,
+// dedupe. The packed file checks, and reopens.
+func TestOpenUpgradesFormat2(t *testing.T) {
+	path := copyFixture(t, "format2.db")
+	b := &testBundle{path: path, clock: newFakeClock()}
+	b.clock.t = time.Date(2026, 1, 2, 4, 0, 0, 0, time.UTC)
+	b.opts = Options{ShardCount: 16, Now: b.clock.Now, LockTimeout: 200 * time.Millisecond}
+	s, err := Open(path, b.opts)
+	if err != nil {
+		t.Fatalf("open a format 2 file: %v", err)
+	}
+	cleanupCheck(t, s)
+	mustCheck(t, s)
+	var format uint64
+	must(t, s.db.View(func(tx *bolt.Tx) error {
+		format, _ = binary.Uvarint(tx.Bucket(bucketMeta).Get(metaFormat))
+		return nil
+	}))
+	if format != formatVersion {
+		t.Fatalf("meta format %d after the upgrade, want %d", format, formatVersion)
+	}
+	if n, err := s.MarkedRows(ctx); err != nil || n != 0 {
+		t.Fatalf("marks left by the format 2 handoff: %d %v, want cleared", n, err)
+	}
+	page, err := s.ListRows(ctx, outbox.RowQuery{Limit: 1000})
+	must(t, err)
+	if len(page.Rows) != 70 {
+		t.Fatalf("format 2 file lists %d rows, want 70", len(page.Rows))
+	}
+	before := map[string]outbox.Row{}
+	finished := 0
+	kinds := map[string]int{}
+	for _, r := range page.Rows {
+		before[r.DispatchKey] = r
+		if r.Status == outbox.StatusDone || r.Status == outbox.StatusCancelled {
+			finished++
+			switch {
+			case r.Version.Gen > 0:
+				kinds["redriven"]++
+			case r.LastError != "" && r.Status == outbox.StatusDone:
+				kinds["retried"]++
+			case r.LastError != "":
+				kinds["reason"]++
+			}
+			if _, _, ok := keyWorkflow(r.DispatchKey); !ok {
+				kinds["own key"]++
+			}
+		}
+	}
+	if finished < 20 || kinds["redriven"] == 0 || kinds["retried"] == 0 || kinds["reason"] == 0 || kinds["own key"] == 0 {
+		t.Fatalf("fixture: %d finished rows, kinds %v: not what it should hold", finished, kinds)
+	}
+	digests, err := s.ShardDigests(ctx)
+	must(t, err)
+	stats, err := s.NamespaceStats(ctx)
+	must(t, err)
+	n, err := s.PackTombstones(ctx)
+	must(t, err)
+	if n != finished {
+		t.Fatalf("packed %d rows, want the %d done and cancelled ones", n, finished)
+	}
+	mustCheck(t, s)
+	assertSameRows(t, s, before)
+	assertSameDigests(t, s, digests)
+	if st, err := s.NamespaceStats(ctx); err != nil || !reflect.DeepEqual(st, stats) {
+		t.Fatalf("namespace stats after packing: %+v %v, want %+v", st, err, stats)
+	}
+	var again []outbox.Row
+	for k := range before {
+		again = append(again, row(k, "ns", "q"))
+	}
+	for i, o := range mustAppend(t, s, again...) {
+		if o != outbox.AppendDuplicate {
+			t.Fatalf("append of the stored key %q: %s", again[i].DispatchKey, o)
+		}
+	}
+	s = reopen(t, s, b)
+	mustCheck(t, s)
+	assertSameRows(t, s, before)
+}
+
+// assertSameRows fails unless s holds exactly want (every field).
+func assertSameRows(t *testing.T, s *Store, want map[string]outbox.Row) {
+	t.Helper()
+	for k, w := range want {
+		got := mustGet(t, s, k)
+		if !sameRow(&got, &w) {
+			t.Fatalf("row %q reads back as\n%+v\nwant\n%+v", k, got, w)
+		}
+	}
+	page, err := s.ListRows(ctx, outbox.RowQuery{Limit: len(want) + 1})
+	must(t, err)
+	if len(page.Rows) != len(want) || page.Next != "" {
+		t.Fatalf("ListRows: %d rows (next %q), want %d", len(page.Rows), page.Next, len(want))
+	}
+	for i := range page.Rows {
+		w := want[page.Rows[i].DispatchKey]
+		if !sameRow(&page.Rows[i], &w) || (i > 0 && page.Rows[i-1].DispatchKey >= page.Rows[i].DispatchKey) {
+			t.Fatalf("ListRows row %d: %+v, want %+v in key order", i, page.Rows[i], w)
+		}
+	}
+}
+
+// assertSameDigests fails unless s's shard digests are want.
+func assertSameDigests(t *testing.T, s *Store, want []outbox.ShardDigest) {
+	t.Helper()
+	got, err := s.ShardDigests(ctx)
+	must(t, err)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("digests %v, want %v", got, want)
+	}
+}
+
 func twoDigits(i int) string { return string([]byte{'0' + byte(i/10), '0' + byte(i%10)}) }
 
 // TestOpenRefusesNewerFormat: a file of a format this build does not know
@@ -117,8 +239,8 @@ func TestOpenRefusesNewerFormat(t *testing.T) {
 	}))
 	must(t, db.Close())
 	_, err = Open(b.path, b.opts)
-	if !errors.Is(err, ErrCorrupt) || !containsAll(err.Error(), "format version 3", "reads 1 and 2") {
-		t.Fatalf("open a format 3 file: %v", err)
+	if !errors.Is(err, ErrCorrupt) || !containsAll(err.Error(), "format version 4", "reads 1 to 3") {
+		t.Fatalf("open a format 4 file: %v", err)
 	}
 }
 

@@ -201,7 +201,7 @@ func (s *Store) commit(batch []*op) {
 		start := time.Now()
 		err := s.update(func(tx *bolt.Tx) error {
 			var err error
-			if w, err = newWtx(tx); err != nil {
+			if w, err = newWtx(tx, s.opts.ShardCount); err != nil {
 				fnErr = err
 				return err
 			}
@@ -231,6 +231,9 @@ func (s *Store) commit(batch []*op) {
 			s.m.batchOps.Observe(float64(len(live)))
 			for i, d := range w.statusDelta {
 				s.totals[i].Add(d)
+			}
+			if w.packed > 0 {
+				s.m.packed.Add(float64(w.packed))
 			}
 			if w.expired > 0 {
 				s.m.expired.Add(float64(w.expired))

@@ -10,13 +10,14 @@ import (
 
 // buckets holds one transaction's handles on every bucket.
 type buckets struct {
-	rows, byShard, pending, claimed, tombs, dead, dlq, transfer, routes, ns, nsShard, shards, config, meta, digests *bolt.Bucket
+	rows, byShard, pending, claimed, tombs, dead, dlq, transfer, routes, ns, nsShard, shards, config, meta, digests,
+	bundles, bexp *bolt.Bucket
 }
 
 func openBuckets(tx *bolt.Tx) (buckets, error) {
 	var b buckets
 	ptrs := []**bolt.Bucket{&b.rows, &b.byShard, &b.pending, &b.claimed, &b.tombs, &b.dead, &b.dlq,
-		&b.transfer, &b.routes, &b.ns, &b.nsShard, &b.shards, &b.config, &b.meta, &b.digests}
+		&b.transfer, &b.routes, &b.ns, &b.nsShard, &b.shards, &b.config, &b.meta, &b.digests, &b.bundles, &b.bexp}
 	for i, name := range allBuckets {
 		bk := tx.Bucket(name)
 		if bk == nil {
@@ -39,6 +40,9 @@ type nsShard struct {
 type wtx struct {
 	tx *bolt.Tx
 	b  buckets
+	// shardCount is the store's shard_count (packed rows are found by
+	// their shard).
+	shardCount uint32
 
 	dNS      map[string]counts  // namespace → delta (nsCountsLen)
 	dNSShard map[nsShard]counts // (namespace, shard) → delta (nssCountsLen)
@@ -53,8 +57,10 @@ type wtx struct {
 
 	// statusDelta feeds the fairshard_store_rows gauge after commit.
 	statusDelta [nsCountsLen]int64
-	// expired counts tombstones removed by the sweep in this tx.
+	// expired counts tombstones removed by the sweep in this tx; packed
+	// the rows the pack pass moved into bundles.
 	expired int
+	packed  int
 }
 
 // digestDelta is the change of one shard's digest within a transaction
@@ -64,7 +70,7 @@ type digestDelta struct {
 	sum  uint64
 }
 
-func newWtx(tx *bolt.Tx) (*wtx, error) {
+func newWtx(tx *bolt.Tx, shardCount uint32) (*wtx, error) {
 	b, err := openBuckets(tx)
 	if err != nil {
 		return nil, err
@@ -77,14 +83,18 @@ func newWtx(tx *bolt.Tx) (*wtx, error) {
 	for _, bk := range []*bolt.Bucket{b.rows, b.byShard, b.pending, b.claimed, b.tombs, b.dead} {
 		bk.FillPercent = 0.9
 	}
+	// Bundles are split at a quarter page and rewritten in place: fill
+	// leaves fully.
+	b.bundles.FillPercent = 1
 	return &wtx{
-		tx:       tx,
-		b:        b,
-		dNS:      make(map[string]counts),
-		dNSShard: make(map[nsShard]counts),
-		dShard:   make(map[uint32]counts),
-		dRoute:   make(map[string]int64),
-		dDigest:  make(map[uint32]*digestDelta),
+		tx:         tx,
+		b:          b,
+		shardCount: shardCount,
+		dNS:        make(map[string]counts),
+		dNSShard:   make(map[nsShard]counts),
+		dShard:     make(map[uint32]counts),
+		dRoute:     make(map[string]int64),
+		dDigest:    make(map[uint32]*digestDelta),
 	}, nil
 }
 
@@ -172,6 +182,13 @@ func swapIndex(b *bolt.Bucket, oldKey, newKey, val []byte) error {
 // mark becomes nw (nil: delete) with its mark; nw == old (same pointer)
 // changes only the mark. enc, when non-nil, is nw already encoded. Every index entry and counter follows in the same tx.
 func (w *wtx) write(rk []byte, old *outbox.Row, oldXfer bool, nw *outbox.Row, newXfer bool, enc []byte) error {
+	return w.writeFrom(rk, old, oldXfer, nw, newXfer, enc, false)
+}
+
+// writeFrom is write where old may be a packed row (oldPacked: a bundle
+// record, already removed from its bundle by the caller, with no rows
+// entry and no index entry). nw must then differ from old.
+func (w *wtx) writeFrom(rk []byte, old *outbox.Row, oldXfer bool, nw *outbox.Row, newXfer bool, enc []byte, oldPacked bool) error {
 	switch {
 	case nw == nil:
 		newXfer = false
@@ -215,6 +232,9 @@ func (w *wtx) write(rk []byte, old *outbox.Row, oldXfer bool, nw *outbox.Row, ne
 		}
 	}
 	ok, nk := keysOf(old, oldXfer), keysOf(nw, newXfer)
+	if oldPacked {
+		ok = indexKeys{}
+	}
 	var shardVal []byte
 	if nw != nil {
 		shardVal = appendShard(nil, nw.Shard)

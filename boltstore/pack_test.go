@@ -1,0 +1,450 @@
+package boltstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/fairshard/fairshard/outbox"
+	"github.com/fairshard/fairshard/outbox/outboxtest"
+)
+
+// eagerPack is a Store that packs every finished row into its bundle
+// right after the call that finished it (and before a sweep), so the
+// contract suite meets packed rows wherever it reads a done or cancelled
+// one.
+type eagerPack struct {
+	*Store
+	t      *testing.T
+	packed *int
+}
+
+func (e eagerPack) pack() {
+	e.t.Helper()
+	n, err := e.PackTombstones(ctx)
+	if err != nil {
+		e.t.Fatalf("pack: %v", err)
+	}
+	*e.packed += n
+}
+
+func (e eagerPack) Complete(ctx context.Context, p outbox.CompleteParams) error {
+	defer e.pack()
+	return e.Store.Complete(ctx, p)
+}
+
+func (e eagerPack) Cancel(ctx context.Context, p outbox.CancelParams) (bool, error) {
+	defer e.pack()
+	return e.Store.Cancel(ctx, p)
+}
+
+func (e eagerPack) Merge(ctx context.Context, rows []outbox.Row) (outbox.MergeResult, error) {
+	defer e.pack()
+	return e.Store.Merge(ctx, rows)
+}
+
+func (e eagerPack) PurgeDeadLetters(ctx context.Context, namespace string, keys []string, now time.Time) (int, error) {
+	defer e.pack()
+	return e.Store.PurgeDeadLetters(ctx, namespace, keys, now)
+}
+
+func (e eagerPack) ExpireTombstones(ctx context.Context) (int, error) {
+	e.pack()
+	return e.Store.ExpireTombstones(ctx)
+}
+
+// TestStoreContractPacked runs the shared outbox.Store suite, unchanged,
+// against a store that packs finished rows at once: a packed row must be
+// the same row to every call (Get, Append's dedupe, Merge, ReadShard and
+// its marks, digests, counters, ListRows, expiry). Every case's file is
+// Check'ed at cleanup, bundles included.
+func TestStoreContractPacked(t *testing.T) {
+	total := 0
+	t.Cleanup(func() {
+		// The cases finish rows in every way (complete, cancel, purge,
+		// merge of finished copies): many must have been packed.
+		if total < 20 {
+			t.Errorf("the suite packed %d rows: the packed path was not exercised", total)
+		}
+		t.Logf("%d rows packed over the suite", total)
+	})
+	outboxtest.RunStoreSuite(t, func(t *testing.T) outbox.Store {
+		s, _ := newTestStore(t, func(o *Options) { o.ShardCount = 64 })
+		n := 0
+		t.Cleanup(func() { total += n })
+		return eagerPack{Store: s, t: t, packed: &n}
+	})
+}
+
+// finishVariety appends n rows of every shape a tombstone can have and
+// finishes them by every path: keys that spell their workflow
+// ("{workflow_id}:{ordinal}") or not, with or without a workflow, several
+// routes and activity types; completed at their first try, after retries
+// (last error; some errors larger than a bundle), cancelled with and
+// without a reason, dead letters (which stay rows), a redriven dead
+// letter completed (generation 1). Times differ per row (nanoseconds
+// included). It returns the keys by final status.
+func finishVariety(t *testing.T, s *Store, b *testBundle, prefix string, n int) map[outbox.Status][]string {
+	t.Helper()
+	rows := make([]outbox.Row, n)
+	for i := range rows {
+		r := outbox.Row{Namespace: fmt.Sprintf("ns%d", i%3), TaskQueue: fmt.Sprintf("q%d", i%2), ActivityType: fmt.Sprintf("act%d", i%3),
+			Payload: []byte(strings.Repeat("x", 100+i%50)), ContentType: "application/json",
+			CreatedAt: b.clock.Now().Add(time.Duration(i)*time.Millisecond + time.Duration(i%7)), Attempt: 1}
+		switch i % 4 {
+		case 0:
+			r.WorkflowID, r.Ordinal = fmt.Sprintf("%s-wf-%d", prefix, i%9), uint64(i)
+			r.DispatchKey = outbox.DefaultDispatchKey(r.WorkflowID, r.Ordinal)
+		case 1:
+			r.DispatchKey, r.WorkflowID, r.Ordinal = fmt.Sprintf("%s-k-%d", prefix, i), "w", uint64(i)
+		case 2:
+			r.DispatchKey = fmt.Sprintf("%s-k-%d", prefix, i)
+		case 3:
+			r.DispatchKey, r.WorkflowID, r.Ordinal = fmt.Sprintf("%s:%d", prefix, i), "other", 7
+		}
+		if i%11 == 0 {
+			r.VisibleAfter = r.CreatedAt.Add(time.Second) // delayed
+		}
+		rows[i] = r
+	}
+	mustAppend(t, s, rows...)
+	claim := func() []outbox.Row {
+		b.clock.Advance(time.Minute)
+		got, err := s.Claim(ctx, outbox.ClaimParams{Limit: 2 * n, Now: b.clock.Now()})
+		must(t, err)
+		return got
+	}
+	out := map[outbox.Status][]string{}
+	at := func(i int) time.Time {
+		return b.clock.Now().Add(time.Duration(i)*time.Microsecond + time.Duration(i%13))
+	}
+	var again []string
+	for i, r := range claim() {
+		switch i % 5 {
+		case 0:
+			msg := "503 unavailable"
+			if i%50 == 0 {
+				msg = strings.Repeat("e", 3*bundleMaxBytes)
+			}
+			must(t, s.Retry(ctx, outbox.RetryParams{DispatchKey: r.DispatchKey, Claim: r.Version, VisibleAfter: b.clock.Now(), LastError: msg, StatusCode: 503}))
+			again = append(again, r.DispatchKey)
+		case 1:
+			must(t, s.Fail(ctx, outbox.FailParams{DispatchKey: r.DispatchKey, Claim: r.Version, LastError: "400", Now: at(i)}))
+			out[outbox.StatusFailed] = append(out[outbox.StatusFailed], r.DispatchKey)
+		case 2:
+			must(t, s.Retry(ctx, outbox.RetryParams{DispatchKey: r.DispatchKey, Claim: r.Version, VisibleAfter: b.clock.Now().Add(time.Hour)}))
+			reason := ""
+			if i%10 == 2 {
+				reason = "withdrawn"
+			}
+			if ok, err := s.Cancel(ctx, outbox.CancelParams{DispatchKey: r.DispatchKey, Reason: reason, Now: at(i)}); err != nil || !ok {
+				t.Fatalf("cancel %s: %v %v", r.DispatchKey, ok, err)
+			}
+			out[outbox.StatusCancelled] = append(out[outbox.StatusCancelled], r.DispatchKey)
+		default:
+			must(t, s.Complete(ctx, outbox.CompleteParams{DispatchKey: r.DispatchKey, Claim: r.Version, Now: at(i)}))
+			out[outbox.StatusDone] = append(out[outbox.StatusDone], r.DispatchKey)
+		}
+	}
+	// One dead letter redriven: generation 1.
+	redriven := out[outbox.StatusFailed][0]
+	out[outbox.StatusFailed] = out[outbox.StatusFailed][1:]
+	fr := mustGet(t, s, redriven)
+	if n, err := s.Redrive(ctx, fr.Namespace, []string{redriven}, b.clock.Now()); err != nil || n != 1 {
+		t.Fatalf("redrive: %d %v", n, err)
+	}
+	for i, r := range claim() {
+		must(t, s.Complete(ctx, outbox.CompleteParams{DispatchKey: r.DispatchKey, Claim: r.Version, Now: at(i)}))
+		out[outbox.StatusDone] = append(out[outbox.StatusDone], r.DispatchKey)
+	}
+	if len(out[outbox.StatusDone]) != n-len(out[outbox.StatusFailed])-len(out[outbox.StatusCancelled]) || len(again) == 0 {
+		t.Fatalf("finished %d done, %d failed, %d cancelled of %d", len(out[outbox.StatusDone]), len(out[outbox.StatusFailed]), len(out[outbox.StatusCancelled]), n)
+	}
+	if r := mustGet(t, s, redriven); r.Version.Gen != 1 || r.Status != outbox.StatusDone {
+		t.Fatalf("redriven row: %s %v", r.Status, r.Version)
+	}
+	return out
+}
+
+// allRows lists every row s holds, by key.
+func allRows(t *testing.T, s *Store) map[string]outbox.Row {
+	t.Helper()
+	out := map[string]outbox.Row{}
+	q := outbox.RowQuery{Limit: 500}
+	for {
+		page, err := s.ListRows(ctx, q)
+		must(t, err)
+		for _, r := range page.Rows {
+			if _, dup := out[r.DispatchKey]; dup {
+				t.Fatalf("ListRows lists %q twice", r.DispatchKey)
+			}
+			out[r.DispatchKey] = r
+		}
+		if page.Next == "" {
+			return out
+		}
+		q.After = page.Next
+	}
+}
+
+// bucketKeys counts the entries of a bucket.
+func bucketKeys(t *testing.T, s *Store, name []byte) int {
+	t.Helper()
+	n := 0
+	must(t, s.db.View(func(tx *bolt.Tx) error { n = tx.Bucket(name).Stats().KeyN; return nil }))
+	return n
+}
+
+// TestPackedRowsReadAsRows: every done and cancelled row, whatever its
+// shape, is packed by the pack pass, and then reads back identical in
+// every field (Get, ListRows in key order across bundles and rows),
+// dedupes an append of its key, and leaves the digests and namespace
+// stats as they were; dead letters stay rows; bundles split as they
+// fill; the packed file checks and reopens the same.
+func TestPackedRowsReadAsRows(t *testing.T) {
+	t.Parallel()
+	s, b := newTestStore(t, func(o *Options) { o.ShardCount = 4 })
+	const n = 2000
+	keys := finishVariety(t, s, b, "v", n)
+	before := allRows(t, s)
+	digests, err := s.ShardDigests(ctx)
+	must(t, err)
+	stats, err := s.NamespaceStats(ctx)
+	must(t, err)
+	packed, err := s.PackTombstones(ctx)
+	must(t, err)
+	if want := len(keys[outbox.StatusDone]) + len(keys[outbox.StatusCancelled]); packed != want {
+		t.Fatalf("packed %d rows, want the %d done and cancelled", packed, want)
+	}
+	if got := bucketKeys(t, s, bucketRows); got != len(keys[outbox.StatusFailed]) {
+		t.Fatalf("%d rows entries left, want the %d dead letters", got, len(keys[outbox.StatusFailed]))
+	}
+	if nb := bucketKeys(t, s, bucketBundles); nb < 2*4 {
+		t.Fatalf("%d bundles for %d packed rows over 4 shards: they did not split", nb, packed)
+	}
+	mustCheck(t, s)
+	assertSameRows(t, s, before)
+	assertSameDigests(t, s, digests)
+	if st, err := s.NamespaceStats(ctx); err != nil || !reflect.DeepEqual(st, stats) {
+		t.Fatalf("namespace stats after packing: %+v %v, want %+v", st, err, stats)
+	}
+	var dup []outbox.Row
+	for k := range before {
+		dup = append(dup, row(k, "ns", "q"))
+	}
+	for i, o := range mustAppend(t, s, dup...) {
+		if o != outbox.AppendDuplicate {
+			t.Fatalf("append of the stored key %q: %s", dup[i].DispatchKey, o)
+		}
+	}
+	// Settles of packed rows are no-ops, as for any finished row.
+	k := keys[outbox.StatusDone][0]
+	must(t, s.Complete(ctx, outbox.CompleteParams{DispatchKey: k, Claim: before[k].Version}))
+	if ok, err := s.Cancel(ctx, outbox.CancelParams{DispatchKey: k}); ok || err != nil {
+		t.Fatalf("cancel of a packed done row: %v %v", ok, err)
+	}
+	// A second pass finds nothing to pack; the rows read the same after
+	// a restart.
+	if n, err := s.PackTombstones(ctx); err != nil || n != 0 {
+		t.Fatalf("second pack: %d %v", n, err)
+	}
+	s = reopen(t, s, b)
+	assertSameRows(t, s, before)
+	assertSameDigests(t, s, digests)
+}
+
+// TestPackedRowsExpire: packed rows leave at the end of their retention
+// like any tombstone (counted, digests and counters follow, their keys
+// can be appended anew), bundle by bundle from the earliest, and a
+// bundle holding rows of both sides of the cut keeps the younger ones.
+func TestPackedRowsExpire(t *testing.T) {
+	t.Parallel()
+	s, b := newTestStore(t, func(o *Options) { o.ShardCount = 4; o.TombstoneRetention = 24 * time.Hour })
+	old := finishVariety(t, s, b, "old", 400)
+	b.clock.Advance(2 * time.Hour)
+	young := finishVariety(t, s, b, "young", 400)
+	if _, err := s.PackTombstones(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustCheck(t, s)
+	b.clock.Advance(23 * time.Hour) // past the old rows' retention, not the young ones'
+	n, err := s.ExpireTombstones(ctx)
+	must(t, err)
+	oldGone := len(old[outbox.StatusDone]) + len(old[outbox.StatusCancelled])
+	if n != oldGone {
+		t.Fatalf("expired %d, want the %d old done and cancelled rows", n, oldGone)
+	}
+	mustCheck(t, s)
+	for _, k := range append(old[outbox.StatusDone], old[outbox.StatusCancelled]...) {
+		if _, err := s.Get(ctx, k); !errors.Is(err, outbox.ErrNotFound) {
+			t.Fatalf("expired packed row %q: %v", k, err)
+		}
+	}
+	for _, k := range append(young[outbox.StatusDone], young[outbox.StatusCancelled]...) {
+		mustGet(t, s, k)
+	}
+	if out := mustAppend(t, s, row(old[outbox.StatusDone][0], "ns", "q")); out[0] != outbox.AppendCreated {
+		t.Fatalf("append of an expired key: %s", out[0])
+	}
+	b.clock.Advance(3 * time.Hour)
+	if _, err := s.ExpireTombstones(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if nb, ne := bucketKeys(t, s, bucketBundles), bucketKeys(t, s, bucketBExp); nb != 0 || ne != 0 {
+		t.Fatalf("after every packed row expired: %d bundles, %d expiry entries", nb, ne)
+	}
+	st, err := s.NamespaceStats(ctx)
+	must(t, err)
+	for ns, v := range st {
+		if v.Done+v.Cancelled != 0 {
+			t.Fatalf("namespace %s after expiry: %+v", ns, v)
+		}
+	}
+}
+
+// TestMergeOntoPackedRows: incoming copies meet a packed row as they
+// would its rows entry: a stale live copy or the same state is skipped
+// (the row stays packed), a newer state (another generation, a later
+// terminal state) replaces it and leaves its bundle.
+func TestMergeOntoPackedRows(t *testing.T) {
+	t.Parallel()
+	s, b := newTestStore(t, func(o *Options) { o.ShardCount = 4 })
+	keys := finishVariety(t, s, b, "m", 200)
+	if _, err := s.PackTombstones(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := mustGet(t, s, keys[outbox.StatusDone][1])
+	stale := done
+	stale.Status, stale.Version, stale.FinishedAt, stale.Payload = outbox.StatusPending, outbox.FirstVersion, time.Time{}, []byte("p")
+	res, err := s.Merge(ctx, []outbox.Row{stale, done})
+	if err != nil || res.Skipped != 2 {
+		t.Fatalf("stale and same copies onto a packed row: %+v %v", res, err)
+	}
+	if got := mustGet(t, s, done.DispatchKey); !sameRow(&got, &done) {
+		t.Fatalf("packed row after merges: %+v", got)
+	}
+	if bucketKeys(t, s, bucketRows) != len(keys[outbox.StatusFailed]) {
+		t.Fatal("a skipped merge unpacked the row")
+	}
+	// A newer generation (a redrive elsewhere) and a later terminal state.
+	redriven := done
+	redriven.Status, redriven.Version, redriven.FinishedAt = outbox.StatusPending, outbox.Version{Gen: done.Version.Gen + 1, Seq: 99}, time.Time{}
+	redriven.Payload = []byte("again")
+	cancelled := mustGet(t, s, keys[outbox.StatusCancelled][0])
+	later := cancelled
+	later.Status = outbox.StatusDone // done outranks cancelled in a generation
+	res, err = s.Merge(ctx, []outbox.Row{redriven, later})
+	if err != nil || res.Updated != 2 {
+		t.Fatalf("newer copies onto packed rows: %+v %v", res, err)
+	}
+	mustCheck(t, s)
+	if got := mustGet(t, s, done.DispatchKey); got.Status != outbox.StatusPending || got.Version != redriven.Version || string(got.Payload) != "again" {
+		t.Fatalf("packed row after a newer generation: %s %v %q", got.Status, got.Version, got.Payload)
+	}
+	if got := mustGet(t, s, later.DispatchKey); got.Status != outbox.StatusDone {
+		t.Fatalf("packed cancelled row after a done copy: %s", got.Status)
+	}
+	claimed, err := s.Claim(ctx, outbox.ClaimParams{Limit: 10, Now: b.clock.Now()})
+	must(t, err)
+	if len(claimed) != 1 || claimed[0].DispatchKey != done.DispatchKey {
+		t.Fatalf("claim after the redriven copy: %v", claimed)
+	}
+	if n, err := s.PackTombstones(ctx); err != nil || n != 1 {
+		t.Fatalf("repack of the row made done by the merge: %d %v", n, err)
+	}
+	mustCheck(t, s)
+}
+
+// TestReadShardPagesPackedRows: a shard read in small pages returns every
+// row of the shard once, live rows first and packed ones after, with
+// tokens that survive a restart; a move marks packed rows like others,
+// Open clears those marks, AbortTransfer unmarks and CompleteTransfer
+// deletes them.
+func TestReadShardPagesPackedRows(t *testing.T) {
+	t.Parallel()
+	s, b := newTestStore(t, func(o *Options) { o.ShardCount = 4 })
+	finishVariety(t, s, b, "r", 600)
+	if _, err := s.PackTombstones(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var live []outbox.Row
+	for i := range 50 {
+		live = append(live, row(fmt.Sprintf("live-%d", i), "ns", "q"))
+	}
+	mustAppend(t, s, live...)
+	const shard = 1
+	want := map[string]bool{}
+	for k, r := range allRows(t, s) {
+		if r.Shard == shard {
+			want[k] = true
+		}
+	}
+	read := func(mark bool) []string {
+		var got []string
+		p := outbox.ShardRead{Shard: shard, MaxRows: 7, MaxBytes: 4000, Mark: mark}
+		for pages := 0; ; pages++ {
+			page, err := s.ReadShard(ctx, p)
+			must(t, err)
+			for _, r := range page.Rows {
+				got = append(got, r.DispatchKey)
+			}
+			if page.Done {
+				return got
+			}
+			p.After = page.Next
+			if pages == 10 && !mark {
+				s = reopen(t, s, b) // tokens are durable
+			}
+		}
+	}
+	got := read(false)
+	if len(got) < 3*7*10/2 {
+		t.Fatalf("shard read of %d rows: too few pages to test a restart mid-read", len(got))
+	}
+	seen := map[string]bool{}
+	for _, k := range got {
+		if seen[k] || !want[k] {
+			t.Fatalf("shard read returned %q twice or from another shard", k)
+		}
+		seen[k] = true
+	}
+	if len(seen) != len(want) {
+		t.Fatalf("shard read returned %d of the shard's %d rows", len(seen), len(want))
+	}
+	// A move: the shard is not ours.
+	s.SetOwnedShards([]uint32{0, 2, 3})
+	marked := read(true)
+	if n, err := s.MarkedRows(ctx); err != nil || n != len(marked) || len(marked) < len(want)/2 {
+		t.Fatalf("marked %d rows (%v), read %d of %d", n, err, len(marked), len(want))
+	}
+	s = reopen(t, s, b) // Open clears marks, packed rows' included
+	s.SetOwnedShards([]uint32{0, 2, 3})
+	if n, err := s.MarkedRows(ctx); err != nil || n != 0 {
+		t.Fatalf("marks after reopen: %d %v", n, err)
+	}
+	marked = read(true)
+	half := marked[:len(marked)/2]
+	if n, err := s.AbortTransfer(ctx, half); err != nil || n != len(half) {
+		t.Fatalf("abort: %d %v", n, err)
+	}
+	if n, err := s.CompleteTransfer(ctx, marked); err != nil || n != len(marked)-len(half) {
+		t.Fatalf("complete: %d %v, want %d", n, err, len(marked)-len(half))
+	}
+	mustCheck(t, s)
+	marked = read(true)
+	if n, err := s.CompleteTransfer(ctx, marked); err != nil || n != len(marked) {
+		t.Fatalf("complete the rest: %d %v", n, err)
+	}
+	mustCheck(t, s)
+	for k := range want {
+		if r, err := s.Get(ctx, k); err == nil && r.Status != outbox.StatusClaimed {
+			t.Fatalf("row %q (%s) of the moved shard is still here", k, r.Status)
+		}
+	}
+}
