@@ -207,6 +207,18 @@ func BenchmarkAppend(b *testing.B) {
 			})
 		}
 	}
+	// The target cell on a store holding 100,000 finished rows, as rows
+	// (slim) or packed: what Append's dedupe probe of the bundles costs.
+	for _, pack := range []bool{false, true} {
+		b.Run(fmt.Sprintf("batch=16/producers=64/impl=boltstore/finished=100k/packed=%v", pack), func(b *testing.B) {
+			s := benchStore(b)
+			preloadFinished(b, s, 100_000, pack)
+			runProducers(b, 64, 16, func(_ int, rows []outbox.Row) error {
+				_, err := s.Append(context.Background(), rows)
+				return err
+			})
+		})
+	}
 	// The same target cell with random (UUID-like) dispatch keys: every row
 	// lands on its own B+tree leaf, which is what key locality saves.
 	b.Run("batch=16/producers=64/impl=boltstore/keys=random", func(b *testing.B) {
@@ -220,6 +232,31 @@ func BenchmarkAppend(b *testing.B) {
 			return err
 		})
 	})
+}
+
+// preloadFinished stores n done rows (keys "old-…", not the producers')
+// as copies merged in large batches (untimed), packed into bundles when
+// pack is set: what a node holds within the retention window.
+func preloadFinished(b *testing.B, s *Store, n int, pack bool) {
+	b.Helper()
+	now := time.Now()
+	for i := 0; i < n; i += 2048 {
+		rows := make([]outbox.Row, 0, 2048)
+		for j := i; j < min(i+2048, n); j++ {
+			r := benchRow(0, j, now)
+			r.DispatchKey = fmt.Sprintf("old-%09d:0", j)
+			r.Status, r.Version, r.Version.Seq, r.FinishedAt = outbox.StatusDone, outbox.FirstVersion, 2, now.Add(time.Duration(j))
+			rows = append(rows, r)
+		}
+		if _, err := s.Merge(context.Background(), rows); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if pack {
+		if got, err := s.PackTombstones(context.Background()); err != nil || got != n {
+			b.Fatalf("packed %d of %d: %v", got, n, err)
+		}
+	}
 }
 
 // preload appends n pending rows in large batches (untimed).
@@ -239,7 +276,8 @@ func preload(b *testing.B, s *Store, n int, now time.Time) {
 // BenchmarkClaimComplete is the dispatcher's cycle: one claimer takes
 // batches of visible rows (as many as there are deliverers) and hands them
 // to the deliverers, each of which completes its row on its own (as
-// deliveries finish independently). The naive baseline claims one row per
+// deliveries finish independently), while the pack pass packs the rows
+// completed (as RunTombstoneGC does in a node). The naive baseline claims one row per
 // transaction and completes it in another, from as many goroutines.
 func BenchmarkClaimComplete(b *testing.B) {
 	for _, workers := range []int{64, 512} {
@@ -253,6 +291,17 @@ func benchClaimComplete(b *testing.B, workers int) {
 		now := time.Now()
 		preload(b, s, b.N, now)
 		ctx := context.Background()
+		// The pack pass runs as in a node (every PackInterval), packing
+		// the rows completed meanwhile.
+		gcCtx, stopGC := context.WithCancel(ctx)
+		gcDone := make(chan error, 1)
+		go func() { gcDone <- s.RunTombstoneGC(gcCtx, time.Minute) }()
+		defer func() {
+			stopGC()
+			if err := <-gcDone; err != nil {
+				b.Error(err)
+			}
+		}()
 		work := make(chan string, workers)
 		var done atomic.Int64
 		var wg sync.WaitGroup

@@ -292,12 +292,14 @@ func encodeBundles(shard uint32, rows []outbox.Row) []encodedBundle {
 
 // bundleReader walks one bundle's records.
 type bundleReader struct {
-	shard    uint32
-	routes   []bundleRoute
-	base     int64
-	n        int
-	body     []byte
-	restarts []byte // uint32 offsets
+	shard      uint32
+	nroutes    int
+	routeTable []byte
+	routes     []bundleRoute // decoded by loadRoutes
+	base       int64
+	n          int
+	body       []byte
+	restarts   []byte // uint32 offsets
 
 	// walk state
 	d       decoder
@@ -319,10 +321,14 @@ func openBundle(bk, v []byte) (*bundleReader, error) {
 	if nr > uint64(len(v)) {
 		return nil, fmt.Errorf("bundle %x: %w (routes)", bk, errBadValue)
 	}
-	br.routes = make([]bundleRoute, nr)
-	for i := range br.routes {
-		br.routes[i] = bundleRoute{d.str(), d.str(), d.str()}
+	// The route table is decoded when a record is (routes); a lookup
+	// that misses never does.
+	br.nroutes = int(nr)
+	br.routeTable = d.b
+	for range 3 * nr {
+		d.bytes()
 	}
+	br.routeTable = br.routeTable[:len(br.routeTable)-len(d.b)]
 	br.base = d.varint()
 	n := d.uvarint()
 	bl := d.uvarint()
@@ -336,6 +342,23 @@ func openBundle(bk, v []byte) (*bundleReader, error) {
 		return nil, fmt.Errorf("bundle %x: %w (restarts)", bk, errBadValue)
 	}
 	return br, nil
+}
+
+// loadRoutes decodes the route table (once).
+func (br *bundleReader) loadRoutes() error {
+	if br.routes != nil || br.nroutes == 0 {
+		return nil
+	}
+	d := decoder{b: br.routeTable}
+	routes := make([]bundleRoute, br.nroutes)
+	for i := range routes {
+		routes[i] = bundleRoute{d.str(), d.str(), d.str()}
+	}
+	if d.err != nil {
+		return fmt.Errorf("bundle routes: %w", errBadValue)
+	}
+	br.routes = routes
+	return nil
 }
 
 // seekRestart positions the walk at restart point j.
@@ -401,13 +424,16 @@ func (br *bundleReader) rest(into *outbox.Row) error {
 	if flags&bgError != 0 {
 		lastErr = d.str()
 	}
-	if d.err != nil || ri >= uint64(len(br.routes)) || attempt > math.MaxUint32 || gen > math.MaxUint32 {
+	if d.err != nil || ri >= uint64(br.nroutes) || attempt > math.MaxUint32 || gen > math.MaxUint32 {
 		return fmt.Errorf("bundle record %d (%q): %w", br.i, br.key, errBadValue)
 	}
 	br.prevFin = fin
 	br.i++
 	if into == nil {
 		return nil
+	}
+	if err := br.loadRoutes(); err != nil {
+		return err
 	}
 	rt := br.routes[ri]
 	*into = outbox.Row{

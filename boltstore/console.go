@@ -243,9 +243,12 @@ func packedFrom(b buckets, shardCount uint32, after string) (*packedHeap, error)
 	}
 	for shard := range shardCount {
 		h := &packedHead{c: b.bundles.Cursor(), prefix: appendShard(nil, shard)}
-		k, v := findBundle(h.c, shard, after)
+		k, _ := findBundle(h.c, shard, after)
+		var v []byte
 		if k == nil {
 			k, v = h.c.Seek(h.prefix)
+		} else {
+			k, v = h.c.Seek(k)
 		}
 		for {
 			more, err := h.load(k, v)

@@ -44,7 +44,10 @@
 //   - Tombstone retention: done/cancelled rows are kept
 //     Options.TombstoneRetention (default 24 h) after FinishedAt, slim
 //     (outbox.Slim: no payload; the row is deleted and put again so bbolt
-//     rebalances its leaf and the payload's pages are reused); failed rows
+//     rebalances its leaf and the payload's pages are reused), then
+//     packed within a second into per-shard bundles of ~20-byte records
+//     ([Store.PackTombstones], bundle.go: lossless, read as rows by every
+//     call); failed rows
 //     (dead letters, payload kept) Options.DeadLetterRetention (default 7
 //     days, never less than the tombstone retention).
 //     [Store.RunTombstoneGC] sweeps them in transactions of at most

@@ -68,9 +68,11 @@ func (s *Store) MarkedRows(ctx context.Context) (int, error) {
 }
 
 // ReadShard reads the next page of one shard's rows (see outbox.ShardRead
-// and outbox.ShardPage) in (CreatedAt, dispatch_key) order: the shard's
-// entries of the byshard index after p.After, which is the byshard key of
-// the last row examined (the resume token; valid across restarts). Entries
+// and outbox.ShardPage): first its rows entries in (CreatedAt,
+// dispatch_key) order, the shard's entries of the byshard index after
+// p.After, which is the byshard key of the last row examined (the resume
+// token; valid across restarts), then its packed rows (bundle.go) in
+// dispatch_key order, whose tokens are group ‖ 0xFF×12 ‖ dispatch_key. Entries
 // of the other shards of the same byshard group are stepped over by value
 // (at most ~16 entries read per row returned). A page holds at most
 // p.MaxRows rows and, past its first row, at most p.MaxBytes bytes as
@@ -287,7 +289,9 @@ func scanShard(b buckets, p outbox.ShardRead, xferOf func(rk []byte) bool) (outb
 	c := b.bundles.Cursor()
 	var bk, bv []byte
 	if afterPacked != "" {
-		bk, bv = findBundle(c, p.Shard, afterPacked)
+		if bk, _ = findBundle(c, p.Shard, afterPacked); bk != nil {
+			bk, bv = c.Seek(bk)
+		}
 	}
 	if bk == nil {
 		bk, bv = c.Seek(want)

@@ -15,9 +15,9 @@ import (
 )
 
 // findBundle returns the bundle of shard whose key range holds key: the
-// last bundle whose first key is ≤ key, with c positioned on it. bk is nil
-// when there is none (no bundle of the shard, or key sorts before the
-// first one).
+// last bundle whose first key is ≤ key. bk is nil when there is none (no
+// bundle of the shard, or key sorts before the first one). c is left
+// anywhere: a caller that walks on from bk seeks it first.
 //
 // bbolt's Cursor.Prev stops at a leaf emptied earlier in the same write
 // transaction and returns nil (v1.5.0: prev does not skip empty pages as
@@ -31,28 +31,25 @@ func findBundle(c *bolt.Cursor, shard uint32, key string) (bk, v []byte) {
 		return k, val
 	}
 	after := k
-	var pk []byte
+	var pk, pv []byte
 	if k == nil {
-		pk, _ = c.Last()
+		pk, pv = c.Last()
 	} else {
-		pk, _ = c.Prev()
+		pk, pv = c.Prev()
 	}
 	if pk != nil {
 		if nk, _ := c.Next(); bytes.Equal(nk, after) {
 			if !bytes.HasPrefix(pk, prefix) {
 				return nil, nil
 			}
-			return c.Seek(pk)
+			return pk, pv
 		}
 	}
-	var fk []byte
-	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix) && bytes.Compare(k, want) <= 0; k, _ = c.Next() {
-		fk = append(fk[:0], k...)
+	var fk, fv []byte
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix) && bytes.Compare(k, want) <= 0; k, v = c.Next() {
+		fk, fv = k, v
 	}
-	if fk == nil {
-		return nil, nil
-	}
-	return c.Seek(fk)
+	return fk, fv
 }
 
 // lookupBundled finds the packed record of key (of shard) in the bundles
@@ -88,8 +85,19 @@ func (w *wtx) getAny(rk []byte) (row outbox.Row, xfer, ok, bundled bool, err err
 	return row, w.marked(rk), true, true, nil
 }
 
-// isBundled reports whether key (of shard) has a packed record.
+// isBundled reports whether key (of shard) has a packed record. A
+// transaction that finds no bundle at all skips the lookups (a store with
+// nothing packed pays one cursor step per transaction).
 func (w *wtx) isBundled(shard uint32, key string) (bool, error) {
+	if w.bundleState == 0 {
+		w.bundleState = 2
+		if k, _ := w.b.bundles.Cursor().First(); k == nil {
+			w.bundleState = 1
+		}
+	}
+	if w.bundleState == 1 {
+		return false, nil
+	}
 	_, ok, err := lookupBundled(w.b.bundles, shard, key)
 	return ok, err
 }
@@ -106,6 +114,7 @@ func (w *wtx) changeBundles(shard uint32, add []outbox.Row, remove []string) err
 		adds   []outbox.Row
 		rm     map[string]bool
 	}
+	w.bundleState = 2 // bundles may exist from here on
 	groups := map[string]*group{}
 	var order []string
 	c := w.b.bundles.Cursor()
@@ -226,25 +235,37 @@ func roundTrips(r *outbox.Row) bool {
 	return err == nil && len(got) == 1 && sameRow(&got[0], r)
 }
 
+// Pack pass sizes: a pass reads up to packScanRows keys of the tombstone
+// index, groups them by shard and packs them in transactions of whole
+// shards holding at most packTxRows rows, so a bundle is rewritten at
+// most once per pass (not once per transaction: a 1,000-row transaction
+// touches most shards).
+const (
+	packScanRows = 50_000
+	packTxRows   = 4096
+)
+
 // PackTombstones moves slim done and cancelled rows (every one the
-// tombstone index lists) into their shards' bundles (see bundle.go), in
-// transactions of at most GCBatchRows rows queued like any other write. A
-// packed row is the same row to every reader (Get, Merge, ReadShard,
-// ListRows, the digests and counters do not change); it stops costing
-// its rows entry and two index entries (~280 bytes with 28-byte keys)
-// and costs ~20 bytes of a bundle instead. Rows that would not decode to
-// exactly themselves stay rows. It returns the number of rows packed.
-// The tombstone GC loop (RunTombstoneGC) calls it every PackInterval.
+// tombstone index lists) into their shards' bundles (see bundle.go). It
+// reads the index in pages of packScanRows keys and packs each page in
+// transactions of whole shards (at most packTxRows rows each), queued
+// like any other write. A packed row is the same row to every reader
+// (Get, Merge, ReadShard, ListRows, the digests and counters do not
+// change); it stops costing its rows entry and two index entries (~280
+// bytes with 28-byte keys) and costs ~20 bytes of a bundle instead. Rows
+// that would not decode to exactly themselves stay rows. It returns the
+// number of rows packed. The tombstone GC loop (RunTombstoneGC) calls it
+// every PackInterval.
 func (s *Store) PackTombstones(ctx context.Context) (int, error) {
 	total := 0
 	var after []byte
 	for {
-		n, examined := 0, 0
-		var next []byte
-		err := s.submit(ctx, "pack tombstones", GCBatchRows, func(w *wtx) error {
-			n, examined, next = 0, 0, nil
-			var rks [][]byte
-			c := w.b.tombs.Cursor()
+		var byShard map[uint32][][]byte
+		var last []byte
+		scanned := 0
+		err := s.view(ctx, "pack tombstones: read the index", func(_ *bolt.Tx, b buckets) error {
+			byShard = map[uint32][][]byte{}
+			c := b.tombs.Cursor()
 			k, _ := c.First()
 			if after != nil {
 				k, _ = c.Seek(after)
@@ -252,57 +273,94 @@ func (s *Store) PackTombstones(ctx context.Context) (int, error) {
 					k, _ = c.Next()
 				}
 			}
-			for ; k != nil && len(rks) < GCBatchRows; k, _ = c.Next() {
+			for ; k != nil && scanned < packScanRows; k, _ = c.Next() {
 				if len(k) < timeKeyLen {
 					return fmt.Errorf("%w: tombstone index key %x", ErrCorrupt, k)
 				}
-				rks = append(rks, rowKey(string(k[timeKeyLen:])))
-				next = append(next[:0], k...)
+				rk := rowKey(string(k[timeKeyLen:]))
+				shard := shards.ShardOf(string(rk), s.opts.ShardCount)
+				byShard[shard] = append(byShard[shard], rk)
+				last = append(last[:0], k...)
+				scanned++
 			}
-			examined = len(rks)
-			byShard := map[uint32][]outbox.Row{}
-			for _, rk := range rks {
+			return nil
+		})
+		if err != nil {
+			return total, err
+		}
+		order := make([]uint32, 0, len(byShard))
+		for shard := range byShard {
+			order = append(order, shard)
+		}
+		slices.Sort(order)
+		for len(order) > 0 {
+			n, batch := 0, 0
+			for batch < len(order) && (batch == 0 || n+len(byShard[order[batch]]) <= packTxRows) {
+				n += len(byShard[order[batch]])
+				batch++
+			}
+			packed, err := s.packShards(ctx, order[:batch], byShard, n)
+			total += packed
+			if err != nil {
+				return total, err
+			}
+			order = order[batch:]
+		}
+		if scanned < packScanRows {
+			return total, nil
+		}
+		// The rows left unpacked stay in the index: go on after them.
+		after = last
+	}
+}
+
+// packShards packs, in one transaction, the rows of keys (by shard) that
+// are still slim done or cancelled rows and round-trip; rows changed or
+// gone since the index was read are skipped. It returns the rows packed.
+func (s *Store) packShards(ctx context.Context, order []uint32, keys map[uint32][][]byte, rows int) (int, error) {
+	n := 0
+	err := s.submit(ctx, "pack tombstones", rows, func(w *wtx) error {
+		n = 0
+		for _, shard := range order {
+			var pack []outbox.Row
+			for _, rk := range keys[shard] {
 				row, _, ok, err := w.getRow(rk)
 				if err != nil {
 					return err
 				}
-				if !ok || (row.Status != outbox.StatusDone && row.Status != outbox.StatusCancelled) {
-					return fmt.Errorf("%w: tombstone index entry for %q without a done or cancelled row", ErrCorrupt, rk)
-				}
-				if !packable(&row) || !roundTrips(&row) {
+				if !ok || !packable(&row) || !roundTrips(&row) {
 					continue
 				}
-				byShard[row.Shard] = append(byShard[row.Shard], row)
+				pack = append(pack, row)
 			}
-			for shard, rows := range byShard {
-				slices.SortFunc(rows, func(a, b outbox.Row) int { return cmp.Compare(a.DispatchKey, b.DispatchKey) })
-				if err := w.changeBundles(shard, rows, nil); err != nil {
-					return err
-				}
-				for i := range rows {
-					r := &rows[i]
-					k := keysOf(r, false)
-					for _, del := range []struct {
-						b   *bolt.Bucket
-						key []byte
-					}{{w.b.rows, rowKey(r.DispatchKey)}, {w.b.byShard, k.byShard}, {w.b.tombs, k.tomb}} {
-						if err := del.b.Delete(del.key); err != nil {
-							return fmt.Errorf("pack row %q: %w", r.DispatchKey, err)
-						}
+			if len(pack) == 0 {
+				continue
+			}
+			slices.SortFunc(pack, func(a, b outbox.Row) int { return cmp.Compare(a.DispatchKey, b.DispatchKey) })
+			if err := w.changeBundles(shard, pack, nil); err != nil {
+				return err
+			}
+			for i := range pack {
+				r := &pack[i]
+				k := keysOf(r, false)
+				for _, del := range []struct {
+					b   *bolt.Bucket
+					key []byte
+				}{{w.b.rows, rowKey(r.DispatchKey)}, {w.b.byShard, k.byShard}, {w.b.tombs, k.tomb}} {
+					if err := del.b.Delete(del.key); err != nil {
+						return fmt.Errorf("pack row %q: %w", r.DispatchKey, err)
 					}
 				}
-				n += len(rows)
 			}
-			w.packed += n
-			return nil
-		})
-		total += n
-		if err != nil || examined < GCBatchRows {
-			return total, err
+			n += len(pack)
 		}
-		// The rows left unpacked stay in the index: go on after them.
-		after = next
+		w.packed += n
+		return nil
+	})
+	if err != nil {
+		return 0, err
 	}
+	return n, nil
 }
 
 // expireBundles removes the packed rows finished before cut, bundle by

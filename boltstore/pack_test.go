@@ -448,3 +448,29 @@ func TestReadShardPagesPackedRows(t *testing.T) {
 		}
 	}
 }
+
+// TestBundleLookupSeesRowsPackedInTheSameTransaction: the "no bundle at
+// all" shortcut of Append's packed-row lookup is per transaction and is
+// dropped by the first bundle written, so an append coalesced into the
+// commit of the pack pass that packed its key still finds it.
+func TestBundleLookupSeesRowsPackedInTheSameTransaction(t *testing.T) {
+	t.Parallel()
+	s, b := newTestStore(t)
+	r := row("k", "ns", "q")
+	outbox.NewRow(&r, b.clock.Now())
+	r.Status, r.FinishedAt, r.Version = outbox.StatusDone, b.clock.Now(), outbox.Version{Seq: 2}
+	r.Shard = shardOf(r.DispatchKey)
+	outbox.Slim(&r)
+	must(t, s.submit(ctx, "test", 1, func(w *wtx) error {
+		if ok, err := w.isBundled(r.Shard, r.DispatchKey); ok || err != nil {
+			return fmt.Errorf("before packing: %v %v", ok, err)
+		}
+		if err := w.changeBundles(r.Shard, []outbox.Row{r}, nil); err != nil {
+			return err
+		}
+		if ok, err := w.isBundled(r.Shard, r.DispatchKey); !ok || err != nil {
+			return fmt.Errorf("after packing in the same transaction: %v %v", ok, err)
+		}
+		return w.changeBundles(r.Shard, nil, []string{r.DispatchKey})
+	}))
+}

@@ -54,6 +54,10 @@ type wtx struct {
 	// (0 unknown, 1 empty, 2 maybe not), so getRow skips the mark lookup
 	// in the common case of no handoff in progress.
 	xferState int8
+	// bundleState caches whether the bundles bucket is empty in this tx
+	// (0 unknown, 1 empty, 2 maybe not), so Append skips the packed-row
+	// lookup in a store with nothing packed.
+	bundleState int8
 
 	// statusDelta feeds the fairshard_store_rows gauge after commit.
 	statusDelta [nsCountsLen]int64

@@ -27,8 +27,9 @@ type ShardRead struct {
 	Shard uint32
 	// After is the resume token: the page starts after it. nil starts at
 	// the shard's first row. Tokens are opaque, store-specific, and stay
-	// valid across restarts of the same store (the order is CreatedAt,
-	// then dispatch_key).
+	// valid across restarts of the same store (the order is the store's:
+	// CreatedAt, then dispatch_key, for memstore; boltstore reads its
+	// packed done and cancelled rows after the others, by dispatch_key).
 	After []byte
 	// MaxRows bounds the page's rows; ≤ 0 reads nothing.
 	MaxRows int
@@ -50,7 +51,7 @@ type ShardRead struct {
 
 // ShardPage is one page of a ShardRead.
 type ShardPage struct {
-	// Rows are the page's rows in (CreatedAt, dispatch_key) order; the
+	// Rows are the page's rows in the store's order (see After); the
 	// caller's copies.
 	Rows []Row
 	// Next is the resume token after the last row examined (rows skipped
