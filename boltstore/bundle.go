@@ -34,7 +34,7 @@ import (
 // (outbox.Slim), so Get, Merge, the digests, ReadShard and the console see
 // the same row whether it is packed or not; a row that would not
 // round-trip exactly (a time outside what int64 nanoseconds hold, a
-// claim time on a finished row) stays a row. Routes (namespace,
+// claim time on a finished row: packable) stays a row. Routes (namespace,
 // task_queue, activity_type) are a table at the head of the bundle; a
 // workflow_id and ordinal that the key spells ("{workflow_id}:{ordinal}",
 // outbox.DefaultDispatchKey) cost one flag bit.
@@ -116,8 +116,9 @@ func nsOK(t time.Time) bool {
 }
 
 // packable reports whether r can be packed into a bundle losslessly: a
-// slim done or cancelled row with its times in range and no claim time.
-// (Whether the record decodes to exactly r is checked when packing too.)
+// slim done or cancelled row with its times in range and no claim time
+// (every other field has an exact encoding; roundTrips checks it in the
+// tests).
 func packable(r *outbox.Row) bool {
 	return outbox.IsSlim(r) && r.ClaimedAt.IsZero() && nsOK(r.CreatedAt) && nsOK(r.FinishedAt) &&
 		(r.VisibleAfter.Equal(r.CreatedAt) || nsOK(r.VisibleAfter))
@@ -278,8 +279,11 @@ func encodeBundles(shard uint32, rows []outbox.Row) []encodedBundle {
 	bw := newBundleWriter(base)
 	start := 0
 	for i := range rows {
-		// Cut before row i once the part has its share of the body.
-		if bw.n > 0 && len(out) < parts-1 && (ends[i]-start)*parts > ends[len(ends)-1] {
+		// Cut before row i once the part has its share of the body, or
+		// if row i would take it past bundleMaxBytes (a record larger
+		// than that is a bundle of its own).
+		share := len(out) < parts-1 && (ends[i]-start)*parts > ends[len(ends)-1]
+		if bw.n > 0 && (share || bw.size()+ends[i]-ends[i-1] > bundleMaxBytes) {
 			out = append(out, encodedBundle{key: bundleKey(shard, bw.first), val: bw.value(), earliest: bw.earliest, n: bw.n})
 			bw = newBundleWriter(base)
 			start = ends[i-1]

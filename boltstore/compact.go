@@ -190,7 +190,8 @@ func copyCompact(ctx context.Context, src *bolt.DB, dst string, opts Options) er
 
 // sameContent walks src and the file at dst side by side and returns the
 // first difference: a bucket, key or value missing, extra or changed. It
-// returns the number of rows (entries of the rows bucket).
+// returns the number of rows (entries of the rows bucket and records of
+// the bundles).
 func sameContent(src *bolt.DB, dst string, opts Options) (int64, error) {
 	db, err := bolt.Open(dst, 0o600, &bolt.Options{ReadOnly: true, Timeout: opts.LockTimeout, FreelistType: bolt.FreelistMapType})
 	if err != nil {
@@ -212,8 +213,15 @@ func sameContent(src *bolt.DB, dst string, opts Options) (int64, error) {
 					if err != nil {
 						return err
 					}
-					if bytes.Equal(sk, bucketRows) {
-						rows = n
+					switch {
+					case bytes.Equal(sk, bucketRows):
+						rows += n
+					case bytes.Equal(sk, bucketBundles):
+						packed, err := countPacked(stx.Bucket(sk))
+						if err != nil {
+							return err
+						}
+						rows += packed
 					}
 				}
 				return nil
@@ -221,6 +229,20 @@ func sameContent(src *bolt.DB, dst string, opts Options) (int64, error) {
 		})
 	})
 	return rows, err
+}
+
+// countPacked counts the packed rows of a bundles bucket.
+func countPacked(b *bolt.Bucket) (int64, error) {
+	var n int64
+	err := b.ForEach(func(k, v []byte) error {
+		br, err := openBundle(k, v)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrCorrupt, err)
+		}
+		n += int64(br.n)
+		return nil
+	})
+	return n, err
 }
 
 func nextPair(a, b *bolt.Cursor) ([]byte, []byte) {

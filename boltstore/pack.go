@@ -223,7 +223,8 @@ func (w *wtx) unbundle(r *outbox.Row) error {
 	return w.changeBundles(r.Shard, nil, []string{r.DispatchKey})
 }
 
-// roundTrips reports whether r, packed alone, decodes to exactly r.
+// roundTrips reports whether r, packed alone, decodes to exactly r
+// (what packable promises; the tests hold every shape of row to it).
 func roundTrips(r *outbox.Row) bool {
 	bw := newBundleWriter(r.FinishedAt.UnixNano())
 	bw.add(r)
@@ -328,7 +329,7 @@ func (s *Store) packShards(ctx context.Context, order []uint32, keys map[uint32]
 				if err != nil {
 					return err
 				}
-				if !ok || !packable(&row) || !roundTrips(&row) {
+				if !ok || !packable(&row) {
 					continue
 				}
 				pack = append(pack, row)

@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	bolt "go.etcd.io/bbolt"
+	"pgregory.net/rapid"
 
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/outbox/outboxtest"
@@ -473,4 +476,116 @@ func TestBundleLookupSeesRowsPackedInTheSameTransaction(t *testing.T) {
 		}
 		return w.changeBundles(r.Shard, nil, []string{r.DispatchKey})
 	}))
+}
+
+// TestCompactKeepsPackedRows: fairshard compact copies the bundles with
+// everything else: the compacted file counts packed rows among its rows,
+// checks, and answers every row as before.
+func TestCompactKeepsPackedRows(t *testing.T) {
+	t.Parallel()
+	s, b := newTestStore(t, func(o *Options) { o.ShardCount = 4 })
+	finishVariety(t, s, b, "c", 300)
+	if _, err := s.PackTombstones(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := allRows(t, s)
+	must(t, s.Close())
+	res, err := Compact(ctx, b.path, CompactOptions{})
+	if err != nil || res.Rows != int64(len(before)) {
+		t.Fatalf("compact: %+v %v, want %d rows", res, err, len(before))
+	}
+	opts := b.opts
+	opts.Registerer = prometheus.NewPedanticRegistry()
+	s2, err := Open(b.path, opts)
+	must(t, err)
+	cleanupCheck(t, s2)
+	if bucketKeys(t, s2, bucketBundles) == 0 {
+		t.Fatal("the compacted file has no bundles")
+	}
+	assertSameRows(t, s2, before)
+}
+
+// TestBundleRecordsRoundTrip (property): any slim done or cancelled row
+// that packable accepts decodes from a bundle to exactly itself (every
+// field, times to the nanosecond), alone and among others sharing key
+// prefixes, across restart points and splits; and a bundle's lookup finds
+// each of its keys and no other.
+func TestBundleRecordsRoundTrip(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		base := time.Unix(rapid.Int64Range(-1<<33, 1<<33).Draw(rt, "base"), rapid.Int64Range(0, 999_999_999).Draw(rt, "nanos")).UTC()
+		at := func(label string) time.Time {
+			return base.Add(time.Duration(rapid.Int64Range(-1<<50, 1<<50).Draw(rt, label)))
+		}
+		n := rapid.IntRange(1, 300).Draw(rt, "rows")
+		keys := map[string]bool{}
+		var rows []outbox.Row
+		for i := 0; len(rows) < n; i++ {
+			k := rapid.SampledFrom([]string{"", "wf", "wf-1", "a:b", "load-c1-"}).Draw(rt, "prefix") +
+				rapid.StringMatching(`[a-z0-9:]{0,12}`).Draw(rt, "key")
+			if k == "" || keys[k] {
+				continue
+			}
+			keys[k] = true
+			r := outbox.Row{DispatchKey: k, Namespace: rapid.SampledFrom([]string{"ns", "ns2"}).Draw(rt, "ns"),
+				TaskQueue: "q", ActivityType: rapid.SampledFrom([]string{"", "send"}).Draw(rt, "at"),
+				Status:  rapid.SampledFrom([]outbox.Status{outbox.StatusDone, outbox.StatusCancelled}).Draw(rt, "status"),
+				Attempt: rapid.Uint32().Draw(rt, "attempt"), Shard: 3,
+				Version:   outbox.Version{Gen: rapid.Uint32().Draw(rt, "gen"), Seq: rapid.Uint64().Draw(rt, "seq")},
+				CreatedAt: at("created"), FinishedAt: at("finished"),
+				LastError: rapid.SampledFrom([]string{"", "503", strings.Repeat("e", 5000)}).Draw(rt, "err")}
+			r.VisibleAfter = r.CreatedAt
+			if rapid.Bool().Draw(rt, "delayed") {
+				r.VisibleAfter = at("visible")
+			}
+			switch rapid.IntRange(0, 2).Draw(rt, "workflow") {
+			case 1:
+				if wf, ord, ok := keyWorkflow(k); ok {
+					r.WorkflowID, r.Ordinal = wf, ord
+				}
+			case 2:
+				r.WorkflowID, r.Ordinal = rapid.StringMatching(`[a-z:]{0,6}`).Draw(rt, "wf"), rapid.Uint64().Draw(rt, "ord")
+			}
+			if r.Version.Seq == 0 && rapid.Bool().Draw(rt, "seqIsAttemptPlus1") {
+				r.Version.Seq = uint64(r.Attempt) + 1
+			}
+			if !packable(&r) {
+				rt.Fatalf("row %+v not packable", r)
+			}
+			if !roundTrips(&r) {
+				rt.Fatalf("row %+v does not round-trip alone", r)
+			}
+			rows = append(rows, r)
+		}
+		slices.SortFunc(rows, func(a, b outbox.Row) int { return strings.Compare(a.DispatchKey, b.DispatchKey) })
+		got := 0
+		for _, eb := range encodeBundles(3, rows) {
+			br, err := openBundle(eb.key, eb.val)
+			if err != nil {
+				rt.Fatal(err)
+			}
+			dec, err := br.all()
+			if err != nil {
+				rt.Fatal(err)
+			}
+			for i := range dec {
+				if !sameRow(&dec[i], &rows[got+i]) {
+					rt.Fatalf("record %d decodes to %+v, want %+v", got+i, dec[i], rows[got+i])
+				}
+				found, ok, err := br.find([]byte(dec[i].DispatchKey))
+				if err != nil || !ok || !sameRow(&found, &rows[got+i]) {
+					rt.Fatalf("find %q: %v %v", dec[i].DispatchKey, ok, err)
+				}
+				if _, ok, _ := br.find([]byte(dec[i].DispatchKey + "\x00")); ok {
+					rt.Fatalf("find of a key not in the bundle succeeded")
+				}
+			}
+			if len(eb.val) > bundleMaxBytes && len(dec) > 1 {
+				rt.Fatalf("bundle of %d records is %d bytes", len(dec), len(eb.val))
+			}
+			got += len(dec)
+		}
+		if got != len(rows) {
+			rt.Fatalf("bundles hold %d of %d rows", got, len(rows))
+		}
+	})
 }
