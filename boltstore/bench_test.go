@@ -565,3 +565,37 @@ func BenchmarkClaimedCounts10kNamespaces(b *testing.B) {
 		b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/call")
 	})
 }
+
+// BenchmarkPackedRowLookup is the lookup Append's dedupe makes for every
+// new row once rows are packed: a store holding 100,000 packed rows (256
+// shards, ~400 a shard), keys absent (a new row: the common case) or
+// present (a duplicate), inside one write transaction.
+func BenchmarkPackedRowLookup(b *testing.B) {
+	s := benchStore(b)
+	preloadFinished(b, s, 100_000, true)
+	for _, present := range []bool{false, true} {
+		b.Run(fmt.Sprintf("present=%v", present), func(b *testing.B) {
+			keys := make([]string, 4096)
+			for i := range keys {
+				keys[i] = fmt.Sprintf("wf-%02d-%09d:0", i%64, i)
+				if present {
+					keys[i] = fmt.Sprintf("old-%09d:0", (i*7919)%100_000)
+				}
+			}
+			b.ResetTimer()
+			err := s.submit(context.Background(), "lookup", 1, func(w *wtx) error {
+				for i := range b.N {
+					k := keys[i%len(keys)]
+					ok, err := w.isBundled(shards.ShardOf(k, benchShards), k)
+					if err != nil || ok != present {
+						return fmt.Errorf("lookup %q: %v %v", k, ok, err)
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
