@@ -33,9 +33,11 @@ type DeadLetterPage = outbox.DeadLetterPage
 // shard) whose dispatch_key sorts strictly after q.After (and not after
 // q.Through, when set), in dispatch_key order, bounded by q.Limit rows and
 // q.MaxBytes bytes, with or without
-// their payloads. The memory it uses is the page's: at most MaxBytes plus
-// one row. Cost: one seek in the namespace's dead-letter index plus one
-// row lookup per row returned (and one more to tell More).
+// their payloads, only rows q.Keep accepts when it is set. The memory it
+// uses is the page's: at most MaxBytes plus one row. Cost: one seek in the
+// namespace's dead-letter index, one index step per row Keep refuses (its
+// row is not read), one row lookup per row returned (and one more to tell
+// More).
 func (s *Store) ListDeadLetterPage(ctx context.Context, namespace string, q DeadLetterQuery) (DeadLetterPage, error) {
 	var out DeadLetterPage
 	if q.Limit <= 0 {
@@ -54,6 +56,9 @@ func (s *Store) ListDeadLetterPage(ctx context.Context, namespace string, q Dead
 			}
 			if q.Through != "" && dk > q.Through {
 				break
+			}
+			if q.Keep != nil && !q.Keep(dk) {
+				continue // not read: a backup's 1 MiB copy costs nothing here
 			}
 			if len(out.Rows) >= q.Limit {
 				out.More = true

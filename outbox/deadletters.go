@@ -21,6 +21,13 @@ type DeadLetterQuery struct {
 	// WithoutPayload leaves every row's Payload nil (a store need not even
 	// copy it); PayloadBytes still gives its size.
 	WithoutPayload bool
+	// Keep, when set, selects the rows the page may hold by dispatch_key
+	// (e.g. only the shards this node is primary of): a row it refuses is
+	// skipped before it is read, counts toward neither Limit nor MaxBytes,
+	// and does not end the page. It is called inside the store's read (a
+	// bbolt read transaction, memstore's lock): it must be cheap and must
+	// not call back into the store.
+	Keep func(dispatchKey string) bool
 }
 
 // DeadLetterPage is one page of a DeadLetterQuery.

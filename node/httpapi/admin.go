@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fairshard/fairshard/cluster"
 	"github.com/fairshard/fairshard/node/peer"
 	"github.com/fairshard/fairshard/node/settings"
 	"github.com/fairshard/fairshard/outbox"
@@ -325,7 +326,15 @@ func (a *API) handleRelease(w http.ResponseWriter, r *http.Request) {
 // its applied view: dead letters are listed and redriven by the primary
 // of their shard only (the backups hold copies of the same rows).
 func (a *API) isPrimary(key string) bool {
-	return a.cfg.Ownership().ReplicaSet(shards.ShardOf(key, a.cfg.ShardCount)).Primary() == a.cfg.Self
+	return a.primaryIn(a.cfg.Ownership())(key)
+}
+
+// primaryIn returns a test of whether this node is the primary of a key's
+// shard in view (one snapshot for a whole page, so its rows agree).
+func (a *API) primaryIn(view *cluster.OwnershipSnapshot) func(key string) bool {
+	return func(key string) bool {
+		return view.ReplicaSet(shards.ShardOf(key, a.cfg.ShardCount)).Primary() == a.cfg.Self
+	}
 }
 
 // primaryDeadLetters returns ns's dead letters (of keys, or all) of the

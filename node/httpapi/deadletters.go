@@ -62,36 +62,23 @@ func parseDeadLetterQuery(r *http.Request) (peer.DeadLetterQuery, error) {
 // localDeadLetters reads this node's part of a page (q.MaxBytes as
 // outbox.RowBytes counts them) as views; more: the part was cut. Only the
 // dead letters of shards this node is primary of are its part (the
-// backups hold copies of the same rows): store pages are read until the
-// part holds q.Limit of those, the byte budget is spent, or none remain.
+// backups hold copies of the same rows): the store skips the others by
+// key before reading them, so a backup's large payloads cost this read
+// nothing.
 func (a *API) localDeadLetters(ctx context.Context, ns string, q peer.DeadLetterQuery) ([]peer.RowView, bool, error) {
-	var views []peer.RowView
-	after, budget := q.After, q.MaxBytes
-	for {
-		page, err := a.cfg.Store.ListDeadLetterPage(ctx, ns, outbox.DeadLetterQuery{
-			After: after, Through: q.Through, Limit: q.Limit - len(views), MaxBytes: budget, WithoutPayload: !q.WithPayload})
-		if err != nil {
-			return nil, false, err
-		}
-		for i := range page.Rows {
-			if !a.isPrimary(page.Rows[i].DispatchKey) {
-				continue
-			}
-			v := peer.ViewsOf(page.Rows[i:i+1], a.cfg.Self)[0]
-			if !q.WithPayload {
-				v.PayloadBytes = page.PayloadBytes[i]
-			}
-			views = append(views, v)
-			budget -= outbox.RowBytes(&page.Rows[i])
-		}
-		if !page.More || len(page.Rows) == 0 {
-			return views, false, nil
-		}
-		if len(views) >= q.Limit || budget <= 0 {
-			return views, true, nil
-		}
-		after = page.Rows[len(page.Rows)-1].DispatchKey
+	page, err := a.cfg.Store.ListDeadLetterPage(ctx, ns, outbox.DeadLetterQuery{
+		After: q.After, Through: q.Through, Limit: q.Limit, MaxBytes: q.MaxBytes,
+		WithoutPayload: !q.WithPayload, Keep: a.primaryIn(a.cfg.Ownership())})
+	if err != nil {
+		return nil, false, err
 	}
+	views := peer.ViewsOf(page.Rows, a.cfg.Self)
+	if !q.WithPayload {
+		for i := range views {
+			views[i].PayloadBytes = page.PayloadBytes[i]
+		}
+	}
+	return views, page.More, nil
 }
 
 // handleInternalDeadLetters is one node's part of a dead-letter page;

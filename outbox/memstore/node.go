@@ -56,7 +56,7 @@ func (s *Store) ListDeadLetterPage(ctx context.Context, namespace string, q outb
 	var keys []string
 	for _, r := range s.rows {
 		if r.Namespace == namespace && r.Status == outbox.StatusFailed && r.DispatchKey > q.After &&
-			(q.Through == "" || r.DispatchKey <= q.Through) {
+			(q.Through == "" || r.DispatchKey <= q.Through) && (q.Keep == nil || q.Keep(r.DispatchKey)) {
 			keys = append(keys, r.DispatchKey)
 		}
 	}

@@ -69,7 +69,8 @@ func testDeadLetterPages(t *testing.T, s outbox.Store) {
 // testDeadLetterBudget: ListDeadLetterPage bounds a page by rows and by
 // bytes (outbox.RowBytes, at least one row), ends it at Through, leaves
 // payloads out on request while still giving their sizes, and says
-// whether rows were left out (More).
+// whether rows were left out (More); Keep skips rows without spending the
+// page's limit or budget on them.
 func testDeadLetterBudget(t *testing.T, s outbox.Store) {
 	a := need[AdminReader](t, s, "ListDeadLetters, ListDeadLetterPage, NamespaceStats, CountClaimedHeld (a node's admin reads)")
 	mustAppend(t, s, Row("a", "ns", "q"), Row("b", "ns", "q"), Row("c", "ns", "r"), Row("d", "ns", "q"), Row("x", "other", "q"))
@@ -108,6 +109,13 @@ func testDeadLetterBudget(t *testing.T, s outbox.Store) {
 	page("through, cut by limit", outbox.DeadLetterQuery{Through: "c", Limit: 1}, true, "b")
 	page("after and through", outbox.DeadLetterQuery{After: "b", Through: "c", Limit: 10}, false, "c")
 	page("after the last", outbox.DeadLetterQuery{After: "d", Limit: 10}, false)
+	// Keep: refused rows are skipped, count toward neither limit nor
+	// budget, and do not end the page.
+	notC := func(k string) bool { return k != "c" }
+	page("keep", outbox.DeadLetterQuery{Limit: 10, Keep: notC}, false, "b", "d")
+	page("keep, limit", outbox.DeadLetterQuery{Limit: 2, Keep: notC}, false, "b", "d")
+	page("keep, a budget of two rows", outbox.DeadLetterQuery{Limit: 10, MaxBytes: 2*one + 1, Keep: notC}, false, "b", "d")
+	page("keep none", outbox.DeadLetterQuery{Limit: 10, Keep: func(string) bool { return false }}, false)
 }
 
 func testNamespaceStats(t *testing.T, s outbox.Store) {

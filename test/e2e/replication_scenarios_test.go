@@ -85,7 +85,7 @@ func deliverAll(t *testing.T, c *testCluster, l *ledger, ns string, timeout time
 func TestReplicationKillMidSync(t *testing.T) {
 	longScenario(t)
 	const rows = 200_000
-	c := newCluster(t, clusterOpts{Shards: 256, Flags: []string{"--replication-factor", "2", "--handoff-batch", "2000"}})
+	c := newCluster(t, clusterOpts{PlainBuild: true, Shards: 256, Flags: []string{"--replication-factor", "2", "--handoff-batch", "2000"}})
 	a := c.startNode("ms-a")
 	c.waitConverged(20 * time.Second)
 	c.setNamespace("ms", map[string]any{"paused": true})
@@ -138,7 +138,7 @@ func TestReplicationLargeRows(t *testing.T) {
 	longScenario(t)
 	const rows = 300
 	const payload = 1<<20 - 256 // the API's limit is 1 MiB per payload
-	c := newCluster(t, clusterOpts{Shards: 64, Flags: []string{"--replication-factor", "2"}})
+	c := newCluster(t, clusterOpts{PlainBuild: true, Shards: 64, Flags: []string{"--replication-factor", "2"}})
 	a := c.startNode("big-a")
 	b := c.startNode("big-b")
 	c.waitConverged(20 * time.Second)
@@ -193,15 +193,8 @@ func TestReplicationLargeRows(t *testing.T) {
 // fast: every row ends on both nodes, digests agreeing).
 func TestReplicationJoinMillionRows(t *testing.T) {
 	longScenario(t)
-	if raceEnabled {
-		// Measured in CI: with race-built nodes the million appends and the
-		// sync took over 5 minutes of the e2e package's 20, for a test that
-		// asserts only that every row ends on both nodes. make test runs it
-		// again in a plain build (Makefile), where it takes about a minute.
-		t.Skip("scenario 7 runs in a plain build: make test's own step for it (race-built nodes take 5+ minutes)")
-	}
 	const rows = 1_000_000
-	c := newCluster(t, clusterOpts{Shards: 1024, Flags: []string{"--replication-factor", "2", "--handoff-batch", "4000"}})
+	c := newCluster(t, clusterOpts{PlainBuild: true, Shards: 1024, Flags: []string{"--replication-factor", "2", "--handoff-batch", "4000"}})
 	c.startNode("mil-a")
 	c.waitConverged(20 * time.Second)
 	c.setNamespace("mil", map[string]any{"paused": true})
