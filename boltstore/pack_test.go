@@ -589,3 +589,31 @@ func TestBundleRecordsRoundTrip(t *testing.T) {
 		}
 	})
 }
+
+// TestPackedRowsExpireInManyTransactions: more expired packed rows than
+// one sweep transaction takes (GCBatchRows) are all removed by one
+// ExpireTombstones, bundles cut part-way included.
+func TestPackedRowsExpireInManyTransactions(t *testing.T) {
+	t.Parallel()
+	s, b := newTestStore(t, func(o *Options) { o.ShardCount = 2 })
+	keys := finishVariety(t, s, b, "many", 3000)
+	if _, err := s.PackTombstones(ctx); err != nil {
+		t.Fatal(err)
+	}
+	finished := len(keys[outbox.StatusDone]) + len(keys[outbox.StatusCancelled])
+	if finished <= 2*GCBatchRows {
+		t.Fatalf("only %d finished rows: the test needs more than two sweep transactions", finished)
+	}
+	b.clock.Advance(25 * time.Hour)
+	n, err := s.ExpireTombstones(ctx)
+	if err != nil || n != finished {
+		t.Fatalf("expired %d (%v), want %d", n, err, finished)
+	}
+	mustCheck(t, s)
+	if nb := bucketKeys(t, s, bucketBundles); nb != 0 {
+		t.Fatalf("%d bundles left", nb)
+	}
+	if got := bucketKeys(t, s, bucketRows); got != len(keys[outbox.StatusFailed]) {
+		t.Fatalf("%d rows left, want the %d dead letters", got, len(keys[outbox.StatusFailed]))
+	}
+}
