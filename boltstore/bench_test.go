@@ -599,3 +599,28 @@ func BenchmarkPackedRowLookup(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPackTombstones is the pack pass's cost per row: b.N slim done
+// rows (stored as merged copies, untimed) packed by one PackTombstones
+// into a store that already holds 100,000 packed rows (256 shards).
+func BenchmarkPackTombstones(b *testing.B) {
+	s := benchStore(b)
+	preloadFinished(b, s, 100_000, true)
+	now := time.Now()
+	for i := 0; i < b.N; i += 2048 {
+		rows := make([]outbox.Row, 0, 2048)
+		for j := i; j < min(i+2048, b.N); j++ {
+			r := benchRow(1, j, now)
+			r.Status, r.Version, r.FinishedAt = outbox.StatusDone, outbox.Version{Seq: 2}, now.Add(time.Duration(j))
+			rows = append(rows, r)
+		}
+		if _, err := s.Merge(context.Background(), rows); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	n, err := s.PackTombstones(context.Background())
+	if err != nil || n != b.N {
+		b.Fatalf("packed %d of %d: %v", n, b.N, err)
+	}
+}
