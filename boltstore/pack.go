@@ -243,7 +243,7 @@ func roundTrips(r *outbox.Row) bool {
 // touches most shards).
 const (
 	packScanRows = 50_000
-	packTxRows   = 4096
+	packTxRows   = 1024
 )
 
 // PackTombstones moves slim done and cancelled rows (every one the
