@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"syscall"
 	"testing"
 	"time"
 
@@ -83,29 +82,11 @@ func TestCrashRestart(t *testing.T) {
 	for _, r := range recv.Namespaces() {
 		inFlight += r.InFlight
 	}
-	readAt := time.Now()
-	var cv struct {
-		Replication struct {
-			PendingChanges int `json:"pending_changes"`
-		} `json:"replication"`
-	}
-	if code, body, err := c.do(http.MethodGet, victim.baseURL()+"/v1/cluster", nil, &cv); err != nil || code != http.StatusOK {
-		t.Fatalf("GET /v1/cluster of %s: HTTP %d %s: %v", victim.name, code, body, err)
-	}
-	unshipped := cv.Replication.PendingChanges
-	done, ok := victim.signal(syscall.SIGKILL)
-	killAt := time.Now() // the window ends at the signal, not at the exit
-	if !ok {
-		t.Fatalf("SIGKILL %s: not running", victim.name)
-	}
-	<-done
-	// Settles between the read and the kill: at most bound rows at once,
-	// each taking at least the target's delay.
-	late := int(float64(bound) * killAt.Sub(readAt).Seconds() / targetDelay.Seconds())
-	t.Logf("SIGKILL %s with %d deliveries in flight at the target (cluster-wide), %d settles not yet acknowledged by its backups "+
-		"(+ at most %d in the %v between that read and the kill); bound on duplicates = its ceilings' sum %d + %d + %d",
-		victim.name, inFlight, unshipped, late, killAt.Sub(readAt).Round(time.Microsecond), bound, unshipped, late)
-	bound += unshipped + late + 1 // +1: the rounding down of late
+	lag := c.killCountingSettleLag(victim, bound)
+	killAt := time.Now()
+	t.Logf("SIGKILL %s with %d deliveries in flight at the target (cluster-wide), %s; bound on duplicates = its ceilings' sum %d + %d",
+		victim.name, inFlight, lag, bound, lag.bound())
+	bound += lag.bound()
 
 	// The survivors declare it dead and take its shards.
 	c.waitMembers(2, 20*time.Second)

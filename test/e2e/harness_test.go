@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -912,6 +913,56 @@ func sumMetric(text, name string, match map[string]string) float64 {
 		}
 	}
 	return sum
+}
+
+// settleLag is what a node killed by killCountingSettleLag may have
+// settled that its backups had not acknowledged: with replicated shards a
+// new primary delivers those rows again.
+type settleLag struct {
+	// Unshipped is the node's state changes not yet acknowledged by its
+	// backups (GET /v1/cluster replication.pending_changes, which counts a
+	// batch in flight until it is acknowledged; rows × backups, so rows at
+	// R = 2), read just before the kill.
+	Unshipped int
+	// Late bounds what it settled between that read and the signal: at
+	// most its ceilings' sum of rows at once, each taking at least the
+	// target's delay (rounded up).
+	Late int
+	// Window is the time from the read to the signal.
+	Window time.Duration
+}
+
+func (l settleLag) bound() int { return l.Unshipped + l.Late }
+
+func (l settleLag) String() string {
+	return fmt.Sprintf("%d settles not yet acknowledged by its backups (+ at most %d in the %v between that read and the kill)",
+		l.Unshipped, l.Late, l.Window.Round(time.Microsecond))
+}
+
+// killCountingSettleLag reads p's unacknowledged state changes, SIGKILLs
+// it at once and waits for the exit; ceilings is the most rows p could
+// have had claimed (the sum of its namespaces' quotas in exact mode). It
+// reads /v1/cluster rather than /metrics: a race-built node takes 200 ms
+// and more to render its metrics, a window the bound must cover.
+func (c *testCluster) killCountingSettleLag(p *proc, ceilings int) settleLag {
+	c.t.Helper()
+	readAt := time.Now()
+	var cv struct {
+		Replication struct {
+			PendingChanges int `json:"pending_changes"`
+		} `json:"replication"`
+	}
+	if code, body, err := c.do(http.MethodGet, p.baseURL()+"/v1/cluster", nil, &cv); err != nil || code != http.StatusOK {
+		c.t.Fatalf("GET /v1/cluster of %s: HTTP %d %s: %v", p.name, code, body, err)
+	}
+	done, ok := p.signal(syscall.SIGKILL)
+	window := time.Since(readAt) // it ends at the signal, not at the exit
+	if !ok {
+		c.t.Fatalf("SIGKILL %s: not running", p.name)
+	}
+	<-done
+	late := int(math.Ceil(float64(ceilings) * window.Seconds() / c.opts.TargetDelay.Seconds()))
+	return settleLag{Unshipped: cv.Replication.PendingChanges, Late: late, Window: window}
 }
 
 // mustMetric is metric that fails the test on error.

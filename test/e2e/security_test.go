@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -10,10 +12,12 @@ import (
 // TestWrongClusterSecret is issue #13 items 2 and 7 with real processes: a
 // process that can gossip (no gossip key on loopback here) but holds
 // another cluster secret joins and is given shards, yet no member sends it
-// a row: its API cannot answer their signed health checks, so each member
-// shows it unreachable, holds the rows of its shards itself (answered
-// "accepted", delivered nowhere meanwhile) and hands nothing to it. When
-// it leaves, every acknowledged row is delivered, none lost.
+// a row: its API cannot answer their signed calls, so each member shows it
+// unreachable, and with replicated shards (R = 2, the default) an append
+// whose rows have it in their replica set cannot reach the write-copies
+// minimum: 503 insufficient_copies naming it, retryable, nothing reported
+// stored (never a success with one copy). When it leaves, the producer's
+// retry of the same batch succeeds and every row is delivered, none lost.
 func TestWrongClusterSecret(t *testing.T) {
 	c := newCluster(t, clusterOpts{})
 	a := c.startNode("sec-a")
@@ -54,20 +58,19 @@ func TestWrongClusterSecret(t *testing.T) {
 			Node        string `json:"node"`
 		} `json:"rows"`
 	}
-	if code, body, err := c.do(http.MethodPost, a.baseURL()+"/v1/rows", map[string]any{"rows": rows}, &out); err != nil || code != 200 {
-		t.Fatalf("append through sec-a: %d %s %v", code, body, err)
+	var refused struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
 	}
-	held := 0
-	for _, r := range out.Rows {
-		if r.Node == "sec-x" {
-			t.Errorf("row %s stored on the process without the secret: %+v", r.DispatchKey, r)
-		}
-		if r.Status == "accepted" {
-			held++
-		}
+	code, body, err := c.do(http.MethodPost, a.baseURL()+"/v1/rows", map[string]any{"rows": rows}, nil)
+	if err == nil {
+		err = json.Unmarshal(body, &refused)
 	}
-	if held == 0 {
-		t.Fatal("no row belonged to sec-x's shards; the test proves nothing")
+	if err != nil || code != http.StatusServiceUnavailable || refused.Error.Code != "insufficient_copies" ||
+		!strings.Contains(refused.Error.Message, "sec-x") {
+		t.Fatalf("append through sec-a: HTTP %d %s (%v); want 503 insufficient_copies naming sec-x, the replica that cannot be reached", code, body, err)
 	}
 	xv, err := c.namespace(x, "sec")
 	if err != nil {
@@ -81,6 +84,15 @@ func TestWrongClusterSecret(t *testing.T) {
 	}
 	if code := x.stop(t, 30*time.Second); code != 0 {
 		t.Errorf("sec-x exited %d on SIGTERM, want 0", code)
+	}
+	eventually(t, deadline(30*time.Second), "the producer's retry of the batch answered once sec-x left", func() (bool, string) {
+		code, body, err := c.do(http.MethodPost, a.baseURL()+"/v1/rows", map[string]any{"rows": rows}, &out)
+		return err == nil && code == http.StatusOK, fmt.Sprintf("HTTP %d %.200s %v", code, body, err)
+	})
+	for _, r := range out.Rows {
+		if r.Node == "sec-x" {
+			t.Errorf("row %s stored on the process without the secret: %+v", r.DispatchKey, r)
+		}
 	}
 	recv := c.receiver()
 	eventually(t, deadline(30*time.Second), "all 200 rows appended through sec-a delivered once sec-x left", func() (bool, string) {
