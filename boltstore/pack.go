@@ -78,6 +78,9 @@ func (w *wtx) getAny(rk []byte) (row outbox.Row, xfer, ok, bundled bool, err err
 	if ok || err != nil {
 		return row, xfer, ok, false, err
 	}
+	if w.noBundles() {
+		return outbox.Row{}, false, false, false, nil
+	}
 	row, ok, err = lookupBundled(w.b.bundles, shards.ShardOf(string(rk), w.shardCount), string(rk))
 	if !ok || err != nil {
 		return row, false, false, false, err
@@ -85,17 +88,23 @@ func (w *wtx) getAny(rk []byte) (row outbox.Row, xfer, ok, bundled bool, err err
 	return row, w.marked(rk), true, true, nil
 }
 
-// isBundled reports whether key (of shard) has a packed record. A
-// transaction that finds no bundle at all skips the lookups (a store with
-// nothing packed pays one cursor step per transaction).
-func (w *wtx) isBundled(shard uint32, key string) (bool, error) {
+// noBundles reports whether the bundles bucket is empty, checked once per
+// transaction (bundleState), so a store with nothing packed pays one
+// cursor step per transaction and no bundle lookups.
+func (w *wtx) noBundles() bool {
 	if w.bundleState == 0 {
 		w.bundleState = 2
 		if k, _ := w.b.bundles.Cursor().First(); k == nil {
 			w.bundleState = 1
 		}
 	}
-	if w.bundleState == 1 {
+	return w.bundleState == 1
+}
+
+// isBundled reports whether key (of shard) has a packed record; a store
+// with nothing packed skips the lookup (noBundles).
+func (w *wtx) isBundled(shard uint32, key string) (bool, error) {
+	if w.noBundles() {
 		return false, nil
 	}
 	_, ok, err := lookupBundled(w.b.bundles, shard, key)

@@ -55,7 +55,7 @@ type wtx struct {
 	// in the common case of no handoff in progress.
 	xferState int8
 	// bundleState caches whether the bundles bucket is empty in this tx
-	// (0 unknown, 1 empty, 2 maybe not), so Append skips the packed-row
+	// (0 unknown, 1 empty, 2 maybe not), so Append and Merge skip the packed-row
 	// lookup in a store with nothing packed.
 	bundleState int8
 
