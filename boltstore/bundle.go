@@ -152,8 +152,8 @@ func (bw *bundleWriter) size() int {
 	return n
 }
 
-// record encodes r as the next record (r sorted after the previous one).
-// It returns the bytes appended to the body and whether a route was added.
+// add encodes r as the next record (r sorted after the previous one),
+// appending it to the body and its route to the table if new.
 func (bw *bundleWriter) add(r *outbox.Row) {
 	restart := bw.n%bundleRestart == 0
 	if restart {
@@ -494,7 +494,10 @@ func (br *bundleReader) all() ([]outbox.Row, error) {
 // of at most bundleRestart records.
 func (br *bundleReader) find(key []byte) (outbox.Row, bool, error) {
 	nrs := len(br.restarts) / 4
-	lo, hi := 0, nrs // invariant: restarts < lo have key ≤ target... find last restart with key ≤ target
+	// Find the first restart whose key is > key. Invariant: restarts
+	// before lo have keys ≤ key, restarts from hi on have keys > key; the
+	// record, if present, follows restart lo-1.
+	lo, hi := 0, nrs
 	for lo < hi {
 		mid := (lo + hi) / 2
 		if err := br.seekRestart(mid); err != nil {

@@ -16,8 +16,12 @@ import (
 // TombstoneRetention, failed rows (dead letters) older than
 // DeadLetterRetention, packed or not. It works in transactions of at most GCBatchRows rows,
 // queued like any other write, so it never holds the writer long. It
-// returns the number of rows deleted. Cost: the rows deleted, via the
-// tombstone indexes ordered by FinishedAt.
+// returns the number of rows deleted. Cost: for rows not packed, the
+// rows deleted, via the tombstone indexes ordered by FinishedAt; for
+// packed rows, a rewrite (decode, encode, one leaf page) of the bundle
+// holding each, found via the bexp index: bundles hold key ranges whose
+// rows finished at different times, so a sweep often rewrites one whole
+// bundle per expired row (docs/DECISIONS.md, "Store hygiene").
 func (s *Store) ExpireTombstones(ctx context.Context) (int, error) {
 	total := 0
 	for {

@@ -87,8 +87,8 @@ func newWtx(tx *bolt.Tx, shardCount uint32) (*wtx, error) {
 	for _, bk := range []*bolt.Bucket{b.rows, b.byShard, b.pending, b.claimed, b.tombs, b.dead} {
 		bk.FillPercent = 0.9
 	}
-	// Bundles are split at a quarter page and rewritten in place: fill
-	// leaves fully.
+	// Bundles are split at bundleMaxBytes (one leaf page each) and
+	// rewritten in place: fill leaves fully.
 	b.bundles.FillPercent = 1
 	return &wtx{
 		tx:         tx,
