@@ -254,12 +254,49 @@ type encodedBundle struct {
 	n        int
 }
 
+// bundleLeafOverhead is what a bbolt leaf page holding one element costs
+// besides the element's key and value: the page header (16 bytes) and
+// one leaf element header (16 bytes).
+const bundleLeafOverhead = 16 + 16
+
+// bundleLimit is the most a bundle's value may take so that it is one
+// leaf page of its own: bundleMaxBytes, or less when the page minus the
+// leaf overhead minus the bundle key (4 + len(first key)) is smaller.
+func bundleLimit(pageSize int, firstKey string) int {
+	return min(bundleMaxBytes, pageSize-bundleLeafOverhead-4-len(firstKey))
+}
+
+// writerMark is a bundleWriter's state before an add, to undo it.
+type writerMark struct {
+	body, restarts, n, routes int
+	prevKey, first            string
+	prevFin                   int64
+	earliest                  time.Time
+}
+
+func (bw *bundleWriter) mark() writerMark {
+	return writerMark{len(bw.body), len(bw.restarts), bw.n, len(bw.routes), bw.prevKey, bw.first, bw.prevFin, bw.earliest}
+}
+
+// undo takes the writer back to m (the records added since are dropped).
+func (bw *bundleWriter) undo(m writerMark) {
+	for _, r := range bw.routes[m.routes:] {
+		delete(bw.routeIdx, r)
+	}
+	bw.routes = bw.routes[:m.routes]
+	bw.body, bw.restarts, bw.n = bw.body[:m.body], bw.restarts[:m.restarts], m.n
+	bw.prevKey, bw.first, bw.prevFin, bw.earliest = m.prevKey, m.first, m.prevFin, m.earliest
+}
+
 // encodeBundles packs rows (one shard's, sorted by key, distinct) into
 // bundles: one if they fit in bundleMaxBytes, else as many as needed, cut
 // at record boundaries into parts of about equal size (a bundle that
 // overflows by a few rows splits in two halves, not into a full bundle
-// and a tiny one).
-func encodeBundles(shard uint32, rows []outbox.Row) []encodedBundle {
+// and a tiny one). Whatever the shares, no bundle of more than one record
+// is larger than bundleLimit(pageSize, its first key), measured with the
+// writer that encodes it (a record that becomes a restart point stores
+// its whole key), so each fits one leaf page of pageSize bytes.
+func encodeBundles(shard uint32, rows []outbox.Row, pageSize int) []encodedBundle {
 	if len(rows) == 0 {
 		return nil
 	}
@@ -280,10 +317,18 @@ func encodeBundles(shard uint32, rows []outbox.Row) []encodedBundle {
 	start := 0
 	for i := range rows {
 		// Cut before row i once the part has its share of the body, or
-		// if row i would take it past bundleMaxBytes (a record larger
-		// than that is a bundle of its own).
+		// if row i would take it past its limit (a record larger than
+		// that is a bundle of its own).
 		share := len(out) < parts-1 && (ends[i]-start)*parts > ends[len(ends)-1]
-		if bw.n > 0 && (share || bw.size()+ends[i]-ends[i-1] > bundleMaxBytes) {
+		if bw.n > 0 && !share {
+			m := bw.mark()
+			bw.add(&rows[i])
+			if bw.size() <= bundleLimit(pageSize, bw.first) {
+				continue
+			}
+			bw.undo(m)
+		}
+		if bw.n > 0 {
 			out = append(out, encodedBundle{key: bundleKey(shard, bw.first), val: bw.value(), earliest: bw.earliest, n: bw.n})
 			bw = newBundleWriter(base)
 			start = ends[i-1]

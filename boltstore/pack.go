@@ -200,7 +200,7 @@ func (w *wtx) changeBundles(shard uint32, add []outbox.Row, remove []string) err
 		if removed != len(g.rm) {
 			return fmt.Errorf("%w: shard %d: %d of %d keys to unpack are not in their bundle", ErrCorrupt, shard, len(g.rm)-removed, len(g.rm))
 		}
-		for _, eb := range encodeBundles(shard, merged) {
+		for _, eb := range encodeBundles(shard, merged, w.tx.DB().Info().PageSize) {
 			if err := w.b.bundles.Put(eb.key, eb.val); err != nil {
 				return fmt.Errorf("store bundle of shard %d: %w", shard, err)
 			}

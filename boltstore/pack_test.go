@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -558,7 +559,7 @@ func TestBundleRecordsRoundTrip(t *testing.T) {
 		}
 		slices.SortFunc(rows, func(a, b outbox.Row) int { return strings.Compare(a.DispatchKey, b.DispatchKey) })
 		got := 0
-		for _, eb := range encodeBundles(3, rows) {
+		for _, eb := range encodeBundles(3, rows, os.Getpagesize()) {
 			br, err := openBundle(eb.key, eb.val)
 			if err != nil {
 				rt.Fatal(err)
@@ -616,4 +617,75 @@ func TestPackedRowsExpireInManyTransactions(t *testing.T) {
 	if got := bucketKeys(t, s, bucketRows); got != len(keys[outbox.StatusFailed]) {
 		t.Fatalf("%d rows left, want the %d dead letters", got, len(keys[outbox.StatusFailed]))
 	}
+}
+
+// TestBundlesFitOnePageWithLongKeys: with 80- and 120-byte dispatch_keys
+// (a bundle's key is 4 bytes more, and every restart point stores a whole key)
+// every bundle of more than one record fits one leaf page by the size
+// rule (page header 16 + element header 16 + key + value ≤ the bbolt page
+// size): encodeBundles of every run length from 1 to 600 rows (totals
+// just under bundleMaxBytes included), and bundles grown by many pack
+// passes in a store.
+func TestBundlesFitOnePageWithLongKeys(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ps := os.Getpagesize()
+	for _, kl := range []int{80, 120} {
+		var run []outbox.Row
+		for i := range 600 {
+			r := row(fmt.Sprintf("%s-%08d", strings.Repeat("k", kl-9), i*37), "ns", "q")
+			r.Status, r.Attempt, r.Version = outbox.StatusDone, 1, outbox.Version{Seq: 2}
+			r.CreatedAt, r.VisibleAfter, r.FinishedAt = at, at, at.Add(time.Duration(i)*time.Second)
+			r.Payload, r.ContentType = nil, ""
+			run = append(run, r)
+		}
+		for m := 1; m <= len(run); m++ {
+			for _, eb := range encodeBundles(0, run[:m], ps) {
+				if need := bundleLeafOverhead + len(eb.key) + len(eb.val); eb.n > 1 && need > ps {
+					t.Fatalf("%d-byte keys, %d rows: a bundle of %d records needs a leaf of %d bytes, page is %d", kl, m, eb.n, need, ps)
+				}
+			}
+		}
+	}
+
+	s, b := newTestStore(t, func(o *Options) { o.ShardCount = 1 })
+	const n, rounds = 3000, 10
+	key := func(i int) string { return fmt.Sprintf("%s-%08d", strings.Repeat("k", 71), (i*7919)%n) }
+	for r := range rounds {
+		var rows []outbox.Row
+		for i := r * n / rounds; i < (r+1)*n/rounds; i++ {
+			rows = append(rows, row(key(i), "ns", "q"))
+		}
+		mustAppend(t, s, rows...)
+		b.clock.Advance(time.Minute)
+		got, err := s.Claim(ctx, outbox.ClaimParams{Limit: len(rows), Now: b.clock.Now()})
+		must(t, err)
+		for _, c := range got {
+			must(t, s.Complete(ctx, outbox.CompleteParams{DispatchKey: c.DispatchKey, Claim: c.Version, Now: b.clock.Now()}))
+		}
+		for {
+			p, err := s.PackTombstones(ctx)
+			must(t, err)
+			if p == 0 {
+				break
+			}
+		}
+	}
+	mustCheck(t, s)
+	pageSize := s.db.Info().PageSize
+	bundles, biggest := 0, 0
+	must(t, s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketBundles).ForEach(func(k, v []byte) error {
+			bundles++
+			biggest = max(biggest, len(v))
+			if need := bundleLeafOverhead + len(k) + len(v); need > pageSize {
+				t.Errorf("bundle %q: a leaf holding it needs %d bytes, page is %d", k, need, pageSize)
+			}
+			return nil
+		})
+	}))
+	if bundles < 2 || biggest < pageSize/2 {
+		t.Fatalf("%d bundles, biggest %d bytes: the test did not fill bundles", bundles, biggest)
+	}
+	t.Logf("%d bundles, biggest value %d bytes, page %d", bundles, biggest, pageSize)
 }
