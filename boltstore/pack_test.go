@@ -689,3 +689,72 @@ func TestBundlesFitOnePageWithLongKeys(t *testing.T) {
 	}
 	t.Logf("%d bundles, biggest value %d bytes, page %d", bundles, biggest, pageSize)
 }
+
+// TestListRowsDecodesOnlyTheBundlesItReaches: the packed-row merge of
+// ListRows decodes a shard's bundle only when the merge reaches its keys
+// (20 rows taken from 64 shards' bundles decode at most 21 bundles, not
+// one per shard), and pages through every packed row in key order whatever the
+// page size and start key.
+func TestListRowsDecodesOnlyTheBundlesItReaches(t *testing.T) {
+	t.Parallel()
+	const shardCount, n = 64, 3200
+	s, b := newTestStore(t, func(o *Options) { o.ShardCount = shardCount })
+	var rows []outbox.Row
+	for i := range n {
+		rows = append(rows, row(fmt.Sprintf("key-%06d", i), "ns", "q"))
+	}
+	mustAppend(t, s, rows...)
+	b.clock.Advance(time.Minute)
+	got, err := s.Claim(ctx, outbox.ClaimParams{Limit: n, Now: b.clock.Now()})
+	must(t, err)
+	for _, c := range got {
+		must(t, s.Complete(ctx, outbox.CompleteParams{DispatchKey: c.DispatchKey, Claim: c.Version, Now: b.clock.Now()}))
+	}
+	for {
+		p, err := s.PackTombstones(ctx)
+		must(t, err)
+		if p == 0 {
+			break
+		}
+	}
+	if bucketKeys(t, s, bucketBundles) < shardCount {
+		t.Fatalf("want bundles on every shard, got %d", bucketKeys(t, s, bucketBundles))
+	}
+	for _, after := range []string{"", "key-001500"} {
+		must(t, s.view(ctx, "test", func(_ *bolt.Tx, bk buckets) error {
+			p, err := packedFrom(bk, shardCount, after)
+			must(t, err)
+			prev := after
+			for range 20 {
+				must(t, p.settle(nil))
+				if p.Len() == 0 {
+					t.Fatalf("after %q: packed rows ran out", after)
+				}
+				k := p.heads[0].cur().DispatchKey
+				if k <= prev {
+					t.Fatalf("after %q: %q follows %q", after, k, prev)
+				}
+				prev = k
+				must(t, p.advance())
+			}
+			if p.loads > 21 {
+				t.Fatalf("after %q: 20 rows decoded %d bundles (of %d shards), want at most one per row taken and one more", after, p.loads, shardCount)
+			}
+			return nil
+		}))
+	}
+	var keys []string
+	q := outbox.RowQuery{Limit: 7, After: "key-000100"}
+	for {
+		page, err := s.ListRows(ctx, q)
+		must(t, err)
+		keys = append(keys, keysOfRows(page.Rows)...)
+		if page.Next == "" {
+			break
+		}
+		q.After = page.Next
+	}
+	if len(keys) != n-101 || !slices.IsSorted(keys) || keys[0] != "key-000101" {
+		t.Fatalf("ListRows after key-000100 in pages of 7: %d keys (want %d), sorted %v, first %q", len(keys), n-101, slices.IsSorted(keys), keys[0])
+	}
+}
