@@ -253,7 +253,7 @@ func preloadFinished(b *testing.B, s *Store, n int, pack bool) {
 		}
 	}
 	if pack {
-		if got, err := s.PackTombstones(context.Background()); err != nil || got != n {
+		if got, err := packAll(context.Background(), s); err != nil || got != n {
 			b.Fatalf("packed %d of %d: %v", got, n, err)
 		}
 	}
@@ -619,7 +619,7 @@ func BenchmarkPackTombstones(b *testing.B) {
 		}
 	}
 	b.ResetTimer()
-	n, err := s.PackTombstones(context.Background())
+	n, err := packAll(context.Background(), s)
 	if err != nil || n != b.N {
 		b.Fatalf("packed %d of %d: %v", n, b.N, err)
 	}

@@ -55,7 +55,7 @@ func fillAndDrain(t testing.TB, s *Store, b *testBundle, cycle, n, payloadBytes 
 	defer func() {
 		close(stopPack)
 		pwg.Wait()
-		if _, err := s.PackTombstones(ctx); err != nil {
+		if _, err := packAll(ctx, s); err != nil {
 			t.Fatal(err)
 		}
 	}()

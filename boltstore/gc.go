@@ -79,25 +79,49 @@ func (s *Store) ExpireTombstones(ctx context.Context) (int, error) {
 }
 
 // RunTombstoneGC calls ExpireTombstones every interval and PackTombstones
-// every Options.PackInterval until ctx ends, then returns nil. Errors are
-// logged and the loop goes on; after Close it returns the ErrClosed error.
+// every Options.PackInterval until ctx ends, then returns nil. While a
+// pack call reports a full page (more rows may wait, as after upgrading
+// a big format 2 file) it calls PackTombstones again at once, but runs a
+// due ExpireTombstones first, so packing never holds off expiry longer
+// than one page. Errors are logged and the loop goes on; after Close it
+// returns the ErrClosed error.
 func (s *Store) RunTombstoneGC(ctx context.Context, interval time.Duration) error {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	p := time.NewTicker(s.opts.PackInterval)
 	defer p.Stop()
+	now := make(chan time.Time, 1) // ready while pack pages are full
+	more := false
 	for {
 		what := "tombstone sweep"
 		var n int
 		var err error
+		pack := p.C
+		if more {
+			select {
+			case now <- time.Time{}:
+			default:
+			}
+			pack = now
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		default:
+			// No sweep due: wait for either.
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			case <-pack:
+				what = "tombstone pack"
+			}
+		}
+		if what == "tombstone pack" {
+			n, more, err = s.packPage(ctx)
+		} else {
 			n, err = s.ExpireTombstones(ctx)
-		case <-p.C:
-			what = "tombstone pack"
-			n, err = s.PackTombstones(ctx)
 		}
 		switch {
 		case err == nil:

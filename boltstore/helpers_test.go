@@ -206,3 +206,16 @@ func claimOf(t testing.TB, s *Store, key string) outbox.Version {
 	}
 	return v
 }
+
+// packAll calls PackTombstones until it returns 0 (one call packs one
+// page of the tombstone index) and returns the rows packed.
+func packAll(ctx context.Context, s *Store) (int, error) {
+	total := 0
+	for {
+		n, err := s.PackTombstones(ctx)
+		total += n
+		if n == 0 || err != nil {
+			return total, err
+		}
+	}
+}

@@ -245,8 +245,8 @@ func roundTrips(r *outbox.Row) bool {
 	return err == nil && len(got) == 1 && sameRow(&got[0], r)
 }
 
-// Pack pass sizes: a pass reads up to packScanRows keys of the tombstone
-// index, groups them by shard and packs them in transactions of whole
+// Pack pass sizes: a call reads up to packScanRows keys of the tombstone
+// index (one page), groups them by shard and packs them in transactions of whole
 // shards holding at most packTxRows rows, so a bundle is rewritten at
 // most once per pass (not once per transaction: a 1,000-row transaction
 // touches most shards).
@@ -255,21 +255,36 @@ const (
 	packTxRows   = 1024
 )
 
-// PackTombstones moves slim done and cancelled rows (every one the
-// tombstone index lists) into their shards' bundles (see bundle.go). It
-// reads the index in pages of packScanRows keys and packs each page in
-// transactions of whole shards (at most packTxRows rows each), queued
-// like any other write. A packed row is the same row to every reader
+// PackTombstones moves slim done and cancelled rows listed by the
+// tombstone index into their shards' bundles (see bundle.go), one page
+// per call: it reads at most packScanRows (50,000) keys of the index,
+// after where the previous call's full page ended (from the start after
+// a page that was not full), and packs them in transactions of whole
+// shards (at most packTxRows rows each), queued like any other write;
+// so one call is bounded however many rows wait (a format 2 file just
+// upgraded) and the caller can interleave expiry. Calling it until it
+// returns 0 packs everything (except in the rare case of a full page
+// whose rows all stay rows, which returns 0 while more may follow;
+// RunTombstoneGC goes on past it). A packed row is the same row to every reader
 // (Get, Merge, ReadShard, ListRows, the digests and counters do not
 // change); it stops costing its rows entry and two index entries (~280
 // bytes with 28-byte keys) and costs ~20 bytes of a bundle instead. Rows
 // that would not decode to exactly themselves stay rows. It returns the
 // number of rows packed. The tombstone GC loop (RunTombstoneGC) calls it
-// every PackInterval.
+// every PackInterval, and again at once while a call read a full page
+// (letting a due expiry sweep run first).
 func (s *Store) PackTombstones(ctx context.Context) (int, error) {
-	total := 0
-	var after []byte
-	for {
+	n, _, err := s.packPage(ctx)
+	return n, err
+}
+
+// packPage is one PackTombstones call; more reports that the page was
+// full (the index may hold more keys after it: call again soon).
+func (s *Store) packPage(ctx context.Context) (total int, more bool, err error) {
+	s.packMu.Lock()
+	defer s.packMu.Unlock()
+	after := s.packAfter
+	{
 		var byShard map[uint32][][]byte
 		var last []byte
 		scanned := 0
@@ -283,7 +298,7 @@ func (s *Store) PackTombstones(ctx context.Context) (int, error) {
 					k, _ = c.Next()
 				}
 			}
-			for ; k != nil && scanned < packScanRows; k, _ = c.Next() {
+			for ; k != nil && scanned < s.packPageRows; k, _ = c.Next() {
 				if len(k) < timeKeyLen {
 					return fmt.Errorf("%w: tombstone index key %x", ErrCorrupt, k)
 				}
@@ -296,7 +311,7 @@ func (s *Store) PackTombstones(ctx context.Context) (int, error) {
 			return nil
 		})
 		if err != nil {
-			return total, err
+			return total, false, err
 		}
 		order := make([]uint32, 0, len(byShard))
 		for shard := range byShard {
@@ -312,15 +327,18 @@ func (s *Store) PackTombstones(ctx context.Context) (int, error) {
 			packed, err := s.packShards(ctx, order[:batch], byShard, n)
 			total += packed
 			if err != nil {
-				return total, err
+				return total, false, err
 			}
 			order = order[batch:]
 		}
-		if scanned < packScanRows {
-			return total, nil
+		if scanned < s.packPageRows {
+			s.packAfter = nil
+			return total, false, nil
 		}
-		// The rows left unpacked stay in the index: go on after them.
-		after = last
+		// The rows left unpacked stay in the index: the next call goes
+		// on after them.
+		s.packAfter = last
+		return total, true, nil
 	}
 }
 

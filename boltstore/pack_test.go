@@ -758,3 +758,62 @@ func TestListRowsDecodesOnlyTheBundlesItReaches(t *testing.T) {
 		t.Fatalf("ListRows after key-000100 in pages of 7: %d keys (want %d), sorted %v, first %q", len(keys), n-101, slices.IsSorted(keys), keys[0])
 	}
 }
+
+// TestPackTombstonesPacksOnePagePerCall: one PackTombstones call reads at
+// most one page of the tombstone index (packPageRows keys), later calls go
+// on after it until one returns 0 with everything packed; RunTombstoneGC
+// calls it again at once while pages are full (4 pages packed within 5 s
+// with a PackInterval of 2 s).
+func TestPackTombstonesPacksOnePagePerCall(t *testing.T) {
+	t.Parallel()
+	const n, page = 180, 50
+	finish := func(s *Store, b *testBundle, prefix string) {
+		var rows []outbox.Row
+		for i := range n {
+			rows = append(rows, row(fmt.Sprintf("%s-%04d", prefix, i), "ns", "q"))
+		}
+		mustAppend(t, s, rows...)
+		b.clock.Advance(time.Minute)
+		got, err := s.Claim(ctx, outbox.ClaimParams{Limit: n, Now: b.clock.Now()})
+		must(t, err)
+		for _, c := range got {
+			must(t, s.Complete(ctx, outbox.CompleteParams{DispatchKey: c.DispatchKey, Claim: c.Version, Now: b.clock.Now()}))
+		}
+	}
+	s, b := newTestStore(t, func(o *Options) { o.ShardCount = 4 })
+	s.packPageRows = page
+	finish(s, b, "a")
+	calls, total := 0, 0
+	for {
+		p, err := s.PackTombstones(ctx)
+		must(t, err)
+		if p > page {
+			t.Fatalf("one call packed %d rows, page is %d", p, page)
+		}
+		calls++
+		total += p
+		if p == 0 {
+			break
+		}
+	}
+	if total != n || calls != n/page+2 || bucketKeys(t, s, bucketTombs) != 0 {
+		t.Fatalf("packed %d of %d rows in %d calls (want %d), %d index entries left", total, n, calls, n/page+2, bucketKeys(t, s, bucketTombs))
+	}
+	mustCheck(t, s)
+
+	// RunTombstoneGC: the first pack call comes at PackInterval (2 s);
+	// the 4 pages then follow at once, not a PackInterval apart (8 s).
+	s2, b2 := newTestStore(t, func(o *Options) { o.ShardCount = 4; o.PackInterval = 2 * time.Second })
+	s2.packPageRows = page
+	finish(s2, b2, "b")
+	gcCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s2.RunTombstoneGC(gcCtx, 10*time.Millisecond) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	eventually(t, 5*time.Second, func() bool { return bucketKeys(t, s2, bucketTombs) == 0 })
+}

@@ -55,6 +55,14 @@ type Store struct {
 	// totals mirrors the ns counters summed over namespaces, per status,
 	// for the fairshard_store_rows gauge.
 	totals [nsCountsLen]atomic.Int64
+
+	// packMu serialises pack passes; packAfter is the tombstone index
+	// key the next PackTombstones call reads after (nil: from the
+	// start), packPageRows the keys a call reads (packScanRows; tests
+	// lower it).
+	packMu       sync.Mutex
+	packAfter    []byte
+	packPageRows int
 }
 
 var _ outbox.Store = (*Store)(nil)
@@ -94,6 +102,8 @@ func Open(path string, opts Options) (*Store, error) {
 		queue:      make(chan *op, 1024),
 		closing:    make(chan struct{}),
 		writerDone: make(chan struct{}),
+
+		packPageRows: packScanRows,
 	}
 	s.owned.Store(&ownedSet{all: true})
 	var unmarked int
