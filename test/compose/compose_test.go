@@ -266,10 +266,16 @@ func (s *stack) waitPaused(reps []replica, paused bool) {
 }
 
 // heldSpread returns the held rows pending on the replicas, which must add
-// up to heldRows; with everyHolds, each replica must hold some (handoff
-// gave new replicas their share).
+// up to heldRows once per copy (replicated shards: min(R, replicas) copies
+// of each, every replica counting those it holds); with everyHolds, each
+// replica must hold some (shard sync gave new replicas their share).
 func (s *stack) heldSpread(reps []replica, everyHolds bool) int {
 	s.t.Helper()
+	var cv clusterView
+	if err := s.getJSON(reps[0].URL, "/v1/cluster", &cv); err != nil {
+		s.t.Fatal(err)
+	}
+	copies := max(cv.Replication.Copies, 1)
 	total := 0
 	var spread []string
 	for _, r := range reps {
@@ -283,11 +289,11 @@ func (s *stack) heldSpread(reps []replica, everyHolds bool) int {
 		total += v.Pending
 		spread = append(spread, fmt.Sprintf("%s %d", r.Container, v.Pending))
 	}
-	if total != heldRows {
-		s.t.Fatalf("held rows pending on the replicas: %s; %d in all, want %d", strings.Join(spread, ", "), total, heldRows)
+	if total != copies*heldRows {
+		s.t.Fatalf("held rows pending on the replicas: %s; %d in all, want %d (%d copies of %d)", strings.Join(spread, ", "), total, copies*heldRows, copies, heldRows)
 	}
-	s.t.Logf("held rows pending: %s", strings.Join(spread, ", "))
-	return total
+	s.t.Logf("held rows pending: %s (%d copies of %d)", strings.Join(spread, ", "), copies, heldRows)
+	return total / copies
 }
 
 func (s *stack) noneDelivered(c targetCounts, ns string) {
