@@ -459,6 +459,8 @@ type namespaceView struct {
 	Pending int    `json:"pending"`
 	Claimed int    `json:"claimed"`
 	Ceiling uint32 `json:"ceiling"`
+	// MaxInFlight is the namespace's quota (cluster-wide).
+	MaxInFlight uint32 `json:"max_in_flight"`
 }
 
 func (s *stack) namespace(base, ns string) (namespaceView, error) {
