@@ -89,7 +89,7 @@ type deadLetterPageView struct {
 // visits every dead letter once in key order, and include_payload=false
 // lists all 200 in one small page with their payload sizes.
 func TestDeadLetterPagesAreBounded(t *testing.T) {
-	c := newCluster(t, clusterOpts{})
+	c := newCluster(t, clusterOpts{PlainBuild: true}) // an RSS bound: the production build's
 	a := c.startNode("dl-a")
 	c.startNode("dl-b")
 	c.waitConverged(30 * time.Second)

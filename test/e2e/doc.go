@@ -5,8 +5,7 @@
 // # What it owns
 //
 //   - The harness (harness_test.go): TestMain builds the fairshard binary
-//     once (a plain build; the race detector applies to the test process,
-//     which runs the delivery target and the load generator). A testCluster
+//     once (under -race: a race-built and a plain one, see Running). A testCluster
 //     starts nodes as child processes, each with its own 127.0.0.N address,
 //     API and gossip ports, data dir and log file; it waits on /readyz,
 //     membership and ownership convergence by polling with deadlines, and
@@ -29,7 +28,11 @@
 // `go test ./test/e2e` (part of `go test -race ./...`, the README's test
 // command). `-short` skips the package. Under -race the node binary is
 // built with -race too, and a data race any node reports (in its log) fails
-// the scenario. Nodes run with the fast gossip profile and short intervals
+// the scenario; scenarios that assert time, throughput or memory bounds
+// run nodes from a second, plain build (clusterOpts.PlainBuild): a
+// race-built node's timing and RSS measure the detector (4-8× slower
+// sweeps and commits, the detector's shadow memory), and its long drains
+// took minutes of the suite's CI budget. Nodes run with the fast gossip profile and short intervals
 // so the suite fits the CI budget on a 2-core machine.
 //
 // # Concurrency

@@ -189,7 +189,11 @@ func (p *proc) launch(join []string) error {
 	}
 	p.starts++
 	fmt.Fprintf(logf, "=== e2e: start #%d of %s at %s: fairshard %s\n", p.starts, p.name, time.Now().Format(time.RFC3339Nano), strings.Join(args, " "))
-	cmd := exec.Command(fairshardBin, args...)
+	bin := fairshardBin
+	if p.c.opts.PlainBuild {
+		bin = fairshardPlainBin
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = childEnv()
 	cmd.SysProcAttr = childProcAttr()
@@ -287,6 +291,13 @@ type clusterOpts struct {
 	TargetDelay time.Duration
 	// Flags are extra serve flags for every node.
 	Flags []string
+	// PlainBuild runs the nodes from the build without -race even when the
+	// tests run under -race: for scenarios that assert time, throughput or
+	// memory bounds (a race-built node is 4-8× slower and its RSS carries
+	// the detector's shadow memory, so such bounds would measure the
+	// detector) or move much volume. Races are the other scenarios'
+	// business: they run race-built nodes through the same code paths.
+	PlainBuild bool
 }
 
 // testCluster is a set of node processes and the delivery target they all

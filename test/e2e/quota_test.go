@@ -219,7 +219,7 @@ func proportionalTwin(q, owned, shardCount int) int {
 // a shrink and a grant, one refresh each). Both ratios to the ideal are
 // logged (docs/BENCHMARKS.md records them).
 func TestExactQuota(t *testing.T) {
-	c := newCluster(t, clusterOpts{TargetDelay: quotaHold, Shards: quotaShards})
+	c := newCluster(t, clusterOpts{TargetDelay: quotaHold, Shards: quotaShards, PlainBuild: true}) // drain-time ratios
 	for i := range 5 {
 		c.startNode(fmt.Sprintf("xq-%d", i))
 	}
@@ -578,7 +578,7 @@ func TestExactQuotaLeaseTraffic(t *testing.T) {
 // Each namespace's rows/s from its first to its last delivery is logged
 // with the ratio; the ratio must be at least 0.9.
 func TestExactQuotaThroughput(t *testing.T) {
-	c := newCluster(t, clusterOpts{TargetDelay: 20 * time.Millisecond, Shards: quotaShards})
+	c := newCluster(t, clusterOpts{TargetDelay: 20 * time.Millisecond, Shards: quotaShards, PlainBuild: true}) // a throughput ratio
 	for i := range 3 {
 		c.startNode(fmt.Sprintf("xr-%d", i))
 	}

@@ -126,7 +126,7 @@ func firstStrings(s []string, n int) []string { return s[:min(n, len(s))] }
 // drains at the target's pace: each node's limit for the host starts at
 // 20 and doubles per 2 s round trip up to --max-conns-per-host.
 func TestSlowTargetNoisyQuiet(t *testing.T) {
-	c := newCluster(t, clusterOpts{TargetDelay: slowTarget, Flags: defaultDeliveryFlags})
+	c := newCluster(t, clusterOpts{TargetDelay: slowTarget, Flags: defaultDeliveryFlags, PlainBuild: true}) // a latency bound
 	c.startNode("wire-0")
 	c.startNode("wire-1")
 	c.waitConverged(20 * time.Second)
@@ -143,7 +143,7 @@ func TestSlowTargetNoisyQuiet(t *testing.T) {
 // measured the target turns fast, so the noisy backlog (250 s at 2 s per
 // 24 rows) drains in seconds; every request is still counted.
 func TestSlowTargetNoisyQuietEightConns(t *testing.T) {
-	c := newCluster(t, clusterOpts{TargetDelay: slowTarget, Flags: append([]string{"--max-conns-per-host", "8"}, defaultDeliveryFlags...)})
+	c := newCluster(t, clusterOpts{TargetDelay: slowTarget, Flags: append([]string{"--max-conns-per-host", "8"}, defaultDeliveryFlags...), PlainBuild: true})
 	for i := range 3 {
 		c.startNode(fmt.Sprintf("wire8-%d", i))
 	}
