@@ -45,16 +45,37 @@ func wantPlacement(t *testing.T, nodes []*tnode, ns string, keys []string, table
 }
 
 // wantRowsOnOwners requires that a GET through any node finds every row
-// on its shard's owner in table.
+// on its shard's owner in table. Each lookup is retried for up to 10 s: a
+// gossip suspicion under load (the fast test profile) briefly drops a
+// live member from a node's view, and a row lookup through that view does
+// not ask the dropped member, so an R = 1 row on it answers 404 until the
+// member is back (seen once in CI), or 503 while one does not answer. What is asserted is where the rows
+// end, not that no view ever flapped; retried lookups are logged.
 func wantRowsOnOwners(t *testing.T, nodes []*tnode, keys []string, table map[uint32]string) {
 	t.Helper()
+	retried := 0
+	deadline := time.Now().Add(10 * time.Second)
 	for i, k := range keys {
 		via := nodes[i%len(nodes)].at(t)
-		v, ok := via.getRow(k)
 		owner := table[shards.ShardOf(k, 1024)]
-		if !ok || v.Node != owner || v.Status != "pending" {
-			t.Errorf("GET %q via %s: found %v on %q (%s), want pending on its owner %s", k, via.Name(), ok, v.Node, v.Status, owner)
+		for try := 0; ; try++ {
+			var v rowView
+			st, b := via.getJSON("/v1/rows/"+escapeKey(k), &v) // 404, or 503 naming a member that did not answer
+			if st == http.StatusOK && v.Node == owner && v.Status == "pending" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("GET %q via %s: %d %s (found on %q, %s), want pending on its owner %s", k, via.Name(), st, b, v.Node, v.Status, owner)
+				break
+			}
+			if try == 0 {
+				retried++
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
+	}
+	if retried > 0 {
+		t.Logf("%d of %d row lookups were retried before they found the row on its owner", retried, len(keys))
 	}
 }
 

@@ -13,7 +13,10 @@ import (
 // second time. So a new primary keeps such a shard out of its claim scope
 // until every other live member reports that it holds no claimed row of
 // it and no state change of it waiting to be shipped (StatesReply's
-// Claimed and Unshipped), and every other synced replica of the set that
+// Claimed and Unshipped) and names it the shard's primary (so it will not
+// claim from the shard after answering: when two nodes join at once their
+// short-lived views differ, and a compose scale-out 3 → 5 under load saw
+// one row delivered twice), and every other synced replica of the set that
 // holds a copy has the digest of ours: the old primary finishes its deliveries,
 // its settles reach the new primary (by shipping, or by repair between
 // the replicas), and only then does the new primary claim. The digest condition matters when the new
@@ -101,6 +104,13 @@ func (r *Replicator) handoverRound(ctx context.Context) bool {
 			st, _ := stateOf(rep, s)
 			if st.Claimed > 0 || st.Unshipped {
 				busy = p + " still delivers or ships"
+				break
+			}
+			// Until p's view names us, p may still claim from the shard
+			// after this answer ("" is a member without a view, or of a
+			// build that does not say: it does not hold the round up).
+			if st.Primary != "" && st.Primary != v.Self {
+				busy = p + " sees " + st.Primary + " as the primary"
 				break
 			}
 			// Replicas only: a leftover copy (a node that left the set or

@@ -99,6 +99,12 @@ type ShardState struct {
 	// neither (handover.go).
 	Claimed   int64 `json:"claimed,omitempty"`
 	Unshipped bool  `json:"unshipped,omitempty"`
+	// Primary is the shard's primary by the member's view ("" before it
+	// applies one). A new primary claims only once every other live
+	// member names it here: a member whose view still names itself (two
+	// nodes joining at once give short-lived views that differ) could
+	// claim a row of the shard after answering "nothing claimed".
+	Primary string `json:"primary,omitempty"`
 }
 
 // StatesReply is a member's answer to States.

@@ -559,3 +559,54 @@ func TestShippingIsNotHeldUpByAHangingBackup(t *testing.T) {
 		t.Fatalf("three waves of settles reached b in %v: shipping waited for the hanging backup", took)
 	}
 }
+
+// Handover across views that differ: c joins and applies the new view,
+// where it is primary of some shards, while a and b still apply the old
+// one (two nodes joining at once give such short-lived views). Nothing is
+// claimed anywhere, yet c keeps those shards out of its scope until a and
+// b name it their primary: until then either could claim a row of them
+// after answering "nothing claimed".
+func TestHandoverWaitsUntilEveryViewNamesTheNewPrimary(t *testing.T) {
+	c := newTCluster(t, 16, 2, "a", "b")
+	waitSynced(t, c)
+	ctx := context.Background()
+	if _, err := c.nodes["a"].repl.Route(ctx, rowsFor("v", 200, time.Now().UTC())); err != nil {
+		t.Fatal(err)
+	}
+	c.add("c")
+	all := []string{"a", "b", "c"}
+	c.applyTo(all, []string{"c"})
+	v := c.view("c")
+	var taken []uint32
+	for s := range c.shards {
+		if v.Sets[s][0] == "c" {
+			taken = append(taken, s)
+		}
+	}
+	if len(taken) == 0 {
+		t.Fatal("c is primary of no shard")
+	}
+	eventually(t, 10*time.Second, "c synced", func() (bool, string) {
+		for _, s := range taken {
+			if !c.nodes["c"].repl.Synced(s) {
+				return false, fmt.Sprintf("shard %d not synced", s)
+			}
+		}
+		return true, ""
+	})
+	deadline := time.Now().Add(500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if sc := c.nodes["c"].scopeNow(); len(sc) != 0 {
+			t.Fatalf("c claims from %v while a and b still see another primary of them", sc)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := c.nodes["c"].repl.Status().HandoverShards; got != len(taken) {
+		t.Fatalf("c reports %d shards waiting for a handover, want %d", got, len(taken))
+	}
+	c.applyTo(all, []string{"a", "b"})
+	eventually(t, 10*time.Second, "c claims from its shards once every view names it", func() (bool, string) {
+		sc := c.nodes["c"].scopeNow()
+		return slices.Equal(sc, taken), fmt.Sprintf("scope %v, want %v", sc, taken)
+	})
+}

@@ -88,6 +88,9 @@ func (r *Replicator) States(ctx context.Context, shards []uint32) (StatesReply, 
 		if v != nil && !v.Leaving && v.inSet(v.Self, s) {
 			st.Replica, st.Synced = true, r.synced[s]
 		}
+		if v != nil {
+			st.Primary = v.primary(s)
+		}
 		rep.States = append(rep.States, st)
 	}
 	return rep, nil

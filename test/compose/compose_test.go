@@ -2,6 +2,7 @@ package compose
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -40,7 +41,8 @@ const (
 //     comes back with the same slot dir (not one of the 3 slots the
 //     scale-in left free), node name and held rows (its pending count and
 //     sampled keys read through its own port); duplicates at most the rows
-//     it may have had claimed (its ceiling).
+//     it may have had claimed (its quota) or settled without the other
+//     replica's acknowledgement (see the bound where it is computed).
 //  6. Unpause: every acknowledged row of the run delivered, no duplicate
 //     but the kill's.
 //  7. `--profile demo down -v` exits 0 within stop_grace_period; every node
@@ -150,14 +152,28 @@ func TestComposeScaleKillDrain(t *testing.T) {
 	// though the scale-in left 3 others free.
 	victim := s.pickVictim(reps)
 	before := s.identity(victim)
-	ceiling := s.mustNamespace(victim.URL, steadyNamespace).Ceiling
+	quota := int(s.mustNamespace(victim.URL, steadyNamespace).MaxInFlight)
 	sample := s.keysOn(held, reps[0].URL, victim.Node, 40)
-	t.Logf("victim %s (node %s, %s): %d held rows pending, %d sampled; ceiling of %s %d",
-		victim.Container, victim.Node, before.slot, before.held, len(sample), steadyNamespace, ceiling)
+	t.Logf("victim %s (node %s, %s): %d held rows pending, %d sampled; quota of %s %d",
+		victim.Container, victim.Node, before.slot, before.held, len(sample), steadyNamespace, quota)
 	load = s.startLoad(steady, "kill")
 	load.waitUnderWay(t, 2*loadRate)
+	// The bound on duplicates: rows the victim had claimed at the kill (its
+	// grant, within the quota in exact mode, the default) and, with
+	// replicated shards, its settles the other replica had not yet
+	// acknowledged (their new primary delivers them again): the changes
+	// unacknowledged at a read just before the kill, plus what it could
+	// settle until the kill, at most what it had claimed at the read and
+	// what the load appended meanwhile.
+	var cv clusterView
+	readAt := time.Now()
+	if err := s.getJSON(victim.URL, "/v1/cluster", &cv); err != nil {
+		t.Fatal(err)
+	}
 	killAt := time.Now()
 	mustDocker(t, time.Minute, nil, "kill", victim.ID)
+	window := time.Since(readAt)
+	bound := 2*quota + cv.Replication.PendingChanges + int(math.Ceil(loadRate*window.Seconds()))
 	rec := s.events.waitStopped(t, victim.ID, killAt, 30*time.Second)
 	if !slices.Equal(rec.Signals, []string{"9"}) || rec.ExitCode != "137" {
 		t.Fatalf("docker kill %s: %s; want SIGKILL only, exit code 137", victim.Container, rec)
@@ -189,9 +205,10 @@ func TestComposeScaleKillDrain(t *testing.T) {
 	}
 	c = s.settle(s.expected(steady, reps[0].URL), 2*time.Minute)
 	dupsKill := c.duplicates()
-	t.Logf("kill: %d duplicate deliveries (rows the killed replica had claimed are delivered again; at most its ceiling %d)", dupsKill, ceiling)
-	if dupsKill < 0 || dupsKill > int(ceiling) {
-		t.Fatalf("kill: %d duplicate deliveries, more than the %d rows %s could have had claimed", dupsKill, ceiling, victim.Container)
+	t.Logf("kill: %d duplicate deliveries (rows the killed replica had claimed or settled without its copy's acknowledgement are delivered again: at most 2 × quota %d + %d unacknowledged changes + %d appended in the %v around the kill = %d)",
+		dupsKill, quota, cv.Replication.PendingChanges, bound-2*quota-cv.Replication.PendingChanges, window.Round(time.Millisecond), bound)
+	if dupsKill < 0 || dupsKill > bound {
+		t.Fatalf("kill: %d duplicate deliveries, more than the %d rows %s could have had claimed or settled unshipped", dupsKill, bound, victim.Container)
 	}
 	s.noneDelivered(c, heldNamespace)
 
@@ -266,10 +283,16 @@ func (s *stack) waitPaused(reps []replica, paused bool) {
 }
 
 // heldSpread returns the held rows pending on the replicas, which must add
-// up to heldRows; with everyHolds, each replica must hold some (handoff
-// gave new replicas their share).
+// up to heldRows once per copy (replicated shards: min(R, replicas) copies
+// of each, every replica counting those it holds); with everyHolds, each
+// replica must hold some (shard sync gave new replicas their share).
 func (s *stack) heldSpread(reps []replica, everyHolds bool) int {
 	s.t.Helper()
+	var cv clusterView
+	if err := s.getJSON(reps[0].URL, "/v1/cluster", &cv); err != nil {
+		s.t.Fatal(err)
+	}
+	copies := max(cv.Replication.Copies, 1)
 	total := 0
 	var spread []string
 	for _, r := range reps {
@@ -283,11 +306,11 @@ func (s *stack) heldSpread(reps []replica, everyHolds bool) int {
 		total += v.Pending
 		spread = append(spread, fmt.Sprintf("%s %d", r.Container, v.Pending))
 	}
-	if total != heldRows {
-		s.t.Fatalf("held rows pending on the replicas: %s; %d in all, want %d", strings.Join(spread, ", "), total, heldRows)
+	if total != copies*heldRows {
+		s.t.Fatalf("held rows pending on the replicas: %s; %d in all, want %d (%d copies of %d)", strings.Join(spread, ", "), total, copies*heldRows, copies, heldRows)
 	}
-	s.t.Logf("held rows pending: %s", strings.Join(spread, ", "))
-	return total
+	s.t.Logf("held rows pending: %s (%d copies of %d)", strings.Join(spread, ", "), copies, heldRows)
+	return total / copies
 }
 
 func (s *stack) noneDelivered(c targetCounts, ns string) {

@@ -263,6 +263,14 @@ type clusterView struct {
 	Handoff struct {
 		ShardsPending int `json:"shards_pending"`
 	} `json:"handoff"`
+	// Replication: every shard's copies (min(R, members)) and this node's
+	// sync state (issue #14).
+	Replication struct {
+		Copies         int `json:"copies"`
+		SyncingShards  int `json:"syncing_shards"`
+		HandoverShards int `json:"handover_shards"`
+		PendingChanges int `json:"pending_changes"`
+	} `json:"replication"`
 	Security struct {
 		Insecure        bool `json:"insecure"`
 		NodeAuth        bool `json:"node_auth"`
@@ -286,8 +294,9 @@ type shardsView struct {
 // waitCluster polls until exactly n replicas run, all healthy, and agree:
 // each lists the same n active members (their node names) and serves the
 // same shard table, in which every member owns shards; with settled, every
-// replica has also finished handing off. It returns the replicas with
-// their node names.
+// replica has also finished handing off and syncing its copies (and no new
+// primary waits on a handover). It returns the replicas with their node
+// names.
 func (s *stack) waitCluster(n int, settled bool, timeout time.Duration) []replica {
 	s.t.Helper()
 	start := time.Now()
@@ -365,6 +374,9 @@ func (s *stack) agreed(n int, settled bool) ([]replica, bool, string) {
 		}
 		if settled && views[i].Handoff.ShardsPending != 0 {
 			return nil, false, fmt.Sprintf("%s: %d shards still to hand off", r.Container, views[i].Handoff.ShardsPending)
+		}
+		if rv := views[i].Replication; settled && (rv.SyncingShards != 0 || rv.HandoverShards != 0) {
+			return nil, false, fmt.Sprintf("%s: %d shards still syncing, %d waiting on a handover", r.Container, rv.SyncingShards, rv.HandoverShards)
 		}
 		var sv shardsView
 		if err := s.getJSON(r.URL, "/v1/shards", &sv); err != nil {
@@ -447,6 +459,8 @@ type namespaceView struct {
 	Pending int    `json:"pending"`
 	Claimed int    `json:"claimed"`
 	Ceiling uint32 `json:"ceiling"`
+	// MaxInFlight is the namespace's quota (cluster-wide).
+	MaxInFlight uint32 `json:"max_in_flight"`
 }
 
 func (s *stack) namespace(base, ns string) (namespaceView, error) {
