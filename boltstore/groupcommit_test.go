@@ -1,6 +1,7 @@
 package boltstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fairshard/fairshard/outbox"
+	"github.com/fairshard/fairshard/shards"
 )
 
 // blockWriter parks the writer goroutine inside a transaction until the
@@ -114,4 +116,55 @@ func TestGroupCommitIsolatesAFailingOp(t *testing.T) {
 	mustGet(t, s, "before")
 	mustGet(t, s, "after")
 	_ = b
+}
+
+// TestClaimedByShardWaitsForTheClaimInProgress: a claim batch reads the
+// claim scope inside the writer's transaction, so one begun before a
+// scope change can commit a claim after it. ClaimedByShard, which a new
+// primary's handover check relies on (package replication), must count
+// such a claim: it waits for the transaction in progress. Without the
+// wait it answered at once from the last commit, with nothing claimed,
+// and TestScaleIn (test/e2e) saw rows delivered twice across a leave.
+func TestClaimedByShardWaitsForTheClaimInProgress(t *testing.T) {
+	s, b := newTestStore(t)
+	ctx := context.Background()
+	r := row("in-flight", "ns", "q")
+	mustAppend(t, s, r)
+	shard := shards.ShardOf(r.DispatchKey, testShardCount)
+
+	inTx, hold := make(chan struct{}), make(chan struct{})
+	claimErr := make(chan error, 1)
+	go func() {
+		claimErr <- s.ClaimBatch(ctx, func(claim func(outbox.ClaimParams) ([]outbox.Row, error)) error {
+			rows, err := claim(outbox.ClaimParams{Limit: 1, Now: b.clock.Now()})
+			if err != nil || len(rows) != 1 {
+				return fmt.Errorf("claim in the batch: %d rows, %v", len(rows), err)
+			}
+			close(inTx)
+			<-hold // the claim is written, not committed
+			return nil
+		})
+	}()
+	<-inTx
+	got := make(chan map[uint32]int64, 1)
+	go func() {
+		m, err := s.ClaimedByShard(ctx)
+		if err != nil {
+			t.Errorf("ClaimedByShard: %v", err)
+		}
+		got <- m
+	}()
+	select {
+	case m := <-got:
+		close(hold)
+		t.Fatalf("ClaimedByShard answered %v while a claim of shard %d was being committed; want it to wait for that transaction", m, shard)
+	case <-time.After(200 * time.Millisecond): // still waiting, as it should
+	}
+	close(hold)
+	if err := <-claimErr; err != nil {
+		t.Fatal(err)
+	}
+	if m := <-got; m[shard] != 1 {
+		t.Fatalf("ClaimedByShard after the claim committed = %v, want shard %d: 1", m, shard)
+	}
 }

@@ -32,7 +32,12 @@ type Store struct {
 
 	owned atomic.Pointer[ownedSet]
 
-	queue      chan *op
+	queue chan *op
+	// batchMu is held by the writer while it runs a batch (its write
+	// transaction, retries included): awaitWrites waits on it, so a read
+	// after it sees every write begun before (the handover fence,
+	// ClaimedByShard).
+	batchMu    sync.Mutex
 	closing    chan struct{}
 	writerDone chan struct{}
 	closeOnce  sync.Once

@@ -71,6 +71,15 @@ const (
 	commitLingerMax = 500 * time.Microsecond
 )
 
+// awaitWrites returns once the write transaction in progress, if any, has
+// committed or rolled back: a read transaction begun after it sees every
+// write that began before the call. A batch takes milliseconds (one
+// fsync); the wait is not cancellable.
+func (s *Store) awaitWrites() {
+	s.batchMu.Lock()
+	s.batchMu.Unlock() //nolint:staticcheck // an empty critical section: a barrier
+}
+
 // run is the writer goroutine: take one op, drain whatever else is queued
 // (up to MaxBatchRows), linger briefly for recently answered callers,
 // commit them together, answer each.
@@ -178,6 +187,8 @@ var errOpFailed = errors.New("op failed")
 // never fails the others. A commit (fsync) failure fails every op of the
 // batch: none of them is durable.
 func (s *Store) commit(batch []*op) {
+	s.batchMu.Lock()
+	defer s.batchMu.Unlock()
 	live := batch[:0:0]
 	for _, o := range batch {
 		if p := s.broken.Load(); p != nil {

@@ -565,8 +565,11 @@ func (s heldClaimsStore) CountClaimedByNamespace(ctx context.Context, namespaces
 	return s.CountClaimedHeld(ctx, namespaces)
 }
 
-// Complete settles a delivered row and ships its new state.
+// Complete settles a delivered row and ships its new state; the row's
+// shard is marked settling from before the commit until the change is
+// queued (Replicator.Settling: the handover fence).
 func (s heldClaimsStore) Complete(ctx context.Context, p outbox.CompleteParams) error {
+	defer s.repl.Settling(p.DispatchKey)()
 	err := s.Store.Complete(ctx, p)
 	if err == nil {
 		s.repl.Changed(p.DispatchKey)
@@ -576,6 +579,7 @@ func (s heldClaimsStore) Complete(ctx context.Context, p outbox.CompleteParams) 
 
 // Retry reschedules a row and ships its new state.
 func (s heldClaimsStore) Retry(ctx context.Context, p outbox.RetryParams) error {
+	defer s.repl.Settling(p.DispatchKey)()
 	err := s.Store.Retry(ctx, p)
 	if err == nil {
 		s.repl.Changed(p.DispatchKey)
@@ -585,6 +589,7 @@ func (s heldClaimsStore) Retry(ctx context.Context, p outbox.RetryParams) error 
 
 // Fail dead-letters a row and ships its new state.
 func (s heldClaimsStore) Fail(ctx context.Context, p outbox.FailParams) error {
+	defer s.repl.Settling(p.DispatchKey)()
 	err := s.Store.Fail(ctx, p)
 	if err == nil {
 		s.repl.Changed(p.DispatchKey)
@@ -594,6 +599,7 @@ func (s heldClaimsStore) Fail(ctx context.Context, p outbox.FailParams) error {
 
 // Cancel withdraws a pending row and ships its new state.
 func (s heldClaimsStore) Cancel(ctx context.Context, p outbox.CancelParams) (bool, error) {
+	defer s.repl.Settling(p.DispatchKey)()
 	ok, err := s.Store.Cancel(ctx, p)
 	if ok {
 		s.repl.Changed(p.DispatchKey)

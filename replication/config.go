@@ -42,7 +42,10 @@ type Store interface {
 	ShardDigests(ctx context.Context) ([]outbox.ShardDigest, error)
 	// ClaimedByShard counts claimed rows held here per shard, owned or
 	// not (shards with none are absent): what a new primary waits for
-	// before it claims (handover.go).
+	// before it claims (handover.go). The count must include every claim
+	// begun before the call, even one whose transaction read an older
+	// claim scope and has not committed yet (boltstore waits for the
+	// write in progress; memstore claims under the lock it reads with).
 	ClaimedByShard(ctx context.Context) (map[uint32]int64, error)
 }
 

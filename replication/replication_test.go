@@ -15,6 +15,7 @@ import (
 	"github.com/fairshard/fairshard/nodeauth"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/replication"
+	"github.com/fairshard/fairshard/shards"
 	"github.com/fairshard/fairshard/transfer"
 )
 
@@ -609,4 +610,39 @@ func TestHandoverWaitsUntilEveryViewNamesTheNewPrimary(t *testing.T) {
 		sc := c.nodes["c"].scopeNow()
 		return slices.Equal(sc, taken), fmt.Sprintf("scope %v, want %v", sc, taken)
 	})
+}
+
+// TestSettlingShardIsUnshipped: between a settle's commit (the row no
+// longer claimed) and its Changed call (the change queued) a new
+// primary's handover check must not see the shard as quiet: Settling
+// marks it, and States reports it Unshipped until the mark is released
+// after Changed.
+func TestSettlingShardIsUnshipped(t *testing.T) {
+	c := newTCluster(t, 16, 2, "a", "b")
+	waitSynced(t, c)
+	ctx := context.Background()
+	a := c.nodes["a"].repl
+	key := "settling-row"
+	shard := shards.ShardOf(key, c.shards)
+	unshipped := func() bool {
+		rep, err := a.States(ctx, []uint32{shard})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.States) != 1 {
+			t.Fatalf("States of shard %d: %+v", shard, rep)
+		}
+		return rep.States[0].Unshipped
+	}
+	if unshipped() {
+		t.Fatalf("shard %d unshipped before anything changed", shard)
+	}
+	done := a.Settling(key)
+	if !unshipped() {
+		t.Fatalf("shard %d not reported unshipped while a settle of %q is being committed", shard, key)
+	}
+	done()
+	if unshipped() {
+		t.Fatalf("shard %d still unshipped after the settle's mark was released (nothing was queued)", shard)
+	}
 }

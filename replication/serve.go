@@ -48,7 +48,15 @@ func (r *Replicator) AcceptMerge(ctx context.Context, rows []outbox.Row) (outbox
 // States answers Peers.States: this node's digest and sync state of
 // shards; with none asked, of every shard it holds rows of or replicates.
 func (r *Replicator) States(ctx context.Context, shards []uint32) (StatesReply, error) {
+	// The order is the handover fence (handover.go): the view under r.mu
+	// (so its claim scope is applied), then the claims (the store waits
+	// for a claim transaction that read an older scope), then the changes
+	// being committed or shipped (a settle marks its shard before its
+	// commit and unmarks it after queueing the change). A row settled
+	// after the claims were read is thus seen as unshipped.
+	r.mu.Lock()
 	v := r.view.Load()
+	r.mu.Unlock()
 	rep := StatesReply{Node: r.cfg.Self, Joined: v != nil}
 	digests, err := r.localDigests(ctx)
 	if err != nil {

@@ -27,6 +27,35 @@ func (r *Replicator) Changed(keys ...string) {
 	r.ship.add(v, keys)
 }
 
+// Settling marks keys as about to change state on this node: call it
+// before the store transaction that settles, retries, dead-letters or
+// cancels them, call Changed after it commits, then the returned func.
+// Until then States reports their shards Unshipped. Without the mark a
+// new primary's handover check could fall between the commit (the claim
+// gone) and Changed (nothing queued yet), release the shard, and deliver
+// its stale pending copy of a row the old primary had just delivered.
+func (r *Replicator) Settling(keys ...string) (done func()) {
+	shards := make([]uint32, len(keys))
+	for i, k := range keys {
+		shards[i] = r.shardOf(k)
+	}
+	s := r.ship
+	s.mu.Lock()
+	for _, sh := range shards {
+		s.settling[sh]++
+	}
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		for _, sh := range shards {
+			if s.settling[sh]--; s.settling[sh] <= 0 {
+				delete(s.settling, sh)
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
 // PendingChanges returns how many (row, backup) state changes wait to be
 // shipped.
 func (r *Replicator) PendingChanges() int { return r.ship.pending() }
@@ -36,8 +65,11 @@ type shipper struct {
 	r      *Replicator
 	mu     sync.Mutex
 	queues map[string]*shipQueue
-	wakeCh chan struct{}
-	total  int
+	// settling counts, per shard, state changes being committed whose
+	// Changed call has not happened yet (Settling).
+	settling map[uint32]int
+	wakeCh   chan struct{}
+	total    int
 	// jobs tracks the batches in flight (one per backup at most), so the
 	// final flush can wait for them.
 	jobs sync.WaitGroup
@@ -63,7 +95,7 @@ type shipEntry struct {
 }
 
 func newShipper(r *Replicator) *shipper {
-	return &shipper{r: r, queues: map[string]*shipQueue{}, wakeCh: make(chan struct{}, 1)}
+	return &shipper{r: r, queues: map[string]*shipQueue{}, settling: map[uint32]int{}, wakeCh: make(chan struct{}, 1)}
 }
 
 func (s *shipper) add(v *View, keys []string) {
@@ -149,11 +181,15 @@ func (s *shipper) pendingFor(member string, shard uint32) bool {
 	return false
 }
 
-// pendingShards returns the shards with changes waiting for some backup.
+// pendingShards returns the shards with changes waiting for some backup
+// or being committed (Settling).
 func (s *shipper) pendingShards() map[uint32]bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := map[uint32]bool{}
+	for sh := range s.settling {
+		out[sh] = true
+	}
 	for _, q := range s.queues {
 		for _, e := range q.entries {
 			out[e.shard] = true

@@ -65,6 +65,9 @@ type Replication interface {
 	ShardStatus(ctx context.Context, shard uint32) (replication.ShardStatus, error)
 	// Changed ships the new state of rows changed here (a redrive).
 	Changed(keys ...string)
+	// Settling marks keys as changing until the returned func is called
+	// (after Changed): the handover fence, see replication.Settling.
+	Settling(keys ...string) (done func())
 	// Leftovers lists the shards holding rows here that this node does
 	// not replicate (still to hand to their replica sets).
 	Leftovers(ctx context.Context) ([]uint32, error)

@@ -362,6 +362,7 @@ func (a *API) cancelLocal(ctx context.Context, req cancelRequest) (cancelResult,
 	}
 	res.Found = true
 	reason := cmp.Or(req.Reason, "cancelled by an operator")
+	defer a.cfg.Replication.Settling(req.DispatchKey)()
 	ok, err := a.cfg.Store.Cancel(ctx, outbox.CancelParams{DispatchKey: req.DispatchKey, Reason: reason, Now: time.Now().UTC()})
 	if err != nil {
 		return res, err
