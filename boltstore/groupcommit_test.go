@@ -168,3 +168,17 @@ func TestClaimedByShardWaitsForTheClaimInProgress(t *testing.T) {
 		t.Fatalf("ClaimedByShard after the claim committed = %v, want shard %d: 1", m, shard)
 	}
 }
+
+// TestClaimedByShardWaitEndsWithItsContext: while a write transaction is
+// stuck (a stalled disk), ClaimedByShard's wait for it ends with the
+// caller's context, so peers' States calls do not pile up behind it.
+func TestClaimedByShardWaitEndsWithItsContext(t *testing.T) {
+	s, _ := newTestStore(t)
+	release := blockWriter(t, s)
+	defer release()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := s.ClaimedByShard(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("ClaimedByShard behind a stuck write: %v, want the context's deadline", err)
+	}
+}

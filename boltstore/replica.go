@@ -21,7 +21,9 @@ func (s *Store) ClaimedByShard(ctx context.Context) (map[uint32]int64, error) {
 	// this node no longer owns: wait for it, or a new primary's handover
 	// check could read "nothing claimed" just before such a claim lands
 	// (TestScaleIn saw rows delivered twice across a graceful leave).
-	s.awaitWrites()
+	if err := s.awaitWrites(ctx); err != nil {
+		return nil, err
+	}
 	out := map[uint32]int64{}
 	err := s.view(ctx, "count claimed rows per shard", func(_ *bolt.Tx, b buckets) error {
 		return b.shards.ForEach(func(k, v []byte) error {

@@ -74,10 +74,25 @@ const (
 // awaitWrites returns once the write transaction in progress, if any, has
 // committed or rolled back: a read transaction begun after it sees every
 // write that began before the call. A batch takes milliseconds (one
-// fsync); the wait is not cancellable.
-func (s *Store) awaitWrites() {
-	s.batchMu.Lock()
-	s.batchMu.Unlock() //nolint:staticcheck // an empty critical section: a barrier
+// fsync), longer while the disk stalls: then ctx ends the wait (its
+// error is returned; the helper goroutine ends with the batch).
+func (s *Store) awaitWrites(ctx context.Context) error {
+	if s.batchMu.TryLock() {
+		s.batchMu.Unlock()
+		return nil
+	}
+	done := make(chan struct{})
+	go func() {
+		s.batchMu.Lock()
+		s.batchMu.Unlock() //nolint:staticcheck // an empty critical section: a barrier
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("boltstore: wait for the write in progress: %w", ctx.Err())
+	}
 }
 
 // run is the writer goroutine: take one op, drain whatever else is queued

@@ -607,7 +607,10 @@ func (s heldClaimsStore) Cancel(ctx context.Context, p outbox.CancelParams) (boo
 	return ok, err
 }
 
-// RearmStale re-arms stale claims and ships the rows' new state.
+// RearmStale re-arms stale claims and ships the rows' new state. No
+// Settling mark: a re-armed row's delivery was given up (its visibility
+// timeout passed), so a new primary claiming it delivers it once more,
+// as any node would after that timeout.
 func (s heldClaimsStore) RearmStale(ctx context.Context, p outbox.RearmParams) ([]outbox.Row, error) {
 	rows, err := s.Store.RearmStale(ctx, p)
 	if len(rows) > 0 {

@@ -367,6 +367,11 @@ func (a *API) cancelLocal(ctx context.Context, req cancelRequest) (cancelResult,
 	if err != nil {
 		return res, err
 	}
+	if ok {
+		// The backups' copies follow (a failover must not deliver it),
+		// whatever happens to the read-back below.
+		a.cfg.Replication.Changed(req.DispatchKey)
+	}
 	row, err := a.cfg.Store.Get(ctx, req.DispatchKey)
 	if err != nil {
 		return res, err
@@ -374,8 +379,6 @@ func (a *API) cancelLocal(ctx context.Context, req cancelRequest) (cancelResult,
 	v := a.lookupView(ctx, row)
 	res.Cancelled, res.Row = ok, &v
 	if ok {
-		// The backups' copies follow (a failover must not deliver it).
-		a.cfg.Replication.Changed(req.DispatchKey)
 		res.Message = "cancelled on " + a.cfg.Self + ": the row will not be delivered"
 	} else {
 		res.Message = fmt.Sprintf("not cancelled: the row is %s on %s (only pending rows can be cancelled)", row.Status, a.cfg.Self)
