@@ -646,3 +646,75 @@ func TestSettlingShardIsUnshipped(t *testing.T) {
 		t.Fatalf("shard %d still unshipped after the settle's mark was released (nothing was queued)", shard)
 	}
 }
+
+// TestRejoinedNodeIsNotASyncSource: a and b are cut apart (each applies a
+// view of itself alone) and b settles every row meanwhile; a's copies stay
+// pending. When both see the cluster again and c joins, a counts as a
+// synced copy only after it synced again, and answers no States as synced
+// while its view is alone. So c, a new replica, copies the union of what
+// a and b hold, and at the moment it is synced it holds every row settled
+// (a chaos run: a new primary copied an isolated node's stale copy, its
+// handover found nothing unsettled, and it delivered a row a second time).
+func TestRejoinedNodeIsNotASyncSource(t *testing.T) {
+	c := newTCluster(t, 8, 2, "a", "b")
+	waitSynced(t, c)
+	ctx := context.Background()
+	rows := rowsFor("iso", 60, time.Now().UTC())
+	if _, err := c.nodes["a"].repl.Route(ctx, rows); err != nil {
+		t.Fatal(err)
+	}
+	c.applyTo([]string{"a"}, []string{"a"})
+	c.applyTo([]string{"b"}, []string{"b"})
+	b := c.nodes["b"]
+	settled := claimAll(t, b)
+	for _, row := range settled {
+		if err := b.store.Complete(ctx, outbox.CompleteParams{DispatchKey: row.DispatchKey, Claim: row.Version}); err != nil {
+			t.Fatal(err)
+		}
+		b.repl.Changed(row.DispatchKey)
+	}
+	if len(settled) != len(rows) {
+		t.Fatalf("b, alone, settled %d rows, want all %d", len(settled), len(rows))
+	}
+	rep, err := c.nodes["a"].repl.States(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range rep.States {
+		if st.Synced {
+			t.Fatalf("a, alone after it had a peer, answers shard %d as synced: its copy may be stale", st.Shard)
+		}
+	}
+
+	c.add("c")
+	c.applyTo([]string{"a", "b", "c"}, []string{"a", "b", "c"})
+	v := c.view("c")
+	seen := map[uint32]bool{}
+	deadline := time.Now().Add(20 * time.Second)
+	for len(seen) < int(c.shards) {
+		if time.Now().After(deadline) {
+			t.Fatalf("c synced %d of %d shards in 20 s", len(seen), c.shards)
+		}
+		for s := range c.shards {
+			if seen[s] || !slices.Contains(v.Sets[s], "c") {
+				seen[s] = true
+				continue
+			}
+			if !c.nodes["c"].repl.Synced(s) {
+				continue
+			}
+			seen[s] = true
+			for _, row := range rows {
+				if shards.ShardOf(row.DispatchKey, c.shards) != s {
+					continue
+				}
+				got, err := c.nodes["c"].store.Get(ctx, row.DispatchKey)
+				if err != nil || got.Status != outbox.StatusDone {
+					t.Fatalf("c synced shard %d (set %v) holding row %s as %s (%v); want done: the copy of a node back from being alone was taken as synced",
+						s, v.Sets[s], row.DispatchKey, got.Status, err)
+				}
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

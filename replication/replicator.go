@@ -137,6 +137,13 @@ func (r *Replicator) Apply(v *View) {
 		return
 	}
 	alone := len(v.peers()) == 0
+	// A node alone after it had peers (cut off by a partition, or the
+	// survivor of failures) holds every shard as synced, yet the others
+	// may have changed rows meanwhile. When it sees peers again it counts
+	// as a copy, serves as a sync source and claims only after syncing
+	// again (pulling what the others hold): a chaos run had a new primary
+	// copy such a node's stale copy and deliver a row a second time.
+	rejoined := !alone && prev != nil && len(prev.peers()) == 0 && r.peak > 1
 	for s := range r.cfg.ShardCount {
 		in := v.inSet(v.Self, s) && !v.Leaving
 		switch {
@@ -144,6 +151,8 @@ func (r *Replicator) Apply(v *View) {
 			r.synced[s] = false
 		case alone:
 			r.synced[s] = true
+		case rejoined:
+			r.synced[s] = false
 		case prev == nil || !prev.inSet(v.Self, s) || prev.Leaving:
 			r.synced[s] = false
 		}

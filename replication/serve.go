@@ -94,7 +94,10 @@ func (r *Replicator) States(ctx context.Context, shards []uint32) (StatesReply, 
 		d := digests[s]
 		st := ShardState{Shard: s, Rows: d.Rows, Sum: d.Sum, Claimed: claimed[s], Unshipped: unshipped[s]}
 		if v != nil && !v.Leaving && v.inSet(v.Self, s) {
-			st.Replica, st.Synced = true, r.synced[s]
+			// Asked by a peer while its view is alone after having had
+			// peers: it is about to rejoin and its copy may be stale
+			// (Apply's rejoined): not a synced source for anyone.
+			st.Replica, st.Synced = true, r.synced[s] && !(len(v.peers()) == 0 && r.peak > 1)
 		}
 		if v != nil {
 			st.Primary = v.primary(s)
