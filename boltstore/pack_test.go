@@ -657,19 +657,7 @@ func TestBundlesFitOnePageWithLongKeys(t *testing.T) {
 			rows = append(rows, row(key(i), "ns", "q"))
 		}
 		mustAppend(t, s, rows...)
-		b.clock.Advance(time.Minute)
-		got, err := s.Claim(ctx, outbox.ClaimParams{Limit: len(rows), Now: b.clock.Now()})
-		must(t, err)
-		for _, c := range got {
-			must(t, s.Complete(ctx, outbox.CompleteParams{DispatchKey: c.DispatchKey, Claim: c.Version, Now: b.clock.Now()}))
-		}
-		for {
-			p, err := s.PackTombstones(ctx)
-			must(t, err)
-			if p == 0 {
-				break
-			}
-		}
+		completeAndPack(t, s, b, len(rows))
 	}
 	mustCheck(t, s)
 	pageSize := s.db.Info().PageSize
@@ -690,6 +678,20 @@ func TestBundlesFitOnePageWithLongKeys(t *testing.T) {
 	t.Logf("%d bundles, biggest value %d bytes, page %d", bundles, biggest, pageSize)
 }
 
+// completeAndPack claims up to limit visible rows a minute later, completes
+// each and packs until nothing is left to pack (packAll).
+func completeAndPack(t *testing.T, s *Store, b *testBundle, limit int) {
+	t.Helper()
+	b.clock.Advance(time.Minute)
+	got, err := s.Claim(ctx, outbox.ClaimParams{Limit: limit, Now: b.clock.Now()})
+	must(t, err)
+	for _, c := range got {
+		must(t, s.Complete(ctx, outbox.CompleteParams{DispatchKey: c.DispatchKey, Claim: c.Version, Now: b.clock.Now()}))
+	}
+	_, err = packAll(ctx, s)
+	must(t, err)
+}
+
 // TestListRowsDecodesOnlyTheBundlesItReaches: the packed-row merge of
 // ListRows decodes a shard's bundle only when the merge reaches its keys
 // (20 rows taken from 64 shards' bundles decode at most 21 bundles, not
@@ -704,19 +706,7 @@ func TestListRowsDecodesOnlyTheBundlesItReaches(t *testing.T) {
 		rows = append(rows, row(fmt.Sprintf("key-%06d", i), "ns", "q"))
 	}
 	mustAppend(t, s, rows...)
-	b.clock.Advance(time.Minute)
-	got, err := s.Claim(ctx, outbox.ClaimParams{Limit: n, Now: b.clock.Now()})
-	must(t, err)
-	for _, c := range got {
-		must(t, s.Complete(ctx, outbox.CompleteParams{DispatchKey: c.DispatchKey, Claim: c.Version, Now: b.clock.Now()}))
-	}
-	for {
-		p, err := s.PackTombstones(ctx)
-		must(t, err)
-		if p == 0 {
-			break
-		}
-	}
+	completeAndPack(t, s, b, n)
 	if bucketKeys(t, s, bucketBundles) < shardCount {
 		t.Fatalf("want bundles on every shard, got %d", bucketKeys(t, s, bucketBundles))
 	}
