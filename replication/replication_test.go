@@ -445,25 +445,8 @@ func TestHandoverWaitsForTheOldPrimarysClaims(t *testing.T) {
 	if len(taken) == 0 {
 		t.Fatal("c is primary of no shard")
 	}
-	eventually(t, 10*time.Second, "c synced", func() (bool, string) {
-		for _, s := range taken {
-			if !c.nodes["c"].repl.Synced(s) {
-				return false, fmt.Sprintf("shard %d not synced", s)
-			}
-		}
-		return true, ""
-	})
 	// Synced, but a and b still deliver: c keeps them out of its scope.
-	deadline := time.Now().Add(500 * time.Millisecond)
-	for time.Now().Before(deadline) {
-		if sc := c.nodes["c"].scopeNow(); len(sc) != 0 {
-			t.Fatalf("c claims from %v while the old primaries hold claims of them", sc)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if got := c.nodes["c"].repl.Status().HandoverShards; got != len(taken) {
-		t.Fatalf("c reports %d shards waiting for a handover, want %d", got, len(taken))
-	}
+	wantSyncedButHeldBack(t, c, "c", taken, "the old primaries hold claims of them")
 	// The old primaries settle and ship; c takes over and finds them done.
 	for name, rows := range claimed {
 		n := c.nodes[name]
@@ -587,24 +570,7 @@ func TestHandoverWaitsUntilEveryViewNamesTheNewPrimary(t *testing.T) {
 	if len(taken) == 0 {
 		t.Fatal("c is primary of no shard")
 	}
-	eventually(t, 10*time.Second, "c synced", func() (bool, string) {
-		for _, s := range taken {
-			if !c.nodes["c"].repl.Synced(s) {
-				return false, fmt.Sprintf("shard %d not synced", s)
-			}
-		}
-		return true, ""
-	})
-	deadline := time.Now().Add(500 * time.Millisecond)
-	for time.Now().Before(deadline) {
-		if sc := c.nodes["c"].scopeNow(); len(sc) != 0 {
-			t.Fatalf("c claims from %v while a and b still see another primary of them", sc)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if got := c.nodes["c"].repl.Status().HandoverShards; got != len(taken) {
-		t.Fatalf("c reports %d shards waiting for a handover, want %d", got, len(taken))
-	}
+	wantSyncedButHeldBack(t, c, "c", taken, "a and b still see another primary of them")
 	c.applyTo(all, []string{"a", "b"})
 	eventually(t, 10*time.Second, "c claims from its shards once every view names it", func() (bool, string) {
 		sc := c.nodes["c"].scopeNow()
@@ -716,5 +682,31 @@ func TestRejoinedNodeIsNotASyncSource(t *testing.T) {
 			}
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// wantSyncedButHeldBack waits until name has synced every shard of taken,
+// then requires that for 500 ms it claims from none of them and reports
+// them all waiting for a handover (why: what still holds them back).
+func wantSyncedButHeldBack(t *testing.T, c *tcluster, name string, taken []uint32, why string) {
+	t.Helper()
+	n := c.nodes[name]
+	eventually(t, 10*time.Second, name+" synced", func() (bool, string) {
+		for _, s := range taken {
+			if !n.repl.Synced(s) {
+				return false, fmt.Sprintf("shard %d not synced", s)
+			}
+		}
+		return true, ""
+	})
+	deadline := time.Now().Add(500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		if sc := n.scopeNow(); len(sc) != 0 {
+			t.Fatalf("%s claims from %v while %s", name, sc, why)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := n.repl.Status().HandoverShards; got != len(taken) {
+		t.Fatalf("%s reports %d shards waiting for a handover, want %d", name, got, len(taken))
 	}
 }

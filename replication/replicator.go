@@ -143,7 +143,7 @@ func (r *Replicator) Apply(v *View) {
 	// as a copy, serves as a sync source and claims only after syncing
 	// again (pulling what the others hold): a chaos run had a new primary
 	// copy such a node's stale copy and deliver a row a second time.
-	rejoined := !alone && prev != nil && len(prev.peers()) == 0 && r.peak > 1
+	rejoined := !alone && prev != nil && r.aloneAfterPeersLocked(prev)
 	for s := range r.cfg.ShardCount {
 		in := v.inSet(v.Self, s) && !v.Leaving
 		switch {
@@ -168,6 +168,14 @@ func (r *Replicator) Apply(v *View) {
 	wake(r.pollWake)
 	wake(r.dropWake)
 	wake(r.handoverWake)
+}
+
+// aloneAfterPeersLocked reports whether v shows this node alone although
+// it has had peers (r.peak > 1): cut off, or the survivor of failures, its
+// copies may lack what others changed meanwhile (Apply's rejoined,
+// States' Synced). r.mu held.
+func (r *Replicator) aloneAfterPeersLocked(v *View) bool {
+	return len(v.peers()) == 0 && r.peak > 1
 }
 
 // View returns the current view (nil before the first Apply).

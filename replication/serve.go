@@ -86,6 +86,7 @@ func (r *Replicator) States(ctx context.Context, shards []uint32) (StatesReply, 
 	unshipped := r.ship.pendingShards()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	isolated := v != nil && r.aloneAfterPeersLocked(v)
 	rep.States = make([]ShardState, 0, len(shards))
 	for _, s := range shards {
 		if s >= r.cfg.ShardCount {
@@ -97,7 +98,7 @@ func (r *Replicator) States(ctx context.Context, shards []uint32) (StatesReply, 
 			// Asked by a peer while its view is alone after having had
 			// peers: it is about to rejoin and its copy may be stale
 			// (Apply's rejoined): not a synced source for anyone.
-			st.Replica, st.Synced = true, r.synced[s] && !(len(v.peers()) == 0 && r.peak > 1)
+			st.Replica, st.Synced = true, r.synced[s] && !isolated
 		}
 		if v != nil {
 			st.Primary = v.primary(s)
