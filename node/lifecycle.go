@@ -71,7 +71,7 @@ func (n *Node) awaitFirstJoin(ctx context.Context) (err error) {
 		contacted int
 		err       error
 	}
-	exchangeFailures := 0
+	var tally joinTally
 	for {
 		done := make(chan result, 1)
 		n.joins.Go(func() {
@@ -81,7 +81,10 @@ func (n *Node) awaitFirstJoin(ctx context.Context) (err error) {
 		var res result
 		select {
 		case res = <-done:
+			tally.record(res.err)
 		case <-wctx.Done():
+			// The attempt in flight has no outcome yet: it neither adds
+			// to nor clears the run of failed state exchanges.
 			res.err = wctx.Err()
 		}
 		switch {
@@ -100,13 +103,6 @@ func (n *Node) awaitFirstJoin(ctx context.Context) (err error) {
 		case errors.Is(res.err, cluster.ErrProtocolMismatch):
 			return fmt.Errorf("the cluster at %v refused this node: it speaks another protocol version: %w", n.cfg.Join, res.err)
 		}
-		// Consecutive attempts whose seed answered but whose state exchange
-		// failed; one alone may be a seed caught shutting down.
-		if errors.Is(res.err, cluster.ErrStateExchange) {
-			exchangeFailures++
-		} else {
-			exchangeFailures = 0
-		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("start %s: stopped while joining %v: %w", n.name, n.cfg.Join, ctx.Err())
 		}
@@ -115,12 +111,12 @@ func (n *Node) awaitFirstJoin(ctx context.Context) (err error) {
 			if ctx.Err() != nil {
 				return fmt.Errorf("start %s: stopped while joining %v: %w", n.name, n.cfg.Join, ctx.Err())
 			}
-			if exchangeFailures >= 2 {
+			if tally.refusedByExchange() {
 				// Someone is there, but the push/pull with it fails: serving
 				// alone would own every shard beside a live cluster, without
 				// its config (pauses, quotas) — issue #13 item 4.
 				return fmt.Errorf("the cluster at %v answered but this node could not exchange state with it for %v (check --gossip-key; see the node log): %w",
-					n.cfg.Join, n.cfg.JoinWait, res.err)
+					n.cfg.Join, n.cfg.JoinWait, tally.last)
 			}
 			n.log.Warn("no seed answered; serving alone until one does", "join", n.cfg.Join, "waited", n.cfg.JoinWait, "err", res.err)
 			n.cl.AcceptAlone()
@@ -129,6 +125,33 @@ func (n *Node) awaitFirstJoin(ctx context.Context) (err error) {
 		}
 	}
 }
+
+// joinTally counts the completed join attempts of awaitFirstJoin that
+// reached a seed but failed its state exchange (cluster.ErrStateExchange),
+// in an unbroken run: any other completed outcome (no seed answered, a
+// join) ends the run. An attempt still in flight when the join wait ends
+// is not recorded: under load the last attempt is often cut off by the
+// wait, and counting it as "no seed answered" made a node that had failed
+// every exchange serve alone beside a live cluster (CI, 2026-12-01).
+type joinTally struct {
+	exchangeFailures int   // the current run's length
+	last             error // the run's last error; nil when the run is empty
+}
+
+// record adds one completed attempt's outcome (err nil: it joined).
+func (t *joinTally) record(err error) {
+	if errors.Is(err, cluster.ErrStateExchange) {
+		t.exchangeFailures++
+		t.last = err
+		return
+	}
+	t.exchangeFailures, t.last = 0, nil
+}
+
+// refusedByExchange reports whether the run is long enough to say a
+// cluster is there but will not exchange state with this node: two
+// attempts, since one alone may be a seed caught shutting down.
+func (t *joinTally) refusedByExchange() bool { return t.exchangeFailures >= 2 }
 
 // awaitAccepted waits, within the join wait (wctx), until the cluster
 // accepts this node (cluster.Accepted: every peer holds it at its own
