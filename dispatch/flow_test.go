@@ -154,13 +154,17 @@ func testBurstyQuiet(t *testing.T, st storeKind) {
 		if waited[i] > 1 {
 			t.Errorf("quiet row %d was claimed %d sweeps after the first sweep that could see it, want that sweep", i, waited[i])
 		}
-		if untilReceipt[i] > 4 {
-			t.Errorf("quiet row %d reached its target only after %d more sweeps had started, want a few (≤ 4)", i, untilReceipt[i])
-		}
 	}
-	// Wall clock: 20 poll intervals plus the sweeps a row may wait
-	// through (the rest of the running one and the next: their duration is
-	// the store's, and the machine's load) plus a delivery.
+	// From claim to receipt the row is one goroutine's HTTP request; it
+	// waits for no connection and no other namespace's delivery (asserted
+	// by TestNoClaimedRowWaitsForAConnection and
+	// TestQuietRowGoesOutWhileAHostIsFull). Counted in sweeps it measured
+	// the Go scheduler: on 2 loaded cores under -race, 5 sweeps of ~80 ms
+	// started while one claimed row waited for a CPU (CI, 2026-12-01, row
+	// received 430 ms after it was stored). So it is logged above, and the
+	// bound is the wall clock's: 20 poll intervals plus the sweeps a row
+	// may wait through (the rest of the running one and the next: their
+	// duration is the store's, and the machine's load) plus a delivery.
 	if bound := 20*cfg.PollInterval + 3*longest + 100*time.Millisecond; worst > bound {
 		t.Errorf("quiet row took %v (> %v) to be delivered behind a bursty namespace", worst, bound)
 	}
