@@ -66,7 +66,9 @@ const (
 	DefaultShipBatch = 1000
 	// DefaultMaxPending is the most state changes queued for one backup;
 	// past it the queue is dropped and that backup's shards are repaired
-	// by digest comparison instead (the queue's memory stays bounded).
+	// by digest comparison instead (the queue's memory stays bounded);
+	// until a shard is repaired, States reports it Unshipped, so no
+	// handover releases it on the strength of the dropped queue.
 	DefaultMaxPending = 200_000
 	// DefaultPollInterval is how often a primary compares its shards'
 	// digests and sync states with its backups'.

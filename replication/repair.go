@@ -67,6 +67,7 @@ func (r *Replicator) pollRound(ctx context.Context) {
 	if v == nil || ctx.Err() != nil {
 		return
 	}
+	lost := r.ship.lostMarks() // before the digests: see lostMarks
 	mine, err := r.localDigests(ctx)
 	if err != nil {
 		r.log.Warn("repair poll: read local digests", "err", err)
@@ -89,9 +90,27 @@ func (r *Replicator) pollRound(ctx context.Context) {
 		rep  StatesReply
 		ok   bool
 	}
-	answers := make(chan answer, len(byPeer))
-	var wg sync.WaitGroup
+	// Ask too about the shards of lost marks (a dropped change queue):
+	// a mark goes once the backup's copy equals ours.
+	ask := map[string][]uint32{}
 	for p, shards := range byPeer {
+		ask[p] = shards
+	}
+	for i := 0; i < len(lost); i++ {
+		mk := lost[i]
+		if mine[mk.shard].Rows == 0 {
+			r.ship.clearLost(mk) // nothing of the shard here to ship
+			lost = slices.Delete(lost, i, i+1)
+			i--
+			continue
+		}
+		if _, ok := v.Addrs[mk.member]; ok && !slices.Contains(ask[mk.member], mk.shard) {
+			ask[mk.member] = append(slices.Clip(ask[mk.member]), mk.shard)
+		}
+	}
+	answers := make(chan answer, len(ask))
+	var wg sync.WaitGroup
+	for p, shards := range ask {
 		addr := v.Addrs[p]
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
@@ -109,6 +128,16 @@ func (r *Replicator) pollRound(ctx context.Context) {
 	for a := range answers {
 		if a.ok {
 			got[a.peer] = a.rep
+		}
+	}
+
+	for _, mk := range lost {
+		rep, ok := got[mk.member]
+		if !ok || !rep.Joined {
+			continue
+		}
+		if st, _ := stateOf(rep, mk.shard); st.Rows == mine[mk.shard].Rows && st.Sum == mine[mk.shard].Sum {
+			r.ship.clearLost(mk)
 		}
 	}
 

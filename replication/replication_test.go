@@ -710,3 +710,84 @@ func wantSyncedButHeldBack(t *testing.T, c *tcluster, name string, taken []uint3
 		t.Fatalf("%s reports %d shards waiting for a handover, want %d", name, got, len(taken))
 	}
 }
+
+// TestDroppedQueueIsUnshippedUntilRepaired: a backup's change queue
+// dropped over MaxPending leaves changes that no queue holds. Until the
+// repair poll finds the backup's copy equal to ours, States must report
+// those shards Unshipped: a new primary's handover check that read them
+// as quiet could deliver again rows whose settles never reached it (a
+// window DECISIONS.md named open until this test).
+func TestDroppedQueueIsUnshippedUntilRepaired(t *testing.T) {
+	c := newTCluster(t, 8, 2)
+	c.opts = func(cfg *replication.Config) { cfg.MaxPending = 5 }
+	c.add("a")
+	c.add("b")
+	c.apply()
+	waitSynced(t, c)
+	ctx := context.Background()
+	a := c.nodes["a"]
+	if _, err := a.repl.Route(ctx, rowsFor("lost", 80, time.Now().UTC())); err != nil {
+		t.Fatal(err)
+	}
+	// b stops answering; a's view still names it, so a's settles queue
+	// for b until the queue passes MaxPending and is dropped.
+	c.kill("b", false)
+	settled := claimAll(t, a)
+	if len(settled) <= 5 {
+		t.Fatalf("a claimed %d rows, want more than MaxPending (5) to overflow b's queue", len(settled))
+	}
+	touched := map[uint32]bool{}
+	for _, row := range settled {
+		done := a.repl.Settling(row.DispatchKey)
+		if err := a.store.Complete(ctx, outbox.CompleteParams{DispatchKey: row.DispatchKey, Claim: row.Version}); err != nil {
+			t.Fatal(err)
+		}
+		a.repl.Changed(row.DispatchKey)
+		done()
+		touched[row.Shard] = true
+	}
+	if metric(t, a, "fairshard_replication_ship_dropped_total", "") == 0 {
+		t.Fatal("b's queue was not dropped: the test proves nothing")
+	}
+	asked := make([]uint32, 0, len(touched))
+	for s := range touched {
+		asked = append(asked, s)
+	}
+	slices.Sort(asked)
+	unshipped := func() []uint32 {
+		rep, err := a.repl.States(ctx, asked)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []uint32
+		for _, st := range rep.States {
+			if st.Unshipped {
+				out = append(out, st.Shard)
+			}
+		}
+		return out
+	}
+	if got := unshipped(); !slices.Equal(got, asked) {
+		t.Fatalf("after b's queue was dropped, a reports shards %v unshipped, want every settled shard %v", got, asked)
+	}
+	// b comes back: the poll repairs its copies, then the marks go.
+	c.add("b")
+	c.apply()
+	eventually(t, 30*time.Second, "the lost marks cleared once b's copies equal a's", func() (bool, string) {
+		got := unshipped()
+		return len(got) == 0, fmt.Sprintf("unshipped %v", got)
+	})
+	for _, s := range asked {
+		da, err := a.store.ShardDigest(ctx, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		db, err := c.nodes["b"].store.ShardDigest(ctx, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if da != db {
+			t.Fatalf("shard %d: a's digest %+v, b's %+v: a mark cleared before b's copy was repaired", s, da, db)
+		}
+	}
+}

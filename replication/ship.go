@@ -68,8 +68,17 @@ type shipper struct {
 	// settling counts, per shard, state changes being committed whose
 	// Changed call has not happened yet (Settling).
 	settling map[uint32]int
-	wakeCh   chan struct{}
-	total    int
+	// lost marks, per backup, the shards whose queued changes were
+	// dropped over MaxPending, each with the drop's sequence number: the
+	// backup lacks changes no queue holds any more, so States reports
+	// those shards Unshipped until the repair poll finds the backup's
+	// digest equal to ours (or we hold none of the shard, or the backup
+	// left the view). Without them a dropped queue read as quiet to a new
+	// primary's handover check.
+	lost    map[string]map[uint32]uint64
+	lostSeq uint64
+	wakeCh  chan struct{}
+	total   int
 	// jobs tracks the batches in flight (one per backup at most), so the
 	// final flush can wait for them.
 	jobs sync.WaitGroup
@@ -95,7 +104,8 @@ type shipEntry struct {
 }
 
 func newShipper(r *Replicator) *shipper {
-	return &shipper{r: r, queues: map[string]*shipQueue{}, settling: map[uint32]int{}, wakeCh: make(chan struct{}, 1)}
+	return &shipper{r: r, queues: map[string]*shipQueue{}, settling: map[uint32]int{},
+		lost: map[string]map[uint32]uint64{}, wakeCh: make(chan struct{}, 1)}
 }
 
 func (s *shipper) add(v *View, keys []string) {
@@ -129,6 +139,15 @@ func (s *shipper) add(v *View, keys []string) {
 				// Bounded memory: drop the queue, repair the backup by digest.
 				s.r.m.shipDropped.Add(float64(len(q.entries)))
 				s.total -= len(q.entries)
+				s.lostSeq++
+				l := s.lost[m]
+				if l == nil {
+					l = map[uint32]uint64{}
+					s.lost[m] = l
+				}
+				for _, e := range q.entries {
+					l[e.shard] = s.lostSeq
+				}
 				delete(s.queues, m)
 				s.r.markFullRepair(m)
 				s.r.log.Warn("backup's change queue over its bound: dropped; its shards will be repaired by digest",
@@ -162,7 +181,49 @@ func (s *shipper) retarget(v *View) {
 			delete(s.queues, m)
 		}
 	}
+	for m := range s.lost {
+		if _, ok := v.Addrs[m]; !ok {
+			delete(s.lost, m)
+		}
+	}
 	s.r.m.pending.Set(float64(s.total))
+}
+
+// lostMark is one (backup, shard) lost mark with its drop's sequence
+// number (see shipper.lost).
+type lostMark struct {
+	member string
+	shard  uint32
+	seq    uint64
+}
+
+// lostMarks snapshots the lost marks. Take it before reading the local
+// digests a mark is judged against: every change a mark in the snapshot
+// stands for is then in those digests.
+func (s *shipper) lostMarks() []lostMark {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []lostMark
+	for m, l := range s.lost {
+		for sh, seq := range l {
+			out = append(out, lostMark{m, sh, seq})
+		}
+	}
+	return out
+}
+
+// clearLost removes mark unless a later drop renewed it.
+func (s *shipper) clearLost(mark lostMark) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.lost[mark.member]
+	if l[mark.shard] != mark.seq {
+		return
+	}
+	delete(l, mark.shard)
+	if len(l) == 0 {
+		delete(s.lost, mark.member)
+	}
 }
 
 // pendingFor reports whether changes of shard wait for member.
@@ -193,6 +254,11 @@ func (s *shipper) pendingShards() map[uint32]bool {
 	for _, q := range s.queues {
 		for _, e := range q.entries {
 			out[e.shard] = true
+		}
+	}
+	for _, l := range s.lost {
+		for sh := range l {
+			out[sh] = true
 		}
 	}
 	return out
