@@ -19,7 +19,9 @@ import (
 // one row delivered twice), and every other synced replica of the set that
 // holds a copy has the digest of ours: the old primary finishes its deliveries,
 // its settles reach the new primary (by shipping, or by repair between
-// the replicas), and only then does the new primary claim. The digest condition matters when the new
+// the replicas), and only then does the new primary claim; a leftover
+// holder's copy (the old primary outside the new set) is no digest test,
+// so the rows it holds newer are pulled from it first (handoverRound). The digest condition matters when the new
 // primary synced from a backup the old primary had not yet shipped a
 // settle to (a chaos run saw that backup just back from a partition). The wait is bounded by Config.HandoverTimeout (a stuck delivery
 // or an unreachable member then costs a possible duplicate, never a
@@ -63,7 +65,12 @@ func (r *Replicator) startHandoverLocked(prev, v *View, alone bool) {
 }
 
 // handoverRound asks every live peer about the shards waiting; it reports
-// whether some still wait.
+// whether some still wait. A shard whose checks pass and that a leftover
+// holder still holds (a member outside its set: the old primary after a
+// rebalance or a drain) is released only after the newer versions of its
+// rows there were pulled here (pullNewer): a settle the old primary
+// committed under a view that did not yet name us was queued for the old
+// set only, and at R = 1 for nobody.
 func (r *Replicator) handoverRound(ctx context.Context) bool {
 	v := r.view.Load()
 	r.mu.Lock()
@@ -84,17 +91,18 @@ func (r *Replicator) handoverRound(ctx context.Context) bool {
 		return true
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.view.Load() != v {
+		r.mu.Unlock()
 		return true // a new view: its own round follows
 	}
-	released, timedOut := 0, 0
+	ready := map[uint32][]string{} // checks passed: shard → leftover holders to pull from
 	for _, s := range waiting {
 		since, ok := r.handover[s]
 		if !ok {
 			continue
 		}
 		busy := ""
+		var leftovers []string
 		for _, p := range peers {
 			rep, ok := states[p]
 			if !ok {
@@ -114,31 +122,62 @@ func (r *Replicator) handoverRound(ctx context.Context) bool {
 				break
 			}
 			// Replicas only: a leftover copy (a node that left the set or
-			// drains) lacks what was appended since and is merged into the
-			// set before it is dropped; its settles are "unshipped" above.
-			// Synced ones only: a replica still syncing gets everything
-			// from its sync.
+			// drains) lacks what was appended since, so its digest is no
+			// test; what it settled is pulled below. Synced ones only: a
+			// replica still syncing gets everything from its sync.
 			if st.Replica && st.Synced && st.Rows > 0 && (st.Rows != mine[s].Rows || st.Sum != mine[s].Sum) {
 				busy = p + " holds a copy that differs from ours"
 				break
 			}
+			if !st.Replica && st.Rows > 0 {
+				leftovers = append(leftovers, p)
+			}
 		}
 		switch {
 		case busy == "":
-			released++
+			ready[s] = leftovers
 		case time.Since(since) >= r.cfg.HandoverTimeout:
-			timedOut++
 			r.log.Warn("handover wait timed out: claiming the shard (rows still in flight elsewhere may be delivered twice)",
 				"shard", s, "waited", time.Since(since).Round(time.Millisecond), "because", busy)
-		default:
-			continue
+			r.releaseHandoverLocked(s, since)
 		}
-		delete(r.handover, s)
-		r.m.handoverWait.Observe(time.Since(since).Seconds())
 	}
-	if released+timedOut > 0 {
-		r.updateScopeLocked()
+	r.mu.Unlock()
+	// The leftover holders neither claim nor settle the shard any more
+	// (checked above): what they hold now is final. Pull what is newer.
+	for s, holders := range ready {
+		for _, p := range holders {
+			if ctx.Err() != nil {
+				return true
+			}
+			pulled, err := r.pullNewer(ctx, v.Addrs[p], s)
+			if err != nil {
+				r.log.Info("handover: pull from a leftover copy failed; retrying", "shard", s, "from", p, "err", err)
+				delete(ready, s)
+				break
+			}
+			if pulled > 0 {
+				r.log.Info("handover: pulled rows a leftover copy had settled", "shard", s, "from", p, "rows", pulled)
+			}
+		}
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.view.Load() == v {
+		for s := range ready {
+			if since, ok := r.handover[s]; ok {
+				r.releaseHandoverLocked(s, since)
+			}
+		}
+	}
+	r.updateScopeLocked()
 	r.m.handoverShards.Set(float64(len(r.handover)))
 	return len(r.handover) > 0
+}
+
+// releaseHandoverLocked ends shard s's handover wait, begun at since. The
+// caller updates the claim scope. r.mu held.
+func (r *Replicator) releaseHandoverLocked(s uint32, since time.Time) {
+	delete(r.handover, s)
+	r.m.handoverWait.Observe(time.Since(since).Seconds())
 }

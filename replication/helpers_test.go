@@ -3,11 +3,13 @@ package replication_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,6 +44,11 @@ type tnode struct {
 
 	scopeMu sync.Mutex
 	scope   []uint32
+
+	// refuseMerges makes this node's server answer 503 to merges sent to
+	// it (shipping, a leftover's hand-off, a repair's push): a fault the
+	// real parts cannot be made to show on cue.
+	refuseMerges atomic.Bool
 }
 
 type tcluster struct {
@@ -112,7 +119,13 @@ func (c *tcluster) start(n *tnode) {
 	}
 	n.repl = r
 	h := replication.Handler(r, nil, nil)
-	n.srv = httptest.NewServer(authOnly(h))
+	n.srv = httptest.NewServer(authOnly(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if n.refuseMerges.Load() && req.URL.Path == replication.PathPrefix+"merge" {
+			http.Error(w, "merges refused by the test", http.StatusServiceUnavailable)
+			return
+		}
+		h.ServeHTTP(w, req)
+	})))
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel, n.done, n.up = cancel, make(chan struct{}), true
 	go func() {

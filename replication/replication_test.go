@@ -791,3 +791,62 @@ func TestDroppedQueueIsUnshippedUntilRepaired(t *testing.T) {
 		}
 	}
 }
+
+// TestHandoverPullsWhatALeftoverSettled: at R = 1, b joins and becomes
+// the primary of some shards, and syncs them from a while a's view still
+// names a their primary. a settles every row meanwhile (under its old
+// view: a set of one, so no change is queued for anyone), then applies
+// the new view. b's handover finds a claiming nothing, shipping nothing
+// and naming b the primary, but a's copy is a leftover: b must pull the
+// settles from it before it claims, or it delivers those rows again (a
+// window DECISIONS.md named open). a's own hand-off of its leftover
+// copies is refused, so only the handover can bring the settles.
+func TestHandoverPullsWhatALeftoverSettled(t *testing.T) {
+	c := newTCluster(t, 8, 1, "a")
+	ctx := context.Background()
+	a := c.nodes["a"]
+	if _, err := a.repl.Route(ctx, rowsFor("left", 80, time.Now().UTC())); err != nil {
+		t.Fatal(err)
+	}
+	b := c.add("b")
+	b.refuseMerges.Store(true)
+	c.applyTo([]string{"a", "b"}, []string{"b"})
+	var bPrimary []uint32
+	for s := range c.shards {
+		if c.view("b").Sets[s][0] == "b" {
+			bPrimary = append(bPrimary, s)
+		}
+	}
+	if len(bPrimary) == 0 {
+		t.Fatal("b is the primary of no shard: the test proves nothing")
+	}
+	eventually(t, 20*time.Second, "b synced its shards from a", func() (bool, string) {
+		st := b.repl.Status()
+		return st.SyncingShards == 0 && st.ReplicaShards == len(bPrimary), fmt.Sprint(st)
+	})
+	settled := 0
+	for _, row := range claimAll(t, a) {
+		if !slices.Contains(bPrimary, row.Shard) {
+			continue // a keeps these shards: nothing to prove with them
+		}
+		done := a.repl.Settling(row.DispatchKey)
+		if err := a.store.Complete(ctx, outbox.CompleteParams{DispatchKey: row.DispatchKey, Claim: row.Version}); err != nil {
+			t.Fatal(err)
+		}
+		a.repl.Changed(row.DispatchKey)
+		done()
+		settled++
+	}
+	if settled == 0 {
+		t.Fatal("a settled no row of b's shards: the test proves nothing")
+	}
+	c.applyTo([]string{"a", "b"}, []string{"a"})
+	eventually(t, 20*time.Second, "b's handover released its shards", func() (bool, string) {
+		b.scopeMu.Lock()
+		defer b.scopeMu.Unlock()
+		return slices.Equal(b.scope, bPrimary), fmt.Sprintf("scope %v, primary of %v", b.scope, bPrimary)
+	})
+	if again := claimAll(t, b); len(again) > 0 {
+		t.Fatalf("b claimed %d rows a had settled before the handover (first %q): they would be delivered twice", len(again), again[0].DispatchKey)
+	}
+}

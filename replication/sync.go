@@ -418,6 +418,20 @@ func readKeys(ctx context.Context, st interface {
 // fetched and merged here, rows held newer (or alone) here are merged on
 // the peer. It returns the rows pulled and pushed.
 func (r *Replicator) diff(ctx context.Context, addr string, shard uint32) (pulled, pushed int, err error) {
+	return r.exchange(ctx, addr, shard, true)
+}
+
+// pullNewer is diff in one direction: it pulls the rows of shard whose
+// version on the peer at addr is newer than ours (or that we lack) and
+// pushes nothing (the handover's pull from a leftover copy, which is
+// dropped once the set holds it).
+func (r *Replicator) pullNewer(ctx context.Context, addr string, shard uint32) (pulled int, err error) {
+	pulled, _, err = r.exchange(ctx, addr, shard, false)
+	return pulled, err
+}
+
+// exchange is diff, pushing only when push is set.
+func (r *Replicator) exchange(ctx context.Context, addr string, shard uint32, push bool) (pulled, pushed int, err error) {
 	theirs, err := keyList(ctx, shard, func(ctx context.Context, after []byte) (KeyPage, error) {
 		cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 		defer cancel()
@@ -432,19 +446,19 @@ func (r *Replicator) diff(ctx context.Context, addr string, shard uint32) (pulle
 	if err != nil {
 		return 0, 0, fmt.Errorf("our keys: %w", err)
 	}
-	var pull, push []string
+	var pull, pushKeys []string
 	for k, t := range theirs {
 		if m, ok := mine[k]; !ok || compareKV(t, m) > 0 {
 			pull = append(pull, k)
 		}
 	}
 	for k, m := range mine {
-		if t, ok := theirs[k]; !ok || compareKV(m, t) > 0 {
-			push = append(push, k)
+		if t, ok := theirs[k]; push && (!ok || compareKV(m, t) > 0) {
+			pushKeys = append(pushKeys, k)
 		}
 	}
 	slices.Sort(pull)
-	slices.Sort(push)
+	slices.Sort(pushKeys)
 	// Pull: fetch their copies in byte-bounded calls and merge them here.
 	for len(pull) > 0 {
 		cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
@@ -483,7 +497,7 @@ func (r *Replicator) diff(ctx context.Context, addr string, shard uint32) (pulle
 		batch, size = batch[:0], 0
 		return nil
 	}
-	for _, k := range push {
+	for _, k := range pushKeys {
 		row, err := r.cfg.Store.Get(ctx, k)
 		if errors.Is(err, outbox.ErrNotFound) {
 			continue
