@@ -134,6 +134,9 @@ func (r *Replicator) handoverRound(ctx context.Context) bool {
 			}
 		}
 		switch {
+		case busy == "" && len(leftovers) > 0 && !r.synced[s]:
+			// The pull waits for our sync: before it, it would fetch
+			// row by row what the bulk copy brings anyway.
 		case busy == "":
 			ready[s] = leftovers
 		case time.Since(since) >= r.cfg.HandoverTimeout:
