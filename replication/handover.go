@@ -2,8 +2,11 @@ package replication
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // Handover: claims are not replicated, so a member that becomes a
@@ -55,6 +58,7 @@ func (r *Replicator) startHandoverLocked(prev, v *View, alone bool) {
 		switch {
 		case !primary || alone:
 			delete(r.handover, s)
+			delete(r.pullRetry, s)
 		case prev == nil || prev.Leaving || prev.primary(s) != v.Self:
 			if _, ok := r.handover[s]; !ok {
 				r.handover[s] = now
@@ -95,7 +99,8 @@ func (r *Replicator) handoverRound(ctx context.Context) bool {
 		r.mu.Unlock()
 		return true // a new view: its own round follows
 	}
-	ready := map[uint32][]string{} // checks passed: shard → leftover holders to pull from
+	var pulls []handoverPull
+	now := time.Now()
 	for _, s := range waiting {
 		since, ok := r.handover[s]
 		if !ok {
@@ -121,66 +126,120 @@ func (r *Replicator) handoverRound(ctx context.Context) bool {
 				busy = p + " sees " + st.Primary + " as the primary"
 				break
 			}
+			same := st.Rows == mine[s].Rows && st.Sum == mine[s].Sum
 			// Replicas only: a leftover copy (a node that left the set or
 			// drains) lacks what was appended since, so its digest is no
-			// test; what it settled is pulled below. Synced ones only: a
-			// replica still syncing gets everything from its sync.
-			if st.Replica && st.Synced && st.Rows > 0 && (st.Rows != mine[s].Rows || st.Sum != mine[s].Sum) {
+			// test; what it holds newer is pulled below (a copy equal to
+			// ours holds nothing newer). Synced ones only: a replica still
+			// syncing gets everything from its sync.
+			if st.Replica && st.Synced && st.Rows > 0 && !same {
 				busy = p + " holds a copy that differs from ours"
 				break
 			}
-			if !st.Replica && st.Rows > 0 {
+			if !st.Replica && st.Rows > 0 && !same {
 				leftovers = append(leftovers, p)
 			}
 		}
 		switch {
-		case busy == "" && len(leftovers) > 0 && !r.synced[s]:
+		case busy == "" && len(leftovers) == 0:
+			r.releaseHandoverLocked(s, since)
+		case busy == "" && !r.synced[s]:
 			// The pull waits for our sync: before it, it would fetch
-			// row by row what the bulk copy brings anyway.
+			// row by row what the bulk copy brings anyway (and the claim
+			// scope waits for the sync too).
 		case busy == "":
-			ready[s] = leftovers
+			if b, ok := r.pullRetry[s]; ok && b.since.Equal(since) && now.Before(b.next) {
+				continue // the last pull failed: backing off
+			}
+			pulls = append(pulls, handoverPull{shard: s, since: since, holders: leftovers})
 		case time.Since(since) >= r.cfg.HandoverTimeout:
 			r.log.Warn("handover wait timed out: claiming the shard (rows still in flight elsewhere may be delivered twice)",
 				"shard", s, "waited", time.Since(since).Round(time.Millisecond), "because", busy)
 			r.releaseHandoverLocked(s, since)
 		}
 	}
+	r.updateScopeLocked()
 	r.mu.Unlock()
-	// The leftover holders neither claim nor settle the shard any more
-	// (checked above): what they hold now is final. Pull what is newer.
-	for s, holders := range ready {
-		for _, p := range holders {
-			if ctx.Err() != nil {
-				return true
+	// The leftover holders neither claim nor settle these shards any more
+	// (checked above): what they hold now is final. Pull what is newer,
+	// SyncConcurrency shards at a time, releasing each once pulled.
+	var g errgroup.Group
+	g.SetLimit(r.cfg.SyncConcurrency)
+	for _, job := range pulls {
+		g.Go(func() error {
+			err := r.pullLeftovers(ctx, v, job)
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if cur, ok := r.handover[job.shard]; !ok || !cur.Equal(job.since) || r.view.Load() != v {
+				return nil // released, or a new view: its own round follows
 			}
-			pulled, err := r.pullNewer(ctx, v.Addrs[p], s)
-			if err != nil {
-				r.log.Info("handover: pull from a leftover copy failed; retrying", "shard", s, "from", p, "err", err)
-				delete(ready, s)
-				break
+			switch {
+			case err == nil:
+				r.releaseHandoverLocked(job.shard, job.since)
+			case time.Since(job.since) >= r.cfg.HandoverTimeout:
+				r.log.Warn("handover wait timed out: claiming the shard (rows a leftover copy settled may be delivered twice)",
+					"shard", job.shard, "waited", time.Since(job.since).Round(time.Millisecond), "because", err)
+				r.releaseHandoverLocked(job.shard, job.since)
+			default:
+				b := r.pullRetry[job.shard]
+				if !b.since.Equal(job.since) {
+					b = pullBackoff{since: job.since}
+				}
+				b.wait = min(max(2*b.wait, 250*time.Millisecond), 5*time.Second)
+				b.next = time.Now().Add(b.wait)
+				r.pullRetry[job.shard] = b
+				if ctx.Err() == nil {
+					r.log.Info("handover: pull from a leftover copy failed; retrying", "shard", job.shard, "in", b.wait, "err", err)
+				}
+				return nil
 			}
-			if pulled > 0 {
-				r.log.Info("handover: pulled rows a leftover copy had settled", "shard", s, "from", p, "rows", pulled)
-			}
-		}
+			r.updateScopeLocked()
+			return nil
+		})
 	}
+	_ = g.Wait()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.view.Load() == v {
-		for s := range ready {
-			if since, ok := r.handover[s]; ok {
-				r.releaseHandoverLocked(s, since)
-			}
-		}
-	}
-	r.updateScopeLocked()
 	r.m.handoverShards.Set(float64(len(r.handover)))
 	return len(r.handover) > 0
+}
+
+// handoverPull is a shard whose handover checks passed, to be released
+// once the rows its leftover holders hold newer are pulled here.
+type handoverPull struct {
+	shard   uint32
+	since   time.Time // the handover wait's start
+	holders []string
+}
+
+// pullBackoff spaces the pulls of a shard from a leftover copy after one
+// failed, for the handover wait begun at since.
+type pullBackoff struct {
+	since, next time.Time
+	wait        time.Duration
+}
+
+// pullLeftovers pulls into the local store the rows of job's shard that a
+// leftover holder holds newer, and ships what it pulled to our backups
+// (they lack it too: it was settled under a view that did not name them).
+func (r *Replicator) pullLeftovers(ctx context.Context, v *View, job handoverPull) error {
+	for _, p := range job.holders {
+		keys, err := r.pullNewer(ctx, v.Addrs[p], job.shard)
+		if err != nil {
+			return fmt.Errorf("pull shard %d from %s: %w", job.shard, p, err)
+		}
+		if len(keys) > 0 {
+			r.Changed(keys...)
+			r.log.Info("handover: pulled rows a leftover copy had settled", "shard", job.shard, "from", p, "rows", len(keys))
+		}
+	}
+	return nil
 }
 
 // releaseHandoverLocked ends shard s's handover wait, begun at since. The
 // caller updates the claim scope. r.mu held.
 func (r *Replicator) releaseHandoverLocked(s uint32, since time.Time) {
 	delete(r.handover, s)
+	delete(r.pullRetry, s)
 	r.m.handoverWait.Observe(time.Since(since).Seconds())
 }

@@ -46,9 +46,10 @@ type tnode struct {
 	scope   []uint32
 
 	// refuseMerges makes this node's server answer 503 to merges sent to
-	// it (shipping, a leftover's hand-off, a repair's push): a fault the
-	// real parts cannot be made to show on cue.
-	refuseMerges atomic.Bool
+	// it (shipping, a leftover's hand-off, a repair's push), refuseKeys to
+	// key list reads (a diff's): faults the real parts cannot be made to
+	// show on cue.
+	refuseMerges, refuseKeys atomic.Bool
 }
 
 type tcluster struct {
@@ -120,8 +121,9 @@ func (c *tcluster) start(n *tnode) {
 	n.repl = r
 	h := replication.Handler(r, nil, nil)
 	n.srv = httptest.NewServer(authOnly(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if n.refuseMerges.Load() && req.URL.Path == replication.PathPrefix+"merge" {
-			http.Error(w, "merges refused by the test", http.StatusServiceUnavailable)
+		if (n.refuseMerges.Load() && req.URL.Path == replication.PathPrefix+"merge") ||
+			(n.refuseKeys.Load() && req.URL.Path == replication.PathPrefix+"keys") {
+			http.Error(w, "refused by the test", http.StatusServiceUnavailable)
 			return
 		}
 		h.ServeHTTP(w, req)

@@ -98,8 +98,11 @@ func (r *Replicator) pollRound(ctx context.Context) {
 	}
 	for i := 0; i < len(lost); i++ {
 		mk := lost[i]
-		if mine[mk.shard].Rows == 0 {
-			r.ship.clearLost(mk) // nothing of the shard here to ship
+		// Nothing of the shard here to ship; or the backup left the
+		// shard's set (its copy goes; a synced replica is judged by the
+		// handover's digest test, a leftover copy pulled by it).
+		if mine[mk.shard].Rows == 0 || !slices.Contains(v.set(mk.shard), mk.member) {
+			r.ship.clearLost(mk)
 			lost = slices.Delete(lost, i, i+1)
 			i--
 			continue
@@ -193,6 +196,15 @@ func (r *Replicator) pollRound(ctx context.Context) {
 		r.mu.Lock()
 		delete(r.mismatch, syncKey{j.shard, j.peer})
 		r.mu.Unlock()
+		// The diff read both key lists after the marks were taken: the
+		// peer now holds every change a mark of (peer, shard) stands for,
+		// even if the shard changed again since (a busy shard's digests
+		// may never be equal at one instant).
+		for _, mk := range lost {
+			if mk.member == j.peer && mk.shard == j.shard {
+				r.ship.clearLost(mk)
+			}
+		}
 		if pulled+pushed > 0 {
 			r.m.repairedShards.Inc()
 			r.log.Info("shard repaired", "shard", j.shard, "peer", j.peer, "pulled", pulled, "pushed", pushed)

@@ -850,3 +850,116 @@ func TestHandoverPullsWhatALeftoverSettled(t *testing.T) {
 		t.Fatalf("b claimed %d rows a had settled before the handover (first %q): they would be delivered twice", len(again), again[0].DispatchKey)
 	}
 }
+
+// TestLostMarkGoesWithTheBackupsCopy: a lost mark (a dropped change
+// queue) for a backup that then leaves the shard's set must go: that
+// backup drops its copy, so its digest never equals ours again, and a
+// mark left behind would hold every later handover of the shard until
+// the handover timeout (found in review).
+func TestLostMarkGoesWithTheBackupsCopy(t *testing.T) {
+	c := newTCluster(t, 16, 2)
+	c.opts = func(cfg *replication.Config) { cfg.MaxPending = 5; cfg.HandoverTimeout = time.Minute }
+	c.add("a")
+	c.add("b")
+	c.apply()
+	waitSynced(t, c)
+	ctx := context.Background()
+	a := c.nodes["a"]
+	if _, err := a.repl.Route(ctx, rowsFor("lost", 160, time.Now().UTC())); err != nil {
+		t.Fatal(err)
+	}
+	c.kill("b", false)
+	touched := map[uint32]bool{}
+	for _, row := range claimAll(t, a) {
+		done := a.repl.Settling(row.DispatchKey)
+		if err := a.store.Complete(ctx, outbox.CompleteParams{DispatchKey: row.DispatchKey, Claim: row.Version}); err != nil {
+			t.Fatal(err)
+		}
+		a.repl.Changed(row.DispatchKey)
+		done()
+		touched[row.Shard] = true
+	}
+	if metric(t, a, "fairshard_replication_ship_dropped_total", "") == 0 {
+		t.Fatal("b's queue was not dropped: the test proves nothing")
+	}
+	c.add("b")
+	c.add("x")
+	c.apply()
+	v := c.view("a")
+	var left []uint32
+	for s := range touched {
+		if slices.Contains(v.Sets[s], "a") && !slices.Contains(v.Sets[s], "b") {
+			left = append(left, s)
+		}
+	}
+	slices.Sort(left)
+	if len(left) == 0 {
+		t.Fatal("b left the set of no shard a settled rows of: the test proves nothing")
+	}
+	eventually(t, 20*time.Second, "a's marks for shards b left gone and every handover done, well inside the 1-minute timeout", func() (bool, string) {
+		rep, err := a.repl.States(ctx, left)
+		if err != nil {
+			return false, err.Error()
+		}
+		var stuck []uint32
+		for _, st := range rep.States {
+			if st.Unshipped {
+				stuck = append(stuck, st.Shard)
+			}
+		}
+		waiting := 0
+		for _, n := range []string{"a", "b", "x"} {
+			waiting += c.nodes[n].repl.Status().HandoverShards
+		}
+		return len(stuck) == 0 && waiting == 0, fmt.Sprintf("a reports %v of %v unshipped; %d shards wait for a handover", stuck, left, waiting)
+	})
+}
+
+// TestHandoverPullFailureEndsWithTheTimeout: a leftover holder that
+// answers States but whose key list fails keeps the pull failing; the
+// shard is still released once the handover timeout has passed (the
+// documented bound), not held forever (found in review).
+func TestHandoverPullFailureEndsWithTheTimeout(t *testing.T) {
+	const timeout = 2 * time.Second
+	c := newTCluster(t, 8, 1)
+	c.opts = func(cfg *replication.Config) { cfg.HandoverTimeout = timeout }
+	c.add("a")
+	c.apply()
+	ctx := context.Background()
+	a := c.nodes["a"]
+	if _, err := a.repl.Route(ctx, rowsFor("fail", 80, time.Now().UTC())); err != nil {
+		t.Fatal(err)
+	}
+	b := c.add("b")
+	b.refuseMerges.Store(true)
+	start := time.Now() // b's handover wait begins with this view
+	c.applyTo([]string{"a", "b"}, []string{"b"})
+	var bPrimary []uint32
+	for s := range c.shards {
+		if c.view("b").Sets[s][0] == "b" {
+			bPrimary = append(bPrimary, s)
+		}
+	}
+	eventually(t, 20*time.Second, "b synced its shards from a", func() (bool, string) {
+		st := b.repl.Status()
+		return st.SyncingShards == 0 && st.ReplicaShards == len(bPrimary), fmt.Sprint(st)
+	})
+	for _, row := range claimAll(t, a) {
+		done := a.repl.Settling(row.DispatchKey)
+		if err := a.store.Complete(ctx, outbox.CompleteParams{DispatchKey: row.DispatchKey, Claim: row.Version}); err != nil {
+			t.Fatal(err)
+		}
+		a.repl.Changed(row.DispatchKey)
+		done()
+	}
+	a.refuseKeys.Store(true) // every pull from a's leftover copy fails
+	c.applyTo([]string{"a", "b"}, []string{"a"})
+	eventually(t, 20*time.Second, "b's handover released by the timeout", func() (bool, string) {
+		b.scopeMu.Lock()
+		defer b.scopeMu.Unlock()
+		return slices.Equal(b.scope, bPrimary), fmt.Sprintf("scope %v, primary of %v", b.scope, bPrimary)
+	})
+	if took := time.Since(start); took < timeout {
+		t.Fatalf("released after %v, before the %v timeout, although every pull failed", took, timeout)
+	}
+}

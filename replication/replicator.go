@@ -55,6 +55,9 @@ type Replicator struct {
 	// member was live, since when: out of the claim scope until nobody
 	// else delivers them (handover.go).
 	handover map[uint32]time.Time
+	// pullRetry holds, per shard waiting for a handover, when a failed
+	// pull from a leftover copy may be tried again (handover.go).
+	pullRetry map[uint32]pullBackoff
 
 	ship *shipper
 
@@ -92,6 +95,7 @@ func New(cfg Config) (*Replicator, error) {
 		mismatch:   map[syncKey]mismatchState{},
 		fullRepair: map[string]bool{},
 		handover:   map[uint32]time.Time{},
+		pullRetry:  map[uint32]pullBackoff{},
 		syncWake:   make(chan struct{}, 1), pollWake: make(chan struct{}, 1), dropWake: make(chan struct{}, 1),
 		handoverWake: make(chan struct{}, 1),
 	}

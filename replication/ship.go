@@ -3,6 +3,7 @@ package replication
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -181,8 +182,17 @@ func (s *shipper) retarget(v *View) {
 			delete(s.queues, m)
 		}
 	}
-	for m := range s.lost {
+	for m, l := range s.lost {
 		if _, ok := v.Addrs[m]; !ok {
+			delete(s.lost, m)
+			continue
+		}
+		for sh := range l {
+			if !slices.Contains(v.set(sh), m) {
+				delete(l, sh) // m's copy of sh goes: nothing to repair
+			}
+		}
+		if len(l) == 0 {
 			delete(s.lost, m)
 		}
 	}

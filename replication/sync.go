@@ -418,33 +418,42 @@ func readKeys(ctx context.Context, st interface {
 // fetched and merged here, rows held newer (or alone) here are merged on
 // the peer. It returns the rows pulled and pushed.
 func (r *Replicator) diff(ctx context.Context, addr string, shard uint32) (pulled, pushed int, err error) {
-	return r.exchange(ctx, addr, shard, true)
+	keys, pushed, err := r.exchange(ctx, addr, shard, true)
+	return len(keys), pushed, err
 }
 
 // pullNewer is diff in one direction: it pulls the rows of shard whose
 // version on the peer at addr is newer than ours (or that we lack) and
 // pushes nothing (the handover's pull from a leftover copy, which is
-// dropped once the set holds it).
-func (r *Replicator) pullNewer(ctx context.Context, addr string, shard uint32) (pulled int, err error) {
+// dropped once the set holds it). It returns the keys of the rows merged
+// here.
+func (r *Replicator) pullNewer(ctx context.Context, addr string, shard uint32) (pulled []string, err error) {
 	pulled, _, err = r.exchange(ctx, addr, shard, false)
 	return pulled, err
 }
 
-// exchange is diff, pushing only when push is set.
-func (r *Replicator) exchange(ctx context.Context, addr string, shard uint32, push bool) (pulled, pushed int, err error) {
+// exchange is diff, pushing only when push is set; it returns the keys of
+// the rows pulled.
+func (r *Replicator) exchange(ctx context.Context, addr string, shard uint32, push bool) (pulledKeys []string, pushed int, err error) {
+	pulled := 0
+	defer func() {
+		if pulled > 0 {
+			r.m.repairedRows.WithLabelValues("pulled").Add(float64(pulled))
+		}
+	}()
 	theirs, err := keyList(ctx, shard, func(ctx context.Context, after []byte) (KeyPage, error) {
 		cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 		defer cancel()
 		return r.cfg.Peers.Keys(cctx, addr, shard, after, maxKeysPage)
 	})
 	if err != nil {
-		return 0, 0, fmt.Errorf("their keys: %w", err)
+		return nil, 0, fmt.Errorf("their keys: %w", err)
 	}
 	mine, err := keyList(ctx, shard, func(ctx context.Context, after []byte) (KeyPage, error) {
 		return r.localKeys(ctx, shard, after, maxKeysPage)
 	})
 	if err != nil {
-		return 0, 0, fmt.Errorf("our keys: %w", err)
+		return nil, 0, fmt.Errorf("our keys: %w", err)
 	}
 	var pull, pushKeys []string
 	for k, t := range theirs {
@@ -465,21 +474,24 @@ func (r *Replicator) exchange(ctx context.Context, addr string, shard uint32, pu
 		rows, examined, err := r.cfg.Peers.Rows(cctx, addr, pull[:min(len(pull), r.cfg.Limits.MaxRows)], r.cfg.Limits.MaxBytes)
 		cancel()
 		if err != nil {
-			return pulled, pushed, fmt.Errorf("fetch %d rows: %w", len(pull), err)
+			return pulledKeys, pushed, fmt.Errorf("fetch %d rows: %w", len(pull), err)
 		}
 		if examined <= 0 || examined > len(pull) {
-			return pulled, pushed, fmt.Errorf("fetch rows: the peer examined %d of %d keys", examined, len(pull))
+			return pulledKeys, pushed, fmt.Errorf("fetch rows: the peer examined %d of %d keys", examined, len(pull))
 		}
 		pull = pull[examined:] // keys examined but not returned expired there
 		if len(rows) == 0 {
 			continue
 		}
 		if _, err := (localSink{r}).Merge(ctx, rows); err != nil {
-			return pulled, pushed, fmt.Errorf("merge %d rows: %w", len(rows), err)
+			return pulledKeys, pushed, fmt.Errorf("merge %d rows: %w", len(rows), err)
 		}
 		r.m.syncRows.WithLabelValues("diff").Add(float64(len(rows)))
 		r.m.syncBytes.WithLabelValues("diff").Add(float64(bytesOf(rows)))
 		pulled += len(rows)
+		for k := range rows {
+			pulledKeys = append(pulledKeys, rows[k].DispatchKey)
+		}
 	}
 	// Push: our copies, in byte-bounded batches.
 	var batch []outbox.Row
@@ -503,26 +515,23 @@ func (r *Replicator) exchange(ctx context.Context, addr string, shard uint32, pu
 			continue
 		}
 		if err != nil {
-			return pulled, pushed, err
+			return pulledKeys, pushed, err
 		}
 		batch = append(batch, row)
 		size += outbox.RowBytes(&row)
 		if len(batch) >= r.cfg.Limits.MaxRows || size >= r.cfg.Limits.MaxBytes {
 			if err := flush(); err != nil {
-				return pulled, pushed, err
+				return pulledKeys, pushed, err
 			}
 		}
 	}
 	if err := flush(); err != nil {
-		return pulled, pushed, err
+		return pulledKeys, pushed, err
 	}
 	if pushed > 0 {
 		r.m.repairedRows.WithLabelValues("pushed").Add(float64(pushed))
 	}
-	if pulled > 0 {
-		r.m.repairedRows.WithLabelValues("pulled").Add(float64(pulled))
-	}
-	return pulled, pushed, nil
+	return pulledKeys, pushed, nil
 }
 
 func bytesOf(rows []outbox.Row) int {
