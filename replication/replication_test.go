@@ -736,16 +736,7 @@ func TestDroppedQueueIsUnshippedUntilRepaired(t *testing.T) {
 	if len(settled) <= 5 {
 		t.Fatalf("a claimed %d rows, want more than MaxPending (5) to overflow b's queue", len(settled))
 	}
-	touched := map[uint32]bool{}
-	for _, row := range settled {
-		done := a.repl.Settling(row.DispatchKey)
-		if err := a.store.Complete(ctx, outbox.CompleteParams{DispatchKey: row.DispatchKey, Claim: row.Version}); err != nil {
-			t.Fatal(err)
-		}
-		a.repl.Changed(row.DispatchKey)
-		done()
-		touched[row.Shard] = true
-	}
+	touched := settle(t, a, settled)
 	if metric(t, a, "fairshard_replication_ship_dropped_total", "") == 0 {
 		t.Fatal("b's queue was not dropped: the test proves nothing")
 	}
@@ -824,20 +815,8 @@ func TestHandoverPullsWhatALeftoverSettled(t *testing.T) {
 		st := b.repl.Status()
 		return st.SyncingShards == 0 && st.ReplicaShards == len(bPrimary), fmt.Sprint(st)
 	})
-	settled := 0
-	for _, row := range claimAll(t, a) {
-		if !slices.Contains(bPrimary, row.Shard) {
-			continue // a keeps these shards: nothing to prove with them
-		}
-		done := a.repl.Settling(row.DispatchKey)
-		if err := a.store.Complete(ctx, outbox.CompleteParams{DispatchKey: row.DispatchKey, Claim: row.Version}); err != nil {
-			t.Fatal(err)
-		}
-		a.repl.Changed(row.DispatchKey)
-		done()
-		settled++
-	}
-	if settled == 0 {
+	touched := settle(t, a, claimAll(t, a))
+	if !slices.ContainsFunc(bPrimary, func(s uint32) bool { return touched[s] }) {
 		t.Fatal("a settled no row of b's shards: the test proves nothing")
 	}
 	c.applyTo([]string{"a", "b"}, []string{"a"})
@@ -869,16 +848,7 @@ func TestLostMarkGoesWithTheBackupsCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.kill("b", false)
-	touched := map[uint32]bool{}
-	for _, row := range claimAll(t, a) {
-		done := a.repl.Settling(row.DispatchKey)
-		if err := a.store.Complete(ctx, outbox.CompleteParams{DispatchKey: row.DispatchKey, Claim: row.Version}); err != nil {
-			t.Fatal(err)
-		}
-		a.repl.Changed(row.DispatchKey)
-		done()
-		touched[row.Shard] = true
-	}
+	touched := settle(t, a, claimAll(t, a))
 	if metric(t, a, "fairshard_replication_ship_dropped_total", "") == 0 {
 		t.Fatal("b's queue was not dropped: the test proves nothing")
 	}
@@ -944,14 +914,7 @@ func TestHandoverPullFailureEndsWithTheTimeout(t *testing.T) {
 		st := b.repl.Status()
 		return st.SyncingShards == 0 && st.ReplicaShards == len(bPrimary), fmt.Sprint(st)
 	})
-	for _, row := range claimAll(t, a) {
-		done := a.repl.Settling(row.DispatchKey)
-		if err := a.store.Complete(ctx, outbox.CompleteParams{DispatchKey: row.DispatchKey, Claim: row.Version}); err != nil {
-			t.Fatal(err)
-		}
-		a.repl.Changed(row.DispatchKey)
-		done()
-	}
+	settle(t, a, claimAll(t, a))
 	a.refuseKeys.Store(true) // every pull from a's leftover copy fails
 	c.applyTo([]string{"a", "b"}, []string{"a"})
 	eventually(t, 20*time.Second, "b's handover released by the timeout", func() (bool, string) {
@@ -962,4 +925,21 @@ func TestHandoverPullFailureEndsWithTheTimeout(t *testing.T) {
 	if took := time.Since(start); took < timeout {
 		t.Fatalf("released after %v, before the %v timeout, although every pull failed", took, timeout)
 	}
+}
+
+// settle completes rows claimed on n the way the node does (Settling
+// before the store call, Changed after it) and returns their shards.
+func settle(t *testing.T, n *tnode, rows []outbox.Row) map[uint32]bool {
+	t.Helper()
+	touched := map[uint32]bool{}
+	for _, row := range rows {
+		done := n.repl.Settling(row.DispatchKey)
+		if err := n.store.Complete(context.Background(), outbox.CompleteParams{DispatchKey: row.DispatchKey, Claim: row.Version}); err != nil {
+			t.Fatal(err)
+		}
+		n.repl.Changed(row.DispatchKey)
+		done()
+		touched[row.Shard] = true
+	}
+	return touched
 }
