@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/fairshard/fairshard/internal/bincodec"
 )
 
 // Acceptance (issue #16 item 5, issue #13 item 2): a node the cluster has
@@ -65,37 +68,37 @@ type memberAnswer struct {
 
 func (q memberQuery) encode() []byte {
 	b := []byte{msgMemberQuery}
-	b = appendUvarint(b, q.Nonce)
-	b = appendString(b, q.From)
-	return appendString(b, q.Addr)
+	b = binary.AppendUvarint(b, q.Nonce)
+	b = bincodec.AppendString(b, q.From)
+	return bincodec.AppendString(b, q.Addr)
 }
 
 func (a memberAnswer) encode() []byte {
 	b := []byte{msgMemberAnswer}
-	b = appendUvarint(b, a.Nonce)
-	b = appendString(b, a.Sender)
-	b = appendString(b, a.Subject)
-	return appendString(b, a.HeldAt)
+	b = binary.AppendUvarint(b, a.Nonce)
+	b = bincodec.AppendString(b, a.Sender)
+	b = bincodec.AppendString(b, a.Subject)
+	return bincodec.AppendString(b, a.HeldAt)
 }
 
 // maxAddrBytes bounds an ip:port in these messages.
 const maxAddrBytes = 64
 
 func decodeMemberQuery(b []byte) (memberQuery, error) {
-	r := reader{b: b[1:]}
-	q := memberQuery{Nonce: r.uvarint(), From: r.string(MaxNodeNameBytes), Addr: r.string(maxAddrBytes)}
-	if r.err != nil {
-		return memberQuery{}, fmt.Errorf("member query: %w", r.err)
+	r := bincodec.NewReader(b[1:])
+	q := memberQuery{Nonce: r.Uvarint(), From: r.String(MaxNodeNameBytes), Addr: r.String(maxAddrBytes)}
+	if r.Err() != nil {
+		return memberQuery{}, fmt.Errorf("member query: %w", r.Err())
 	}
 	return q, nil
 }
 
 func decodeMemberAnswer(b []byte) (memberAnswer, error) {
-	r := reader{b: b[1:]}
-	a := memberAnswer{Nonce: r.uvarint(), Sender: r.string(MaxNodeNameBytes),
-		Subject: r.string(MaxNodeNameBytes), HeldAt: r.string(maxAddrBytes)}
-	if r.err != nil {
-		return memberAnswer{}, fmt.Errorf("member answer: %w", r.err)
+	r := bincodec.NewReader(b[1:])
+	a := memberAnswer{Nonce: r.Uvarint(), Sender: r.String(MaxNodeNameBytes),
+		Subject: r.String(MaxNodeNameBytes), HeldAt: r.String(maxAddrBytes)}
+	if r.Err() != nil {
+		return memberAnswer{}, fmt.Errorf("member answer: %w", r.Err())
 	}
 	return a, nil
 }

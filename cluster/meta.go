@@ -5,9 +5,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"unicode/utf8"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/fairshard/fairshard/internal/bincodec"
 )
 
 // ProtocolVersion is fairshard's cluster protocol version: the node-meta
@@ -83,8 +84,8 @@ func (m nodeMeta) encode() []byte {
 	b = append(b, metaFormat, m.Protocol)
 	b = binary.AppendUvarint(b, uint64(m.ShardCount))
 	b = append(b, m.State.code())
-	b = appendString(b, m.Name)
-	b = appendString(b, m.APIAddr)
+	b = bincodec.AppendString(b, m.Name)
+	b = bincodec.AppendString(b, m.APIAddr)
 	b = append(b, byte(len(m.GossipKeys)))
 	for _, fp := range m.GossipKeys {
 		raw, _ := hex.DecodeString(fp) // KeyFingerprint: 8 hex digits
@@ -106,121 +107,41 @@ func (m nodeMeta) encodeChecked() ([]byte, error) {
 
 func decodeMeta(b []byte) (nodeMeta, error) {
 	var m nodeMeta
-	r := reader{b: b}
+	r := bincodec.NewReader(b)
 	if len(b) == 0 {
 		return m, errors.New("node meta is empty (not a fairshard node?)")
 	}
-	if f := r.byte(); f != metaFormat {
+	if f := r.Byte(); f != metaFormat {
 		return m, fmt.Errorf("node meta format %d, this node reads %d", f, metaFormat)
 	}
-	m.Protocol = r.byte()
-	sc := r.uvarint()
+	m.Protocol = r.Byte()
+	sc := r.Uvarint()
 	if sc > uint64(MaxShardCount) {
 		return m, fmt.Errorf("node meta shard count %d above %d", sc, MaxShardCount)
 	}
 	m.ShardCount = uint32(sc)
-	st := r.byte()
-	m.Name = r.string(MaxNodeNameBytes)
-	m.APIAddr = r.string(MaxAPIAddrBytes)
-	if r.err == nil && len(r.b) > 0 {
-		n := int(r.byte())
+	st := r.Byte()
+	m.Name = r.String(MaxNodeNameBytes)
+	m.APIAddr = r.String(MaxAPIAddrBytes)
+	if r.Err() == nil && r.Len() > 0 {
+		n := int(r.Byte())
 		if n > MaxGossipKeys {
 			return nodeMeta{}, fmt.Errorf("node meta lists %d gossip keys, at most %d", n, MaxGossipKeys)
 		}
 		for range n {
-			if len(r.b) < 4 {
-				r.err = errShort
+			fp := r.Fixed(4)
+			if r.Err() != nil {
 				break
 			}
-			m.GossipKeys = append(m.GossipKeys, hex.EncodeToString(r.b[:4]))
-			r.b = r.b[4:]
+			m.GossipKeys = append(m.GossipKeys, hex.EncodeToString(fp))
 		}
 	}
-	if r.err != nil {
-		return nodeMeta{}, fmt.Errorf("node meta: %w", r.err)
+	if r.Err() != nil {
+		return nodeMeta{}, fmt.Errorf("node meta: %w", r.Err())
 	}
 	var err error
 	if m.State, err = memberStateFromCode(st); err != nil {
 		return nodeMeta{}, fmt.Errorf("node meta: %w", err)
 	}
 	return m, nil
-}
-
-func appendUvarint(b []byte, v uint64) []byte { return binary.AppendUvarint(b, v) }
-
-func appendString(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
-}
-
-func appendBytes(b []byte, p []byte) []byte {
-	b = binary.AppendUvarint(b, uint64(len(p)))
-	return append(b, p...)
-}
-
-// reader decodes the little binary formats of this package without ever
-// panicking: the first error sticks and later reads return zero values.
-type reader struct {
-	b   []byte
-	err error
-}
-
-var errShort = errors.New("truncated")
-
-func (r *reader) byte() byte {
-	if r.err != nil {
-		return 0
-	}
-	if len(r.b) < 1 {
-		r.err = errShort
-		return 0
-	}
-	v := r.b[0]
-	r.b = r.b[1:]
-	return v
-}
-
-func (r *reader) uvarint() uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.err = errors.New("bad varint")
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-// bytes reads a length-prefixed byte string of at most limit bytes; the
-// result aliases the input.
-func (r *reader) bytes(limit int) []byte {
-	n := r.uvarint()
-	if r.err != nil {
-		return nil
-	}
-	if n > uint64(limit) {
-		r.err = fmt.Errorf("length %d above limit %d", n, limit)
-		return nil
-	}
-	if uint64(len(r.b)) < n {
-		r.err = errShort
-		return nil
-	}
-	v := r.b[:n:n]
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) string(limit int) string {
-	v := r.bytes(limit)
-	if r.err != nil {
-		return ""
-	}
-	if !utf8.Valid(v) {
-		r.err = errors.New("string is not valid UTF-8")
-		return ""
-	}
-	return string(v)
 }

@@ -4,7 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"unicode/utf8"
+
+	"github.com/fairshard/fairshard/internal/bincodec"
 )
 
 // WireVersion is the version of this package's gossip messages (second
@@ -40,35 +41,34 @@ func appendEntry(b []byte, e Entry) []byte {
 	}
 	b = append(b, flags)
 	b = binary.AppendUvarint(b, e.Version.Clock)
-	b = appendString(b, e.Version.Node)
-	b = appendString(b, e.Key)
-	b = binary.AppendUvarint(b, uint64(len(e.Value)))
-	b = append(b, e.Value...)
+	b = bincodec.AppendString(b, e.Version.Node)
+	b = bincodec.AppendString(b, e.Key)
+	b = bincodec.AppendBytes(b, e.Value)
 	if e.Deleted {
 		b = binary.AppendUvarint(b, uint64(e.DeletedAt))
 	}
 	return b
 }
 
-func readEntry(r *reader) Entry {
+func readEntry(r *bincodec.Reader) Entry {
 	var e Entry
-	flags := r.byte()
+	flags := r.Byte()
 	e.Deleted = flags&1 != 0
-	e.Version.Clock = r.uvarint()
-	e.Version.Node = r.string(MaxNodeBytes)
-	e.Key = r.string(MaxKeyBytes)
-	if v := r.bytes(MaxValueBytes); len(v) > 0 {
+	e.Version.Clock = r.Uvarint()
+	e.Version.Node = r.String(MaxNodeBytes)
+	e.Key = r.String(MaxKeyBytes)
+	if v := r.Bytes(MaxValueBytes); len(v) > 0 {
 		e.Value = v // aliases the message: apply copies what it keeps
 	}
 	if e.Deleted {
-		at := r.uvarint()
+		at := r.Uvarint()
 		if at > 1<<62 {
-			r.fail(fmt.Errorf("deletion time %d out of range", at))
+			r.Fail(fmt.Errorf("deletion time %d out of range", at))
 		}
 		e.DeletedAt = int64(at)
 	}
-	if r.err == nil && flags&^1 != 0 {
-		r.fail(fmt.Errorf("unknown entry flags %#x", flags))
+	if r.Err() == nil && flags&^1 != 0 {
+		r.Fail(fmt.Errorf("unknown entry flags %#x", flags))
 	}
 	return e
 }
@@ -84,7 +84,7 @@ func encodeEntryMsg(e Entry) []byte {
 func encodeState(sender string, entries []Entry, sizeHint int) []byte {
 	b := make([]byte, 0, 16+len(sender)+sizeHint)
 	b = append(b, msgState, WireVersion)
-	b = appendString(b, sender)
+	b = bincodec.AppendString(b, sender)
 	b = binary.AppendUvarint(b, uint64(len(entries)))
 	for _, e := range entries {
 		b = appendEntry(b, e)
@@ -108,39 +108,39 @@ type decoded struct {
 // nothing.
 func decode(b []byte) (decoded, error) {
 	var d decoded
-	r := reader{b: b}
-	d.kind = r.byte()
-	ver := r.byte()
-	if r.err != nil {
-		return d, fmt.Errorf("kv gossip: %w", r.err)
+	r := bincodec.NewReader(b)
+	d.kind = r.Byte()
+	ver := r.Byte()
+	if r.Err() != nil {
+		return d, fmt.Errorf("kv gossip: %w", r.Err())
 	}
 	if ver != WireVersion {
 		return d, fmt.Errorf("%w: %d, this node speaks %d", errWireVersion, ver, WireVersion)
 	}
 	switch d.kind {
 	case msgEntry:
-		d.entries = []Entry{readEntry(&r)}
+		d.entries = []Entry{readEntry(r)}
 	case msgState:
-		d.sender = r.string(MaxNodeBytes)
-		n := r.uvarint()
-		if r.err == nil && n > uint64(len(r.b)/minEncodedEntry) {
-			return d, fmt.Errorf("kv gossip: state claims %d entries in %d bytes", n, len(r.b))
+		d.sender = r.String(MaxNodeBytes)
+		n := r.Uvarint()
+		if r.Err() == nil && n > uint64(r.Len()/minEncodedEntry) {
+			return d, fmt.Errorf("kv gossip: state claims %d entries in %d bytes", n, r.Len())
 		}
 		d.entries = make([]Entry, 0, n)
-		for i := uint64(0); i < n && r.err == nil; i++ {
-			d.entries = append(d.entries, readEntry(&r))
+		for i := uint64(0); i < n && r.Err() == nil; i++ {
+			d.entries = append(d.entries, readEntry(r))
 		}
-		if r.err == nil && d.sender == "" {
+		if r.Err() == nil && d.sender == "" {
 			return d, errors.New("kv gossip: state without a sender")
 		}
 	default:
 		return d, fmt.Errorf("kv gossip: unknown message kind %d", d.kind)
 	}
-	if r.err != nil {
-		return d, fmt.Errorf("kv gossip: %w", r.err)
+	if r.Err() != nil {
+		return d, fmt.Errorf("kv gossip: %w", r.Err())
 	}
-	if len(r.b) != 0 {
-		return d, fmt.Errorf("kv gossip: %d trailing bytes", len(r.b))
+	if r.Len() != 0 {
+		return d, fmt.Errorf("kv gossip: %d trailing bytes", r.Len())
 	}
 	for _, e := range d.entries {
 		if err := e.Validate(); err != nil {
@@ -148,82 +148,4 @@ func decode(b []byte) (decoded, error) {
 		}
 	}
 	return d, nil
-}
-
-func appendString(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
-}
-
-// reader decodes the wire format without ever panicking: the first error
-// sticks and later reads return zero values.
-type reader struct {
-	b   []byte
-	err error
-}
-
-var errShort = errors.New("truncated")
-
-func (r *reader) fail(err error) {
-	if r.err == nil {
-		r.err = err
-	}
-}
-
-func (r *reader) byte() byte {
-	if r.err != nil {
-		return 0
-	}
-	if len(r.b) < 1 {
-		r.err = errShort
-		return 0
-	}
-	v := r.b[0]
-	r.b = r.b[1:]
-	return v
-}
-
-func (r *reader) uvarint() uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.err = errors.New("bad varint")
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-// bytes reads a length-prefixed byte string of at most limit bytes; the
-// result aliases the input.
-func (r *reader) bytes(limit int) []byte {
-	n := r.uvarint()
-	if r.err != nil {
-		return nil
-	}
-	if n > uint64(limit) {
-		r.err = fmt.Errorf("length %d above limit %d", n, limit)
-		return nil
-	}
-	if uint64(len(r.b)) < n {
-		r.err = errShort
-		return nil
-	}
-	v := r.b[:n:n]
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) string(limit int) string {
-	v := r.bytes(limit)
-	if r.err != nil {
-		return ""
-	}
-	if !utf8.Valid(v) {
-		r.err = errors.New("string is not valid UTF-8")
-		return ""
-	}
-	return string(v)
 }
