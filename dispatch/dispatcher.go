@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -349,6 +350,37 @@ type filteredStore struct {
 	d       *Dispatcher
 	listed  bool
 	waiting []outbox.ClaimScope
+}
+
+// InFlightByNamespace returns, per namespace, the deliveries this
+// dispatcher runs now (rows; namespaces with none are absent). A row
+// counts from its claim's launch until its settle returned, whatever a
+// merge did to its stored state meanwhile.
+func (d *Dispatcher) InFlightByNamespace() map[string]int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return maps.Clone(d.inflightNS)
+}
+
+// CountClaimedByNamespace is the store's count of claimed rows, raised
+// per namespace to the deliveries this dispatcher runs for it. A row whose
+// state a merge replaced while its delivery runs (a peer's newer copy: the
+// node that took the shard over during a failover settled or re-armed it,
+// and repair or shipping brought that state here) is no longer claimed in
+// the store, yet its request is still at the target; counting the store
+// alone, the next sweep claimed past the ceiling (chaos seed 411670462:
+// 33 deliveries in flight from one node, quota 32).
+func (f *filteredStore) CountClaimedByNamespace(ctx context.Context, namespaces []string) (map[string]int, error) {
+	out, err := f.ClaimStore.CountClaimedByNamespace(ctx, namespaces)
+	if err != nil {
+		return out, err
+	}
+	f.d.mu.Lock()
+	for _, ns := range namespaces {
+		out[ns] = max(out[ns], f.d.inflightNS[ns])
+	}
+	f.d.mu.Unlock()
+	return out, nil
 }
 
 // filteredBatchStore is a filteredStore over a store that claims a whole

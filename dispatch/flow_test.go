@@ -484,3 +484,54 @@ func TestBatchClaimerPassedThrough(t *testing.T) {
 		t.Fatalf("ClaimBatch called %d times for one sweep, want 1", n)
 	}
 }
+
+// TestMergedAwayClaimStillCounts: a claimed row whose state a merge
+// replaces while its delivery runs (a peer's newer copy, after a failover
+// another node settled it) no longer counts as claimed in the store, but
+// its request is still at the target: it must keep counting against the
+// namespace's ceiling, or the next sweep claims past it (a chaos run saw
+// 33 deliveries in flight from one node at quota 32).
+func TestMergedAwayClaimStillCounts(t *testing.T) {
+	for _, st := range storeKinds {
+		t.Run(st.name, func(t *testing.T) {
+			release := make(chan struct{})
+			tg := newTarget(t, func(w http.ResponseWriter, r *http.Request) {
+				select {
+				case <-release:
+				case <-r.Context().Done():
+				}
+			})
+			cfg := testConfig(static(tg.URL()))
+			cfg.Store, _ = st.open(t)
+			d, b := setup(t, cfg)
+			defer drain(t, d)
+			defer close(release)
+			b.quotas.Store("ns", uint32(2))
+			now := time.Now()
+			for i := range 5 {
+				mustAppend(t, b.store, mkRow(fmt.Sprintf("m%d", i), "ns", "q", now))
+			}
+			sw, err := d.SweepOnce(t.Context())
+			if err != nil || len(sw.Rows) != 2 {
+				t.Fatalf("first sweep claimed %d rows (err %v), want the quota, 2", len(sw.Rows), err)
+			}
+			// Another node's newer copy of one row being delivered here.
+			peer := wantStatus(t, b.store, sw.Rows[0].DispatchKey, outbox.StatusClaimed)
+			peer.Status, peer.FinishedAt, peer.Version = outbox.StatusDone, time.Now(), peer.Version.Next()
+			merger, ok := b.store.(interface {
+				Merge(context.Context, []outbox.Row) (outbox.MergeResult, error)
+			})
+			if !ok {
+				t.Fatalf("%T cannot merge a peer's copy", b.store)
+			}
+			if _, err := merger.Merge(t.Context(), []outbox.Row{peer}); err != nil {
+				t.Fatal(err)
+			}
+			wantStatus(t, b.store, peer.DispatchKey, outbox.StatusDone)
+			if sw2, err := d.SweepOnce(t.Context()); err != nil || len(sw2.Rows) != 0 {
+				t.Fatalf("with 2 deliveries at the target (one of them merged to done meanwhile), a sweep claimed %d rows (err %v), want 0: the quota is 2",
+					len(sw2.Rows), err)
+			}
+		})
+	}
+}

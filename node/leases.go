@@ -49,6 +49,10 @@ type leaseConfig struct {
 	Peers      *peer.Client
 	// Wake asks the dispatcher for a sweep (a grant grew).
 	Wake func()
+	// InFlight gives the dispatcher's deliveries per namespace (nil:
+	// none): a row a merge replaced while its delivery runs is no longer
+	// claimed in the store but still holds capacity at the target.
+	InFlight func() map[string]int
 	// Label maps a namespace to its metrics label (--metrics-namespaces:
 	// past the bound, "_other"); nil: the namespace itself.
 	Label      func(ns string) string
@@ -199,7 +203,7 @@ func (l *leaseService) run(ctx context.Context) error {
 // claimed + pending (the namespace's pending count, all of it, once it has
 // a visible row on an eligible route: rows in retry backoff are counted
 // too), at most the namespace's limit; claimed is every claimed row held
-// here (as the planner counts them).
+// here, or the deliveries running if more (as the planner counts them).
 func (l *leaseService) demand(ctx context.Context) ([]lease.Demand, error) {
 	stats, err := l.cfg.Store.NamespaceStats(ctx)
 	if err != nil {
@@ -215,8 +219,18 @@ func (l *leaseService) demand(ctx context.Context) ([]lease.Demand, error) {
 			visible[r.Namespace] = true
 		}
 	}
+	var inflight map[string]int
+	if l.cfg.InFlight != nil {
+		inflight = l.cfg.InFlight()
+	}
+	for ns := range inflight {
+		if _, ok := stats[ns]; !ok {
+			stats[ns] = outbox.NamespaceStats{} // every row of it merged away: still delivering
+		}
+	}
 	out := make([]lease.Demand, 0, len(visible))
 	for ns, st := range stats {
+		st.Claimed = max(st.Claimed, inflight[ns])
 		if st.Claimed == 0 && !visible[ns] {
 			continue
 		}

@@ -303,7 +303,8 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 		Self: n.name, ShardCount: cfg.Shards, LeaseLength: cfg.LeaseLength, Refresh: cfg.LeaseRefresh,
 		Drain: cfg.DeliveryTimeout, Policies: policies, Ownership: n.ownership, Terms: n.termStart, LatestTerm: n.latestTerm,
 		Store: store, Eligible: func(r outbox.ClaimScope) bool { return n.disp.Eligible(r) }, Peers: n.peers,
-		Wake: func() { n.disp.Wake() }, Label: n.nsLabels.Label, Registerer: reg, Logger: log,
+		Wake: func() { n.disp.Wake() }, InFlight: func() map[string]int { return n.disp.InFlightByNamespace() },
+		Label: n.nsLabels.Label, Registerer: reg, Logger: log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create lease service: %w", err)
