@@ -223,6 +223,9 @@ func (l *leaseService) demand(ctx context.Context) ([]lease.Demand, error) {
 	if l.cfg.InFlight != nil {
 		inflight = l.cfg.InFlight()
 	}
+	if stats == nil {
+		stats = map[string]outbox.NamespaceStats{}
+	}
 	for ns := range inflight {
 		if _, ok := stats[ns]; !ok {
 			stats[ns] = outbox.NamespaceStats{} // every row of it merged away: still delivering
