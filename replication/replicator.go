@@ -60,6 +60,8 @@ type Replicator struct {
 	pullRetry map[uint32]pullBackoff
 
 	ship *shipper
+	// appends merges the backup appends of concurrent Writes (coalesce.go).
+	appends *appendBatcher
 
 	syncWake, pollWake, dropWake, handoverWake chan struct{}
 	// draining: the leftover pass runs in drain mode (no synced check).
@@ -100,6 +102,7 @@ func New(cfg Config) (*Replicator, error) {
 		handoverWake: make(chan struct{}, 1),
 	}
 	r.ship = newShipper(r)
+	r.appends = newAppendBatcher(r.cfg.Peers.Append, r.cfg.WriteTimeout)
 	r.mover, err = transfer.NewMover(cfg.Store, transfer.MoverConfig{Limits: cfg.Limits, Logger: cfg.Logger, Registerer: cfg.Registerer})
 	if err != nil {
 		return nil, fmt.Errorf("replication: %w", err)
@@ -124,7 +127,9 @@ func (r *Replicator) Run(ctx context.Context) error {
 		}
 	}
 	<-ctx.Done()
-	return g.Stop(context.Background())
+	err := g.Stop(context.Background())
+	r.appends.wait() // each call ends by its deadline (WriteTimeout)
+	return err
 }
 
 // Apply makes v the current view. Shards this node joins the replica set

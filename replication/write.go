@@ -221,7 +221,7 @@ func (r *Replicator) Write(ctx context.Context, rows []outbox.Row) ([]Outcome, e
 				noteErr(m, errors.New("no API address"))
 				return
 			}
-			outs, err := r.cfg.Peers.Append(fctx, addr, batch)
+			outs, err := r.appends.append(fctx, addr, batch)
 			if err == nil && len(outs) != len(batch) {
 				err = fmt.Errorf("answered %d outcomes for %d rows", len(outs), len(batch))
 			}
