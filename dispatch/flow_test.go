@@ -506,14 +506,14 @@ func TestMergedAwayClaimStillCounts(t *testing.T) {
 			d, b := setup(t, cfg)
 			defer drain(t, d)
 			defer close(release)
-			b.quotas.Store("ns", uint32(2))
+			b.quotas.Store("ns", uint32(3))
 			now := time.Now()
-			for i := range 5 {
+			for i := range 2 {
 				mustAppend(t, b.store, mkRow(fmt.Sprintf("m%d", i), "ns", "q", now))
 			}
 			sw, err := d.SweepOnce(t.Context())
 			if err != nil || len(sw.Rows) != 2 {
-				t.Fatalf("first sweep claimed %d rows (err %v), want the quota, 2", len(sw.Rows), err)
+				t.Fatalf("first sweep claimed %d rows (err %v), want both", len(sw.Rows), err)
 			}
 			// Another node's newer copy of one row being delivered here.
 			peer := wantStatus(t, b.store, sw.Rows[0].DispatchKey, outbox.StatusClaimed)
@@ -528,9 +528,18 @@ func TestMergedAwayClaimStillCounts(t *testing.T) {
 				t.Fatal(err)
 			}
 			wantStatus(t, b.store, peer.DispatchKey, outbox.StatusDone)
-			if sw2, err := d.SweepOnce(t.Context()); err != nil || len(sw2.Rows) != 0 {
-				t.Fatalf("with 2 deliveries at the target (one of them merged to done meanwhile), a sweep claimed %d rows (err %v), want 0: the quota is 2",
+			for i := 2; i < 6; i++ {
+				mustAppend(t, b.store, mkRow(fmt.Sprintf("m%d", i), "ns", "q", now))
+			}
+			// Quota 3, 2 deliveries at the target (1 still claimed in the
+			// store): exactly 1 more. Counting only the store claims 2;
+			// adding the deliveries to the store's count claims 0.
+			if sw2, err := d.SweepOnce(t.Context()); err != nil || len(sw2.Rows) != 1 {
+				t.Fatalf("with 2 deliveries at the target (one of them merged to done meanwhile), a sweep claimed %d rows (err %v), want 1: the quota is 3",
 					len(sw2.Rows), err)
+			}
+			if sw3, err := d.SweepOnce(t.Context()); err != nil || len(sw3.Rows) != 0 {
+				t.Fatalf("at the quota, a sweep claimed %d rows (err %v)", len(sw3.Rows), err)
 			}
 		})
 	}

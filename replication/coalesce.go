@@ -3,10 +3,12 @@ package replication
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/fairshard/fairshard/outbox"
+	"github.com/fairshard/fairshard/transfer"
 )
 
 // Backup appends of concurrent writes travel together. Every Write sends
@@ -23,7 +25,13 @@ import (
 //
 // Batches whose rows share a dispatch_key are not merged into one call
 // (the backup would answer the second copy "duplicate"): such a Write
-// waits for the next call.
+// waits for the next call. A merged call stays within appendBatchBytes of
+// encoded rows (the backup refuses bodies over MaxBodyBytes; a single
+// Write's batch, bounded by the public API, goes alone whatever its size).
+// A Write whose context ended before its call was taken is answered with
+// its context's error and not sent. Once the Replicator's Run has ended
+// (close), calls in flight are cancelled and Writes call the backup
+// directly.
 
 const (
 	// maxAppendCalls is how many append calls run at once to one backup.
@@ -31,6 +39,9 @@ const (
 	// appendBatchRows bounds the rows of a merged call (a single Write's
 	// batch may be larger and is sent alone).
 	appendBatchRows = 4096
+	// appendBatchBytes bounds a merged call's encoded rows (bytes), half
+	// of what a backup accepts in one body.
+	appendBatchBytes = MaxBodyBytes / 2
 )
 
 // appendBatcher merges the backup appends of concurrent Writes per backup
@@ -40,9 +51,14 @@ type appendBatcher struct {
 	// timeout bounds a merged call that no caller's deadline bounds.
 	timeout time.Duration
 
-	mu    sync.Mutex
-	addrs map[string]*addrAppends
-	calls sync.WaitGroup // merged calls in flight (Wait: none left)
+	// base parents every merged call; close cancels it.
+	base   context.Context
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	addrs  map[string]*addrAppends
+	closed bool           // after close: no new merged calls
+	calls  sync.WaitGroup // merged calls in flight (Wait: none left)
 }
 
 type addrAppends struct {
@@ -51,9 +67,10 @@ type addrAppends struct {
 }
 
 type appendReq struct {
-	rows     []outbox.Row
-	deadline time.Time // zero: none
-	done     chan appendResult
+	ctx   context.Context // the caller's: once done, the request is dropped
+	rows  []outbox.Row
+	bytes int // transfer.EncodedSize(rows)
+	done  chan appendResult
 }
 
 type appendResult struct {
@@ -62,7 +79,8 @@ type appendResult struct {
 }
 
 func newAppendBatcher(send func(context.Context, string, []outbox.Row) ([]outbox.AppendOutcome, error), timeout time.Duration) *appendBatcher {
-	return &appendBatcher{send: send, timeout: timeout, addrs: map[string]*addrAppends{}}
+	base, cancel := context.WithCancel(context.Background())
+	return &appendBatcher{send: send, timeout: timeout, base: base, cancel: cancel, addrs: map[string]*addrAppends{}}
 }
 
 // append stores rows on the backup at addr, in one call with other
@@ -70,11 +88,12 @@ func newAppendBatcher(send func(context.Context, string, []outbox.Row) ([]outbox
 // one outcome per row, in order, or the call's error; if ctx ends first it
 // returns ctx's error (the call goes on for the others).
 func (b *appendBatcher) append(ctx context.Context, addr string, rows []outbox.Row) ([]outbox.AppendOutcome, error) {
-	req := &appendReq{rows: rows, done: make(chan appendResult, 1)}
-	if dl, ok := ctx.Deadline(); ok {
-		req.deadline = dl
-	}
+	req := &appendReq{ctx: ctx, rows: rows, bytes: transfer.EncodedSize(rows), done: make(chan appendResult, 1)}
 	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return b.send(ctx, addr, rows)
+	}
 	a := b.addrs[addr]
 	if a == nil {
 		a = &addrAppends{}
@@ -83,9 +102,11 @@ func (b *appendBatcher) append(ctx context.Context, addr string, rows []outbox.R
 	a.queue = append(a.queue, req)
 	var batch []*appendReq
 	if a.inflight < maxAppendCalls {
-		a.inflight++
 		batch = a.takeLocked()
-		b.calls.Add(1)
+		if batch != nil {
+			a.inflight++
+			b.calls.Add(1)
+		}
 	}
 	b.mu.Unlock()
 	if batch != nil {
@@ -100,13 +121,25 @@ func (b *appendBatcher) append(ctx context.Context, addr string, rows []outbox.R
 }
 
 // takeLocked removes from the queue the requests of the next call: the
-// first, then the following ones while the call stays within
-// appendBatchRows rows and no dispatch_key repeats. b.mu held.
+// first whose caller still waits, then the following ones while the call
+// stays within appendBatchRows rows and appendBatchBytes bytes and no
+// dispatch_key repeats. Requests whose caller's context ended are
+// answered with its error and dropped. nil: nothing to send. b.mu held.
 func (a *addrAppends) takeLocked() []*appendReq {
+	live := a.queue[:0]
+	for _, q := range a.queue {
+		if err := q.ctx.Err(); err != nil {
+			q.done <- appendResult{err: err}
+			continue
+		}
+		live = append(live, q)
+	}
+	clear(a.queue[len(live):])
+	a.queue = live
 	if len(a.queue) == 0 {
 		return nil
 	}
-	n, rows := 1, len(a.queue[0].rows)
+	n, rows, size := 1, len(a.queue[0].rows), a.queue[0].bytes
 	keys := make(map[string]struct{}, rows)
 	for _, r := range a.queue[0].rows {
 		keys[r.DispatchKey] = struct{}{}
@@ -114,7 +147,7 @@ func (a *addrAppends) takeLocked() []*appendReq {
 next:
 	for ; n < len(a.queue); n++ {
 		q := a.queue[n]
-		if rows+len(q.rows) > appendBatchRows {
+		if rows+len(q.rows) > appendBatchRows || size+q.bytes > appendBatchBytes {
 			break
 		}
 		for _, r := range q.rows {
@@ -126,9 +159,10 @@ next:
 			keys[r.DispatchKey] = struct{}{}
 		}
 		rows += len(q.rows)
+		size += q.bytes
 	}
-	batch := a.queue[:n:n]
-	a.queue = a.queue[n:]
+	batch := slices.Clone(a.queue[:n])
+	a.queue = slices.Delete(a.queue, 0, n)
 	return batch
 }
 
@@ -166,17 +200,19 @@ func (b *appendBatcher) call(addr string, batch []*appendReq) {
 			rows = append(rows, q.rows...)
 		}
 	}
+	// The latest caller's deadline: each caller stops waiting at its own,
+	// and the earliest would fail the later ones for nothing.
 	deadline := time.Time{}
 	for _, q := range batch {
-		if q.deadline.IsZero() {
-			deadline = time.Now().Add(b.timeout)
-			break
+		dl, ok := q.ctx.Deadline()
+		if !ok {
+			dl = time.Now().Add(b.timeout)
 		}
-		if q.deadline.After(deadline) {
-			deadline = q.deadline
+		if dl.After(deadline) {
+			deadline = dl
 		}
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	ctx, cancel := context.WithDeadline(b.base, deadline)
 	outs, err := b.send(ctx, addr, rows)
 	cancel()
 	if err == nil && len(outs) != len(rows) {
@@ -193,5 +229,12 @@ func (b *appendBatcher) call(addr string, batch []*appendReq) {
 	}
 }
 
-// wait returns once no merged call is in flight.
-func (b *appendBatcher) wait() { b.calls.Wait() }
+// close cancels the merged calls in flight and sends later appends
+// directly; it returns once no merged call is in flight.
+func (b *appendBatcher) close() {
+	b.mu.Lock()
+	b.closed = true
+	b.cancel()
+	b.mu.Unlock()
+	b.calls.Wait()
+}

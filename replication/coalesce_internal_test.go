@@ -62,6 +62,17 @@ func (f *fakeBackup) callKeys() [][]string {
 	return slices.Clone(f.calls)
 }
 
+// sortedCalls is every call's keys joined by spaces, sorted (calls that
+// end together may go in either order).
+func (f *fakeBackup) sortedCalls() []string {
+	var out []string
+	for _, c := range f.callKeys() {
+		out = append(out, strings.Join(c, " "))
+	}
+	slices.Sort(out)
+	return out
+}
+
 func keyedRows(keys ...string) []outbox.Row {
 	rows := make([]outbox.Row, len(keys))
 	for i, k := range keys {
@@ -118,23 +129,16 @@ func TestAppendBatcherMergesWhileCallsRun(t *testing.T) {
 			t.Fatalf("write %d: outcomes %v (err %v), want %v", i, got.outs, got.err, want)
 		}
 	}
-	b.wait()
+	b.calls.Wait()
 	// The two held calls end together, so the last two calls may go in
 	// either order.
-	var calls []string
-	for _, c := range f.callKeys() {
-		calls = append(calls, strings.Join(c, " "))
-	}
-	slices.Sort(calls)
+	calls := f.sortedCalls()
 	want := []string{"a1c a2d", "b1c", "c1c", "c1c c2c d1d"}
 	if !slices.Equal(calls, want) {
 		t.Fatalf("calls %q, want %q (the queued Writes merged, the repeated key in a call of its own)", calls, want)
 	}
-	b.mu.Lock()
-	left := len(b.addrs)
-	b.mu.Unlock()
-	if left != 0 {
-		t.Fatalf("%d addresses still tracked after every call ended", left)
+	if n := b.tracked(); n != 0 {
+		t.Fatalf("%d addresses still tracked after every call ended", n)
 	}
 }
 
@@ -183,10 +187,77 @@ func TestAppendBatcherErrorsAndDeadlines(t *testing.T) {
 	if err := <-merged; err == nil || err.Error() != "backup refused" {
 		t.Fatalf("the Write merged beside the cancelled one got %v, want the call's error", err)
 	}
-	b.wait()
-	if calls := f.callKeys(); len(calls) != 3 || !slices.Equal(calls[2], []string{"y1", "y2"}) {
-		t.Fatalf("calls %v: want the cancelled Write's rows still sent with the other queued one", calls)
+	b.calls.Wait()
+	if calls := f.callKeys(); len(calls) != 3 || !slices.Equal(calls[2], []string{"y2"}) {
+		t.Fatalf("calls %v: want the cancelled Write's rows left out of the next call", calls)
 	}
+}
+
+// TestAppendBatcherBoundsBytesAndCloses: merged calls stay within
+// appendBatchBytes (a backup refuses bodies over MaxBodyBytes; found in
+// review: seven queued 10 MiB Writes made one 73 MB call), while a single
+// Write larger than that still goes alone; close cancels the calls in
+// flight and later appends go straight to the backup.
+func TestAppendBatcherBoundsBytesAndCloses(t *testing.T) {
+	f := newFakeBackup()
+	b := newAppendBatcher(f.send, 5*time.Second)
+	ctx := context.Background()
+	payload := make([]byte, 12<<20)
+	big := func(key string) []outbox.Row { return []outbox.Row{{DispatchKey: key, Payload: payload}} }
+	answers := make(chan error, 8)
+	start := func(rows []outbox.Row) {
+		go func() {
+			_, err := b.append(ctx, "backup:1", rows)
+			answers <- err
+		}()
+	}
+	start(big("h1c"))
+	<-f.started
+	start(big("h2c"))
+	<-f.started
+	for i, k := range []string{"q1c", "q2c", "q3c"} {
+		start(big(k))
+		waitQueued(t, b, "backup:1", i+1)
+	}
+	close(f.held)
+	for range 5 {
+		if err := <-answers; err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.calls.Wait()
+	calls := f.sortedCalls()
+	if want := []string{"h1c", "h2c", "q1c q2c", "q3c"}; !slices.Equal(calls, want) {
+		t.Fatalf("calls %q, want %q: two 12 MiB Writes per merged call (%d bytes at most)", calls, want, appendBatchBytes)
+	}
+
+	// close: a held call is cancelled, later appends go straight out.
+	g := newFakeBackup()
+	b = newAppendBatcher(g.send, 5*time.Second)
+	held := make(chan error, 1)
+	go func() {
+		_, err := b.append(ctx, "backup:1", keyedRows("held"))
+		held <- err
+	}()
+	<-g.started
+	b.close()
+	if err := <-held; !errors.Is(err, context.Canceled) {
+		t.Fatalf("a call in flight at close answered %v, want context.Canceled", err)
+	}
+	close(g.held)
+	if outs, err := b.append(ctx, "backup:1", keyedRows("afterc")); err != nil || !slices.Equal(outs, []outbox.AppendOutcome{outbox.AppendCreated}) {
+		t.Fatalf("append after close: %v %v, want one created row sent directly", outs, err)
+	}
+	if n := b.tracked(); n != 0 {
+		t.Fatalf("after close %d addresses tracked, want the direct path", n)
+	}
+}
+
+// tracked is how many addresses have calls in flight or queued.
+func (b *appendBatcher) tracked() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.addrs)
 }
 
 // waitQueued polls until n requests queue for addr.

@@ -128,7 +128,7 @@ func (r *Replicator) Run(ctx context.Context) error {
 	}
 	<-ctx.Done()
 	err := g.Stop(context.Background())
-	r.appends.wait() // each call ends by its deadline (WriteTimeout)
+	r.appends.close() // cancels the merged backup appends in flight
 	return err
 }
 
