@@ -1,7 +1,9 @@
 package replication
 
 import (
+	"cmp"
 	"context"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -98,16 +100,20 @@ func (r *Replicator) pollRound(ctx context.Context) {
 	}
 	for i := 0; i < len(lost); i++ {
 		mk := lost[i]
-		// Nothing of the shard here to ship; or the backup left the
-		// shard's set (its copy goes; a synced replica is judged by the
-		// handover's digest test, a leftover copy pulled by it).
-		if mine[mk.shard].Rows == 0 || !slices.Contains(v.set(mk.shard), mk.member) {
-			r.ship.clearLost(mk)
+		if mine[mk.shard].Rows == 0 {
+			r.ship.clearLost(mk) // nothing of the shard here to ship
 			lost = slices.Delete(lost, i, i+1)
 			i--
 			continue
 		}
-		if _, ok := v.Addrs[mk.member]; ok && !slices.Contains(ask[mk.member], mk.shard) {
+		// A member outside the view or the shard's set keeps its mark
+		// for its return (see shipper.lost).
+		if _, ok := v.Addrs[mk.member]; !ok || !slices.Contains(v.set(mk.shard), mk.member) {
+			lost = slices.Delete(lost, i, i+1)
+			i--
+			continue
+		}
+		if !slices.Contains(ask[mk.member], mk.shard) {
 			ask[mk.member] = append(slices.Clip(ask[mk.member]), mk.shard)
 		}
 	}
@@ -134,18 +140,24 @@ func (r *Replicator) pollRound(ctx context.Context) {
 		}
 	}
 
+	// Digest comparisons: what to repair. A lost mark's shard that
+	// differs is repaired at once (it is known to lack changes), first.
+	var jobs []repairJob
+	marked := map[syncKey]bool{}
 	for _, mk := range lost {
 		rep, ok := got[mk.member]
 		if !ok || !rep.Joined {
 			continue
 		}
-		if st, _ := stateOf(rep, mk.shard); st.Rows == mine[mk.shard].Rows && st.Sum == mine[mk.shard].Sum {
+		st, _ := stateOf(rep, mk.shard)
+		switch {
+		case st.Rows == mine[mk.shard].Rows && st.Sum == mine[mk.shard].Sum:
 			r.ship.clearLost(mk)
+		case v.primary(mk.shard) == v.Self && r.isSynced(mk.shard) && st.Synced && !marked[syncKey{mk.shard, mk.member}]:
+			marked[syncKey{mk.shard, mk.member}] = true
+			jobs = append(jobs, repairJob{shard: mk.shard, peer: mk.member, streak: math.MaxInt})
 		}
 	}
-
-	// Digest comparisons: what to repair.
-	var jobs []repairJob
 	r.mu.Lock()
 	for p, shards := range byPeer {
 		rep, ok := got[p]
@@ -169,7 +181,7 @@ func (r *Replicator) pollRound(ctx context.Context) {
 			// in flight between them; or the disagreement outlasted
 			// repairAfterPolls polls of a busy shard.
 			quiet := prev.streak > 0 && prev.mine == d && prev.theirs.Rows == st.Rows && prev.theirs.Sum == st.Sum
-			if quiet || cur.streak >= repairAfterPolls {
+			if (quiet || cur.streak >= repairAfterPolls) && !marked[key] {
 				jobs = append(jobs, repairJob{shard: s, peer: p, streak: cur.streak})
 			}
 		}
@@ -177,7 +189,7 @@ func (r *Replicator) pollRound(ctx context.Context) {
 	r.updateUnderLocked(v, primaries, mine, got)
 	r.mu.Unlock()
 
-	slices.SortFunc(jobs, func(a, b repairJob) int { return b.streak - a.streak })
+	slices.SortFunc(jobs, func(a, b repairJob) int { return cmp.Compare(b.streak, a.streak) })
 	started := 0
 	for _, j := range jobs {
 		if started >= maxRepairsPerPoll || ctx.Err() != nil {
@@ -245,4 +257,11 @@ type underCounts struct {
 	shards int
 	rows   int64
 	at     time.Time
+}
+
+// isSynced reports whether this node holds a synced copy of shard.
+func (r *Replicator) isSynced(shard uint32) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.synced[shard]
 }

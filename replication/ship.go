@@ -69,13 +69,19 @@ type shipper struct {
 	// settling counts, per shard, state changes being committed whose
 	// Changed call has not happened yet (Settling).
 	settling map[uint32]int
-	// lost marks, per backup, the shards whose queued changes were
-	// dropped over MaxPending, each with the drop's sequence number: the
-	// backup lacks changes no queue holds any more, so States reports
-	// those shards Unshipped until the repair poll finds the backup's
-	// digest equal to ours (or we hold none of the shard, or the backup
-	// left the view). Without them a dropped queue read as quiet to a new
-	// primary's handover check.
+	// lost marks, per member, the shards whose changes for it were
+	// dropped unshipped, each with the drop's sequence number: its queue
+	// went over MaxPending, or it left the view (dead, or across a
+	// partition), or it left the shard's replica set. It lacks changes no
+	// queue holds any more. While it is in the shard's set, States reports
+	// the shard Unshipped, and the repair poll compares the shard with it
+	// at once (no streak wait) and repairs it; a mark goes when its copy
+	// equals ours, a repair diff with it succeeded, or we hold none of the
+	// shard. Without them a dropped queue read as quiet to a new primary's
+	// handover check, and a member back from a partition kept a stale
+	// copy until a busy shard's digests happened to be compared twice
+	// alike (chaos seed 689830977: 36 s, then a wipe of the only other
+	// copy made it the source, and a delivered row went out again).
 	lost    map[string]map[uint32]uint64
 	lostSeq uint64
 	wakeCh  chan struct{}
@@ -140,15 +146,7 @@ func (s *shipper) add(v *View, keys []string) {
 				// Bounded memory: drop the queue, repair the backup by digest.
 				s.r.m.shipDropped.Add(float64(len(q.entries)))
 				s.total -= len(q.entries)
-				s.lostSeq++
-				l := s.lost[m]
-				if l == nil {
-					l = map[uint32]uint64{}
-					s.lost[m] = l
-				}
-				for _, e := range q.entries {
-					l[e.shard] = s.lostSeq
-				}
+				s.markLostLocked(m, q.entries)
 				delete(s.queues, m)
 				s.r.markFullRepair(m)
 				s.r.log.Warn("backup's change queue over its bound: dropped; its shards will be repaired by digest",
@@ -179,24 +177,28 @@ func (s *shipper) retarget(v *View) {
 	for m, q := range s.queues {
 		if _, ok := v.Addrs[m]; !ok {
 			s.total -= len(q.entries)
+			s.markLostLocked(m, q.entries)
 			delete(s.queues, m)
 		}
 	}
-	for m, l := range s.lost {
-		if _, ok := v.Addrs[m]; !ok {
-			delete(s.lost, m)
-			continue
-		}
-		for sh := range l {
-			if !slices.Contains(v.set(sh), m) {
-				delete(l, sh) // m's copy of sh goes: nothing to repair
-			}
-		}
-		if len(l) == 0 {
-			delete(s.lost, m)
-		}
-	}
 	s.r.m.pending.Set(float64(s.total))
+}
+
+// markLostLocked marks the shards of entries as lost for member m (see
+// shipper.lost). s.mu held.
+func (s *shipper) markLostLocked(m string, entries map[string]*shipEntry) {
+	if len(entries) == 0 {
+		return
+	}
+	s.lostSeq++
+	l := s.lost[m]
+	if l == nil {
+		l = map[uint32]uint64{}
+		s.lost[m] = l
+	}
+	for _, e := range entries {
+		l[e.shard] = s.lostSeq
+	}
 }
 
 // lostMark is one (backup, shard) lost mark with its drop's sequence
@@ -266,9 +268,15 @@ func (s *shipper) pendingShards() map[uint32]bool {
 			out[e.shard] = true
 		}
 	}
-	for _, l := range s.lost {
+	v := s.r.view.Load()
+	for m, l := range s.lost {
 		for sh := range l {
-			out[sh] = true
+			// Only while m replicates sh: a member outside the set gets
+			// nothing shipped for sh anyway (a leftover copy is pulled
+			// by the handover), and its mark waits for its return.
+			if v != nil && slices.Contains(v.set(sh), m) {
+				out[sh] = true
+			}
 		}
 	}
 	return out
@@ -326,6 +334,7 @@ func (s *shipper) round(ctx context.Context, flush bool) {
 				continue
 			}
 			if !v.inSet(m, e.shard) {
+				s.markLostLocked(m, map[string]*shipEntry{key: e})
 				delete(q.entries, key)
 				s.total--
 				continue
