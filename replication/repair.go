@@ -153,7 +153,9 @@ func (r *Replicator) pollRound(ctx context.Context) {
 		switch {
 		case st.Rows == mine[mk.shard].Rows && st.Sum == mine[mk.shard].Sum:
 			r.ship.clearLost(mk)
-		case v.primary(mk.shard) == v.Self && r.isSynced(mk.shard) && st.Synced && !marked[syncKey{mk.shard, mk.member}]:
+		case r.isSynced(mk.shard) && st.Synced && !marked[syncKey{mk.shard, mk.member}]:
+			// Primary or not: this node holds changes the member lacks,
+			// and a diff works between any two replicas.
 			marked[syncKey{mk.shard, mk.member}] = true
 			jobs = append(jobs, repairJob{shard: mk.shard, peer: mk.member, streak: math.MaxInt})
 		}
