@@ -987,7 +987,7 @@ func TestChangesForAMemberGoneAreUnshippedUntilRepaired(t *testing.T) {
 	}
 	settle(t, a, x)
 	c.applyTo([]string{"a", "c"}, []string{"a", "c"}) // b is gone: its queue is dropped
-	c.apply()                                          // b is back
+	c.apply()                                         // b is back
 	unshipped := func() bool {
 		rep, err := a.repl.States(ctx, []uint32{shard})
 		if err != nil {
