@@ -62,6 +62,23 @@ type repairJob struct {
 	shard  uint32
 	peer   string
 	streak int
+	// urgent: a lost mark's repair (the peer is known to lack changes):
+	// first in line, at most maxUrgentRepairsPerPoll per poll, not held
+	// back by changes queued for the peer, backed off when it fails.
+	urgent bool
+}
+
+// maxUrgentRepairsPerPoll bounds a poll's lost-mark repairs, so failing
+// ones cannot take every repair slot.
+const maxUrgentRepairsPerPoll = maxRepairsPerPoll / 2
+
+// urgentBackoff spaces a failing lost-mark repair of one (shard, peer):
+// doubling from a poll, at most urgentBackoffMax.
+const urgentBackoffMax = 30 * time.Second
+
+type urgentRetry struct {
+	next time.Time
+	wait time.Duration
 }
 
 func (r *Replicator) pollRound(ctx context.Context) {
@@ -153,11 +170,11 @@ func (r *Replicator) pollRound(ctx context.Context) {
 		switch {
 		case st.Rows == mine[mk.shard].Rows && st.Sum == mine[mk.shard].Sum:
 			r.ship.clearLost(mk)
-		case r.isSynced(mk.shard) && st.Synced && !marked[syncKey{mk.shard, mk.member}]:
+		case r.isSynced(mk.shard) && st.Synced && !marked[syncKey{mk.shard, mk.member}] && r.urgentDue(syncKey{mk.shard, mk.member}):
 			// Primary or not: this node holds changes the member lacks,
 			// and a diff works between any two replicas.
 			marked[syncKey{mk.shard, mk.member}] = true
-			jobs = append(jobs, repairJob{shard: mk.shard, peer: mk.member, streak: math.MaxInt})
+			jobs = append(jobs, repairJob{shard: mk.shard, peer: mk.member, streak: math.MaxInt, urgent: true})
 		}
 	}
 	r.mu.Lock()
@@ -192,23 +209,33 @@ func (r *Replicator) pollRound(ctx context.Context) {
 	r.mu.Unlock()
 
 	slices.SortFunc(jobs, func(a, b repairJob) int { return cmp.Compare(b.streak, a.streak) })
-	started := 0
+	started, urgent := 0, 0
 	for _, j := range jobs {
 		if started >= maxRepairsPerPoll || ctx.Err() != nil {
 			break
 		}
-		if r.ship.pendingFor(j.peer, j.shard) {
+		if j.urgent {
+			if urgent >= maxUrgentRepairsPerPoll {
+				continue
+			}
+			urgent++
+		} else if r.ship.pendingFor(j.peer, j.shard) {
 			continue // its changes are on the way
 		}
 		started++
 		r.m.mismatches.Inc()
 		pulled, pushed, err := r.diff(ctx, v.Addrs[j.peer], j.shard)
+		key := syncKey{j.shard, j.peer}
 		if err != nil {
+			if j.urgent {
+				r.urgentFailed(key)
+			}
 			r.log.Info("repair incomplete; retried by the next poll", "shard", j.shard, "peer", j.peer, "err", err)
 			continue
 		}
 		r.mu.Lock()
-		delete(r.mismatch, syncKey{j.shard, j.peer})
+		delete(r.mismatch, key)
+		delete(r.urgentRetry, key)
 		r.mu.Unlock()
 		// The diff read both key lists after the marks were taken: the
 		// peer now holds every change a mark of (peer, shard) stands for,
@@ -266,4 +293,23 @@ func (r *Replicator) isSynced(shard uint32) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.synced[shard]
+}
+
+// urgentDue reports whether a lost mark's repair of key may run now (not
+// backing off after a failure).
+func (r *Replicator) urgentDue(key syncKey) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b, ok := r.urgentRetry[key]
+	return !ok || !time.Now().Before(b.next)
+}
+
+// urgentFailed backs off key's lost-mark repair.
+func (r *Replicator) urgentFailed(key syncKey) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b := r.urgentRetry[key]
+	b.wait = min(max(2*b.wait, r.cfg.PollInterval), urgentBackoffMax)
+	b.next = time.Now().Add(b.wait)
+	r.urgentRetry[key] = b
 }

@@ -954,7 +954,14 @@ func settle(t *testing.T, n *tnode, rows []outbox.Row) map[uint32]bool {
 // only copy, and a delivered row went out again).
 func TestChangesForAMemberGoneAreUnshippedUntilRepaired(t *testing.T) {
 	const S = 64
-	c := newTCluster(t, S, 2, "a", "b", "c")
+	c := newTCluster(t, S, 2)
+	// Polls only on membership changes: the streak-gated repair (two
+	// polls in a row) cannot happen within the test, the mark's can.
+	c.opts = func(cfg *replication.Config) { cfg.PollInterval = time.Hour }
+	for _, n := range []string{"a", "b", "c"} {
+		c.add(n)
+	}
+	c.apply()
 	waitSynced(t, c)
 	ctx := context.Background()
 	a, b := c.nodes["a"], c.nodes["b"]
@@ -986,8 +993,10 @@ func TestChangesForAMemberGoneAreUnshippedUntilRepaired(t *testing.T) {
 		}
 	}
 	settle(t, a, x)
-	c.applyTo([]string{"a", "c"}, []string{"a", "c"}) // b is gone: its queue is dropped
-	c.apply()                                         // b is back
+	// b is gone from a's view: its queue is dropped. (c keeps its view:
+	// it syncs nothing, so no leftover copy of c's brings b the settle.)
+	c.applyTo([]string{"a", "c"}, []string{"a"})
+	c.apply() // b is back
 	unshipped := func() bool {
 		rep, err := a.repl.States(ctx, []uint32{shard})
 		if err != nil {
@@ -1001,7 +1010,30 @@ func TestChangesForAMemberGoneAreUnshippedUntilRepaired(t *testing.T) {
 	if !unshipped() {
 		t.Fatalf("shard %d: a reports nothing unshipped while b, back in its set, lacks a's settle of %s", shard, key)
 	}
+	// Keep the shard busy (an append every 10 ms), so two polls never
+	// see the same digests: only the mark's repair can fix b in time.
+	busy, stopBusy := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(busy)
+		for i := 0; ; i++ {
+			select {
+			case <-stopBusy:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			k := key
+			for j := 0; ; j++ {
+				if k = fmt.Sprintf("busy-%d-%d", i, j); shards.ShardOf(k, S) == shard {
+					break
+				}
+			}
+			now := time.Now().UTC()
+			_, _ = a.repl.Route(ctx, []outbox.Row{{DispatchKey: k, Namespace: "ns", TaskQueue: "q", CreatedAt: now, VisibleAfter: now}})
+		}
+	}()
+	defer func() { close(stopBusy); <-busy }()
 	b.refuseMerges.Store(false)
+	c.apply() // one more membership change: one more poll
 	eventually(t, 10*time.Second, "b's copy repaired and the mark gone", func() (bool, string) {
 		got, err := b.store.Get(ctx, key)
 		return err == nil && got.Status == outbox.StatusDone && !unshipped(), fmt.Sprintf("b's copy %s (%v), unshipped %v", got.Status, err, unshipped())

@@ -84,8 +84,11 @@ type shipper struct {
 	// copy made it the source, and a delivered row went out again).
 	lost    map[string]map[uint32]uint64
 	lostSeq uint64
-	wakeCh  chan struct{}
-	total   int
+	// goneSince: when a member holding lost marks was last seen leaving
+	// the view (retarget).
+	goneSince map[string]time.Time
+	wakeCh    chan struct{}
+	total     int
 	// jobs tracks the batches in flight (one per backup at most), so the
 	// final flush can wait for them.
 	jobs sync.WaitGroup
@@ -112,7 +115,7 @@ type shipEntry struct {
 
 func newShipper(r *Replicator) *shipper {
 	return &shipper{r: r, queues: map[string]*shipQueue{}, settling: map[uint32]int{},
-		lost: map[string]map[uint32]uint64{}, wakeCh: make(chan struct{}, 1)}
+		lost: map[string]map[uint32]uint64{}, goneSince: map[string]time.Time{}, wakeCh: make(chan struct{}, 1)}
 }
 
 func (s *shipper) add(v *View, keys []string) {
@@ -174,6 +177,7 @@ func (s *shipper) pending() int {
 func (s *shipper) retarget(v *View) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := time.Now()
 	for m, q := range s.queues {
 		if _, ok := v.Addrs[m]; !ok {
 			s.total -= len(q.entries)
@@ -181,8 +185,29 @@ func (s *shipper) retarget(v *View) {
 			delete(s.queues, m)
 		}
 	}
+	// Marks of members gone from the view wait for their return, for
+	// lostMarkTTL at most (bounded memory: one entry per shard for each
+	// departed name; a member back after that long is repaired by the
+	// streak-gated polls, or syncs if it was alone).
+	for m := range s.lost {
+		if _, ok := v.Addrs[m]; ok {
+			delete(s.goneSince, m)
+			continue
+		}
+		since, ok := s.goneSince[m]
+		if !ok {
+			s.goneSince[m] = now
+		} else if now.Sub(since) > lostMarkTTL {
+			delete(s.lost, m)
+			delete(s.goneSince, m)
+		}
+	}
 	s.r.m.pending.Set(float64(s.total))
 }
+
+// lostMarkTTL is how long the lost marks of a member gone from the view
+// are kept for its return.
+const lostMarkTTL = time.Hour
 
 // markLostLocked marks the shards of entries as lost for member m (see
 // shipper.lost). s.mu held.
@@ -271,10 +296,11 @@ func (s *shipper) pendingShards() map[uint32]bool {
 	v := s.r.view.Load()
 	for m, l := range s.lost {
 		for sh := range l {
-			// Only while m replicates sh: a member outside the set gets
-			// nothing shipped for sh anyway (a leftover copy is pulled
-			// by the handover), and its mark waits for its return.
-			if v != nil && slices.Contains(v.set(sh), m) {
+			// Only while both m and this node replicate sh (a member
+			// outside the set gets nothing shipped for sh; a leftover
+			// copy here is pulled by the new primary's handover): the
+			// mark otherwise waits for its return.
+			if v != nil && v.inSet(v.Self, sh) && slices.Contains(v.set(sh), m) {
 				out[sh] = true
 			}
 		}
