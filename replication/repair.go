@@ -1,7 +1,9 @@
 package replication
 
 import (
+	"cmp"
 	"context"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -60,6 +62,23 @@ type repairJob struct {
 	shard  uint32
 	peer   string
 	streak int
+	// urgent: a lost mark's repair (the peer is known to lack changes):
+	// first in line, at most maxUrgentRepairsPerPoll per poll, not held
+	// back by changes queued for the peer, backed off when it fails.
+	urgent bool
+}
+
+// maxUrgentRepairsPerPoll bounds a poll's lost-mark repairs, so failing
+// ones cannot take every repair slot.
+const maxUrgentRepairsPerPoll = maxRepairsPerPoll / 2
+
+// urgentBackoff spaces a failing lost-mark repair of one (shard, peer):
+// doubling from a poll, at most urgentBackoffMax.
+const urgentBackoffMax = 30 * time.Second
+
+type urgentRetry struct {
+	next time.Time
+	wait time.Duration
 }
 
 func (r *Replicator) pollRound(ctx context.Context) {
@@ -98,16 +117,20 @@ func (r *Replicator) pollRound(ctx context.Context) {
 	}
 	for i := 0; i < len(lost); i++ {
 		mk := lost[i]
-		// Nothing of the shard here to ship; or the backup left the
-		// shard's set (its copy goes; a synced replica is judged by the
-		// handover's digest test, a leftover copy pulled by it).
-		if mine[mk.shard].Rows == 0 || !slices.Contains(v.set(mk.shard), mk.member) {
-			r.ship.clearLost(mk)
+		if mine[mk.shard].Rows == 0 {
+			r.ship.clearLost(mk) // nothing of the shard here to ship
 			lost = slices.Delete(lost, i, i+1)
 			i--
 			continue
 		}
-		if _, ok := v.Addrs[mk.member]; ok && !slices.Contains(ask[mk.member], mk.shard) {
+		// A member outside the view or the shard's set keeps its mark
+		// for its return (see shipper.lost).
+		if _, ok := v.Addrs[mk.member]; !ok || !slices.Contains(v.set(mk.shard), mk.member) {
+			lost = slices.Delete(lost, i, i+1)
+			i--
+			continue
+		}
+		if !slices.Contains(ask[mk.member], mk.shard) {
 			ask[mk.member] = append(slices.Clip(ask[mk.member]), mk.shard)
 		}
 	}
@@ -134,18 +157,26 @@ func (r *Replicator) pollRound(ctx context.Context) {
 		}
 	}
 
+	// Digest comparisons: what to repair. A lost mark's shard that
+	// differs is repaired at once (it is known to lack changes), first.
+	var jobs []repairJob
+	marked := map[syncKey]bool{}
 	for _, mk := range lost {
 		rep, ok := got[mk.member]
 		if !ok || !rep.Joined {
 			continue
 		}
-		if st, _ := stateOf(rep, mk.shard); st.Rows == mine[mk.shard].Rows && st.Sum == mine[mk.shard].Sum {
+		st, _ := stateOf(rep, mk.shard)
+		switch {
+		case st.Rows == mine[mk.shard].Rows && st.Sum == mine[mk.shard].Sum:
 			r.ship.clearLost(mk)
+		case r.isSynced(mk.shard) && st.Synced && !marked[syncKey{mk.shard, mk.member}] && r.urgentDue(syncKey{mk.shard, mk.member}):
+			// Primary or not: this node holds changes the member lacks,
+			// and a diff works between any two replicas.
+			marked[syncKey{mk.shard, mk.member}] = true
+			jobs = append(jobs, repairJob{shard: mk.shard, peer: mk.member, streak: math.MaxInt, urgent: true})
 		}
 	}
-
-	// Digest comparisons: what to repair.
-	var jobs []repairJob
 	r.mu.Lock()
 	for p, shards := range byPeer {
 		rep, ok := got[p]
@@ -169,7 +200,7 @@ func (r *Replicator) pollRound(ctx context.Context) {
 			// in flight between them; or the disagreement outlasted
 			// repairAfterPolls polls of a busy shard.
 			quiet := prev.streak > 0 && prev.mine == d && prev.theirs.Rows == st.Rows && prev.theirs.Sum == st.Sum
-			if quiet || cur.streak >= repairAfterPolls {
+			if (quiet || cur.streak >= repairAfterPolls) && !marked[key] {
 				jobs = append(jobs, repairJob{shard: s, peer: p, streak: cur.streak})
 			}
 		}
@@ -177,24 +208,34 @@ func (r *Replicator) pollRound(ctx context.Context) {
 	r.updateUnderLocked(v, primaries, mine, got)
 	r.mu.Unlock()
 
-	slices.SortFunc(jobs, func(a, b repairJob) int { return b.streak - a.streak })
-	started := 0
+	slices.SortFunc(jobs, func(a, b repairJob) int { return cmp.Compare(b.streak, a.streak) })
+	started, urgent := 0, 0
 	for _, j := range jobs {
 		if started >= maxRepairsPerPoll || ctx.Err() != nil {
 			break
 		}
-		if r.ship.pendingFor(j.peer, j.shard) {
+		if j.urgent {
+			if urgent >= maxUrgentRepairsPerPoll {
+				continue
+			}
+			urgent++
+		} else if r.ship.pendingFor(j.peer, j.shard) {
 			continue // its changes are on the way
 		}
 		started++
 		r.m.mismatches.Inc()
 		pulled, pushed, err := r.diff(ctx, v.Addrs[j.peer], j.shard)
+		key := syncKey{j.shard, j.peer}
 		if err != nil {
+			if j.urgent {
+				r.urgentFailed(key)
+			}
 			r.log.Info("repair incomplete; retried by the next poll", "shard", j.shard, "peer", j.peer, "err", err)
 			continue
 		}
 		r.mu.Lock()
-		delete(r.mismatch, syncKey{j.shard, j.peer})
+		delete(r.mismatch, key)
+		delete(r.urgentRetry, key)
 		r.mu.Unlock()
 		// The diff read both key lists after the marks were taken: the
 		// peer now holds every change a mark of (peer, shard) stands for,
@@ -245,4 +286,30 @@ type underCounts struct {
 	shards int
 	rows   int64
 	at     time.Time
+}
+
+// isSynced reports whether this node holds a synced copy of shard.
+func (r *Replicator) isSynced(shard uint32) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.synced[shard]
+}
+
+// urgentDue reports whether a lost mark's repair of key may run now (not
+// backing off after a failure).
+func (r *Replicator) urgentDue(key syncKey) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b, ok := r.urgentRetry[key]
+	return !ok || !time.Now().Before(b.next)
+}
+
+// urgentFailed backs off key's lost-mark repair.
+func (r *Replicator) urgentFailed(key syncKey) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b := r.urgentRetry[key]
+	b.wait = min(max(2*b.wait, r.cfg.PollInterval), urgentBackoffMax)
+	b.next = time.Now().Add(b.wait)
+	r.urgentRetry[key] = b
 }

@@ -831,10 +831,11 @@ func TestHandoverPullsWhatALeftoverSettled(t *testing.T) {
 }
 
 // TestLostMarkGoesWithTheBackupsCopy: a lost mark (a dropped change
-// queue) for a backup that then leaves the shard's set must go: that
-// backup drops its copy, so its digest never equals ours again, and a
-// mark left behind would hold every later handover of the shard until
-// the handover timeout (found in review).
+// queue) for a backup that then leaves the shard's set must stop counting
+// as unshipped: that backup drops its copy, so its digest never equals
+// ours again, and a mark that counted would hold every later handover of
+// the shard until the handover timeout (found in review). The mark waits
+// for the member's return to the set.
 func TestLostMarkGoesWithTheBackupsCopy(t *testing.T) {
 	c := newTCluster(t, 16, 2)
 	c.opts = func(cfg *replication.Config) { cfg.MaxPending = 5; cfg.HandoverTimeout = time.Minute }
@@ -942,4 +943,99 @@ func settle(t *testing.T, n *tnode, rows []outbox.Row) map[uint32]bool {
 		touched[row.Shard] = true
 	}
 	return touched
+}
+
+// TestChangesForAMemberGoneAreUnshippedUntilRepaired: a settle queued for
+// a backup that then leaves the view (a partition, or declared dead) is
+// dropped with its queue. When the backup is back in the shard's set, the
+// primary reports the shard Unshipped and repairs it at once, not after a
+// busy shard's digests happened to match twice (chaos seed 689830977: a
+// backup back from a split kept a stale copy for 36 s, then became the
+// only copy, and a delivered row went out again).
+func TestChangesForAMemberGoneAreUnshippedUntilRepaired(t *testing.T) {
+	const S = 64
+	c := newTCluster(t, S, 2)
+	// Polls only on membership changes: the streak-gated repair (two
+	// polls in a row) cannot happen within the test, the mark's can.
+	c.opts = func(cfg *replication.Config) { cfg.PollInterval = time.Hour }
+	for _, n := range []string{"a", "b", "c"} {
+		c.add(n)
+	}
+	c.apply()
+	waitSynced(t, c)
+	ctx := context.Background()
+	a, b := c.nodes["a"], c.nodes["b"]
+	var shard uint32 = S
+	for s := range uint32(S) {
+		if set := c.view("a").Sets[s]; set[0] == "a" && set[1] == "b" {
+			shard = s
+			break
+		}
+	}
+	if shard == S {
+		t.Fatal("no shard with a primary and b backup: the test proves nothing")
+	}
+	var key string
+	for i := 0; ; i++ {
+		if key = fmt.Sprintf("gone-%d", i); shards.ShardOf(key, S) == shard {
+			break
+		}
+	}
+	now := time.Now().UTC()
+	if _, err := a.repl.Route(ctx, []outbox.Row{{DispatchKey: key, Namespace: "ns", TaskQueue: "q", CreatedAt: now, VisibleAfter: now}}); err != nil {
+		t.Fatal(err)
+	}
+	b.refuseMerges.Store(true) // b takes no shipped change, no hand-off, no repair push
+	var x []outbox.Row
+	for _, r := range claimAll(t, a) {
+		if r.DispatchKey == key {
+			x = append(x, r)
+		}
+	}
+	settle(t, a, x)
+	// b is gone from a's view: its queue is dropped. (c keeps its view:
+	// it syncs nothing, so no leftover copy of c's brings b the settle.)
+	c.applyTo([]string{"a", "c"}, []string{"a"})
+	c.apply() // b is back
+	unshipped := func() bool {
+		rep, err := a.repl.States(ctx, []uint32{shard})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(rep.States) == 1 && rep.States[0].Unshipped
+	}
+	if got, err := b.store.Get(ctx, key); err != nil || got.Status != outbox.StatusPending {
+		t.Fatalf("b's copy %s %v: want it still pending (the test proves nothing otherwise)", got.Status, err)
+	}
+	if !unshipped() {
+		t.Fatalf("shard %d: a reports nothing unshipped while b, back in its set, lacks a's settle of %s", shard, key)
+	}
+	// Keep the shard busy (an append every 10 ms), so two polls never
+	// see the same digests: only the mark's repair can fix b in time.
+	busy, stopBusy := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(busy)
+		for i := 0; ; i++ {
+			select {
+			case <-stopBusy:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			k := key
+			for j := 0; ; j++ {
+				if k = fmt.Sprintf("busy-%d-%d", i, j); shards.ShardOf(k, S) == shard {
+					break
+				}
+			}
+			now := time.Now().UTC()
+			_, _ = a.repl.Route(ctx, []outbox.Row{{DispatchKey: k, Namespace: "ns", TaskQueue: "q", CreatedAt: now, VisibleAfter: now}})
+		}
+	}()
+	defer func() { close(stopBusy); <-busy }()
+	b.refuseMerges.Store(false)
+	c.apply() // one more membership change: one more poll
+	eventually(t, 10*time.Second, "b's copy repaired and the mark gone", func() (bool, string) {
+		got, err := b.store.Get(ctx, key)
+		return err == nil && got.Status == outbox.StatusDone && !unshipped(), fmt.Sprintf("b's copy %s (%v), unshipped %v", got.Status, err, unshipped())
+	})
 }

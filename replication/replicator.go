@@ -58,6 +58,8 @@ type Replicator struct {
 	// pullRetry holds, per shard waiting for a handover, when a failed
 	// pull from a leftover copy may be tried again (handover.go).
 	pullRetry map[uint32]pullBackoff
+	// urgentRetry backs off failing lost-mark repairs (repair.go).
+	urgentRetry map[syncKey]urgentRetry
 
 	ship *shipper
 	// appends merges the backup appends of concurrent Writes (coalesce.go).
@@ -97,8 +99,8 @@ func New(cfg Config) (*Replicator, error) {
 		mismatch:   map[syncKey]mismatchState{},
 		fullRepair: map[string]bool{},
 		handover:   map[uint32]time.Time{},
-		pullRetry:  map[uint32]pullBackoff{},
-		syncWake:   make(chan struct{}, 1), pollWake: make(chan struct{}, 1), dropWake: make(chan struct{}, 1),
+		pullRetry:  map[uint32]pullBackoff{}, urgentRetry: map[syncKey]urgentRetry{},
+		syncWake: make(chan struct{}, 1), pollWake: make(chan struct{}, 1), dropWake: make(chan struct{}, 1),
 		handoverWake: make(chan struct{}, 1),
 	}
 	r.ship = newShipper(r)

@@ -69,17 +69,26 @@ type shipper struct {
 	// settling counts, per shard, state changes being committed whose
 	// Changed call has not happened yet (Settling).
 	settling map[uint32]int
-	// lost marks, per backup, the shards whose queued changes were
-	// dropped over MaxPending, each with the drop's sequence number: the
-	// backup lacks changes no queue holds any more, so States reports
-	// those shards Unshipped until the repair poll finds the backup's
-	// digest equal to ours (or we hold none of the shard, or the backup
-	// left the view). Without them a dropped queue read as quiet to a new
-	// primary's handover check.
+	// lost marks, per member, the shards whose changes for it were
+	// dropped unshipped, each with the drop's sequence number: its queue
+	// went over MaxPending, or it left the view (dead, or across a
+	// partition), or it left the shard's replica set. It lacks changes no
+	// queue holds any more. While it is in the shard's set, States reports
+	// the shard Unshipped, and the repair poll compares the shard with it
+	// at once (no streak wait) and repairs it; a mark goes when its copy
+	// equals ours, a repair diff with it succeeded, or we hold none of the
+	// shard. Without them a dropped queue read as quiet to a new primary's
+	// handover check, and a member back from a partition kept a stale
+	// copy until a busy shard's digests happened to be compared twice
+	// alike (chaos seed 689830977: 36 s, then a wipe of the only other
+	// copy made it the source, and a delivered row went out again).
 	lost    map[string]map[uint32]uint64
 	lostSeq uint64
-	wakeCh  chan struct{}
-	total   int
+	// goneSince: when a member holding lost marks was last seen leaving
+	// the view (retarget).
+	goneSince map[string]time.Time
+	wakeCh    chan struct{}
+	total     int
 	// jobs tracks the batches in flight (one per backup at most), so the
 	// final flush can wait for them.
 	jobs sync.WaitGroup
@@ -106,7 +115,7 @@ type shipEntry struct {
 
 func newShipper(r *Replicator) *shipper {
 	return &shipper{r: r, queues: map[string]*shipQueue{}, settling: map[uint32]int{},
-		lost: map[string]map[uint32]uint64{}, wakeCh: make(chan struct{}, 1)}
+		lost: map[string]map[uint32]uint64{}, goneSince: map[string]time.Time{}, wakeCh: make(chan struct{}, 1)}
 }
 
 func (s *shipper) add(v *View, keys []string) {
@@ -140,15 +149,7 @@ func (s *shipper) add(v *View, keys []string) {
 				// Bounded memory: drop the queue, repair the backup by digest.
 				s.r.m.shipDropped.Add(float64(len(q.entries)))
 				s.total -= len(q.entries)
-				s.lostSeq++
-				l := s.lost[m]
-				if l == nil {
-					l = map[uint32]uint64{}
-					s.lost[m] = l
-				}
-				for _, e := range q.entries {
-					l[e.shard] = s.lostSeq
-				}
+				s.markLostLocked(m, q.entries)
 				delete(s.queues, m)
 				s.r.markFullRepair(m)
 				s.r.log.Warn("backup's change queue over its bound: dropped; its shards will be repaired by digest",
@@ -176,27 +177,53 @@ func (s *shipper) pending() int {
 func (s *shipper) retarget(v *View) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := time.Now()
 	for m, q := range s.queues {
 		if _, ok := v.Addrs[m]; !ok {
 			s.total -= len(q.entries)
+			s.markLostLocked(m, q.entries)
 			delete(s.queues, m)
 		}
 	}
-	for m, l := range s.lost {
-		if _, ok := v.Addrs[m]; !ok {
-			delete(s.lost, m)
+	// Marks of members gone from the view wait for their return, for
+	// lostMarkTTL at most (bounded memory: one entry per shard for each
+	// departed name; a member back after that long is repaired by the
+	// streak-gated polls, or syncs if it was alone).
+	for m := range s.lost {
+		if _, ok := v.Addrs[m]; ok {
+			delete(s.goneSince, m)
 			continue
 		}
-		for sh := range l {
-			if !slices.Contains(v.set(sh), m) {
-				delete(l, sh) // m's copy of sh goes: nothing to repair
-			}
-		}
-		if len(l) == 0 {
+		since, ok := s.goneSince[m]
+		if !ok {
+			s.goneSince[m] = now
+		} else if now.Sub(since) > lostMarkTTL {
 			delete(s.lost, m)
+			delete(s.goneSince, m)
 		}
 	}
 	s.r.m.pending.Set(float64(s.total))
+}
+
+// lostMarkTTL is how long the lost marks of a member gone from the view
+// are kept for its return.
+const lostMarkTTL = time.Hour
+
+// markLostLocked marks the shards of entries as lost for member m (see
+// shipper.lost). s.mu held.
+func (s *shipper) markLostLocked(m string, entries map[string]*shipEntry) {
+	if len(entries) == 0 {
+		return
+	}
+	s.lostSeq++
+	l := s.lost[m]
+	if l == nil {
+		l = map[uint32]uint64{}
+		s.lost[m] = l
+	}
+	for _, e := range entries {
+		l[e.shard] = s.lostSeq
+	}
 }
 
 // lostMark is one (backup, shard) lost mark with its drop's sequence
@@ -266,9 +293,16 @@ func (s *shipper) pendingShards() map[uint32]bool {
 			out[e.shard] = true
 		}
 	}
-	for _, l := range s.lost {
+	v := s.r.view.Load()
+	for m, l := range s.lost {
 		for sh := range l {
-			out[sh] = true
+			// Only while both m and this node replicate sh (a member
+			// outside the set gets nothing shipped for sh; a leftover
+			// copy here is pulled by the new primary's handover): the
+			// mark otherwise waits for its return.
+			if v != nil && v.inSet(v.Self, sh) && slices.Contains(v.set(sh), m) {
+				out[sh] = true
+			}
 		}
 	}
 	return out
@@ -326,6 +360,7 @@ func (s *shipper) round(ctx context.Context, flush bool) {
 				continue
 			}
 			if !v.inSet(m, e.shard) {
+				s.markLostLocked(m, map[string]*shipEntry{key: e})
 				delete(q.entries, key)
 				s.total--
 				continue
