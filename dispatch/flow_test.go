@@ -385,13 +385,7 @@ func TestStoreErrorsDoNotKillLoop(t *testing.T) {
 // TestMaxInFlightBoundsClaims: with MaxInFlight 4 and a blocking target,
 // a sweep claims only 4 rows; the rest are claimed as deliveries finish.
 func TestMaxInFlightBoundsClaims(t *testing.T) {
-	release := make(chan struct{})
-	tg := newTarget(t, func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	})
+	tg, release := blockingTarget(t)
 	cfg := testConfig(static(tg.URL()))
 	cfg.MaxInFlight = 4
 	d, b := setup(t, cfg)
@@ -494,13 +488,7 @@ func TestBatchClaimerPassedThrough(t *testing.T) {
 func TestMergedAwayClaimStillCounts(t *testing.T) {
 	for _, st := range storeKinds {
 		t.Run(st.name, func(t *testing.T) {
-			release := make(chan struct{})
-			tg := newTarget(t, func(w http.ResponseWriter, r *http.Request) {
-				select {
-				case <-release:
-				case <-r.Context().Done():
-				}
-			})
+			tg, release := blockingTarget(t)
 			cfg := testConfig(static(tg.URL()))
 			cfg.Store, _ = st.open(t)
 			d, b := setup(t, cfg)

@@ -72,10 +72,12 @@ type repairJob struct {
 // ones cannot take every repair slot.
 const maxUrgentRepairsPerPoll = maxRepairsPerPoll / 2
 
-// urgentBackoff spaces a failing lost-mark repair of one (shard, peer):
-// doubling from a poll, at most urgentBackoffMax.
+// urgentBackoffMax bounds the wait between tries of a failing lost-mark
+// repair of one (shard, peer): it starts at a poll and doubles.
 const urgentBackoffMax = 30 * time.Second
 
+// urgentRetry is when a failed lost-mark repair may run again, and the
+// last wait.
 type urgentRetry struct {
 	next time.Time
 	wait time.Duration

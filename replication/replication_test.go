@@ -718,28 +718,9 @@ func wantSyncedButHeldBack(t *testing.T, c *tcluster, name string, taken []uint3
 // as quiet could deliver again rows whose settles never reached it (a
 // window DECISIONS.md named open until this test).
 func TestDroppedQueueIsUnshippedUntilRepaired(t *testing.T) {
-	c := newTCluster(t, 8, 2)
-	c.opts = func(cfg *replication.Config) { cfg.MaxPending = 5 }
-	c.add("a")
-	c.add("b")
-	c.apply()
-	waitSynced(t, c)
+	c, touched := droppedQueue(t, 8, 80, 0)
 	ctx := context.Background()
 	a := c.nodes["a"]
-	if _, err := a.repl.Route(ctx, rowsFor("lost", 80, time.Now().UTC())); err != nil {
-		t.Fatal(err)
-	}
-	// b stops answering; a's view still names it, so a's settles queue
-	// for b until the queue passes MaxPending and is dropped.
-	c.kill("b", false)
-	settled := claimAll(t, a)
-	if len(settled) <= 5 {
-		t.Fatalf("a claimed %d rows, want more than MaxPending (5) to overflow b's queue", len(settled))
-	}
-	touched := settle(t, a, settled)
-	if metric(t, a, "fairshard_replication_ship_dropped_total", "") == 0 {
-		t.Fatal("b's queue was not dropped: the test proves nothing")
-	}
 	asked := make([]uint32, 0, len(touched))
 	for s := range touched {
 		asked = append(asked, s)
@@ -837,22 +818,9 @@ func TestHandoverPullsWhatALeftoverSettled(t *testing.T) {
 // the shard until the handover timeout (found in review). The mark waits
 // for the member's return to the set.
 func TestLostMarkGoesWithTheBackupsCopy(t *testing.T) {
-	c := newTCluster(t, 16, 2)
-	c.opts = func(cfg *replication.Config) { cfg.MaxPending = 5; cfg.HandoverTimeout = time.Minute }
-	c.add("a")
-	c.add("b")
-	c.apply()
-	waitSynced(t, c)
+	c, touched := droppedQueue(t, 16, 160, time.Minute)
 	ctx := context.Background()
 	a := c.nodes["a"]
-	if _, err := a.repl.Route(ctx, rowsFor("lost", 160, time.Now().UTC())); err != nil {
-		t.Fatal(err)
-	}
-	c.kill("b", false)
-	touched := settle(t, a, claimAll(t, a))
-	if metric(t, a, "fairshard_replication_ship_dropped_total", "") == 0 {
-		t.Fatal("b's queue was not dropped: the test proves nothing")
-	}
 	c.add("b")
 	c.add("x")
 	c.apply()
@@ -1038,4 +1006,38 @@ func TestChangesForAMemberGoneAreUnshippedUntilRepaired(t *testing.T) {
 		got, err := b.store.Get(ctx, key)
 		return err == nil && got.Status == outbox.StatusDone && !unshipped(), fmt.Sprintf("b's copy %s (%v), unshipped %v", got.Status, err, unshipped())
 	})
+}
+
+// droppedQueue starts a and b (R = 2, shardCount shards, MaxPending 5,
+// handoverTimeout when not 0), routes rows through a, then kills b, whose
+// view a keeps, and settles on a every row it claims, so a's change queue
+// for b passes MaxPending and is dropped. It returns the cluster and the
+// shards a settled rows of.
+func droppedQueue(t *testing.T, shardCount uint32, rows int, handoverTimeout time.Duration) (*tcluster, map[uint32]bool) {
+	t.Helper()
+	c := newTCluster(t, shardCount, 2)
+	c.opts = func(cfg *replication.Config) {
+		cfg.MaxPending = 5
+		if handoverTimeout > 0 {
+			cfg.HandoverTimeout = handoverTimeout
+		}
+	}
+	c.add("a")
+	c.add("b")
+	c.apply()
+	waitSynced(t, c)
+	a := c.nodes["a"]
+	if _, err := a.repl.Route(context.Background(), rowsFor("lost", rows, time.Now().UTC())); err != nil {
+		t.Fatal(err)
+	}
+	c.kill("b", false)
+	settled := claimAll(t, a)
+	if len(settled) <= 5 {
+		t.Fatalf("a claimed %d rows, want more than MaxPending (5) to overflow b's queue", len(settled))
+	}
+	touched := settle(t, a, settled)
+	if metric(t, a, "fairshard_replication_ship_dropped_total", "") == 0 {
+		t.Fatal("b's queue was not dropped: the test proves nothing")
+	}
+	return c, touched
 }
