@@ -1,6 +1,9 @@
 package backpressure
 
-import "slices"
+import (
+	"math"
+	"slices"
+)
 
 // NodeDemand is one node's report for one namespace, as the namespace's
 // lease coordinator sees it (DESIGN.md "Exact cluster-wide quota"; the
@@ -15,6 +18,13 @@ type NodeDemand struct {
 	// grant it may still be acting on (rows). Claimed rows are never
 	// pre-empted, so a grant below Has only stops new claims.
 	Has uint32
+	// Rank orders the nodes for the rows left over when the quota does not
+	// divide evenly (step 1 below): the larger Rank first, then the larger
+	// Has, then the lower index. 0 for every node keeps the Has order. The
+	// lease coordinator ranks by turn (lease.Coordinator), so a quota
+	// smaller than the number of nodes with demand rotates between them
+	// instead of staying with whoever holds it.
+	Rank uint64
 }
 
 // FairShare splits a namespace's cluster-wide quota (rows) between nodes
@@ -30,9 +40,9 @@ type NodeDemand struct {
 //     Σ min(w_i, L) ≤ quota; every node's target is min(w_i, L), and the
 //     r = quota − Σ min(w_i, L) rows left over (r is smaller than the
 //     number of nodes with w_i > L) go one each to nodes with w_i > L,
-//     those with the larger Has first (a node already using the extra row
-//     keeps it, so it is not handed over idle every refresh), ties to the
-//     lower index. So nothing is left on the table while a node wants
+//     the larger Rank first, then the larger Has (a node already using the
+//     extra row keeps it, so it is not handed over idle every refresh),
+//     ties to the lower index. So nothing is left on the table while a node wants
 //     more, and no node's target exceeds its fair share
 //     f_i = min(w_i, ⌈ℓ⌉), where ℓ is the real-valued water level
 //     (Σ min(w_i, ℓ) = quota when Σ w_i > quota).
@@ -146,51 +156,100 @@ func targetLevel(q uint64, nodes []NodeDemand) uint64 {
 }
 
 // giveLeftovers adds one row to the targets of `left` nodes among those
-// whose wants (capped at q) exceed level: the larger Has first, ties to the lower index.
-// It finds the Has threshold by binary search instead of sorting, so it
-// allocates nothing: O(N log max Has).
+// whose wants (capped at q) exceed level, in the order of the key (Rank,
+// Has), largest first, ties to the lower index. It finds the key threshold
+// by two binary searches (Rank, then Has among the nodes at the threshold
+// Rank) instead of sorting, so it allocates nothing: O(N·(64 + log max
+// Has)).
 func giveLeftovers(nodes []NodeDemand, grants []uint32, q, level, left uint64) {
 	short := func(n NodeDemand) bool { return min(uint64(n.Wants), q) > level }
-	// atLeast(h): how many short nodes have Has ≥ h.
-	atLeast := func(h uint64) uint64 {
+	// rankAtLeast(r): how many short nodes have Rank ≥ r.
+	rankAtLeast := func(r uint64) uint64 {
 		var c uint64
 		for _, n := range nodes {
-			if short(n) && uint64(n.Has) >= h {
+			if short(n) && n.Rank >= r {
 				c++
 			}
 		}
 		return c
 	}
-	// The largest threshold h with atLeast(h) ≥ left (atLeast(0) is every
-	// short node, more than left).
-	lo, hi := uint64(0), uint64(0)
+	// The largest Rank threshold r with rankAtLeast(r) ≥ left (every short
+	// node has Rank ≥ 0, and there are more of them than left).
+	var lo, hi uint64
 	for _, n := range nodes {
-		hi = max(hi, uint64(n.Has))
+		if short(n) {
+			hi = max(hi, n.Rank)
+		}
 	}
 	for lo < hi {
-		mid := lo + (hi-lo+1)/2
-		if atLeast(mid) >= left {
+		mid := lo + (hi-lo)/2 + (hi-lo)%2
+		if rankAtLeast(mid) >= left {
 			lo = mid
 		} else {
 			hi = mid - 1
 		}
 	}
-	// Everyone above the threshold gets one; the rest go to nodes exactly
-	// at it, in index order.
-	above := atLeast(lo + 1)
-	atThreshold := left - above
+	rank := lo
+	var above uint64 // short nodes ranked above the threshold: each gets one
+	if rank < math.MaxUint64 {
+		above = rankAtLeast(rank + 1)
+	}
+	need := left - above // rows for the nodes exactly at the threshold Rank
+	// hasAtLeast(h): how many short nodes at the threshold Rank have Has ≥ h.
+	hasAtLeast := func(h uint64) uint64 {
+		var c uint64
+		for _, n := range nodes {
+			if short(n) && n.Rank == rank && uint64(n.Has) >= h {
+				c++
+			}
+		}
+		return c
+	}
+	var hlo, hhi uint64
+	for _, n := range nodes {
+		if short(n) && n.Rank == rank {
+			hhi = max(hhi, uint64(n.Has))
+		}
+	}
+	for hlo < hhi {
+		mid := hlo + (hhi-hlo+1)/2
+		if hasAtLeast(mid) >= need {
+			hlo = mid
+		} else {
+			hhi = mid - 1
+		}
+	}
+	atThreshold := need - hasAtLeast(hlo+1)
 	for i, n := range nodes {
 		if !short(n) {
 			continue
 		}
 		switch h := uint64(n.Has); {
-		case h > lo:
+		case n.Rank > rank, n.Rank == rank && h > hlo:
 			grants[i]++
-		case h == lo && atThreshold > 0:
+		case n.Rank == rank && h == hlo && atThreshold > 0:
 			grants[i]++
 			atThreshold--
 		}
 	}
+}
+
+// Level returns the water level L of FairShare's step 1 for these nodes:
+// the largest whole number of rows every node can be given (up to its
+// wants, capped at quota) with Σ min(Wants_i, L) ≤ quota, or quota when
+// the wants all fit (then nothing is contended). A node whose capped wants
+// exceed L competes for the rows left over; it holds one of them when its
+// grant exceeds L. The lease coordinator uses it to track turns.
+func Level(quota uint32, nodes []NodeDemand) uint32 {
+	q := uint64(quota)
+	var sumWants uint64
+	for _, n := range nodes {
+		sumWants += min(uint64(n.Wants), q)
+	}
+	if sumWants <= q {
+		return quota
+	}
+	return uint32(targetLevel(q, nodes))
 }
 
 // fillLevel returns the largest level λ in [0, q] at which lifting every

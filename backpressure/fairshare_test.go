@@ -1,6 +1,7 @@
 package backpressure_test
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -113,9 +114,55 @@ func drawDemands(t *rapid.T, quota uint32) []nd {
 		nodes[i] = nd{
 			Wants: rapid.Uint32Range(0, quota+3).Draw(t, "wants"),
 			Has:   rapid.Uint32Range(0, quota/2+2).Draw(t, "has"),
+			Rank:  rapid.SampledFrom([]uint64{0, 0, 1, 2, 7, math.MaxUint64 - 1, math.MaxUint64}).Draw(t, "rank"),
 		}
 	}
 	return nodes
+}
+
+// TestFairShareLeftoversFollowRank: with nothing held (step 2 changes
+// nothing), the rows left over by the water level go to the short nodes
+// with the largest (Rank, Has), ties to the lower index; the lease
+// coordinator's turns rely on it.
+func TestFairShareLeftoversFollowRank(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		quota := rapid.Uint32Range(1, 40).Draw(t, "quota")
+		nodes := drawDemands(t, quota)
+		for i := range nodes {
+			nodes[i].Has = 0
+		}
+		got := backpressure.FairShare(quota, nodes, nil)
+		level := uint64(backpressure.Level(quota, nodes))
+		if level >= uint64(quota) {
+			return // no contention: everyone gets their wants
+		}
+		var short []int
+		var given uint64
+		for i, n := range nodes {
+			g := uint64(got[i])
+			if g != min(uint64(n.Wants), uint64(quota), level) && g != level+1 {
+				t.Fatalf("node %d got %d; level %d", i, g, level)
+			}
+			if min(uint64(n.Wants), uint64(quota)) > level {
+				short = append(short, i)
+				if g == level+1 {
+					given++
+				}
+			}
+		}
+		slices.SortStableFunc(short, func(a, b int) int {
+			if c := cmp.Compare(nodes[b].Rank, nodes[a].Rank); c != 0 {
+				return c
+			}
+			return cmp.Compare(nodes[b].Has, nodes[a].Has)
+		})
+		for k, i := range short {
+			if want := uint64(k) < given; (uint64(got[i]) == level+1) != want {
+				t.Fatalf("leftover order: node %d (rank %d) got %d, level %d; short nodes by rank %v, grants %v",
+					i, nodes[i].Rank, got[i], level, short, got)
+			}
+		}
+	})
 }
 
 // Properties of one call, for random quotas, wants and holdings.

@@ -3,6 +3,7 @@ package lease
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -22,6 +23,10 @@ const (
 	// DefaultRefreshInterval is how often a node refreshes its leases: 40
 	// refreshes per lease, so a few lost calls never let a lease lapse.
 	DefaultRefreshInterval = 250 * time.Millisecond
+	// DefaultTurnRefreshes is CoordinatorConfig.Turn in refresh intervals
+	// (2 s with the default interval): long beside the one or two refreshes
+	// a row takes to change hands, short beside how long a user waits.
+	DefaultTurnRefreshes = 8
 )
 
 // CoordinatorConfig configures a Coordinator. Coordinates and Quota are
@@ -68,8 +73,17 @@ type CoordinatorConfig struct {
 	// is granted more than max(its has, ceil(limit / members)): the other
 	// nodes with rows have not asked yet, and a first asker handed the
 	// whole quota would have to give it back through two of its own
-	// refreshes before they get any (issue #15's drain test).
+	// refreshes before they get any.
 	Members func() int
+	// Turn is how long a node keeps a contended row before a node that has
+	// waited longer gets it (default DefaultTurnRefreshes ×
+	// RefreshInterval). A row is contended when the quota does not divide
+	// evenly between the nodes that want it (FairShare's rows left over,
+	// e.g. quota 2 and three nodes with backlogs): those rows go round the
+	// waiting nodes, one Turn each, instead of staying with whoever holds
+	// them while it keeps a backlog, which would leave the others' rows
+	// waiting for as long as the holders have any.
+	Turn time.Duration
 }
 
 func (c *CoordinatorConfig) withDefaults() (CoordinatorConfig, error) {
@@ -82,6 +96,9 @@ func (c *CoordinatorConfig) withDefaults() (CoordinatorConfig, error) {
 	}
 	if out.LearningPeriod == 0 {
 		out.LearningPeriod = out.LeaseLength
+	}
+	if out.Turn == 0 {
+		out.Turn = DefaultTurnRefreshes * out.RefreshInterval
 	}
 	if out.Epoch == nil {
 		out.Epoch = func() uint64 { return 0 }
@@ -96,6 +113,9 @@ func (c *CoordinatorConfig) withDefaults() (CoordinatorConfig, error) {
 	}
 	if out.Drain < 0 {
 		bad("Drain %v is negative", out.Drain)
+	}
+	if out.Turn < 0 {
+		bad("Turn %v is negative", out.Turn)
 	}
 	if out.Coordinates == nil {
 		bad("Coordinates is required")
@@ -126,6 +146,12 @@ func (c *CoordinatorConfig) withDefaults() (CoordinatorConfig, error) {
 //     other nodes' holdings as their Has and the asking node's own report
 //     as its Has; the asking node gets its share. Other nodes' grants move
 //     at their own next refresh (at most one refresh interval later).
+//   - Turns: the rows FairShare has left over when the quota does not
+//     divide evenly go to the nodes that want more than the water level by
+//     rank: a node in the first Turn of holding one keeps it; then the
+//     nodes waiting for one, longest first; then nodes whose turn is over.
+//     So a node with demand is never refused forever while others keep a
+//     backlog: it waits at most about one Turn per node ahead of it.
 //
 // So the sum of holdings never exceeds the quota (while the reports do
 // not; a quota lowered below what is held only stops new grants), and
@@ -156,6 +182,43 @@ type record struct {
 	grant   uint32    // last granted
 	expires time.Time // grant expiry (coordinator clock)
 	forget  time.Time // expires + Drain: the record is dropped then
+	// turnSince is when the node began holding a contended row (its grant
+	// above the water level); waitSince when it began wanting one without
+	// holding it. Zero when not so; see Coordinator's turns.
+	turnSince, waitSince time.Time
+}
+
+// rank is the node's priority for contended rows at now (larger first,
+// backpressure.NodeDemand.Rank): within its turn it keeps its row; a
+// waiting node ranks by how long it has waited; anyone else ranks 0.
+func (r *record) rank(now time.Time, turn time.Duration) uint64 {
+	switch {
+	case !r.turnSince.IsZero() && now.Before(r.turnSince.Add(turn)):
+		return math.MaxUint64
+	case !r.waitSince.IsZero():
+		return 1 + uint64(max(0, now.Sub(r.waitSince)))
+	}
+	return 0
+}
+
+// updateTurn records whether the node holds a contended row after being
+// granted grant, with its capped wants and the water level (level ≥
+// quota: nothing is contended).
+func (r *record) updateTurn(now time.Time, wants, grant, level, quota uint32) {
+	switch {
+	case level >= quota || wants <= level:
+		r.turnSince, r.waitSince = time.Time{}, time.Time{}
+	case grant > level:
+		if r.turnSince.IsZero() {
+			r.turnSince = now
+		}
+		r.waitSince = time.Time{}
+	default:
+		r.turnSince = time.Time{}
+		if r.waitSince.IsZero() {
+			r.waitSince = now
+		}
+	}
 }
 
 // holding is what the node may be running or may start: the larger of its
@@ -261,7 +324,8 @@ func (c *Coordinator) decide(now time.Time, node string, a Ask, since time.Time,
 	} else {
 		c.demands = c.demands[:0]
 		for j := range st.nodes {
-			d := backpressure.NodeDemand{Wants: st.nodes[j].wants, Has: st.nodes[j].holding()}
+			r := &st.nodes[j]
+			d := backpressure.NodeDemand{Wants: r.wants, Has: r.holding(), Rank: r.rank(now, c.cfg.Turn)}
 			if j == i {
 				d.Has = a.Has // its new report supersedes its old grant (see Ask.Has)
 			}
@@ -275,6 +339,7 @@ func (c *Coordinator) decide(now time.Time, node string, a Ask, since time.Time,
 				grant = min(grant, max(a.Has, share))
 			}
 		}
+		rec.updateTurn(now, rec.wants, grant, backpressure.Level(quota, c.demands), quota)
 	}
 
 	if grant == 0 && a.Has == 0 && a.Wants == 0 {
@@ -343,6 +408,9 @@ type NodeStatus struct {
 	Grant uint32 `json:"grant"` // last granted (rows), valid until Expires
 	// Expires is the grant's expiry on the coordinator's clock.
 	Expires time.Time `json:"expires"`
+	// WaitingSince is when the node began waiting for a contended row
+	// (its turn; see Coordinator), absent when it is not waiting.
+	WaitingSince time.Time `json:"waiting_since,omitzero"`
 }
 
 // NamespaceStatus is the coordinator's state of one namespace, for the
@@ -381,7 +449,7 @@ func (c *Coordinator) Status(now time.Time, namespace string) (NamespaceStatus, 
 			continue
 		}
 		out.Outstanding += uint64(r.holding())
-		out.Nodes = append(out.Nodes, NodeStatus{Node: r.node, Wants: r.wants, Has: r.has, Grant: r.grant, Expires: r.expires})
+		out.Nodes = append(out.Nodes, NodeStatus{Node: r.node, Wants: r.wants, Has: r.has, Grant: r.grant, Expires: r.expires, WaitingSince: r.waitSince})
 	}
 	return out, true
 }

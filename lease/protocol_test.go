@@ -91,7 +91,10 @@ var errDown = errors.New("coordinator unreachable")
 // Liveness, checked once the run has settled (no failure, loss or demand
 // change for D+3 rounds and the coordinator's learning over): a node with
 // wants > 0 is granted 0 only while the other nodes hold the whole quota,
-// none above its fair share (as backpressure.TestFairShareRefreshRounds).
+// none above its fair share (as backpressure.TestFairShareRefreshRounds),
+// or, when the wants exceed the quota, while contended rows go round
+// (TestContendedQuotaTakesTurns bounds how long a node waits for one); the
+// quota then sits idle while wanted for one round at a time at most.
 func TestProtocolRounds(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		const R = testRefresh
@@ -132,6 +135,7 @@ func TestProtocolRounds(t *testing.T) {
 			nodes[i] = &simNode{name: name, client: c}
 		}
 		route := func(string) (string, bool) { return "coord", true }
+		idle := -2     // the last settled round that ended with quota idle and wanted
 		var down int   // rounds left of an outage
 		settledAt := 0 // the last round with a failure or change
 		rounds := rapid.IntRange(1, 60).Draw(t, "rounds")
@@ -182,6 +186,9 @@ func TestProtocolRounds(t *testing.T) {
 				wants[i] = min(n.demand, q)
 			}
 			fair := fairShares(q, wants)
+			// turns: more nodes want rows than the quota gives each one
+			// (the coordinator rotates the rows left over).
+			turns := contended(q, wants)
 			settled := round >= settledAt+maxRun+3 && !now.Before(learnEnd.Add(time.Duration(maxRun+3)*R))
 
 			for _, i := range rapid.Permutation(indexes(len(nodes))).Draw(t, "order") {
@@ -226,12 +233,37 @@ func TestProtocolRounds(t *testing.T) {
 						t.Fatalf("round %d: %s (wants %d) gets 0 while %s holds %d > fair share %d", round, n.name, wants[i], m.name, h, fair[j])
 					}
 				}
-				if others < q {
+				if others < q && !turns {
 					t.Fatalf("round %d: %s (wants %d) gets 0 while the others hold %d of %d", round, n.name, wants[i], others, q)
 				}
 			}
+			// With turns, a contended row changes hands: its last holder
+			// has finished with it and not yet said so, and its next one
+			// has not yet been told. Quota sits idle while nodes want it
+			// for one round at a time, never two in a row.
+			var held, wanted uint64
+			for i, n := range nodes {
+				held += uint64(n.holds(now))
+				wanted += uint64(wants[i])
+			}
+			if settled && held < min(uint64(q), wanted) {
+				if idle == round-1 {
+					t.Fatalf("rounds %d and %d: the nodes hold %d of quota %d while they want %d", round-1, round, held, q, wanted)
+				}
+				idle = round
+			}
 		}
 	})
+}
+
+// contended reports whether quota q leaves rows over for turns: the wants
+// do not all fit and do not divide evenly at the water level.
+func contended(q uint32, wants []uint32) bool {
+	var sum uint64
+	for _, w := range wants {
+		sum += uint64(w)
+	}
+	return sum > uint64(q)
 }
 
 func indexes(n int) []int {
