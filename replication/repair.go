@@ -73,8 +73,10 @@ type repairJob struct {
 const maxUrgentRepairsPerPoll = maxRepairsPerPoll / 2
 
 // urgentBackoffMax bounds the wait between tries of a failing lost-mark
-// repair of one (shard, peer): it starts at a poll and doubles.
-const urgentBackoffMax = 30 * time.Second
+// repair of one (shard, peer): it starts at a poll and doubles. Short: a
+// copy known to lack changes is repaired within a few seconds of the
+// failures ending (packet loss, a peer busy syncing).
+const urgentBackoffMax = 5 * time.Second
 
 // urgentRetry is when a failed lost-mark repair may run again, and the
 // last wait.
@@ -211,47 +213,72 @@ func (r *Replicator) pollRound(ctx context.Context) {
 	r.mu.Unlock()
 
 	slices.SortFunc(jobs, func(a, b repairJob) int { return cmp.Compare(b.streak, a.streak) })
-	started, urgent := 0, 0
+	var run []repairJob
+	urgent, urgentLeft := 0, false
 	for _, j := range jobs {
-		if started >= maxRepairsPerPoll || ctx.Err() != nil {
-			break
+		if len(run) >= maxRepairsPerPoll {
+			urgentLeft = urgentLeft || j.urgent
+			continue
 		}
 		if j.urgent {
 			if urgent >= maxUrgentRepairsPerPoll {
+				urgentLeft = true
 				continue
 			}
 			urgent++
 		} else if r.ship.pendingFor(j.peer, j.shard) {
 			continue // its changes are on the way
 		}
-		started++
+		run = append(run, j)
+	}
+	// The repairs of one poll run at once: each is a few calls to one
+	// peer, and a backup back from a partition may lack changes of many
+	// shards.
+	var repairs sync.WaitGroup
+	for _, j := range run {
+		if ctx.Err() != nil {
+			break
+		}
 		r.m.mismatches.Inc()
-		pulled, pushed, err := r.diff(ctx, v.Addrs[j.peer], j.shard)
-		key := syncKey{j.shard, j.peer}
-		if err != nil {
-			if j.urgent {
-				r.urgentFailed(key)
-			}
-			r.log.Info("repair incomplete; retried by the next poll", "shard", j.shard, "peer", j.peer, "err", err)
-			continue
+		repairs.Go(func() { r.repair(ctx, v, j, lost) })
+	}
+	repairs.Wait()
+	if urgentLeft && ctx.Err() == nil {
+		// Marks left for the next poll, which starts at once: a copy known
+		// to lack changes is not left stale for a poll interval per batch.
+		wake(r.pollWake)
+	}
+}
+
+// repair runs one repair job of a poll: a diff of j.shard with j.peer,
+// then it clears what the diff settled (the mismatch streak, a failing
+// mark's backoff, and the marks of lost it stands for).
+func (r *Replicator) repair(ctx context.Context, v *View, j repairJob, lost []lostMark) {
+	pulled, pushed, err := r.diff(ctx, v.Addrs[j.peer], j.shard)
+	key := syncKey{j.shard, j.peer}
+	if err != nil {
+		if j.urgent {
+			r.urgentFailed(key)
 		}
-		r.mu.Lock()
-		delete(r.mismatch, key)
-		delete(r.urgentRetry, key)
-		r.mu.Unlock()
-		// The diff read both key lists after the marks were taken: the
-		// peer now holds every change a mark of (peer, shard) stands for,
-		// even if the shard changed again since (a busy shard's digests
-		// may never be equal at one instant).
-		for _, mk := range lost {
-			if mk.member == j.peer && mk.shard == j.shard {
-				r.ship.clearLost(mk)
-			}
+		r.log.Info("repair incomplete; retried by the next poll", "shard", j.shard, "peer", j.peer, "err", err)
+		return
+	}
+	r.mu.Lock()
+	delete(r.mismatch, key)
+	delete(r.urgentRetry, key)
+	r.mu.Unlock()
+	// The diff read both key lists after the marks were taken: the peer
+	// now holds every change a mark of (peer, shard) stands for, even if
+	// the shard changed again since (a busy shard's digests may never be
+	// equal at one instant).
+	for _, mk := range lost {
+		if mk.member == j.peer && mk.shard == j.shard {
+			r.ship.clearLost(mk)
 		}
-		if pulled+pushed > 0 {
-			r.m.repairedShards.Inc()
-			r.log.Info("shard repaired", "shard", j.shard, "peer", j.peer, "pulled", pulled, "pushed", pushed)
-		}
+	}
+	if pulled+pushed > 0 {
+		r.m.repairedShards.Inc()
+		r.log.Info("shard repaired", "shard", j.shard, "peer", j.peer, "pulled", pulled, "pushed", pushed)
 	}
 }
 

@@ -174,7 +174,7 @@ func (r *Replicator) Apply(v *View) {
 	r.updateScopeLocked()
 	r.updateGaugesLocked(v)
 	r.mu.Unlock()
-	r.ship.retarget(v)
+	r.ship.retarget(prev, v)
 	wake(r.syncWake)
 	wake(r.pollWake)
 	wake(r.dropWake)

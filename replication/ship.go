@@ -17,8 +17,12 @@ import (
 // replicated (nothing calls Changed for them). A key changed again before
 // it was shipped is shipped once, in its latest state. A backup's queue is
 // bounded by Config.MaxPending; past it the queue is dropped and the
-// backup's shards are repaired by digest comparison instead. The lag from
-// Changed to a backup's acknowledgement is exported
+// backup's shards are repaired by digest comparison instead. A backup that
+// leaves the view (failed, or across a partition) keeps its queue for up
+// to parkedQueueTTL: when it is back the queue ships at once, so a settle
+// made while a partition cut the backup off reaches it as soon as the
+// partition heals, not when a repair poll finds the copies differ. The lag
+// from Changed to a backup's acknowledgement is exported
 // (fairshard_replication_lag_seconds).
 func (r *Replicator) Changed(keys ...string) {
 	v := r.view.Load()
@@ -87,8 +91,12 @@ type shipper struct {
 	// goneSince: when a member holding lost marks was last seen leaving
 	// the view (retarget).
 	goneSince map[string]time.Time
-	wakeCh    chan struct{}
-	total     int
+	// departed holds the members that left the view, since when
+	// (lostMarkTTL at most): one back in a shard's set may lack changes
+	// made while it was gone, so retarget marks those shards lost for it.
+	departed map[string]time.Time
+	wakeCh   chan struct{}
+	total    int
 	// jobs tracks the batches in flight (one per backup at most), so the
 	// final flush can wait for them.
 	jobs sync.WaitGroup
@@ -99,6 +107,9 @@ type shipQueue struct {
 	order   []string // keys in the order they became dirty; stale keys are skipped
 	backoff time.Duration
 	next    time.Time // no try before
+	// parked is when the member left the view (zero while it is in it):
+	// the queue waits for its return, parkedQueueTTL at most.
+	parked time.Time
 	// busy: a batch to this backup is in flight. Each backup's batches
 	// run on their own, so an unreachable backup (a call waiting out its
 	// timeout) never delays the others' state changes.
@@ -115,7 +126,8 @@ type shipEntry struct {
 
 func newShipper(r *Replicator) *shipper {
 	return &shipper{r: r, queues: map[string]*shipQueue{}, settling: map[uint32]int{},
-		lost: map[string]map[uint32]uint64{}, goneSince: map[string]time.Time{}, wakeCh: make(chan struct{}, 1)}
+		lost: map[string]map[uint32]uint64{}, goneSince: map[string]time.Time{}, departed: map[string]time.Time{},
+		wakeCh: make(chan struct{}, 1)}
 }
 
 func (s *shipper) add(v *View, keys []string) {
@@ -172,18 +184,72 @@ func (s *shipper) pending() int {
 	return s.total
 }
 
-// retarget drops queues of members that left the view; entries whose
-// shard's set no longer includes their member are dropped when taken.
-func (s *shipper) retarget(v *View) {
+// retarget parks the queues of members that left the view (they ship
+// again once the member is back) and drops, as lost marks, those parked
+// for longer than parkedQueueTTL; entries whose shard's set no longer
+// includes their member are dropped, as lost marks, when taken. A member
+// back in the view after it left (a partition healed, a restart) gets a
+// lost mark for every shard both it and this node replicate: while it was
+// gone, changes of those shards went to other members, or nowhere, and
+// the mark has the repair poll compare the copies at once (prev is the
+// view before v; nil for the first).
+func (s *shipper) retarget(prev, v *View) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
+	if prev != nil {
+		for m := range prev.Addrs {
+			if _, in := v.Addrs[m]; !in && m != v.Self {
+				s.departed[m] = now
+			}
+		}
+	}
+	var returned []string
+	for m, since := range s.departed {
+		if _, in := v.Addrs[m]; in {
+			returned = append(returned, m)
+			delete(s.departed, m)
+		} else if now.Sub(since) > lostMarkTTL {
+			delete(s.departed, m)
+		}
+	}
+	if len(returned) > 0 && !v.Leaving {
+		s.lostSeq++
+		for sh := range v.ShardCount {
+			set := v.set(sh)
+			if !slices.Contains(set, v.Self) {
+				continue
+			}
+			for _, m := range returned {
+				if slices.Contains(set, m) {
+					l := s.lost[m]
+					if l == nil {
+						l = map[uint32]uint64{}
+						s.lost[m] = l
+					}
+					l[sh] = s.lostSeq
+				}
+			}
+		}
+	}
+	back := false
 	for m, q := range s.queues {
-		if _, ok := v.Addrs[m]; !ok {
+		_, in := v.Addrs[m]
+		switch {
+		case in && !q.parked.IsZero():
+			q.parked, q.backoff, q.next = time.Time{}, 0, time.Time{}
+			back = true
+		case in:
+		case q.parked.IsZero():
+			q.parked = now
+		case now.Sub(q.parked) > parkedQueueTTL && !q.busy:
 			s.total -= len(q.entries)
 			s.markLostLocked(m, q.entries)
 			delete(s.queues, m)
 		}
+	}
+	if back {
+		wake(s.wakeCh)
 	}
 	// Marks of members gone from the view wait for their return, for
 	// lostMarkTTL at most (bounded memory: one entry per shard for each
@@ -208,6 +274,13 @@ func (s *shipper) retarget(v *View) {
 // lostMarkTTL is how long the lost marks of a member gone from the view
 // are kept for its return.
 const lostMarkTTL = time.Hour
+
+// parkedQueueTTL is how long the change queue of a member gone from the
+// view is kept for its return (past it, its entries become lost marks and
+// the member is repaired by digest): longer than the partitions and
+// restarts a cluster rides out, short beside lostMarkTTL, since a queue
+// holds a key per change (up to MaxPending) and a mark one entry per shard.
+const parkedQueueTTL = 5 * time.Minute
 
 // markLostLocked marks the shards of entries as lost for member m (see
 // shipper.lost). s.mu held.
@@ -288,12 +361,16 @@ func (s *shipper) pendingShards() map[uint32]bool {
 	for sh := range s.settling {
 		out[sh] = true
 	}
-	for _, q := range s.queues {
+	v := s.r.view.Load()
+	for m, q := range s.queues {
 		for _, e := range q.entries {
-			out[e.shard] = true
+			// A parked queue counts like a lost mark: only while its member
+			// is back in the shard's set (it is shipped then).
+			if q.parked.IsZero() || (v != nil && v.inSet(v.Self, e.shard) && slices.Contains(v.set(e.shard), m)) {
+				out[e.shard] = true
+			}
 		}
 	}
-	v := s.r.view.Load()
 	for m, l := range s.lost {
 		for sh := range l {
 			// Only while both m and this node replicate sh (a member
@@ -348,8 +425,17 @@ func (s *shipper) round(ctx context.Context, flush bool) {
 	var jobs []job
 	s.mu.Lock()
 	for m, q := range s.queues {
-		if q.busy || len(q.entries) == 0 || (!flush && now.Before(q.next)) {
+		if !q.parked.IsZero() && !q.busy && now.Sub(q.parked) > parkedQueueTTL {
+			s.total -= len(q.entries)
+			s.markLostLocked(m, q.entries)
+			delete(s.queues, m)
 			continue
+		}
+		if q.busy || len(q.entries) == 0 || !q.parked.IsZero() || (!flush && now.Before(q.next)) {
+			continue
+		}
+		if _, in := v.Addrs[m]; !in {
+			continue // parked by the next retarget; its entries wait for m
 		}
 		j := job{member: m, q: q}
 		for len(q.order) > 0 && len(j.keys) < s.r.cfg.ShipBatch {

@@ -1,0 +1,94 @@
+package replication_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/fairshard/fairshard/outbox"
+	"github.com/fairshard/fairshard/replication"
+)
+
+// healCluster starts a, b and c (R = 2, 64 shards) whose repair polls run
+// only on membership changes, so the streak-gated repair (a disagreement
+// seen by two polls in a row) cannot reach b within a test: only what a
+// ships, or compares at once, can. It routes 400 rows through every node
+// and returns the cluster.
+func healCluster(t *testing.T) *tcluster {
+	t.Helper()
+	c := newTCluster(t, 64, 2)
+	c.opts = func(cfg *replication.Config) { cfg.PollInterval = time.Hour }
+	for _, n := range []string{"a", "b", "c"} {
+		c.add(n)
+	}
+	c.apply()
+	waitSynced(t, c)
+	if _, err := c.nodes["a"].repl.Route(context.Background(), rowsFor("heal", 400, time.Now().UTC())); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// doneOnB waits until b's copy of every row of settled is done, for the
+// rows of shards b replicates with a in the final view.
+func doneOnB(t *testing.T, c *tcluster, settled []outbox.Row) {
+	t.Helper()
+	ctx := context.Background()
+	v := c.view("a")
+	var want []string
+	for _, r := range settled {
+		if set := v.Sets[r.Shard]; slices.Contains(set, "a") && slices.Contains(set, "b") {
+			want = append(want, r.DispatchKey)
+		}
+	}
+	if len(want) < 20 {
+		t.Fatalf("only %d settled rows on shards a and b share: the test proves little", len(want))
+	}
+	b := c.nodes["b"]
+	eventually(t, 15*time.Second, "a's settles on b", func() (bool, string) {
+		stale := 0
+		for _, k := range want {
+			if got, err := b.store.Get(ctx, k); err != nil || got.Status != outbox.StatusDone {
+				stale++
+			}
+		}
+		return stale == 0, fmt.Sprintf("%d of %d rows still not done on b", stale, len(want))
+	})
+}
+
+// TestSettlesQueuedForABackupThatLeftShipWhenItIsBack: a settles rows
+// while b refuses what a ships (a partition before memberlist declares b
+// dead), then b leaves a's view and comes back (the partition heals). The
+// queue a held for b is kept while b is gone and ships when it is back.
+// Before, it was dropped and only its lost marks were left, repaired four
+// shards per poll: a soak delivered 176 rows a second time after a heal,
+// when the node that had settled them was killed 20 s later and b's stale
+// copies were all that was left.
+func TestSettlesQueuedForABackupThatLeftShipWhenItIsBack(t *testing.T) {
+	c := healCluster(t)
+	a, b := c.nodes["a"], c.nodes["b"]
+	b.refuseMerges.Store(true)
+	settled := claimAll(t, a)
+	settle(t, a, settled)
+	c.applyTo([]string{"a", "c"}, []string{"a"}) // b declared dead by a
+	b.refuseMerges.Store(false)
+	c.apply() // the partition heals
+	doneOnB(t, c, settled)
+}
+
+// TestSettlesMadeWhileABackupWasGoneReachItWhenItIsBack: a settles rows
+// after b left its view (a's settles of those shards went to c, the
+// stand-in backup). When b is back in their sets, a compares its copies
+// with b's at once (a lost mark per shard they share) and repairs every
+// one that differs, not four shards a poll.
+func TestSettlesMadeWhileABackupWasGoneReachItWhenItIsBack(t *testing.T) {
+	c := healCluster(t)
+	a := c.nodes["a"]
+	c.applyTo([]string{"a", "c"}, []string{"a", "c"}) // b cut off: a and c see each other
+	settled := claimAll(t, a)
+	settle(t, a, settled)
+	c.apply() // the partition heals
+	doneOnB(t, c, settled)
+}
