@@ -225,8 +225,10 @@ type Config struct {
 	// single large row still moves). Defaults to 8 MiB; at most
 	// MaxHandoffBatchBytes, so every call fits the receiver's body limit.
 	HandoffBatchBytes int
-	// ShutdownGrace bounds a graceful stop (in-flight deliveries, then
-	// handoff). Defaults to 30 s.
+	// ShutdownGrace is the graceful stop's grace: in-flight deliveries get
+	// half of it to finish; a leave still handing off rows after it logs
+	// so and goes on until every row held here is held elsewhere (only a
+	// second signal cuts it short). Defaults to 30 s.
 	ShutdownGrace time.Duration
 	// TombstoneRetention is the dedupe window: how long finished rows keep
 	// their key. Defaults to 24 h.
@@ -322,7 +324,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.HandoffInterval, "handoff-interval", 5*time.Second, "period of the pass that hands copies of shards no longer replicated here to their replica sets (it also runs on every ownership change)")
 	fs.IntVar(&c.HandoffBatch, "handoff-batch", 500, "most rows per handoff call")
 	fs.IntVar(&c.HandoffBatchBytes, "handoff-batch-bytes", 8<<20, "byte budget of one handoff call (payloads and fields; one larger row still moves alone)")
-	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 30*time.Second, "bound on a graceful stop: in-flight deliveries, then handoff")
+	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 30*time.Second, "graceful stop: in-flight deliveries get half of it; a leave past it says so and goes on until every row is handed off (a second signal exits at once)")
 	fs.DurationVar(&c.TombstoneRetention, "tombstone-retention", 24*time.Hour, "dedupe window: how long finished rows keep their key")
 	fs.DurationVar(&c.QuotaTTL, "quota-ttl", 2*time.Second, "how long a namespace quota is cached")
 	fs.StringVar(&c.DefaultQuotaMode, "default-quota-mode", "exact", "quota mode of a namespace without one: exact (cluster-wide capacity leases) or proportional (ceil(quota × owned/total) per node)")

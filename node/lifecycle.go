@@ -234,14 +234,25 @@ func (n *Node) Ready() bool {
 // Shutdown stops the node gracefully: its services stop in the reverse of
 // their start order (services.go): refuse new appends and announce that
 // this node is leaving (peers take its shards after a gossip round; it
-// stops claiming),
-// let in-flight deliveries finish (at most half the time ctx leaves),
-// refuse rows from peers and wait for the writes in progress, hand off
-// every row it holds while the cluster is reachable, leave the gossip,
-// stop serving, close the store. ctx bounds the whole stop; whatever was
-// not handed off when it ends stays on disk and moves when the node
-// returns. It returns every step's failure, each naming its service.
+// stops claiming, and starts handing off the rows it holds), let in-flight
+// deliveries finish (at most half of Config.ShutdownGrace, or of the time
+// ctx leaves if that is shorter), refuse rows from peers and wait for the
+// writes in progress, wait until every row held here is held by its
+// shard's replica set, leave the gossip, stop serving, close the store.
+//
+// A leave completes or does not happen: the hand-off has no deadline of
+// its own. Past ShutdownGrace the node logs that the leave is incomplete
+// and why (and /v1/cluster shows replication.leave), and goes on serving
+// and handing off until it is done. Only ctx ending (a second signal, a
+// caller's deadline) cuts it short: what was not handed off then stays on
+// disk and moves when the node returns. It returns every step's failure,
+// each naming its service.
 func (n *Node) Shutdown(ctx context.Context) error {
+	grace := time.Now().Add(n.cfg.ShutdownGrace)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(grace) {
+		grace = dl
+	}
+	n.graceEnd.Store(&grace)
 	err := n.svc.Stop(ctx)
 	if err == nil {
 		n.log.Info("node stopped gracefully")

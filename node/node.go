@@ -163,6 +163,10 @@ type Node struct {
 	// service applies.
 	snaps       <-chan *cluster.OwnershipSnapshot
 	unsubscribe func()
+	// graceEnd is when a graceful stop's grace ends (Shutdown): the
+	// deliveries' drain takes half of what is left of it; a leave still
+	// handing off rows after it says so and goes on.
+	graceEnd atomic.Pointer[time.Time]
 	// releaseErr collects what failed releasing resources (cluster
 	// shutdown, store close): what Close returns.
 	releaseMu  sync.Mutex

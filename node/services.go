@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fairshard/fairshard/lifecycle"
+	"github.com/fairshard/fairshard/replication"
 )
 
 // services declares the node's parts in start order; they stop in the
@@ -243,16 +244,17 @@ func (n *Node) announceLeaving(ctx context.Context) error {
 }
 
 // drainDeliveries lets in-flight deliveries finish: at most half the time
-// ctx leaves (the rest is for handoff), then the dispatcher's loop is
-// cancelled, which abandons what is still in flight (re-armed on the next
-// start, or delivered by the new owner after its visibility timeout).
+// left of the grace (Shutdown), the rest being the hand-off's before a
+// leave says it is late; then the dispatcher's loop is cancelled, which
+// abandons what is still in flight (re-armed on the next start, or
+// delivered by the new owner after its visibility timeout).
 func (n *Node) drainDeliveries(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return nil // hard stop: the loop's cancellation abandons them
 	}
-	if dl, ok := ctx.Deadline(); ok {
+	if p := n.graceEnd.Load(); p != nil {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(dl)/2))
+		ctx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(*p)/2))
 		defer cancel()
 	}
 	return n.disp.Drain(ctx)
@@ -274,8 +276,40 @@ func (n *Node) stopReplication(ctx context.Context) error {
 	if err := n.api.CloseIntake(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("close intake: %w", err))
 	}
+	late := make(chan struct{})
+	defer close(late)
+	go n.reportLateLeave(late)
 	if err := n.repl.Drain(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("drain on shutdown: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// lateLeaveEvery is how often a leave past its grace logs its progress.
+const lateLeaveEvery = 10 * time.Second
+
+// reportLateLeave logs, once the grace has passed and then every
+// lateLeaveEvery until done closes, that the leave goes on and what it
+// still has to hand off.
+func (n *Node) reportLateLeave(done <-chan struct{}) {
+	wait := lateLeaveEvery
+	if p := n.graceEnd.Load(); p != nil {
+		wait = max(time.Until(*p), 0)
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+		st := n.repl.Status().Leave
+		if st == nil {
+			st = &replication.LeaveStatus{}
+		}
+		n.log.Warn("leave incomplete after --shutdown-grace: still handing off the rows held here; the node keeps serving until every one is held elsewhere (a second signal exits now and keeps them on disk)",
+			"shards_left", st.ShardsLeft, "last_error", st.LastError, "stranded_rows", st.StrandedRows)
+		t.Reset(lateLeaveEvery)
+	}
 }

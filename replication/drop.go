@@ -28,12 +28,24 @@ import (
 
 func (r *Replicator) dropLoop(ctx context.Context) error {
 	for {
-		if !r.draining.Load() {
-			if _, err := r.dropRound(ctx, false); err != nil && ctx.Err() == nil {
-				r.log.Info("dropping copies of shards no longer replicated here: incomplete; retrying", "err", err)
-			}
+		// While this node is leaving (its view says so), every pass is a
+		// drain pass: the sets need not be synced, only to hold the rows.
+		// So a leave hands off from the moment it is announced, while the
+		// dispatcher finishes its deliveries, not only once Drain is called.
+		v := r.view.Load()
+		leaving := v != nil && v.Leaving
+		left, err := r.dropRound(ctx, leaving)
+		if leaving {
+			r.leave.record(left, r.mover.Stranded(), err)
 		}
-		if !sleep(ctx, r.cfg.LeftoverInterval, r.dropWake) {
+		if err != nil && ctx.Err() == nil {
+			r.log.Info("dropping copies of shards no longer replicated here: incomplete; retrying", "err", err, "leaving", leaving)
+		}
+		interval := r.cfg.LeftoverInterval
+		if leaving && left > 0 {
+			interval = min(interval, 100*time.Millisecond)
+		}
+		if !sleep(ctx, interval, r.dropWake) {
 			return nil
 		}
 	}
@@ -58,19 +70,20 @@ func (r *Replicator) Leftovers(ctx context.Context) ([]uint32, error) {
 }
 
 // dropRound hands the rows of leftover shards to their sets and deletes
-// them; it returns how many leftover shards remain.
+// them; it returns how many leftover shards remain (as last counted when
+// a step fails, never a negative count).
 func (r *Replicator) dropRound(ctx context.Context, drain bool) (int, error) {
 	v := r.view.Load()
 	if v == nil {
 		return 0, nil
 	}
-	// Marks whose release failed earlier are released first.
-	if err := r.mover.RetryStranded(ctx); err != nil {
-		return -1, err
-	}
 	left, err := r.Leftovers(ctx)
 	if err != nil {
-		return -1, err
+		return r.leave.lastLeft(), err
+	}
+	// Marks whose release failed earlier are released first.
+	if err := r.mover.RetryStranded(ctx); err != nil {
+		return len(left), err
 	}
 	if len(left) == 0 {
 		return 0, nil
@@ -95,7 +108,7 @@ func (r *Replicator) dropRound(ctx context.Context, drain bool) (int, error) {
 	}
 	rest, lerr := r.Leftovers(ctx)
 	if lerr != nil {
-		return -1, errors.Join(err, lerr)
+		return len(left), errors.Join(err, lerr)
 	}
 	return len(rest), err
 }
@@ -155,31 +168,101 @@ func (r *Replicator) syncedSets(ctx context.Context, v *View, left []uint32) []u
 
 // Drain hands every row this node holds to the replica sets of their
 // shards (this node is leaving: it is in no set) and deletes them once
-// the sets' members confirmed holding them. It returns when nothing is
-// left, or at once when no other member can take the rows (this is the
-// last node: they stay on disk), or when ctx ends (an error naming how
-// many shards still hold rows).
+// the sets' members confirmed holding them; the drop loop does the work
+// from the moment the view says this node is leaving, and Drain waits for
+// it. It returns nil when nothing is left, or at once when no other member
+// can take the rows (this is the last node: they stay on disk), or, when
+// ctx ends first, an error naming how many shards still hold rows here.
+// A leave never gives up on its own: a member it cannot reach (a
+// partition) is retried until it answers or ctx ends; LeaveStatus says
+// what is left and why meanwhile.
 func (r *Replicator) Drain(ctx context.Context) error {
-	r.draining.Store(true)
-	defer r.draining.Store(false)
+	r.leave.begin()
+	wake(r.dropWake)
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
 	for {
-		left, err := r.dropRound(ctx, true)
-		if err != nil && ctx.Err() == nil {
-			r.log.Warn("drain pass incomplete; retrying", "err", err)
+		v := r.view.Load()
+		left, err := r.Leftovers(ctx)
+		if err == nil && len(left) == 0 {
+			if r.mover.Stranded() == 0 {
+				r.leave.record(0, 0, nil)
+				return nil
+			}
 		}
-		if left == 0 {
-			return nil
-		}
-		if v := r.view.Load(); v != nil && left > 0 && !r.anyReplica(v) {
-			r.log.Warn("no other member replicates the shards this node holds rows of; they stay on disk", "shards", left)
+		if err == nil && v != nil && len(left) > 0 && !r.anyReplica(v) {
+			r.log.Warn("no other member replicates the shards this node holds rows of; they stay on disk", "shards", len(left))
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("drain: %d shards still hold rows here: %w", left, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
+			n := r.leave.lastLeft()
+			if err == nil {
+				n = len(left)
+			}
+			return fmt.Errorf("drain: %d shards still hold rows here: %w", n, ctx.Err())
+		case <-t.C:
 		}
 	}
+}
+
+// leaveProgress is what a leave has left to hand off, for LeaveStatus.
+type leaveProgress struct {
+	mu      sync.Mutex
+	since   time.Time // when Drain was called (zero: not yet)
+	left    int       // leftover shards at the last pass
+	lastErr string    // the last pass's error ("" when it succeeded)
+	at      time.Time // when the last pass ended
+	strand  int       // rows left marked in transfer (transfer.Mover.Stranded)
+}
+
+func (p *leaveProgress) begin() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.since.IsZero() {
+		p.since = time.Now()
+	}
+}
+
+func (p *leaveProgress) record(left, stranded int, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.left, p.strand, p.at, p.lastErr = left, stranded, time.Now(), ""
+	if err != nil {
+		p.lastErr = err.Error()
+	}
+}
+
+func (p *leaveProgress) lastLeft() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.left
+}
+
+// LeaveStatus is a leaving node's hand-off progress (Status.Leave).
+type LeaveStatus struct {
+	// Since is when the graceful stop began waiting for the hand-off.
+	Since time.Time `json:"since,omitzero"`
+	// ShardsLeft counts the shards that still hold rows here, as of At.
+	ShardsLeft int       `json:"shards_left"`
+	At         time.Time `json:"at,omitzero"`
+	// LastError is why the last hand-off pass did not finish ("" if it
+	// did): e.g. a member of a set that does not answer.
+	LastError string `json:"last_error,omitempty"`
+	// StrandedRows are rows still marked in transfer whose release failed
+	// (retried before anything else).
+	StrandedRows int `json:"stranded_rows"`
+}
+
+// leaveStatus returns the leave's progress (nil when not leaving).
+func (r *Replicator) leaveStatus(v *View) *LeaveStatus {
+	if v == nil || !v.Leaving {
+		return nil
+	}
+	p := &r.leave
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return &LeaveStatus{Since: p.since, ShardsLeft: p.left, At: p.at, LastError: p.lastErr, StrandedRows: p.strand}
 }
 
 // anyReplica reports whether some shard has a replica other than this

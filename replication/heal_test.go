@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,4 +92,62 @@ func TestSettlesMadeWhileABackupWasGoneReachItWhenItIsBack(t *testing.T) {
 	settle(t, a, settled)
 	c.apply() // the partition heals
 	doneOnB(t, c, settled)
+}
+
+// TestDrainWaitsUntilTheSetHoldsTheRows: a leave completes or does not
+// happen. While a member of the sets refuses what the leaving node sends
+// (as a node in trouble would), Drain does not return, and LeaveStatus
+// says how many shards are left and why; once the member takes rows again
+// the drain finishes and every row is held by its set. A Drain cut short
+// by its context names a count of shards left, never a negative one.
+func TestDrainWaitsUntilTheSetHoldsTheRows(t *testing.T) {
+	c := newTCluster(t, 16, 1, "a", "b", "c")
+	waitSynced(t, c)
+	ctx := context.Background()
+	rows := rowsFor("leave", 300, time.Now().UTC())
+	if _, err := c.nodes["c"].repl.Route(ctx, rows); err != nil {
+		t.Fatal(err)
+	}
+	a := c.nodes["a"]
+	a.refuseMerges.Store(true)
+	members := []string{"a", "b"}
+	c.applyTo(members, members)
+	v := *c.view("a")
+	v.Self, v.Leaving = "c", true
+	v.Addrs = map[string]string{"a": v.Addrs["a"], "b": v.Addrs["b"], "c": c.nodes["c"].srv.URL[len("http://"):]}
+	leaver := c.nodes["c"].repl
+	leaver.Apply(&v)
+
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	err := leaver.Drain(short)
+	cancel()
+	if err == nil || strings.Contains(err.Error(), "-") {
+		t.Fatalf("Drain while a refuses every row: %v, want an error naming how many shards are left", err)
+	}
+	st := leaver.Status().Leave
+	if st == nil || st.ShardsLeft == 0 || st.LastError == "" {
+		t.Fatalf("leave status while a refuses: %+v, want shards left and the reason", st)
+	}
+
+	done := make(chan error, 1)
+	go func() { done <- leaver.Drain(ctx) }()
+	select {
+	case err := <-done:
+		t.Fatalf("Drain returned (%v) while a still refuses its rows", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	a.refuseMerges.Store(false)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Drain did not finish after a took rows again")
+	}
+	for _, r := range rows {
+		if h := c.holders(r.DispatchKey); len(h) != 1 || h[0] == "c" {
+			t.Fatalf("row %s held by %v after the drain, want its set's member only", r.DispatchKey, h)
+		}
+	}
 }

@@ -66,8 +66,8 @@ type Replicator struct {
 	appends *appendBatcher
 
 	syncWake, pollWake, dropWake, handoverWake chan struct{}
-	// draining: the leftover pass runs in drain mode (no synced check).
-	draining atomic.Bool
+	// leave is a leaving node's hand-off progress (drop.go).
+	leave leaveProgress
 }
 
 type syncKey struct {

@@ -232,6 +232,10 @@ type Status struct {
 	// does not claim from yet: another live member still delivers rows of
 	// them or ships their settles (bounded by the handover timeout).
 	HandoverShards int `json:"handover_shards"`
+	// Leave is the hand-off progress of a leaving node (absent otherwise):
+	// a graceful stop ends only once every row held here is held by its
+	// shard's replica set.
+	Leave *LeaveStatus `json:"leave,omitempty"`
 }
 
 // Status returns this node's replication state.
@@ -254,6 +258,7 @@ func (r *Replicator) Status() Status {
 	}
 	st.UnderReplicatedShards, st.UnderReplicatedRows, st.PolledAt = r.under.shards, r.under.rows, r.under.at
 	st.HandoverShards = len(r.handover)
+	st.Leave = r.leaveStatus(v)
 	st.UnderReplicated = st.Copies < st.Factor || st.UnderReplicatedShards > 0
 	return st
 }

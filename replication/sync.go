@@ -83,6 +83,9 @@ func (r *Replicator) syncRound(ctx context.Context) bool {
 		r.log.Warn("shard sync: read local digests", "err", err)
 		return false
 	}
+	// Under-replicated shards first: after a member loss they have one
+	// copy left, and each second they wait is exposure to a second loss.
+	need = urgentFirst(v, need, states)
 	// Shards we hold none of, with one synced source, are copied in bulk
 	// (a stream per source); the rest one at a time.
 	bulk := map[string][]uint32{}
@@ -135,6 +138,41 @@ func (r *Replicator) syncRound(ctx context.Context) bool {
 		wake(r.pollWake)
 	}
 	return failed == 0 && r.view.Load() == v
+}
+
+// urgentFirst orders shards to sync: first those with fewer than R copies
+// elsewhere (R = min(Factor, members)): counting the peers that answered
+// as a synced replica of the shard, or hold rows of it outside its set (a
+// leftover copy, kept until the set is synced: a rebalance, not a loss).
+// A shard this node joined because a member died has one copy left until
+// this sync ends; one it joined on a rebalance has its old copy too. The
+// order within each group is kept. It sorts need in place and returns it.
+func urgentFirst(v *View, need []uint32, states map[string]StatesReply) []uint32 {
+	want := min(max(v.Factor, 1), len(v.Addrs))
+	urgent := func(shard uint32) bool {
+		copies := 0
+		for p, rep := range states {
+			if p == v.Self || !rep.Joined {
+				continue
+			}
+			st, _ := stateOf(rep, shard)
+			if (st.Replica && st.Synced) || (!st.Replica && st.Rows > 0) {
+				copies++
+			}
+		}
+		return copies < want
+	}
+	slices.SortStableFunc(need, func(a, b uint32) int {
+		ua, ub := urgent(a), urgent(b)
+		switch {
+		case ua == ub:
+			return 0
+		case ua:
+			return -1
+		}
+		return 1
+	})
+	return need
 }
 
 // bulkSource returns the synced replica a shard would sync from (the

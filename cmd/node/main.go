@@ -274,27 +274,33 @@ serving:
 			return 1
 		}
 	}
-	stop() // a second signal now kills the process at once (default action)
-	log.Info("signal received: draining; a second signal exits at once", "grace", cfg.ShutdownGrace)
+	stop()
+	log.Info("signal received: leaving; in-flight deliveries get half the grace, the rows held here are handed off before the node exits; a second signal exits at once",
+		"grace", cfg.ShutdownGrace)
 	hard := make(chan os.Signal, 1)
 	signal.Notify(hard, syscall.SIGINT, syscall.SIGTERM)
-	drained := make(chan struct{})
-	defer func() {
-		signal.Stop(hard)
-		close(drained)
-	}()
+	defer signal.Stop(hard)
+	// The leave has no deadline (node.Shutdown): only a second signal cuts
+	// it short, through sctx; what was not handed off stays on disk.
+	sctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stopped := make(chan struct{})
+	defer close(stopped)
 	go func() {
 		select {
 		case <-hard:
-		case <-drained: // stopped gracefully: nothing left to cut short
+		case <-stopped:
 			return
 		}
-		log.Warn("second signal: exiting now; rows not handed off stay on disk")
-		_ = n.Close()
-		os.Exit(1)
+		log.Warn("second signal: exiting now; rows not handed off stay on disk and move when the node returns")
+		cancel()
+		select {
+		case <-stopped:
+		case <-time.After(10 * time.Second):
+			log.Error("the stop did not end within 10 s of the second signal: exiting")
+			os.Exit(1)
+		}
 	}()
-	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
-	defer cancel()
 	if err := n.Shutdown(sctx); err != nil {
 		log.Error("graceful shutdown incomplete", "err", err)
 		return 1
