@@ -48,6 +48,8 @@ type Client struct {
 	mu      sync.Mutex
 	ns      map[string]*grantState
 	changes uint64 // coordinator changes seen
+	// released: Release was called; the client asks for nothing more.
+	released bool
 }
 
 type grantState struct {
@@ -123,6 +125,9 @@ func (c *Client) Calls(epoch uint64, demand []Demand, coordinatorOf func(namespa
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.released {
+		return nil, errors.Join(errs...)
+	}
 	for ns, st := range c.ns {
 		live := now.Before(st.expires)
 		a, wanted := asks[ns]
@@ -264,6 +269,52 @@ type CallResult struct {
 	Latency time.Duration
 	// Err is the call's or the response's error (nil: applied).
 	Err error
+}
+
+// Release gives every unexpired grant back: the node stops claiming for
+// good (a graceful stop, once its deliveries have finished), so it drops
+// its grants at once and tells each coordinator it wants and holds
+// nothing, which frees the capacity for the other nodes now rather than
+// at the grants' expiry. The calls are made like Refresh's; a failed one
+// changes nothing more (its coordinator counts the grant until it
+// expires). After Release the client asks for nothing: Calls and Refresh
+// build no call.
+func (c *Client) Release(ctx context.Context, epoch uint64, coordinatorOf func(string) (string, bool), transport Transport) []CallResult {
+	now := c.now()
+	c.mu.Lock()
+	c.released = true
+	byCoordinator := map[string][]Ask{}
+	for ns, st := range c.ns {
+		if !now.Before(st.expires) {
+			continue
+		}
+		st.rows, st.expires = 0, now
+		if to, ok := coordinatorOf(ns); ok && ValidNodeName(to) {
+			byCoordinator[to] = append(byCoordinator[to], Ask{Namespace: ns})
+		}
+	}
+	c.mu.Unlock()
+	var calls []Call
+	for to, list := range byCoordinator {
+		slices.SortFunc(list, func(a, b Ask) int { return strings.Compare(a.Namespace, b.Namespace) })
+		for chunk := range slices.Chunk(list, MaxEntries) {
+			calls = append(calls, Call{To: to, SentAt: now, Request: Request{Node: c.node, Epoch: epoch, Asks: chunk}})
+		}
+	}
+	results := make([]CallResult, len(calls))
+	var wg sync.WaitGroup
+	for i, call := range calls {
+		wg.Go(func() {
+			res := CallResult{To: call.To, Namespaces: len(call.Request.Asks)}
+			if _, err := transport(ctx, call.To, call.Request); err != nil {
+				res.Err = fmt.Errorf("lease: release %d namespaces at %s: %w", len(call.Request.Asks), call.To, err)
+			}
+			res.Latency = c.now().Sub(call.SentAt)
+			results[i] = res
+		})
+	}
+	wg.Wait()
+	return results
 }
 
 // Refresh runs one refresh: it builds the Calls, makes them concurrently

@@ -96,3 +96,62 @@ func TestContendedQuotaTakesTurns(t *testing.T) {
 		})
 	}
 }
+
+// TestReleaseFreesTheQuotaAtOnce: a node that stops for good (a graceful
+// stop, its deliveries finished) gives its grants back; the coordinator
+// forgets it at once, so another node gets the quota on its next refresh
+// instead of one lease length (plus the drain) later, and the released
+// client asks for nothing more.
+func TestReleaseFreesTheQuotaAtOnce(t *testing.T) {
+	clk := newClock()
+	w := newWorld()
+	w.coordinate("ns", clk.Now().Add(-time.Hour), 2)
+	cfg := w.config()
+	cfg.Drain = time.Minute
+	coord, err := lease.NewCoordinator(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	transport := func(_ context.Context, _ string, req lease.Request) (lease.Response, error) {
+		return coord.Handle(clk.Now(), req)
+	}
+	route := func(string) (string, bool) { return "coord", true }
+	newClient := func(name string) *lease.Client {
+		c, err := lease.NewClient(lease.ClientConfig{Node: name, Now: clk.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	a, b := newClient("a"), newClient("b")
+	refresh := func(c *lease.Client, claimed uint32) uint32 {
+		t.Helper()
+		if _, err := c.Refresh(context.Background(), 0, []lease.Demand{{Namespace: "ns", Wants: 2, Claimed: claimed}}, route, transport); err != nil {
+			t.Fatal(err)
+		}
+		g, _, _ := c.Grant("ns", clk.Now())
+		return g
+	}
+	if g := refresh(a, 0); g != 2 {
+		t.Fatalf("a alone got %d, want the whole quota 2", g)
+	}
+	clk.Advance(testRefresh)
+	if g := refresh(b, 0); g != 0 {
+		t.Fatalf("b got %d while a holds the quota", g)
+	}
+	for _, res := range a.Release(context.Background(), 0, route, transport) {
+		if res.Err != nil {
+			t.Fatal(res.Err)
+		}
+	}
+	if g, _, ok := a.Grant("ns", clk.Now()); ok || g != 0 {
+		t.Fatalf("a's grant after Release: %d (ok %v), want none", g, ok)
+	}
+	if calls, _ := a.Calls(0, []lease.Demand{{Namespace: "ns", Wants: 2}}, route); len(calls) != 0 {
+		t.Fatalf("a released builds %d calls, want none", len(calls))
+	}
+	clk.Advance(testRefresh)
+	if g := refresh(b, 0); g != 2 {
+		t.Fatalf("b got %d right after a released, want 2", g)
+	}
+}

@@ -300,6 +300,27 @@ func (l *leaseService) refresh(ctx context.Context) {
 	}
 }
 
+// release gives this node's grants back on a graceful stop, once the
+// dispatcher has finished its deliveries (services.go): the other nodes
+// get the capacity on their next refresh instead of after the grants
+// expire. A hard stop (ctx done) releases nothing: the coordinator counts
+// the grants until they expire.
+func (l *leaseService) release(ctx context.Context) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, l.leaseCallTimeout())
+	defer cancel()
+	for _, r := range l.client.Release(cctx, 0, l.coordinatorOf, l.transport) {
+		l.m.calls.Inc()
+		if r.Err != nil {
+			l.m.errors.Inc()
+			l.log.Info("lease release failed; the coordinator counts the grants until they expire", "coordinator", r.To, "namespaces", r.Namespaces, "error", r.Err)
+		}
+	}
+	return nil
+}
+
 // leaseCallTimeout bounds one lease call: half a lease (at least 1 s). A
 // slow answer is still worth having while the grant it renews has not
 // expired; a refresh waits for all its calls, so a stuck coordinator

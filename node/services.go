@@ -20,8 +20,9 @@ import (
 //	intake      refuse new appends, announce leaving (peers take the
 //	            shards at once; this node owns none, so it stops claiming)
 //	dispatcher  finish in-flight deliveries (at most half the time left)
-//	leases      stop refreshing capacity leases (exact quota mode; grants
-//	            lapse at expiry, the coordinator role moves with the view)
+//	leases      give the capacity leases back (exact quota mode: the other
+//	            nodes get them on their next refresh) and stop refreshing;
+//	            the coordinator role moves with the view
 //	handoff     refuse rows from peers, wait for writes in progress, hand
 //	            off every row held here (the loop already moves rows while
 //	            the dispatcher drains)
@@ -79,7 +80,7 @@ func (n *Node) services() []lifecycle.Service {
 		lifecycle.Service{Name: "stats", Run: n.statsLoop},
 		lifecycle.Service{Name: "peer-check", Run: n.peerCheckLoop},
 		lifecycle.Service{Name: "replication", Run: n.repl.Run, Stop: n.stopReplication},
-		lifecycle.Service{Name: "leases", Run: n.leases.run},
+		lifecycle.Service{Name: "leases", Run: n.leases.run, Stop: n.leases.release},
 		lifecycle.Service{Name: "dispatcher", Run: n.disp.Run, Stop: n.drainDeliveries},
 		lifecycle.Service{Name: "intake", Start: func(context.Context) error { n.ready.Store(true); return nil },
 			Stop: n.announceLeaving},
