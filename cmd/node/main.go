@@ -275,7 +275,7 @@ serving:
 		}
 	}
 	stop()
-	log.Info("signal received: leaving; in-flight deliveries get half the grace, the rows held here are handed off before the node exits; a second signal exits at once",
+	log.Info("signal received: draining; in-flight deliveries get half the grace, every row held here is handed off before the node exits; a second signal exits at once",
 		"grace", cfg.ShutdownGrace)
 	hard := make(chan os.Signal, 1)
 	signal.Notify(hard, syscall.SIGINT, syscall.SIGTERM)
