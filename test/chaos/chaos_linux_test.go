@@ -37,11 +37,22 @@ const (
 	shardCount  = 1024
 	// readyTimeout bounds a node's start (join-wait is 10 s).
 	readyTimeout = 60 * time.Second
-	// stopTimeout bounds a graceful stop (--shutdown-grace 20s, plus the
-	// leave and the store close).
-	stopTimeout = 40 * time.Second
 	// monitorEvery is the cluster monitor's poll period.
 	monitorEvery = 250 * time.Millisecond
+	// The drain after the final heal waits while it makes progress: it
+	// gives up once no acknowledged row was delivered for endDrainStall, or
+	// after endDrainLimit in all (less if the test's deadline is nearer:
+	// endReserve is kept for the checks and the stop, so a failing run
+	// still reports). A quota-2 namespace's backlog after a long run drains
+	// slowly but steadily.
+	endDrainStall = 60 * time.Second
+	endDrainLimit = 20 * time.Minute
+	endReserve    = 3 * time.Minute
+	// locateRows is how many missing rows locateMissing looks up (the
+	// earliest acknowledged; the violation names the first 8), and
+	// nsStateBytes how much of each GET /v1/namespaces/{ns} answer it keeps.
+	locateRows   = 64
+	nsStateBytes = 2000
 )
 
 // TestChaos is the fault-injection soak of issue 20: a seeded schedule of
@@ -100,12 +111,15 @@ type run struct {
 	baseRuns map[string]int // node → process starts at the baseline
 
 	finalHeal, converged time.Duration
-	locate               map[int]string
-	cuts                 []cut // guarded by mu
+	drain                drainRec
+	locateOnce           sync.Once
+	locate               map[int]string      // row → where the nodes said it is
+	nsState              map[string][]string // namespace with missing rows → each up node's GET /v1/namespaces/{ns}
+	cuts                 []cut               // guarded by mu
 }
 
 func newRun(t *testing.T, rs runSettings, p plan) *run {
-	r := &run{t: t, rs: rs, plan: p, tl: &timeline{start: time.Now()}, baseline: map[string]resources{}, baseRuns: map[string]int{}, locate: map[int]string{}}
+	r := &run{t: t, rs: rs, plan: p, tl: &timeline{start: time.Now()}, baseline: map[string]resources{}, baseRuns: map[string]int{}, locate: map[int]string{}, nsState: map[string][]string{}}
 	r.tl.logf = t.Logf
 	dir, err := os.MkdirTemp("", "fairshard-chaos-")
 	if err != nil {
@@ -220,7 +234,7 @@ func (r *run) execute() {
 	r.tl.add(evNote, nil, "load started: %s", describeLoad(r.ld.namespaces))
 	time.Sleep(8 * time.Second)
 	r.ld.setFactor(0)
-	r.waitDrained(2*time.Minute, "warm-up")
+	r.waitDrained("warm-up", 2*time.Minute, 0)
 	r.sampleResources(true)
 	r.ld.setFactor(1)
 
@@ -247,14 +261,20 @@ func (r *run) execute() {
 	}
 
 	// Drain: stop making rows, let the workers finish their retries, then
-	// wait until every acknowledged row is delivered and nothing is left
-	// pending or claimed anywhere (a late repeat delivery would come from
-	// those).
+	// wait, while rows keep arriving, until every acknowledged row is
+	// delivered and nothing is left pending or claimed anywhere (a late
+	// repeat delivery would come from those). The missing rows are located
+	// before anything stops.
 	r.ld.stop()
 	giveUp := time.AfterFunc(3*time.Minute, cancelHard) // the workers' retries end here
 	defer giveUp.Stop()
 	r.ld.wait()
-	r.waitDrained(3*time.Minute, "end")
+	limit := endDrainLimit
+	if dl, ok := t.Deadline(); ok && time.Until(dl)-endReserve < limit {
+		limit = max(time.Until(dl)-endReserve, time.Minute)
+		r.tl.add(evNote, nil, "end: the test's deadline leaves the drain %v", limit.Round(time.Second))
+	}
+	r.drain = r.waitDrained("end", limit, endDrainStall)
 	r.locateMissing()
 	r.checkReplicas(90 * time.Second)
 	stopMonitor()
@@ -359,12 +379,15 @@ func (r *run) waitAgreement(timeout time.Duration) (time.Duration, string) {
 }
 
 // waitDrained waits until every acknowledged row has been delivered and no
-// up node holds a pending or claimed row of the load's namespaces.
-func (r *run) waitDrained(timeout time.Duration, phase string) {
+// up node holds a pending or claimed row of the load's namespaces. It gives
+// up after limit in all or, when stall > 0, once no acknowledged row was
+// delivered for the first time in stall.
+func (r *run) waitDrained(phase string, limit, stall time.Duration) drainRec {
 	start := time.Now()
-	deadline := start.Add(timeout)
+	rec := drainRec{from: r.tl.now()}
 	seen := 0
 	var delivered []bool
+	lastMissing, progress := -1, start
 	for {
 		ds, _ := r.tgt.snapshotFrom(seen)
 		seen += len(ds)
@@ -383,17 +406,32 @@ func (r *run) waitDrained(timeout time.Duration, phase string) {
 				missing++
 			}
 		}
+		if lastMissing >= 0 && missing < lastMissing {
+			progress = time.Now()
+		}
+		lastMissing = missing
 		backlog := ""
 		if missing == 0 {
 			backlog = r.backlog()
 			if backlog == "" {
+				rec.to, rec.done = r.tl.now(), true
 				r.tl.add(evNote, nil, "%s: every acknowledged row delivered and nothing pending or claimed (%v)", phase, time.Since(start).Round(time.Millisecond))
-				return
+				return rec
 			}
 		}
-		if time.Now().After(deadline) {
-			r.tl.add(evNote, nil, "%s: gave up waiting after %v: %d acknowledged rows undelivered; %s", phase, timeout, missing, backlog)
-			return
+		switch {
+		case time.Since(start) >= limit:
+			rec.why = fmt.Sprintf("after %v in all", limit.Round(time.Second))
+		case stall > 0 && time.Since(progress) >= stall:
+			rec.why = fmt.Sprintf("no acknowledged row delivered for %v", stall)
+		}
+		if rec.why != "" {
+			if backlog == "" {
+				backlog = r.backlog()
+			}
+			rec.to, rec.missing = r.tl.now(), missing
+			r.tl.add(evNote, nil, "%s: gave up waiting (%s) after %v: %d acknowledged rows undelivered; %s", phase, rec.why, time.Since(start).Round(time.Millisecond), missing, backlog)
+			return rec
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
@@ -460,7 +498,8 @@ func (r *run) sampleResources(before bool) {
 	}
 }
 
-// monitor polls every up node's /v1/cluster until ctx ends.
+// monitor polls every up node's /v1/cluster until ctx ends: membership,
+// ownership version and under-replicated shards.
 func (r *run) monitor(ctx context.Context) {
 	tick := time.NewTicker(monitorEvery)
 	defer tick.Stop()
@@ -481,7 +520,7 @@ func (r *run) monitor(ctx context.Context) {
 					return
 				}
 				mu.Lock()
-				s.Views[n.name] = nodeView{Version: v.OwnershipVersion, Members: v.memberSet()}
+				s.Views[n.name] = nodeView{Version: v.OwnershipVersion, Members: v.memberSet(), UnderReplicated: v.Replication.UnderReplicatedShards}
 				mu.Unlock()
 			})
 		}
@@ -587,19 +626,45 @@ func (r *run) startNode(n *node) {
 	}
 }
 
-// stopNode stops n gracefully (SIGTERM), records how it went and returns
-// the exit code (-1: it did not exit in time and was killed).
+// stopNode stops n gracefully (SIGTERM, then the wait for its leave) and
+// returns the exit code (-1: it was killed).
 func (r *run) stopNode(n *node) int {
-	r.tl.add(evTerm, []string{n.name}, "SIGTERM")
-	start := time.Now()
-	code, err := n.term(stopTimeout)
-	if err != nil {
-		r.tl.add(evKill, []string{n.name}, "SIGKILL: %v", err)
-		r.problem("graceful-stop", "%v", err)
-		return -1
+	out, _ := r.stopGracefully(n, "")
+	return out.code
+}
+
+// stopGracefully sends n SIGTERM and waits for the exit while its leave
+// makes progress (node.stop), and records how it went; phase, if not "",
+// says which stop it is. A stop that needed a second SIGTERM is a problem
+// (leave-progress) unless a network fault overlapped it: a leave hands off
+// every row it holds, however long that takes, as long as it can reach
+// the replica sets. One that needed a SIGKILL is a problem (graceful-stop)
+// either way, as is a node that could not be stopped (ok false).
+func (r *run) stopGracefully(n *node, phase string) (out stopOutcome, ok bool) {
+	what := ""
+	if phase != "" {
+		what = " (" + phase + ")"
 	}
-	r.tl.add(evExit, []string{n.name}, "exit code %d after %v", code, time.Since(start).Round(time.Millisecond))
-	return code
+	from := r.tl.add(evTerm, []string{n.name}, "SIGTERM%s", what).At
+	out, err := n.stop()
+	if err != nil {
+		r.problem("graceful-stop", "%s: %v", n.name, err)
+		return stopOutcome{code: -1}, false
+	}
+	if out.killed {
+		r.problem("graceful-stop", "%s%s: still running %v after a second SIGTERM (%v after the first); killed", n.name, what, leaveCutShort, out.second.Round(time.Millisecond))
+	} else {
+		second := ""
+		if out.second > 0 {
+			second = fmt.Sprintf(", a second SIGTERM at %v", out.second.Round(time.Millisecond))
+		}
+		r.tl.add(evExit, []string{n.name}, "exit code %d after %v%s%s", out.code, out.took.Round(time.Millisecond), second, what)
+	}
+	if out.second > 0 && !overlaps(networkEpisodes(r.tl.events()), interval{from, r.tl.now()}) {
+		r.problem("leave-progress", "%s%s needed a second SIGTERM %v after the first, with no network fault during the stop: %s",
+			n.name, what, out.second.Round(time.Millisecond), out.why)
+	}
+	return out, !out.killed
 }
 
 // networkLane runs the network faults one after another.
@@ -747,24 +812,23 @@ func (r *run) healAll() {
 }
 
 // stopAndCheckStores stops the whole, drained cluster at once (SIGTERM to
-// every node, as `docker compose down` does): every node must exit 0 in
-// time. Then it runs `fairshard check` on each data dir: the store's own
-// consistency check after everything the run did to it.
+// every node, as `docker compose down` does): every node must exit 0, its
+// leave done without a second SIGTERM. The missing rows are located first
+// (locateMissing), while every node still answers. Then it runs
+// `fairshard check` on each data dir: the store's own consistency check
+// after everything the run did to it.
 func (r *run) stopAndCheckStores() {
+	r.locateMissing() // a no-op if the drain's call ran
 	var wg sync.WaitGroup
 	for _, n := range r.c.inState(stateUp) {
 		wg.Go(func() {
-			r.tl.add(evTerm, []string{n.name}, "SIGTERM (end of run, every node at once)")
-			start := time.Now()
-			code, err := n.term(stopTimeout)
-			if err != nil {
-				r.problem("graceful-stop", "end of run: %v", err)
-				return
+			out, ok := r.stopGracefully(n, "end of run, every node at once")
+			if !ok {
+				return // a problem already
 			}
-			r.tl.add(evExit, []string{n.name}, "exit code %d after %v (end of run)", code, time.Since(start).Round(time.Millisecond))
 			n.setState(stateDown)
-			if code != 0 {
-				r.problem("graceful-stop", "%s exited %d after SIGTERM on a healed, drained cluster (want 0); log:\n%s", n.name, code, tailFile(n.logPath, 8))
+			if out.code != 0 && out.second == 0 { // after a second SIGTERM, leave-progress says why
+				r.problem("graceful-stop", "%s exited %d after SIGTERM on a healed, drained cluster (want 0); log:\n%s", n.name, out.code, tailFile(n.logPath, 8))
 			}
 		})
 	}
@@ -799,7 +863,7 @@ func (r *run) history() *history {
 	h.samples = append([]viewSample(nil), r.samples...)
 	h.leaks = append([]leakSample(nil), r.leaks...)
 	r.mu.Unlock()
-	h.finalHeal, h.converged = r.finalHeal, r.converged
+	h.finalHeal, h.converged, h.drain = r.finalHeal, r.converged, r.drain
 	r.mu.Lock()
 	h.cuts = slices.Clone(r.cuts)
 	r.mu.Unlock()
@@ -833,12 +897,24 @@ func (r *run) report() {
 	if len(vs) == 0 {
 		return
 	}
-	// Where are the rows an undelivered violation names?
+	// Where are the rows an undelivered violation names, and where is
+	// their namespaces' capacity?
+	var located []int // every located row still undelivered, by acknowledgement
 	for _, v := range vs {
 		if v.Invariant == "acknowledged-delivered" {
-			for _, seq := range v.Seqs {
-				t.Logf("locate %s: %s", rowKey(h.namespaces[h.rows[seq].ns].Name, seq), r.locateRow(h, seq))
+			t.Logf("where the undelivered rows are (asked before any node stopped):\n%s", r.formatLocated(h, v.Seqs))
+			delivered := map[int]bool{}
+			for _, d := range h.deliveries {
+				if d.ok {
+					delivered[d.seq] = true
+				}
 			}
+			for seq := range r.locate {
+				if !delivered[seq] {
+					located = append(located, seq)
+				}
+			}
+			sort.Slice(located, func(i, j int) bool { return h.rows[located[i]].acked < h.rows[located[j]].acked })
 		}
 	}
 	var b strings.Builder
@@ -860,6 +936,9 @@ func (r *run) report() {
 	for _, v := range vs {
 		full.WriteString(formatViolation(h, v) + "\n\n")
 	}
+	if len(located) > 0 {
+		fmt.Fprintf(&full, "undelivered rows located before any node stopped (the first %d by acknowledgement):\n%s\n", locateRows, r.formatLocated(h, located))
+	}
 	fmt.Fprintf(&full, "fault timeline:\n%s", formatTimeline(h.events))
 	report := filepath.Join(r.dir, "report.txt")
 	if err := os.WriteFile(report, []byte(full.String()), 0o644); err == nil {
@@ -877,72 +956,94 @@ func (r *run) locateRow(h *history, seq int) string {
 	return "(not located: nodes stopped)"
 }
 
-// formatFigures renders the figures for the log and BENCHMARKS.md.
-func formatFigures(f figures, h *history) string {
-	var kinds []string
-	total := 0
-	for k, n := range f.Faults {
-		kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
-		total += n
-	}
-	sort.Strings(kinds)
-	var ns []string
-	for _, s := range h.namespaces {
-		ns = append(ns, fmt.Sprintf("%s q=%d: max %d at the target (%d while calm, %d from one node)",
-			s.Name, s.Quota, f.MaxInFlight[s.Name], f.MaxInFlightCalm[s.Name], f.MaxNodeInFlight[s.Name]))
-	}
-	var causes []string
-	for c, n := range f.DupByCause {
-		causes = append(causes, fmt.Sprintf("%s %d", c, n))
-	}
-	sort.Strings(causes)
-	var stops []string
-	for k, n := range f.GracefulStops {
-		stops = append(stops, fmt.Sprintf("%s: %d", k, n))
-	}
-	sort.Strings(stops)
-	conv := "never"
-	if f.Converged >= 0 {
-		conv = f.Converged.Round(time.Millisecond).String()
-	}
-	return fmt.Sprintf("  faults: %d (%s)\n  rows: %d sent, %d acknowledged (%d created, %d duplicate, %d accepted)\n"+
-		"  deliveries: %d answered, %d abandoned by the sender; repeat deliveries %d (%s)\n"+
-		"  in flight: %s\n  convergence after the final heal: %s (slowest after any fault healed with no other active: %v)\n"+
-		"  graceful stops: %s",
-		total, strings.Join(kinds, ", "), f.RowsSent, f.RowsAcked, f.ByAck[ackCreated], f.ByAck[ackDuplicate], f.ByAck[ackAccepted],
-		f.Deliveries, f.Abandoned, f.Duplicates, strings.Join(causes, ", "),
-		strings.Join(ns, "; "), conv, f.MaxEpisodeConverg.Round(time.Millisecond), strings.Join(stops, ", "))
-}
-
-// locateMissing asks the nodes where each acknowledged, undelivered row is
-// (GET /v1/rows/{key}); called while nodes are still up.
+// locateMissing asks the up nodes where the acknowledged, undelivered rows
+// are, once, before any node stops (every path that ends the run calls it
+// before its stops): GET /v1/rows/{key} for the first locateRows of them by
+// acknowledgement time (the violation names the first 8, so they are among
+// them), and for each namespace with missing rows GET /v1/namespaces/{ns}
+// on every up node, kept raw (nsStateBytes of each answer): where its
+// capacity is.
 func (r *run) locateMissing() {
-	rows, _ := r.ld.ledger()
-	ds, _ := r.tgt.snapshot()
-	got := make([]bool, len(rows))
-	for _, d := range ds {
-		if d.ok && d.seq >= 0 && d.seq < len(rows) {
-			got[d.seq] = true
-		}
-	}
-	var missing []int
-	for seq, row := range rows {
-		if row.ack != ackNone && !got[seq] {
-			missing = append(missing, seq)
-		}
-	}
-	sort.Slice(missing, func(i, j int) bool { return rows[missing[i]].acked < rows[missing[j]].acked })
-	for _, seq := range firstInts(missing, 8) {
-		row := rows[seq]
-		key := rowKey(loadNamespaces[row.ns].Name, seq)
-		where := "no node answered"
-		for _, nd := range r.c.inState(stateUp) {
-			code, body, err := r.c.get(nd.baseURL() + "/v1/rows/" + url.PathEscape(key))
-			if err == nil {
-				where = fmt.Sprintf("HTTP %d %s", code, strings.TrimSpace(string(body)))
-				break
+	r.locateOnce.Do(func() {
+		rows, _ := r.ld.ledger()
+		ds, _ := r.tgt.snapshot()
+		got := make([]bool, len(rows))
+		for _, d := range ds {
+			if d.ok && d.seq >= 0 && d.seq < len(rows) {
+				got[d.seq] = true
 			}
 		}
-		r.locate[seq] = where
+		var missing []int
+		nss := map[uint8]bool{}
+		for seq, row := range rows {
+			if row.ack != ackNone && !got[seq] {
+				missing = append(missing, seq)
+				nss[row.ns] = true
+			}
+		}
+		sort.Slice(missing, func(i, j int) bool { return rows[missing[i]].acked < rows[missing[j]].acked })
+		up := r.c.inState(stateUp)
+		for _, seq := range firstInts(missing, locateRows) {
+			row := rows[seq]
+			key := rowKey(loadNamespaces[row.ns].Name, seq)
+			where := "no node answered"
+			for _, nd := range up {
+				code, body, err := r.c.get(nd.baseURL() + "/v1/rows/" + url.PathEscape(key))
+				if err == nil {
+					where = fmt.Sprintf("HTTP %d %s", code, strings.TrimSpace(string(body)))
+					break
+				}
+			}
+			r.locate[seq] = where
+		}
+		for i, ns := range loadNamespaces {
+			if !nss[uint8(i)] {
+				continue
+			}
+			for _, nd := range up {
+				code, body, err := r.c.get(nd.baseURL() + "/v1/namespaces/" + url.PathEscape(ns.Name))
+				var line string
+				if err != nil {
+					line = fmt.Sprintf("%s: %v", nd.name, err)
+				} else {
+					b := strings.TrimSpace(string(body))
+					if len(b) > nsStateBytes {
+						b = b[:nsStateBytes] + "…"
+					}
+					line = fmt.Sprintf("%s: HTTP %d %s", nd.name, code, b)
+				}
+				r.nsState[ns.Name] = append(r.nsState[ns.Name], line)
+			}
+		}
+		if len(missing) > 0 {
+			r.tl.add(evNote, nil, "located %d of %d acknowledged, undelivered rows; kept the state of %d namespaces on %d nodes",
+				min(len(missing), locateRows), len(missing), len(r.nsState), len(up))
+		}
+	})
+}
+
+// formatLocated renders where the nodes said the rows seqs are (before any
+// node stopped) and the state of their namespaces on every up node.
+func (r *run) formatLocated(h *history, seqs []int) string {
+	var b strings.Builder
+	nss := map[string]bool{}
+	for _, seq := range seqs {
+		ns := h.namespaces[h.rows[seq].ns].Name
+		nss[ns] = true
+		fmt.Fprintf(&b, "  %s (acknowledged at %.3fs): %s\n", rowKey(ns, seq), h.rows[seq].acked.Seconds(), r.locateRow(h, seq))
 	}
+	for _, ns := range h.namespaces {
+		if !nss[ns.Name] {
+			continue
+		}
+		fmt.Fprintf(&b, "  GET /v1/namespaces/%s on every up node:\n", ns.Name)
+		lines := r.nsState[ns.Name]
+		if len(lines) == 0 {
+			lines = []string{"(not read: nodes stopped)"}
+		}
+		for _, l := range lines {
+			fmt.Fprintf(&b, "    %s\n", l)
+		}
+	}
+	return b.String()
 }

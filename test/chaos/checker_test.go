@@ -37,6 +37,16 @@ type checkOpts struct {
 	// may have begun or ended that much outside its samples. Defaults to
 	// 250 ms (the run's monitorEvery).
 	PollEvery time.Duration
+	// ProgressBound is the longest a namespace with acknowledged rows
+	// waiting may go without a delivery during a calm region or after the
+	// final heal (checkProgress). Defaults to 20 s: after an ownership
+	// change two waits hold a namespace's rows back, a new lease
+	// coordinator's learning period of one lease length (10 s), in which
+	// it grants only what nodes already hold, and a new primary's handover
+	// wait of up to the delivery timeout + 5 s (10 s here) before it claims
+	// from a shard; 20 s covers both one after the other, and a calm
+	// region's CalmSettle and the poll loops' periods are the margin.
+	ProgressBound time.Duration
 }
 
 // documentedInFlightBound is README "Guarantees, stated honestly" today:
@@ -67,6 +77,9 @@ func (o checkOpts) withDefaults() checkOpts {
 	}
 	if o.PollEvery == 0 {
 		o.PollEvery = 250 * time.Millisecond
+	}
+	if o.ProgressBound == 0 {
+		o.ProgressBound = 20 * time.Second
 	}
 	if o.GoroutineSlack == 0 {
 		o.GoroutineSlack = 10
@@ -99,13 +112,39 @@ type figures struct {
 	MaxInFlight     map[string]int // namespace → max concurrent at the target
 	MaxInFlightCalm map[string]int
 	MaxNodeInFlight map[string]int // namespace → max from one node
-	// GracefulStops counts SIGTERM stops by outcome: "exit 0", "exit ≠ 0
-	// during a network fault" (the drain could not reach an owner: README
-	// "Operations", rows wait on disk for the node's return), "exit ≠ 0
-	// with no network fault".
+	// GracefulStops counts SIGTERM stops by outcome (gracefulStops): "exit
+	// 0", "cut short by a second SIGTERM" (the leave made no progress; its
+	// rows wait on disk for the node's return, README "Operations"), "exit
+	// ≠ 0 during a network fault", "exit ≠ 0 with no network fault",
+	// "killed".
 	GracefulStops     map[string]int
 	Converged         time.Duration // after the last heal (-1: never)
 	MaxEpisodeConverg time.Duration // longest wait for agreement after a fault healed with no other fault active
+	// LongestStallCalm is, per namespace, the longest stretch inside calm
+	// regions in which it had acknowledged rows waiting and no delivery of
+	// it ended (checkProgress).
+	LongestStallCalm map[string]stall
+	// LongestWait is, per namespace, the row that waited longest from its
+	// acknowledgement to the end of its first delivery.
+	LongestWait map[string]rowWait
+	// Drain is the drain after the final heal (history.drain).
+	Drain drainRec
+	// Exposure is the longest stretch of the monitor's samples in which the
+	// nodes reported under-replicated shards, and when it began (exposure).
+	Exposure, ExposureAt time.Duration
+}
+
+// stall is a stretch in which a namespace had rows waiting and no delivery
+// of it ended.
+type stall struct {
+	interval
+	Waiting int // acknowledged rows waiting during it
+}
+
+// rowWait is how long one row waited for its first delivery.
+type rowWait struct {
+	Seq  int
+	Wait time.Duration
 }
 
 // check runs every checker on h and returns the violations, earliest
@@ -113,14 +152,17 @@ type figures struct {
 func check(h *history, o checkOpts) ([]violation, figures) {
 	o = o.withDefaults()
 	f := figures{Faults: map[faultKind]int{}, ByAck: map[ackStatus]int{}, DupByCause: map[string]int{},
-		MaxInFlight: map[string]int{}, MaxInFlightCalm: map[string]int{}, MaxNodeInFlight: map[string]int{}}
+		MaxInFlight: map[string]int{}, MaxInFlightCalm: map[string]int{}, MaxNodeInFlight: map[string]int{},
+		LongestStallCalm: map[string]stall{}, LongestWait: map[string]rowWait{}, Drain: h.drain}
 	var vs []violation
 	vs = append(vs, checkProcesses(h)...)
 	vs = append(vs, checkDelivered(h, &f)...)
 	vs = append(vs, checkDuplicates(h, o, &f)...)
 	vs = append(vs, checkInFlight(h, o, &f)...)
 	vs = append(vs, checkConvergence(h, o, &f)...)
+	vs = append(vs, checkProgress(h, o, &f)...)
 	vs = append(vs, checkLeaks(h, o)...)
+	f.Exposure, f.ExposureAt = exposure(h)
 	for _, e := range h.events {
 		if e.Kind == evEpisode {
 			f.Faults[faultKind(strings.Fields(e.Detail)[0])]++
@@ -140,26 +182,18 @@ func check(h *history, o checkOpts) ([]violation, figures) {
 	return vs, f
 }
 
-// gracefulStops classifies every SIGTERM → exit pair of the timeline.
+// gracefulStops classifies every graceful stop of the timeline, from its
+// first SIGTERM to the exit: "exit 0", "cut short by a second SIGTERM",
+// "exit ≠ 0 during a network fault", "exit ≠ 0 with no network fault", or
+// "killed" (a SIGKILL ended it, no exit was recorded).
 func gracefulStops(h *history) map[string]int {
 	out := map[string]int{}
-	var netEps []interval
-	open := time.Duration(-1)
-	for _, e := range h.events {
-		if e.Lane != laneNetwork {
-			continue
-		}
-		if e.Kind == evEpisode {
-			open = e.At
-		} else if e.Kind == evEpisodeE && open >= 0 {
-			netEps = append(netEps, interval{open, e.At})
-			open = -1
-		}
+	netEps := networkEpisodes(h.events)
+	type stop struct {
+		from   time.Duration
+		second bool
 	}
-	if open >= 0 {
-		netEps = append(netEps, interval{open, 1 << 62})
-	}
-	termAt := map[string]time.Duration{}
+	open := map[string]*stop{}
 	for _, e := range h.events {
 		if len(e.Nodes) != 1 {
 			continue
@@ -167,13 +201,22 @@ func gracefulStops(h *history) map[string]int {
 		n := e.Nodes[0]
 		switch e.Kind {
 		case evTerm:
-			termAt[n] = e.At
+			if s, ok := open[n]; ok {
+				s.second = true
+			} else {
+				open[n] = &stop{from: e.At}
+			}
+		case evKill:
+			if _, ok := open[n]; ok {
+				out["killed"]++
+				delete(open, n)
+			}
 		case evExit:
-			from, ok := termAt[n]
+			s, ok := open[n]
 			if !ok {
 				continue
 			}
-			delete(termAt, n)
+			delete(open, n)
 			var code int
 			if _, err := fmt.Sscanf(e.Detail, "exit code %d", &code); err != nil {
 				continue
@@ -181,12 +224,36 @@ func gracefulStops(h *history) map[string]int {
 			switch {
 			case code == 0:
 				out["exit 0"]++
-			case overlaps(netEps, interval{from, e.At}):
+			case s.second:
+				out["cut short by a second SIGTERM"]++
+			case overlaps(netEps, interval{s.from, e.At}):
 				out["exit ≠ 0 during a network fault"]++
 			default:
 				out["exit ≠ 0 with no network fault"]++
 			}
 		}
+	}
+	return out
+}
+
+// networkEpisodes returns the network lane's episodes of the timeline; one
+// still open lasts forever.
+func networkEpisodes(evs []event) []interval {
+	var out []interval
+	open := time.Duration(-1)
+	for _, e := range evs {
+		if e.Lane != laneNetwork {
+			continue
+		}
+		if e.Kind == evEpisode {
+			open = e.At
+		} else if e.Kind == evEpisodeE && open >= 0 {
+			out = append(out, interval{open, e.At})
+			open = -1
+		}
+	}
+	if open >= 0 {
+		out = append(out, interval{open, 1 << 62})
 	}
 	return out
 }
@@ -706,6 +773,205 @@ func checkConvergence(h *history, o checkOpts, f *figures) []violation {
 	return nil
 }
 
+// checkProgress: during every calm region and after the final heal, a
+// namespace with acknowledged rows waiting (acknowledged, the first
+// delivery not yet ended; a row delivered before its acknowledgement never
+// waits) has a delivery end at least every ProgressBound, counted from the
+// later of the waiting's start and the region's: with every node agreeing
+// on one view, some node claims its rows (lease grants rotate between the
+// nodes that want them). One violation per namespace names its first
+// stall. The longest stall inside calm regions and the longest any row
+// waited are figures.
+func checkProgress(h *history, o checkOpts, f *figures) []violation {
+	var regions []interval
+	calm := calmRegions(h, o.CalmSettle)
+	for _, c := range calm {
+		regions = append(regions, c.interval)
+	}
+	if end := h.end(); end > h.finalHeal {
+		regions = append(regions, interval{h.finalHeal, end})
+	}
+	regions = unionIntervals(regions)
+	firstEnd := map[int]time.Duration{}
+	ends := make([][]time.Duration, len(h.namespaces))
+	for _, d := range h.deliveries {
+		if !d.ok || int(d.ns) >= len(h.namespaces) {
+			continue
+		}
+		ends[d.ns] = append(ends[d.ns], d.end)
+		if d.seq >= 0 && d.seq < len(h.rows) {
+			if e, ok := firstEnd[d.seq]; !ok || d.end < e {
+				firstEnd[d.seq] = d.end
+			}
+		}
+	}
+	const never = time.Duration(1 << 62)
+	type wait struct {
+		interval
+		seq int
+	}
+	waits := make([][]wait, len(h.namespaces))
+	for seq, r := range h.rows {
+		if r.ack == ackNone || r.tries == 0 || int(r.ns) >= len(h.namespaces) {
+			continue
+		}
+		e, ok := firstEnd[seq]
+		if !ok {
+			e = never
+		}
+		if e <= r.acked {
+			continue
+		}
+		waits[r.ns] = append(waits[r.ns], wait{interval{r.acked, e}, seq})
+		name := h.namespaces[r.ns].Name
+		if ok && e-r.acked > f.LongestWait[name].Wait {
+			f.LongestWait[name] = rowWait{Seq: seq, Wait: e - r.acked}
+		}
+	}
+	var vs []violation
+	for nsi, ns := range h.namespaces {
+		ws := waits[nsi]
+		sort.Slice(ws, func(i, j int) bool { return ws[i].from < ws[j].from })
+		var spans []interval
+		for _, w := range ws {
+			spans = append(spans, w.interval)
+		}
+		spans = unionIntervals(spans)
+		es := ends[nsi]
+		slices.Sort(es)
+		waiting := func(iv interval) (n int, seqs []int) {
+			for _, w := range ws {
+				if w.from < iv.to && w.to > iv.from {
+					n++
+					if len(seqs) < 8 {
+						seqs = append(seqs, w.seq)
+					}
+				}
+			}
+			return n, seqs
+		}
+		var longest interval
+		for _, c := range calm {
+			for _, g := range stallsIn(spans, es, c.interval) {
+				if g.to-g.from > longest.to-longest.from {
+					longest = g
+				}
+			}
+		}
+		if longest.to > longest.from {
+			n, _ := waiting(longest)
+			f.LongestStallCalm[ns.Name] = stall{longest, n}
+		}
+		var over []interval
+		for _, reg := range regions {
+			for _, g := range stallsIn(spans, es, reg) {
+				if g.to-g.from > o.ProgressBound {
+					over = append(over, g)
+				}
+			}
+		}
+		if len(over) == 0 {
+			continue
+		}
+		g := over[0]
+		n, seqs := waiting(g)
+		where := "in a calm region"
+		if g.from >= h.finalHeal {
+			where = "after the final heal"
+		}
+		to := fmt.Sprintf("%.3fs", g.to.Seconds())
+		if g.to >= h.end() {
+			to = "the end of the run"
+		}
+		more := ""
+		if len(over) > 1 {
+			more = fmt.Sprintf(" (%d such stalls)", len(over))
+		}
+		vs = append(vs, violation{Invariant: "namespace-progress", At: g.from,
+			Summary: fmt.Sprintf("namespace %s (quota %d): no delivery from %.3fs to %s (%v) %s with %d acknowledged rows waiting; bound %v%s",
+				ns.Name, ns.Quota, g.from.Seconds(), to, (g.to - g.from).Round(time.Millisecond), where, n, o.ProgressBound, more),
+			Seqs: seqs})
+	}
+	return vs
+}
+
+// stallsIn returns the gaps inside region in which a namespace had rows
+// waiting (spans, disjoint and sorted) and no delivery of it ended (ends,
+// sorted): from the later of the waiting's and the region's start, or a
+// delivery's end, to the next delivery's end or the earlier of the
+// waiting's and the region's end.
+func stallsIn(spans []interval, ends []time.Duration, region interval) []interval {
+	var out []interval
+	i := sort.Search(len(spans), func(i int) bool { return spans[i].to > region.from })
+	for ; i < len(spans) && spans[i].from < region.to; i++ {
+		from, to := max(spans[i].from, region.from), min(spans[i].to, region.to)
+		if from >= to {
+			continue
+		}
+		j := sort.Search(len(ends), func(j int) bool { return ends[j] > from })
+		for ; j < len(ends) && ends[j] < to; j++ {
+			if ends[j] > from {
+				out = append(out, interval{from, ends[j]})
+				from = ends[j]
+			}
+		}
+		out = append(out, interval{from, to})
+	}
+	return out
+}
+
+// unionIntervals returns the union of ivs as disjoint intervals, sorted.
+func unionIntervals(ivs []interval) []interval {
+	s := slices.Clone(ivs)
+	sort.Slice(s, func(i, j int) bool { return s[i].from < s[j].from })
+	var out []interval
+	for _, iv := range s {
+		if iv.to <= iv.from {
+			continue
+		}
+		if n := len(out); n > 0 && iv.from <= out[n-1].to {
+			out[n-1].to = max(out[n-1].to, iv.to)
+			continue
+		}
+		out = append(out, iv)
+	}
+	return out
+}
+
+// exposure returns the longest stretch of the monitor's consecutive
+// samples in which the answering nodes' under-replicated shards summed to
+// more than 0, from its first such sample to the first after it that
+// summed to 0 (or the last sample), and when it began. A sample no node
+// answered tells nothing and is skipped. A figure, not an invariant: with
+// R = 2 it is how long the run stood one lost disk from losing rows.
+func exposure(h *history) (longest, at time.Duration) {
+	open := time.Duration(-1)
+	last := time.Duration(0)
+	for _, s := range h.samples {
+		if len(s.Views) == 0 {
+			continue
+		}
+		sum := 0
+		for _, v := range s.Views {
+			sum += v.UnderReplicated
+		}
+		last = s.At
+		switch {
+		case sum > 0 && open < 0:
+			open = s.At
+		case sum == 0 && open >= 0:
+			if s.At-open > longest {
+				longest, at = s.At-open, open
+			}
+			open = -1
+		}
+	}
+	if open >= 0 && last-open > longest {
+		longest, at = last-open, open
+	}
+	return longest, at
+}
+
 // checkLeaks: a process that lived through the whole run holds no more
 // goroutines than its open connections explain, no more non-socket fds,
 // and no connection its peer closed, than before the faults (both samples
@@ -738,6 +1004,70 @@ func checkLeaks(h *history, o checkOpts) []violation {
 		}
 	}
 	return vs
+}
+
+// formatFigures renders the figures for the log and BENCHMARKS.md.
+func formatFigures(f figures, h *history) string {
+	var kinds []string
+	total := 0
+	for k, n := range f.Faults {
+		kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
+		total += n
+	}
+	sort.Strings(kinds)
+	var ns []string
+	for _, s := range h.namespaces {
+		ns = append(ns, fmt.Sprintf("%s q=%d: max %d at the target (%d while calm, %d from one node)",
+			s.Name, s.Quota, f.MaxInFlight[s.Name], f.MaxInFlightCalm[s.Name], f.MaxNodeInFlight[s.Name]))
+	}
+	var causes []string
+	for c, n := range f.DupByCause {
+		causes = append(causes, fmt.Sprintf("%s %d", c, n))
+	}
+	sort.Strings(causes)
+	var stops []string
+	for k, n := range f.GracefulStops {
+		stops = append(stops, fmt.Sprintf("%s: %d", k, n))
+	}
+	sort.Strings(stops)
+	conv := "never"
+	if f.Converged >= 0 {
+		conv = f.Converged.Round(time.Millisecond).String()
+	}
+	var stalls, waits []string
+	for _, s := range h.namespaces {
+		st := "none"
+		if g, ok := f.LongestStallCalm[s.Name]; ok {
+			st = fmt.Sprintf("%v from %.3fs (%d rows waiting)", (g.to - g.from).Round(time.Millisecond), g.from.Seconds(), g.Waiting)
+		}
+		stalls = append(stalls, s.Name+" "+st)
+		w := "none"
+		if rw, ok := f.LongestWait[s.Name]; ok {
+			w = fmt.Sprintf("%v (%s, acknowledged at %.3fs)", rw.Wait.Round(time.Millisecond), rowKey(s.Name, rw.Seq), h.rows[rw.Seq].acked.Seconds())
+		}
+		waits = append(waits, s.Name+" "+w)
+	}
+	drain := "not recorded"
+	switch d := f.Drain; {
+	case d.done:
+		drain = (d.to - d.from).Round(time.Millisecond).String()
+	case d.to > 0:
+		drain = fmt.Sprintf("gave up after %v (%s), %d acknowledged rows undelivered", (d.to - d.from).Round(time.Millisecond), d.why, d.missing)
+	}
+	exposed := "none"
+	if f.Exposure > 0 {
+		exposed = fmt.Sprintf("%.1f s, at %.3fs", f.Exposure.Seconds(), f.ExposureAt.Seconds())
+	}
+	return fmt.Sprintf("  faults: %d (%s)\n  rows: %d sent, %d acknowledged (%d created, %d duplicate, %d accepted)\n"+
+		"  deliveries: %d answered, %d abandoned by the sender; repeat deliveries %d (%s)\n"+
+		"  in flight: %s\n  convergence after the final heal: %s (slowest after any fault healed with no other active: %v)\n"+
+		"  graceful stops: %s\n"+
+		"  longest stall of a namespace with rows waiting, while calm: %s\n  longest wait of a row for its first delivery: %s\n"+
+		"  drain after the final heal: %s\n  R = 2 exposure: longest under-replicated stretch %s",
+		total, strings.Join(kinds, ", "), f.RowsSent, f.RowsAcked, f.ByAck[ackCreated], f.ByAck[ackDuplicate], f.ByAck[ackAccepted],
+		f.Deliveries, f.Abandoned, f.Duplicates, strings.Join(causes, ", "),
+		strings.Join(ns, "; "), conv, f.MaxEpisodeConverg.Round(time.Millisecond), strings.Join(stops, ", "),
+		strings.Join(stalls, "; "), strings.Join(waits, "; "), drain, exposed)
 }
 
 func (h *history) nodeName(i nodeIdx) string {

@@ -29,7 +29,12 @@
 // good; a leave whose drain exits non-zero is brought back with its data
 // dir and stopped again, as README "Operations" tells an operator); the
 // network lane isolates one node, splits the nodes in two
-// halves, or drops 5–15 % of the packets between nodes. Joins and leaves
+// halves, or drops 5–15 % of the packets between nodes. A graceful stop
+// is a leave: the node hands off every row it holds before it exits, past
+// --shutdown-grace if need be, so the harness waits while the leave makes
+// progress (the node's replication.leave.shards_left falls within a
+// minute; five minutes in all), then sends a second SIGTERM, as an
+// operator would, and SIGKILL 15 s later. Joins and leaves
 // never overlap a partition. One initial node, the witness, is never
 // killed, restarted or removed, so the leak check always has a process
 // that lived through everything. kill-wipe (the killed node's data dir
@@ -52,8 +57,9 @@
 //
 // # Checkers
 //
-// After the last fault heals, the load stops and the cluster drains, the
-// checkers read the target's record of every request (sender by source
+// After the last fault heals, the load stops and the cluster drains (the
+// harness waits while acknowledged rows keep arriving: until none came for
+// a minute, or 20 minutes in all), the checkers read the target's record of every request (sender by source
 // address, start, end, answered or abandoned), the load's ledger, the
 // fault timeline and the monitor's polls of /v1/cluster (checker_test.go):
 //
@@ -70,18 +76,30 @@
 //     and never above q from one node;
 //   - after the last fault heals, every node agrees on one shard table
 //     within the failure-detection bound;
+//   - while every node agrees on one view, and after the last fault
+//     heals, a namespace with acknowledged rows waiting gets a delivery at
+//     least every 20 s (namespace-progress: a new lease coordinator's
+//     learning period and a new primary's handover wait, 10 s each);
 //   - processes that lived through the run hold no more goroutines than
 //     their open connections explain, no more non-socket fds and no
 //     CLOSE_WAIT socket than before the faults (both read on an idle
 //     cluster: /metrics go_goroutines, /proc/<pid>/fd, /proc/<pid>/net/tcp);
 //   - no node process exits on its own, every start becomes ready, every
-//     graceful stop ends in time, and `fairshard check` passes on every
-//     data dir after the run.
+//     graceful stop's leave ends without a second SIGTERM unless a network
+//     fault overlapped it (leave-progress), and `fairshard check` passes
+//     on every data dir after the run.
+//
+// Figures, reported and not asserted, include per namespace the longest
+// stall while calm and the longest any row waited for its first delivery,
+// the drain's length, and the longest stretch in which the nodes reported
+// under-replicated shards (with R = 2, one lost disk from losing rows).
 //
 // A failing run prints the seed and the command that replays it, the fault
 // timeline, the first violated invariant with the rows involved (their
 // appends and deliveries), the other violations and the tail of every
-// node's log, and keeps its work dir.
+// node's log, and keeps its work dir. Undelivered rows are looked up
+// before any node stops: where the nodes say they are, and each up node's
+// GET /v1/namespaces/{ns} of their namespaces (where the capacity is).
 //
 // # Running
 //

@@ -31,6 +31,7 @@ type history struct {
 
 	finalHeal time.Duration // when the last fault was healed
 	converged time.Duration // when every node agreed on one table after it (0: never)
+	drain     drainRec      // the drain after the final heal (zero: none recorded)
 
 	cuts []cut // partitions (isolate, split), in order
 }
@@ -40,6 +41,39 @@ type history struct {
 type cut struct {
 	from, to     time.Duration
 	sideA, sideB []string
+}
+
+// drainRec is how the drain after the final heal went: from the start of
+// the wait (the load stopped, its workers done) to every acknowledged row
+// delivered and nothing pending or claimed (done), or to the harness
+// giving up (why).
+type drainRec struct {
+	from, to time.Duration
+	done     bool
+	missing  int // acknowledged rows still undelivered when it gave up
+	why      string
+}
+
+// end is the end of what the history covers: the drain's end, or for a
+// history without one the latest instant it records.
+func (h *history) end() time.Duration {
+	if h.drain.to > 0 {
+		return h.drain.to
+	}
+	end := h.finalHeal
+	for _, d := range h.deliveries {
+		end = max(end, d.end)
+	}
+	for _, r := range h.rows {
+		end = max(end, r.acked)
+	}
+	for _, e := range h.events {
+		end = max(end, e.At)
+	}
+	for _, s := range h.samples {
+		end = max(end, s.At)
+	}
+	return end
 }
 
 // separates reports whether the cut put nodes a and b on different sides.
@@ -187,6 +221,9 @@ type viewSample struct {
 type nodeView struct {
 	Version uint64 // its ownership_version
 	Members string // "name:state,…" sorted
+	// UnderReplicated is its replication.under_replicated_shards: its
+	// primary shards with fewer than R synced copies.
+	UnderReplicated int
 }
 
 // agreed reports whether every expected node answered and all list exactly

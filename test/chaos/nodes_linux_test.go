@@ -40,7 +40,7 @@ var nodeFlags = []string{
 	"--delivery-timeout", "5s",
 	"--retry-base", "50ms",
 	"--retry-cap", "1s",
-	"--shutdown-grace", "20s",
+	"--shutdown-grace", shutdownGrace.String(),
 	"--quota-ttl", "500ms",
 	"--log-level", "info",
 }
@@ -344,24 +344,103 @@ func (n *node) waitStopped(timeout time.Duration) {
 	}
 }
 
-// term sends SIGTERM and waits up to timeout for the exit; it returns the
-// exit code, or an error after SIGKILL if the process outlived timeout.
-func (n *node) term(timeout time.Duration) (int, error) {
-	done, ok := n.signal(syscall.SIGTERM, true)
+// stopOutcome is how a graceful stop ended.
+type stopOutcome struct {
+	code   int           // exit code; -1: killed
+	took   time.Duration // from the SIGTERM to the exit (or the kill)
+	second time.Duration // when the second SIGTERM went, after the first (0: not needed)
+	why    string        // why the harness stopped waiting for the leave ("" if it did not)
+	killed bool          // it outlived the second SIGTERM by leaveCutShort
+}
+
+// stop sends SIGTERM and waits for the exit while the leave makes progress
+// (leaveWatch, polling /v1/cluster every leavePoll). When the harness stops
+// waiting it sends a second SIGTERM, as an operator would, and SIGKILL
+// leaveCutShort later. The leave's status when the grace passes, the
+// second SIGTERM and the SIGKILL go into the timeline.
+func (n *node) stop() (stopOutcome, error) {
+	start := time.Now()
+	done, running := n.signal(syscall.SIGTERM, true)
 	if done == nil {
-		return 0, fmt.Errorf("%s never started", n.name)
+		return stopOutcome{}, fmt.Errorf("%s never started", n.name)
 	}
-	if ok {
-		select {
-		case <-done:
-		case <-time.After(timeout):
-			n.kill()
-			return -1, fmt.Errorf("%s still running %v after SIGTERM; killed", n.name, timeout)
+	var out stopOutcome
+	if running {
+		w := newLeaveWatch(shutdownGrace, leaveStall, leaveLimit)
+		tick := time.NewTicker(leavePoll)
+		defer tick.Stop()
+		graced := false
+	wait:
+		for {
+			select {
+			case <-done:
+				break wait
+			case <-tick.C:
+			}
+			st, ok := n.leave(done)
+			select {
+			case <-done:
+				break wait
+			default:
+			}
+			at := time.Since(start)
+			w.observe(at, st, ok)
+			if !graced && at >= shutdownGrace {
+				graced = true
+				n.c.tl.add(evNote, []string{n.name}, "grace (%v) passed, still leaving: %s", shutdownGrace, w.status())
+			}
+			if out.why = w.giveUp(at); out.why == "" {
+				continue
+			}
+			out.second = time.Since(start)
+			n.signal(syscall.SIGTERM, true)
+			n.c.tl.add(evTerm, []string{n.name}, "second SIGTERM %v after the first: %s", out.second.Round(time.Millisecond), out.why)
+			select {
+			case <-done:
+			case <-time.After(leaveCutShort):
+				n.kill()
+				out.killed = true
+				n.c.tl.add(evKill, []string{n.name}, "SIGKILL: still running %v after the second SIGTERM", leaveCutShort)
+			}
+			break wait
 		}
 	}
+	out.took = time.Since(start)
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.exitCode, nil
+	out.code = n.exitCode
+	n.mu.Unlock()
+	if out.killed {
+		out.code = -1
+	}
+	return out, nil
+}
+
+// leave reads replication.leave of n's GET /v1/cluster; ok is false when n
+// did not answer (the call ends early when done closes) or reported no
+// leave.
+func (n *node) leave(done <-chan struct{}) (leaveStatus, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	go func() {
+		select {
+		case <-done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	code, body, err := n.c.doCtx(ctx, http.MethodGet, n.baseURL()+"/v1/cluster", nil)
+	if err != nil || code != http.StatusOK {
+		return leaveStatus{}, false
+	}
+	var v struct {
+		Replication struct {
+			Leave *leaveStatus `json:"leave"`
+		} `json:"replication"`
+	}
+	if json.Unmarshal(body, &v) != nil || v.Replication.Leave == nil {
+		return leaveStatus{}, false
+	}
+	return *v.Replication.Leave, true
 }
 
 // waitReady polls /readyz until it answers 200; it fails at once if the
@@ -396,6 +475,10 @@ func (c *cluster) get(u string) (int, []byte, error) {
 func (c *cluster) do(method, u string, body io.Reader) (int, []byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	return c.doCtx(ctx, method, u, body)
+}
+
+func (c *cluster) doCtx(ctx context.Context, method, u string, body io.Reader) (int, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {
 		return 0, nil, err
@@ -434,6 +517,11 @@ type clusterView struct {
 		Name  string `json:"name"`
 		State string `json:"state"`
 	} `json:"members"`
+	Replication struct {
+		// UnderReplicatedShards counts the node's primary shards with
+		// fewer than R synced copies (as of its last repair poll).
+		UnderReplicatedShards int `json:"under_replicated_shards"`
+	} `json:"replication"`
 }
 
 func (v clusterView) memberSet() string {

@@ -527,3 +527,306 @@ func TestGracefulStopsByOutcome(t *testing.T) {
 		t.Fatalf("graceful stops %v; want %v", got, want)
 	}
 }
+
+// rowAt adds a row of namespace ns acknowledged at acked and returns its seq.
+func (b *hb) rowAt(ns uint8, acked time.Duration) int {
+	seq := b.row(ns, ackCreated, 0)
+	b.h.rows[seq].sent, b.h.rows[seq].acked = acked-ms, acked
+	return seq
+}
+
+func TestNamespaceProgress(t *testing.T) {
+	const s = time.Second
+	// n1 and n2 agree from 0 to 60 s: one calm region, [2 s, 60 s). The
+	// final heal is at 70 s and the drain ends at 100 s.
+	setup := func() *hb {
+		b := newHB()
+		b.calm(0, 60*s, "n1", "n2")
+		b.h.finalHeal, b.h.converged = 70*s, 71*s
+		b.h.drain = drainRec{from: 75 * s, to: 100 * s, done: true}
+		return b
+	}
+	progress := func(vs []violation) *violation {
+		for i := range vs {
+			if vs[i].Invariant == "namespace-progress" {
+				return &vs[i]
+			}
+		}
+		return nil
+	}
+
+	t.Run("a steady stream of deliveries", func(t *testing.T) {
+		b := setup()
+		for at := s; at < 90*s; at += s {
+			r := b.rowAt(0, at)
+			b.deliver(r, 1, at+60*ms, at+100*ms)
+		}
+		vs, f := check(b.h, checkOpts{})
+		wantOnly(t, vs)
+		if w := f.LongestWait["a"]; w.Wait != 100*ms {
+			t.Errorf("longest wait %+v; want 100ms", w)
+		}
+		if g := f.LongestStallCalm["a"]; g.to-g.from > s || g.Waiting != 1 {
+			t.Errorf("longest calm stall %+v; want under 1 s with 1 row waiting", g)
+		}
+		if _, ok := f.LongestStallCalm["b"]; ok {
+			t.Errorf("namespace b had nothing waiting, yet a stall %+v", f.LongestStallCalm["b"])
+		}
+	})
+	t.Run("rows waiting with no delivery in a calm region", func(t *testing.T) {
+		b := setup()
+		var waiting []int
+		for i := range 3 {
+			waiting = append(waiting, b.rowAt(0, 10*s+time.Duration(i)*ms))
+		}
+		for i, r := range waiting {
+			b.deliver(r, nodeIdx(1+i/2), 34*s, 35*s) // 2 from n1, 1 from n2: within the quota
+		}
+		vs, f := check(b.h, checkOpts{})
+		wantOnly(t, vs, "namespace-progress")
+		v := progress(vs)
+		if v.At != 10*s || !strings.Contains(v.Summary, "namespace a") || !strings.Contains(v.Summary, "3 acknowledged rows waiting") ||
+			!strings.Contains(v.Summary, "in a calm region") || !slices.Equal(v.Seqs, waiting) {
+			t.Errorf("violation at %v: %s, rows %v", v.At, v.Summary, v.Seqs)
+		}
+		if g := f.LongestStallCalm["a"]; g.from != 10*s || g.to != 35*s || g.Waiting != 3 {
+			t.Errorf("longest calm stall %+v; want 10s–35s with 3 rows", g)
+		}
+		if w := f.LongestWait["a"]; w.Seq != waiting[0] || w.Wait != 25*s {
+			t.Errorf("longest wait %+v", w)
+		}
+		vs, _ = check(b.h, checkOpts{ProgressBound: 30 * s})
+		wantOnly(t, vs)
+	})
+	t.Run("a delivery of any row of the namespace is progress", func(t *testing.T) {
+		b := setup()
+		stuck := b.rowAt(0, 10*s)
+		b.deliver(stuck, 2, 50*s, 50*s+40*ms)
+		for at := 11 * s; at < 60*s; at += 5 * s {
+			r := b.rowAt(0, at)
+			b.deliver(r, 1, at+10*ms, at+50*ms)
+		}
+		vs, f := check(b.h, checkOpts{})
+		wantOnly(t, vs)
+		if w := f.LongestWait["a"]; w.Seq != stuck || w.Wait != 40*s+40*ms {
+			t.Errorf("longest wait %+v; want row %d, 40.04 s", w, stuck)
+		}
+	})
+	t.Run("outside calm regions a stall is not one", func(t *testing.T) {
+		b := setup()
+		b.episode(laneNetwork, 5*s, 40*s)
+		r := b.rowAt(0, 10*s)
+		b.deliver(r, 2, 34*s, 35*s)
+		vs, f := check(b.h, checkOpts{})
+		wantOnly(t, vs)
+		if _, ok := f.LongestStallCalm["a"]; ok {
+			t.Errorf("a stall during a fault counted as calm: %+v", f.LongestStallCalm["a"])
+		}
+		if f.LongestWait["a"].Wait != 25*s {
+			t.Errorf("longest wait %+v; want 25 s", f.LongestWait["a"])
+		}
+	})
+	t.Run("a stall counts from the region's start", func(t *testing.T) {
+		b := setup() // the calm region begins at 2 s
+		r := b.rowAt(0, 500*ms)
+		b.deliver(r, 1, 21*s, 21*s+900*ms) // 19.9 s into the region
+		vs, _ := check(b.h, checkOpts{})
+		wantOnly(t, vs)
+		b = setup()
+		r = b.rowAt(0, 500*ms)
+		b.deliver(r, 1, 22*s, 22*s+100*ms)
+		vs, _ = check(b.h, checkOpts{})
+		wantOnly(t, vs, "namespace-progress")
+		if v := progress(vs); v.At != 2*s {
+			t.Errorf("stall from %v; want the region's start, 2 s", v.At)
+		}
+	})
+	t.Run("a row delivered before its acknowledgement never waits", func(t *testing.T) {
+		b := setup()
+		r := b.rowAt(0, 30*s)
+		b.deliver(r, 1, 10*s, 10*s+40*ms)
+		vs, f := check(b.h, checkOpts{})
+		wantOnly(t, vs)
+		if _, ok := f.LongestWait["a"]; ok {
+			t.Errorf("a row delivered before its ack has a wait: %+v", f.LongestWait["a"])
+		}
+	})
+	t.Run("after the final heal", func(t *testing.T) {
+		b := setup()
+		r := b.rowAt(1, 72*s)
+		b.deliver(r, 1, 95*s, 95*s+40*ms)
+		vs, _ := check(b.h, checkOpts{})
+		wantOnly(t, vs, "namespace-progress")
+		if v := progress(vs); !strings.Contains(v.Summary, "namespace b") || !strings.Contains(v.Summary, "after the final heal") {
+			t.Errorf("violation: %s", v.Summary)
+		}
+		// A row never delivered waits to the end of the drain.
+		b = setup()
+		b.h.drain = drainRec{from: 75 * s, to: 150 * s, missing: 1, why: "no acknowledged row delivered for 1m0s"}
+		b.rowAt(1, 80*s)
+		vs, _ = check(b.h, checkOpts{})
+		wantOnly(t, vs, "namespace-progress", "acknowledged-delivered")
+		if v := progress(vs); !strings.Contains(v.Summary, "to the end of the run (1m10s)") {
+			t.Errorf("violation: %s", v.Summary)
+		}
+	})
+	t.Run("one violation per namespace, counting its stalls", func(t *testing.T) {
+		b := setup()
+		for _, at := range []time.Duration{5 * s, 30 * s} {
+			r := b.rowAt(0, at)
+			b.deliver(r, 1, at+25*s, at+25*s+40*ms)
+		}
+		vs, _ := check(b.h, checkOpts{})
+		wantOnly(t, vs, "namespace-progress")
+		if len(vs) != 1 || vs[0].At != 5*s || !strings.Contains(vs[0].Summary, "(2 such stalls)") {
+			t.Errorf("violations %+v", vs)
+		}
+	})
+}
+
+func TestStallsIn(t *testing.T) {
+	const s = time.Second
+	spans := []interval{{1 * s, 5 * s}, {8 * s, 20 * s}}
+	ends := []time.Duration{2 * s, 3 * s, 5 * s, 9 * s, 30 * s}
+	got := stallsIn(spans, ends, interval{0, 12 * s})
+	want := []interval{{1 * s, 2 * s}, {2 * s, 3 * s}, {3 * s, 5 * s}, {8 * s, 9 * s}, {9 * s, 12 * s}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("stalls %v; want %v", got, want)
+	}
+	if got := stallsIn(spans, ends, interval{5 * s, 8 * s}); len(got) != 0 {
+		t.Fatalf("stalls %v between the spans; want none", got)
+	}
+	if got := unionIntervals([]interval{{5, 7}, {1, 3}, {2, 4}, {7, 8}, {9, 9}}); !slices.Equal(got, []interval{{1, 4}, {5, 8}}) {
+		t.Fatalf("union %v", got)
+	}
+}
+
+func TestExposure(t *testing.T) {
+	b := newHB()
+	// Under-replicated shards summed over the answering nodes, a sample
+	// every 250 ms; nil: no node answered.
+	sums := []any{0, 2, 1, 0, 0, 3, 3, 3, nil, 3, 0, 1}
+	for i, sum := range sums {
+		s := viewSample{At: time.Duration(i) * 250 * ms, Views: map[string]nodeView{}, Expect: []string{"n1", "n2"}}
+		if n, ok := sum.(int); ok {
+			s.Views["n1"] = nodeView{UnderReplicated: n}
+			s.Views["n2"] = nodeView{}
+		}
+		b.h.samples = append(b.h.samples, s)
+	}
+	got, at := exposure(b.h)
+	if got != 1250*ms || at != 1250*ms {
+		t.Fatalf("longest exposure %v at %v; want 1.25s at 1.25s (samples 5–9, the unanswered one skipped)", got, at)
+	}
+	b.h.samples = b.h.samples[:10] // ends under-replicated
+	if got, at = exposure(b.h); got != time.Second || at != 1250*ms {
+		t.Fatalf("open at the end: %v at %v; want 1s at 1.25s", got, at)
+	}
+	_, f := check(b.h, checkOpts{})
+	if f.Exposure != time.Second {
+		t.Fatalf("figure %v", f.Exposure)
+	}
+	if s := formatFigures(f, b.h); !strings.Contains(s, "R = 2 exposure: longest under-replicated stretch 1.0 s, at 1.250s") {
+		t.Fatalf("figures do not show the exposure:\n%s", s)
+	}
+}
+
+func TestLeaveWatch(t *testing.T) {
+	const s = time.Second
+	st := func(left int) leaveStatus { return leaveStatus{ShardsLeft: left, LastError: "n3: connection refused"} }
+	t.Run("the grace, then a stall's length from the SIGTERM", func(t *testing.T) {
+		w := newLeaveWatch(20*s, 60*s, 5*time.Minute)
+		w.observe(s, st(40), true)
+		for _, at := range []time.Duration{10 * s, 20 * s, 59 * s} {
+			if why := w.giveUp(at); why != "" {
+				t.Fatalf("gave up at %v: %s", at, why)
+			}
+		}
+		if why := w.giveUp(60 * s); !strings.Contains(why, "no hand-off progress") || !strings.Contains(why, "shards_left 40") || !strings.Contains(why, "connection refused") {
+			t.Fatalf("at 60 s: %q", why)
+		}
+	})
+	t.Run("progress keeps it waiting, up to the limit", func(t *testing.T) {
+		w := newLeaveWatch(20*s, 60*s, 5*time.Minute)
+		left := 1000
+		for at := s; at < 5*time.Minute; at += 30 * s {
+			w.observe(at, st(left), true)
+			left--
+			if why := w.giveUp(at); why != "" {
+				t.Fatalf("gave up at %v: %s", at, why)
+			}
+		}
+		if why := w.giveUp(5 * time.Minute); !strings.Contains(why, "in all") {
+			t.Fatalf("at the limit: %q", why)
+		}
+	})
+	t.Run("no answer, no leave, or shards_left not below its lowest is no progress", func(t *testing.T) {
+		w := newLeaveWatch(20*s, 60*s, 5*time.Minute)
+		w.observe(s, st(50), true)
+		w.observe(30*s, st(40), true) // progress at 30 s
+		w.observe(40*s, st(45), true)
+		w.observe(50*s, st(40), true)
+		w.observe(60*s, leaveStatus{}, false)
+		if why := w.giveUp(89 * s); why != "" {
+			t.Fatalf("gave up at 89 s: %s", why)
+		}
+		if why := w.giveUp(90 * s); why == "" {
+			t.Fatalf("still waiting 60 s after the last progress")
+		}
+	})
+	t.Run("a grace longer than a stall", func(t *testing.T) {
+		w := newLeaveWatch(90*s, 60*s, 5*time.Minute)
+		if why := w.giveUp(80 * s); why != "" {
+			t.Fatalf("gave up within the grace: %s", why)
+		}
+		if why := w.giveUp(90 * s); !strings.Contains(why, "no leave status read") {
+			t.Fatalf("after the grace: %q", why)
+		}
+	})
+}
+
+func TestGracefulStopsCutShort(t *testing.T) {
+	b := newHB()
+	ev := func(at time.Duration, kind eventKind, node, detail string) {
+		b.h.events = append(b.h.events, event{At: at, Kind: kind, Nodes: []string{node}, Detail: detail})
+	}
+	ev(1*time.Second, evTerm, "n1", "SIGTERM")
+	ev(61*time.Second, evTerm, "n1", "second SIGTERM 1m0s after the first: no hand-off progress for 1m0s")
+	ev(62*time.Second, evExit, "n1", "exit code 1 after 1m1s, a second SIGTERM at 1m0s")
+	ev(70*time.Second, evTerm, "n2", "SIGTERM")
+	ev(130*time.Second, evTerm, "n2", "second SIGTERM")
+	ev(145*time.Second, evKill, "n2", "SIGKILL: still running 15s after the second SIGTERM")
+	ev(150*time.Second, evKill, "n3", "SIGKILL (process reaped)") // a kill nemesis, no stop
+	ev(200*time.Second, evTerm, "n2", "SIGTERM")
+	ev(201*time.Second, evExit, "n2", "exit code 0 after 1s")
+	got := gracefulStops(b.h)
+	want := map[string]int{"cut short by a second SIGTERM": 1, "killed": 1, "exit 0": 1}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("graceful stops %v; want %v", got, want)
+	}
+}
+
+func TestFormatFigures(t *testing.T) {
+	b := newHB()
+	b.calm(0, 60*time.Second, "n1", "n2")
+	r := b.rowAt(0, 10*time.Second)
+	b.deliver(r, 1, 13*time.Second, 13*time.Second+40*ms)
+	b.h.drain = drainRec{from: 75 * time.Second, to: 87 * time.Second, done: true}
+	_, f := check(b.h, checkOpts{})
+	out := formatFigures(f, b.h)
+	for _, want := range []string{
+		"longest stall of a namespace with rows waiting, while calm: a 3.04s from 10.000s (1 rows waiting); b none",
+		"longest wait of a row for its first delivery: a 3.04s (a-0, acknowledged at 10.000s); b none",
+		"drain after the final heal: 12s",
+		"R = 2 exposure: longest under-replicated stretch none",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("figures lack %q:\n%s", want, out)
+		}
+	}
+	b.h.drain = drainRec{from: 75 * time.Second, to: 135 * time.Second, missing: 4, why: "no acknowledged row delivered for 1m0s"}
+	_, f = check(b.h, checkOpts{})
+	if out := formatFigures(f, b.h); !strings.Contains(out, "drain after the final heal: gave up after 1m0s (no acknowledged row delivered for 1m0s), 4 acknowledged rows undelivered") {
+		t.Errorf("figures of a drain that gave up:\n%s", out)
+	}
+}
