@@ -9,7 +9,7 @@ package api_test
 //     operation here fails with a message saying what to add.
 //   - TestErrorCodesAreListed compares the ErrorCode enum with the Code*
 //     constants of the node and of the Go client.
-//   - TestSpecAgainstRealNode sends the README's examples, every call of the
+//   - TestSpecAgainstRealNode sends the API guide's examples, every call of the
 //     Go client and a set of bad requests through a validating proxy to a
 //     real node: each request and each answer is validated against the
 //     document (answers strictly: a field the document does not list fails),
@@ -71,7 +71,7 @@ func TestMain(m *testing.M) {
 // routes (/internal/…) are never described and need no entry.
 var notDescribed = map[string]string{
 	"GET /v1/rows": "answers 404 only, pointing the caller at GET /v1/rows/{dispatch_key}",
-	"GET /ui/":     "the web console's static files (HTML, CSS, JavaScript), not an API; README \"Console\"",
+	"GET /ui/":     "the web console's static files (HTML, CSS, JavaScript), not an API; docs/api.md \"Console\"",
 	"GET /ui":      "redirects to /ui/",
 }
 
@@ -501,9 +501,12 @@ func strictAnswers(doc *openapi3.T) {
 	}
 }
 
-// ---- README examples ----
+// ---- API guide examples ----
 
-// example is one curl command of the README's API section.
+// apiGuide is the API guide whose curl examples the test runs.
+const apiGuide = "../docs/api.md"
+
+// example is one curl command of the API guide (docs/api.md).
 type example struct {
 	line         int
 	method, url  string
@@ -512,27 +515,25 @@ type example struct {
 	responseJSON string // the example answer written under it, if any
 }
 
-// readmeExamples extracts the curl commands of README.md's "## API"
-// section (```sh code blocks), with the JSON answer written as comment
-// lines right under a command.
-func readmeExamples(t *testing.T) []example {
+// guideExamples extracts the curl commands of the API guide,
+// docs/api.md: every ```sh code block of the file, with the JSON answer
+// written as comment lines right under a command.
+func guideExamples(t *testing.T) []example {
 	t.Helper()
-	data, err := os.ReadFile("../README.md")
+	data, err := os.ReadFile(apiGuide)
 	if err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(string(data), "\n")
 	var out []example
-	inAPI, inCode := false, false
+	inCode := false
 	var block []string
 	blockStart := 0
 	for i, l := range lines {
 		switch {
-		case strings.HasPrefix(l, "## "):
-			inAPI = strings.TrimSpace(l) == "## API"
-		case inAPI && strings.HasPrefix(l, "```sh") && !inCode:
+		case strings.HasPrefix(l, "```sh") && !inCode:
 			inCode, block, blockStart = true, nil, i+2
-		case inAPI && strings.HasPrefix(l, "```") && inCode:
+		case strings.HasPrefix(l, "```") && inCode:
 			inCode = false
 			out = append(out, parseShell(t, block, blockStart)...)
 		case inCode:
@@ -581,7 +582,7 @@ func parseShell(t *testing.T, block []string, firstLine int) []example {
 			inWord = true
 			j := strings.IndexByte(src[i+1:], '\'')
 			if j < 0 {
-				t.Fatalf("README line %d: unterminated quote", line)
+				t.Fatalf("%s line %d: unterminated quote", apiGuide, line)
 			}
 			word.WriteString(src[i+1 : i+1+j])
 			line += strings.Count(src[i+1:i+1+j], "\n")
@@ -656,7 +657,7 @@ func curlExample(t *testing.T, words []string, line int) example {
 			i++
 			ex.body, ex.hasBody = words[i], true
 		case strings.HasPrefix(w, "-"):
-			t.Fatalf("README line %d: curl option %s is not understood by this test; teach curlExample", line, w)
+			t.Fatalf("%s line %d: curl option %s is not understood by this test; teach curlExample", apiGuide, line, w)
 		default:
 			ex.url = w
 		}
@@ -696,22 +697,22 @@ func TestSpecAgainstRealNode(t *testing.T) {
 	n := startNode(t, func(c *node.Config) { c.DefaultTarget = targetURL })
 	v, proxy := newValidator(t, doc, "http://"+n.APIAddr())
 
-	t.Run("README examples", func(t *testing.T) {
-		examples := readmeExamples(t)
+	t.Run("API guide examples", func(t *testing.T) {
+		examples := guideExamples(t)
 		if len(examples) < 15 {
-			t.Fatalf("found %d curl examples in the README's API section; the parser lost them?", len(examples))
+			t.Fatalf("found %d curl examples in %s; the parser lost them?", len(examples), apiGuide)
 		}
 		answers := 0
 		for _, ex := range examples {
 			if ex.responseJSON != "" {
 				answers++
 			}
-			checkREADMEExample(t, v, proxy.URL, targetURL, ex)
+			checkGuideExample(t, v, proxy.URL, targetURL, ex)
 		}
 		if answers == 0 {
-			t.Error("no example answer (JSON comment lines under a curl command) found in the README's API section; the parser lost it?")
+			t.Errorf("no example answer (JSON comment lines under a curl command) found in %s; the parser lost it?", apiGuide)
 		}
-		t.Logf("%d README examples, %d with a written answer", len(examples), answers)
+		t.Logf("%d examples in %s, %d with a written answer", len(examples), apiGuide, answers)
 	})
 
 	t.Run("client calls", func(t *testing.T) { clientWalkthrough(t, proxy.URL) })
@@ -807,7 +808,7 @@ func TestSpecAgainstRealNode(t *testing.T) {
 				ok = ok || status/100 == 2
 			}
 			if !ok {
-				t.Errorf("no validated 2xx answer of %s %s (%s): call it in the README examples or in clientWalkthrough (api/openapi_test.go)", method, path, op.OperationID)
+				t.Errorf("no validated 2xx answer of %s %s (%s): call it in the examples of docs/api.md or in clientWalkthrough (api/openapi_test.go)", method, path, op.OperationID)
 			}
 		}
 	}
@@ -851,17 +852,17 @@ func send(t *testing.T, base, method, path, body string, invalid bool) (int, str
 	return resp.StatusCode, string(data)
 }
 
-// checkREADMEExample validates a README example's request (and the answer
+// checkGuideExample validates an API guide example's request (and the answer
 // written under it) offline, then sends it through the validating proxy
 // (target URLs in its body pointed at the local test target, so nothing
 // leaves the machine) and requires a 2xx answer.
-func checkREADMEExample(t *testing.T, v *validator, proxyURL, targetURL string, ex example) {
+func checkGuideExample(t *testing.T, v *validator, proxyURL, targetURL string, ex example) {
 	t.Helper()
 	u, err := url.Parse(ex.url)
 	if err != nil {
-		t.Fatalf("README line %d: %v", ex.line, err)
+		t.Fatalf("%s line %d: %v", apiGuide, ex.line, err)
 	}
-	where := fmt.Sprintf("README line %d (%s %s)", ex.line, ex.method, u.RequestURI())
+	where := fmt.Sprintf("%s line %d (%s %s)", apiGuide, ex.line, ex.method, u.RequestURI())
 	route, params, _ := v.find(ex.method, u.EscapedPath())
 	if route == nil {
 		t.Errorf("%s: api/openapi.yaml has no operation for it", where)
