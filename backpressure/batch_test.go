@@ -47,6 +47,7 @@ func boltSetup(t *testing.T) (*backpressure.Planner, *batchStore) {
 	t.Cleanup(func() { _ = s.Close() })
 	p := backpressure.NewPlanner(backpressure.PlannerConfig{
 		Ceilings: quota.NewProportional(quota.NewPolicies(nil, quota.Defaults{Quota: quota.DefaultQuota}, 0), nil),
+		Claimed:  quota.CountFunc(s.CountClaimedByNamespace),
 		Now:      func() time.Time { return outboxtest.T0 },
 	})
 	return p, &batchStore{Store: s}
@@ -71,7 +72,7 @@ func TestBatchSweepWorkedExampleOnBoltstore(t *testing.T) {
 		appendRows(t, s, "bursty", fmt.Sprintf("q%d", q), 50)
 	}
 	appendRows(t, s, "quiet", "q", 1)
-	sw, err := p.Sweep(ctx, s, 8, nil)
+	sw, err := p.Sweep(ctx, s, backpressure.SweepRequest{Batch: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +98,7 @@ func TestBatchSweepFailureClaimsNothing(t *testing.T) {
 		appendRows(t, s, ns, "q", 5)
 	}
 	s.failClaim = 3
-	sw, err := p.Sweep(ctx, s, 30, nil)
+	sw, err := p.Sweep(ctx, s, backpressure.SweepRequest{Batch: 30})
 	if !errors.Is(err, errInjected) {
 		t.Fatalf("err %v, want the injected fault", err)
 	}
@@ -110,7 +111,7 @@ func TestBatchSweepFailureClaimsNothing(t *testing.T) {
 		}
 	}
 	s.failClaim = 0
-	if sw, err := p.Sweep(ctx, s, 30, nil); err != nil || len(sw.Rows) != 15 {
+	if sw, err := p.Sweep(ctx, s, backpressure.SweepRequest{Batch: 30}); err != nil || len(sw.Rows) != 15 {
 		t.Fatalf("retry sweep: %d rows, %v; want 15", len(sw.Rows), err)
 	}
 }

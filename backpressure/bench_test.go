@@ -94,12 +94,13 @@ func benchSweep(b *testing.B, store outbox.Store, namespaces int, ceilings quota
 	}
 	p := backpressure.NewPlanner(backpressure.PlannerConfig{
 		Ceilings: ceilings,
+		Claimed:  quota.CountFunc(store.CountClaimedByNamespace),
 		Now:      func() time.Time { return outboxtest.T0 },
 	})
 	claimed := 0
 	b.ResetTimer()
 	for b.Loop() {
-		s, err := p.Sweep(ctx, store, 256, nil)
+		s, err := p.Sweep(ctx, store, backpressure.SweepRequest{Batch: 256})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -95,8 +95,9 @@ func hostSetup(t *testing.T) (*backpressure.Planner, *bundle, *fakeHosts) {
 			return quota.Settings{MaxInFlight: &q}, ok, nil
 		}), quota.Defaults{Quota: quota.DefaultQuota, Mode: quota.ModeProportional}, 0),
 			func() shards.OwnedShardFraction { return *b.owned.Load() }),
-		Now:   func() time.Time { return outboxtest.T0 },
-		Hosts: hosts,
+		Claimed: quota.CountFunc(b.store.CountClaimedByNamespace),
+		Now:     func() time.Time { return outboxtest.T0 },
+		Hosts:   hosts,
 	})
 	return p, b, hosts
 }
@@ -322,7 +323,7 @@ func TestHostCeilingProperties(t *testing.T) {
 		for h := range nHosts {
 			before[hostName(h)] = hosts.HostUsage(hostName(h))
 		}
-		s, err := p.Sweep(ctx, b.store, batch, nil)
+		s, err := p.Sweep(ctx, b.store, backpressure.SweepRequest{Batch: batch})
 		if err != nil {
 			rt.Fatal(err)
 		}

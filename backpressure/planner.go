@@ -14,12 +14,11 @@ import (
 	"github.com/fairshard/fairshard/quota"
 )
 
-// ClaimStore is the part of outbox.Store the planner uses: one route
-// listing, one bucketed claimed-count read and scoped atomic claims per
-// sweep.
+// ClaimStore is the part of the store the planner uses: one route listing
+// and scoped atomic claims per sweep. What counts against headroom comes
+// from PlannerConfig.Claimed.
 type ClaimStore interface {
 	PendingRoutes(ctx context.Context, now time.Time) ([]outbox.ClaimScope, error)
-	CountClaimedByNamespace(ctx context.Context, namespaces []string) (map[string]int, error)
 	Claim(ctx context.Context, p outbox.ClaimParams) ([]outbox.Row, error)
 }
 
@@ -34,19 +33,17 @@ type BatchClaimer interface {
 	ClaimBatch(ctx context.Context, run func(claim func(outbox.ClaimParams) ([]outbox.Row, error)) error) error
 }
 
-// PlannerConfig wires a Planner. Only Ceilings is required.
+// PlannerConfig wires a Planner. Ceilings and Claimed are required.
 type PlannerConfig struct {
+	// Claimed counts, in one read per sweep, what holds each active
+	// namespace's capacity on this node (quota.Claims: the claim rule).
+	Claimed quota.Counter
 	// Ceilings gives this node's ceiling for each namespace, read once per
 	// active namespace per sweep: quota.Proportional (the seed's
 	// ceil(quota × owned/total)), quota.Leased (the unexpired capacity
 	// lease) or quota.ByMode (per namespace). Every source answers 0 for a
 	// paused namespace.
 	Ceilings quota.Source
-	// Eligible filters routes before planning: a route for which it returns
-	// false is left out of the sweep entirely (its rows stay pending). The
-	// node uses it for paused namespaces and routes with no delivery target.
-	// nil admits every route.
-	Eligible func(outbox.ClaimScope) bool
 	// Now is the clock; defaults to time.Now.
 	Now func() time.Time
 	// Logger receives a debug line when every route was held at its
@@ -63,7 +60,7 @@ type PlannerConfig struct {
 // concurrent sweeps.
 type Planner struct {
 	ceilings quota.Source
-	eligible func(outbox.ClaimScope) bool
+	claimed  quota.Counter
 	hosts    HostSlots
 	now      func() time.Time
 	log      *slog.Logger
@@ -76,13 +73,13 @@ type Planner struct {
 	routeCursor map[string]string
 }
 
-// NewPlanner builds a Planner. It panics only if cfg.Ceilings is nil, a
-// programming error caught at start-up.
+// NewPlanner builds a Planner. It panics only if cfg.Ceilings or
+// cfg.Claimed is nil, a programming error caught at start-up.
 func NewPlanner(cfg PlannerConfig) *Planner {
-	if cfg.Ceilings == nil {
-		panic("backpressure: PlannerConfig.Ceilings is required")
+	if cfg.Ceilings == nil || cfg.Claimed == nil {
+		panic("backpressure: PlannerConfig.Ceilings and Claimed are required")
 	}
-	p := &Planner{ceilings: cfg.Ceilings, eligible: cfg.Eligible, hosts: cfg.Hosts, now: cfg.Now, log: cfg.Logger,
+	p := &Planner{ceilings: cfg.Ceilings, claimed: cfg.Claimed, hosts: cfg.Hosts, now: cfg.Now, log: cfg.Logger,
 		routeCursor: map[string]string{}}
 	if p.now == nil {
 		p.now = time.Now
@@ -138,21 +135,34 @@ type Sweep struct {
 	// namespace with headroom maps to, sorted by host; empty without
 	// PlannerConfig.Hosts.
 	Hosts []HostSweep
+	// Ineligible are the routes with visible pending rows that
+	// SweepRequest.Eligible left out, in the store's order.
+	Ineligible []outbox.ClaimScope
+	// Listed reports that the sweep read the pending routes (false when
+	// that read failed: Ineligible says nothing then).
+	Listed bool
 }
 
-// ClaimRoundRobin claims up to batchSize rows across every namespace with
-// visible pending work and returns them in claim order. It is Sweep without
-// the per-namespace report. Rows it does not claim stay pending.
-func (p *Planner) ClaimRoundRobin(ctx context.Context, store ClaimStore, batchSize int, held map[string]struct{}) ([]outbox.Row, error) {
-	s, err := p.Sweep(ctx, store, batchSize, held)
-	return s.Rows, err
+// SweepRequest is what one sweep may claim.
+type SweepRequest struct {
+	// Batch is the most rows to claim (≤ 0 claims nothing).
+	Batch int
+	// Held are the workflow ids whose rows stay pending (pause holds).
+	Held map[string]struct{}
+	// Eligible filters routes before planning: a route for which it
+	// returns false is left out of the sweep entirely (its rows stay
+	// pending; Sweep.Ineligible lists it). The dispatcher leaves out
+	// paused namespaces and routes with no delivery target. nil admits
+	// every route.
+	Eligible func(outbox.ClaimScope) bool
 }
 
 // Sweep runs the seed's two-pass plan (DESIGN.md "The sweep"):
 //
-//   - list pending routes (filtered by Eligible) and group them by
+//   - list pending routes (filtered by req.Eligible) and group them by
 //     namespace, sorted;
-//   - read every namespace's claimed count in ONE bucketed read;
+//   - read every namespace's claimed count in ONE bucketed read
+//     (PlannerConfig.Claimed, the claim rule);
 //   - headroom = this node's ceiling (PlannerConfig.Ceilings) − claimed,
 //     clamped at 0 (quota.Ceiling.Headroom);
 //   - slice = ceil(batchSize / active namespaces), at least 1;
@@ -187,9 +197,10 @@ func (p *Planner) ClaimRoundRobin(ctx context.Context, store ClaimStore, batchSi
 // do not use up the limit). A store error is returned as is, wrapped with
 // the step and route; rows claimed before it are returned too, so the
 // caller can deliver what it already owns.
-func (p *Planner) Sweep(ctx context.Context, store ClaimStore, batchSize int, held map[string]struct{}) (Sweep, error) {
+func (p *Planner) Sweep(ctx context.Context, store ClaimStore, req SweepRequest) (Sweep, error) {
 	now := p.now()
 	var out Sweep
+	batchSize, held := req.Batch, req.Held
 	if batchSize <= 0 {
 		return out, nil
 	}
@@ -197,6 +208,7 @@ func (p *Planner) Sweep(ctx context.Context, store ClaimStore, batchSize int, he
 	if err != nil {
 		return out, fmt.Errorf("backpressure: list pending routes: %w", err)
 	}
+	out.Listed = true
 	// Group by namespace; PendingRoutes is sorted by (namespace, task_queue)
 	// but a store may not be, so do not rely on adjacency.
 	type plan struct {
@@ -206,7 +218,8 @@ func (p *Planner) Sweep(ctx context.Context, store ClaimStore, batchSize int, he
 	byNS := map[string]*plan{}
 	var names []string
 	for _, r := range routes {
-		if p.eligible != nil && !p.eligible(r) {
+		if req.Eligible != nil && !req.Eligible(r) {
+			out.Ineligible = append(out.Ineligible, r)
 			continue
 		}
 		pl, ok := byNS[r.Namespace]
@@ -221,7 +234,7 @@ func (p *Planner) Sweep(ctx context.Context, store ClaimStore, batchSize int, he
 		return out, nil
 	}
 	slices.Sort(names)
-	claimed, err := store.CountClaimedByNamespace(ctx, names)
+	claimed, err := p.claimed.Claimed(ctx, names)
 	if err != nil {
 		return out, fmt.Errorf("backpressure: count claimed rows of %d namespaces: %w", len(names), err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -83,6 +84,7 @@ func setup(t *testing.T) (*backpressure.Planner, *bundle) {
 	pol := quota.NewPolicies(src, quota.Defaults{Quota: quota.DefaultQuota, Mode: quota.ModeProportional}, 0)
 	p := backpressure.NewPlanner(backpressure.PlannerConfig{
 		Ceilings: quota.NewProportional(pol, func() shards.OwnedShardFraction { return *b.owned.Load() }),
+		Claimed:  quota.CountFunc(b.store.CountClaimedByNamespace),
 		Now:      func() time.Time { return outboxtest.T0 },
 	})
 	return p, b
@@ -121,7 +123,7 @@ func perNamespace(rows []outbox.Row) map[string]int {
 
 func sweep(t *testing.T, p *backpressure.Planner, b *bundle, batch int, held map[string]struct{}) backpressure.Sweep {
 	t.Helper()
-	s, err := p.Sweep(ctx, b.store, batch, held)
+	s, err := p.Sweep(ctx, b.store, backpressure.SweepRequest{Batch: batch, Held: held})
 	if err != nil {
 		t.Fatalf("Sweep: %v", err)
 	}
@@ -372,12 +374,16 @@ func TestEligibleFilterLeavesRoutesOut(t *testing.T) {
 	_, b := setup(t)
 	p := backpressure.NewPlanner(backpressure.PlannerConfig{
 		Ceilings: quota.NewProportional(quota.NewPolicies(nil, quota.Defaults{Quota: quota.DefaultQuota}, 0), nil),
-		Eligible: func(r outbox.ClaimScope) bool { return r.TaskQueue != "no-target" },
+		Claimed:  quota.CountFunc(b.store.CountClaimedByNamespace),
 		Now:      func() time.Time { return outboxtest.T0 },
 	})
 	b.add(t, "ns", "no-target", 5)
 	b.add(t, "ns", "ok", 5)
-	s := sweep(t, p, b, 100, nil)
+	s, err := p.Sweep(ctx, b.store, backpressure.SweepRequest{Batch: 100,
+		Eligible: func(r outbox.ClaimScope) bool { return r.TaskQueue != "no-target" }})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(s.Rows) != 5 {
 		t.Fatalf("claimed %d, want 5", len(s.Rows))
 	}
@@ -385,6 +391,9 @@ func TestEligibleFilterLeavesRoutesOut(t *testing.T) {
 		if r.TaskQueue != "ok" {
 			t.Fatalf("claimed a row of a filtered route: %s", r.DispatchKey)
 		}
+	}
+	if want := []outbox.ClaimScope{{Namespace: "ns", TaskQueue: "no-target"}}; !slices.Equal(s.Ineligible, want) {
+		t.Fatalf("Ineligible = %v, want %v (the route left out, for the caller's report)", s.Ineligible, want)
 	}
 }
 
@@ -394,7 +403,7 @@ func TestStoreErrorsAreWrappedAndKeepClaimedRows(t *testing.T) {
 			p, b := setup(t)
 			b.add(t, "ns", "q", 3)
 			b.store.failOn = step
-			_, err := p.Sweep(ctx, b.store, 10, nil)
+			_, err := p.Sweep(ctx, b.store, backpressure.SweepRequest{Batch: 10})
 			if !errors.Is(err, errInjected) {
 				t.Fatalf("err %v, want the injected fault wrapped", err)
 			}
@@ -435,7 +444,7 @@ func TestSweepProperties(t *testing.T) {
 			}
 		}
 		batch := rapid.IntRange(1, 64).Draw(rt, "batch")
-		s, err := p.Sweep(ctx, b.store, batch, nil)
+		s, err := p.Sweep(ctx, b.store, backpressure.SweepRequest{Batch: batch})
 		if err != nil {
 			rt.Fatal(err)
 		}

@@ -89,11 +89,13 @@ func benchEndToEnd(b *testing.B, st storeKind, mode benchMode) {
 		cfg := Config{Store: store, Targets: static(srv.URL), Registerer: prometheus.NewRegistry(), BatchSize: mode.batchSize}
 		cfg.fillDefaults()
 		cfg.Hosts = testHosts(b, cfg)
-		cfg.Planner = testPlanner(cfg.Hosts)
+		claims := newLateClaims(cfg.Store)
+		cfg.Planner = testPlanner(cfg.Hosts, claims)
 		d, err := New(cfg)
 		if err != nil {
 			b.Fatal(err)
 		}
+		claims.bind(d)
 		// Keys are split among producers; each producer appends its share.
 		keys := make([]string, mode.rows)
 		for j := range keys {

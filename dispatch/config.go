@@ -9,8 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fairshard/fairshard/backpressure"
 	"github.com/fairshard/fairshard/egress"
-	"github.com/fairshard/fairshard/outbox"
 )
 
 // Defaults of the Config tunables. A zero field in Config means "use the
@@ -166,7 +166,15 @@ type Config struct {
 	// Store is the node's outbox store (required). The dispatcher claims
 	// through Planner over this store, settles rows on it and re-arms
 	// stale claims with RearmStale.
-	Store outbox.Store
+	Store Store
+	// AfterSweep, when set, is called with every sweep's outcome once it
+	// has been reported (the node's lease service asks for capacity for a
+	// namespace new here).
+	AfterSweep func(backpressure.Sweep)
+	// Writable, when set, says why the store cannot commit now (a failed
+	// commit or fsync, until the store has reopened its file; nil: it
+	// can). Meanwhile no sweep runs: its claims could only fail.
+	Writable func() error
 	// Planner plans and performs each sweep's fair claim (required);
 	// *backpressure.Planner satisfies it. Do not give the same planner to a
 	// second sweeping dispatcher (two concurrent sweeps can together exceed

@@ -23,7 +23,7 @@ import (
 // context.
 type Dispatcher struct {
 	cfg          Config
-	store        outbox.Store
+	store        Store
 	client       *http.Client
 	ownTransport *http.Transport // built by New, closed when Run returns; nil if injected
 	hosts        *HostLimits     // per-target-host limits and rows in flight
@@ -317,20 +317,20 @@ func (d *Dispatcher) SweepOnce(ctx context.Context) (backpressure.Sweep, error) 
 		d.limited.Store(true) // the next settle wakes us
 		return backpressure.Sweep{}, nil
 	}
+	if d.cfg.Writable != nil && d.cfg.Writable() != nil {
+		return backpressure.Sweep{}, nil
+	}
 	var held map[string]struct{}
 	if d.cfg.Held != nil {
 		held = d.cfg.Held()
 	}
-	fs := &filteredStore{ClaimStore: d.store, d: d}
-	var planned backpressure.ClaimStore = fs
-	if bc, ok := d.store.(backpressure.BatchClaimer); ok {
-		// Keep the store's one-transaction sweep visible to the planner.
-		planned = &filteredBatchStore{filteredStore: fs, BatchClaimer: bc}
-	}
 	start := time.Now()
-	sw, err := d.cfg.Planner.Sweep(ctx, planned, budget, held)
+	sw, err := d.cfg.Planner.Sweep(ctx, d.store, backpressure.SweepRequest{Batch: budget, Held: held, Eligible: d.Eligible})
 	d.m.sweepDur.Observe(time.Since(start).Seconds())
-	d.report(sw, budget, fs) // first: a delivery may end before launch returns, and its answer wakes a short sweep
+	d.report(sw, budget) // first: a delivery may end before launch returns, and its answer wakes a short sweep
+	if d.cfg.AfterSweep != nil {
+		d.cfg.AfterSweep(sw)
+	}
 	d.launch(sw.Rows)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -343,15 +343,6 @@ func (d *Dispatcher) SweepOnce(ctx context.Context) (backpressure.Sweep, error) 
 	return sw, nil
 }
 
-// filteredStore is the store as the planner sees it: PendingRoutes leaves
-// out ineligible routes and records those that wait for a target.
-type filteredStore struct {
-	backpressure.ClaimStore
-	d       *Dispatcher
-	listed  bool
-	waiting []outbox.ClaimScope
-}
-
 // InFlightByNamespace returns, per namespace, the deliveries this
 // dispatcher runs now (rows; namespaces with none are absent). A row
 // counts from its claim's launch until its settle returned, whatever a
@@ -362,57 +353,9 @@ func (d *Dispatcher) InFlightByNamespace() map[string]int {
 	return maps.Clone(d.inflightNS)
 }
 
-// CountClaimedByNamespace is the store's count of claimed rows, raised
-// per namespace to the deliveries this dispatcher runs for it. A row whose
-// state a merge replaced while its delivery runs (a peer's newer copy: the
-// node that took the shard over during a failover settled or re-armed it,
-// and repair or shipping brought that state here) is no longer claimed in
-// the store, yet its request is still at the target; counting the store
-// alone, the next sweep claimed past the ceiling (chaos seed 411670462:
-// 33 deliveries in flight from one node, quota 32).
-func (f *filteredStore) CountClaimedByNamespace(ctx context.Context, namespaces []string) (map[string]int, error) {
-	out, err := f.ClaimStore.CountClaimedByNamespace(ctx, namespaces)
-	if err != nil {
-		return out, err
-	}
-	f.d.mu.Lock()
-	for _, ns := range namespaces {
-		out[ns] = max(out[ns], f.d.inflightNS[ns])
-	}
-	f.d.mu.Unlock()
-	return out, nil
-}
-
-// filteredBatchStore is a filteredStore over a store that claims a whole
-// sweep in one transaction (backpressure.BatchClaimer).
-type filteredBatchStore struct {
-	*filteredStore
-	backpressure.BatchClaimer
-}
-
-func (f *filteredStore) PendingRoutes(ctx context.Context, now time.Time) ([]outbox.ClaimScope, error) {
-	routes, err := f.ClaimStore.PendingRoutes(ctx, now)
-	if err != nil {
-		return nil, err
-	}
-	f.listed = true
-	out := make([]outbox.ClaimScope, 0, len(routes))
-	for _, r := range routes {
-		if f.d.cfg.Paused != nil && f.d.cfg.Paused(r.Namespace) {
-			continue
-		}
-		if !f.d.hasTarget(r) {
-			f.waiting = append(f.waiting, r)
-			continue
-		}
-		out = append(out, r)
-	}
-	return out, nil
-}
-
 // report turns a sweep into metrics and the wake-on-settle decision.
 // Called with sweepMu held.
-func (d *Dispatcher) report(sw backpressure.Sweep, budget int, fs *filteredStore) {
+func (d *Dispatcher) report(sw backpressure.Sweep, budget int) {
 	limited, hostLimited := len(sw.Rows) >= budget, false
 	seen := make(map[string]bool, len(sw.Namespaces))
 	// Gauges are summed per label value: namespaces past the label bound
@@ -467,9 +410,15 @@ func (d *Dispatcher) report(sw backpressure.Sweep, budget int, fs *filteredStore
 		d.m.ceiling.WithLabelValues(l).Set(g.ceiling)
 		d.m.headroom.WithLabelValues(l).Set(g.headroom)
 	}
-	if fs.listed {
-		d.waiting = fs.waiting
-		d.m.routesNoTarget.Set(float64(len(fs.waiting)))
+	if sw.Listed {
+		// The routes left out that are not paused wait for a target.
+		d.waiting = d.waiting[:0]
+		for _, r := range sw.Ineligible {
+			if d.cfg.Paused == nil || !d.cfg.Paused(r.Namespace) {
+				d.waiting = append(d.waiting, r)
+			}
+		}
+		d.m.routesNoTarget.Set(float64(len(d.waiting)))
 	}
 	d.mu.Unlock()
 	d.limited.Store(limited)

@@ -102,7 +102,8 @@ func testBurstyQuiet(t *testing.T, st storeKind) {
 	cfg.Store, _ = st.open(t)
 	cfg.Registerer = prometheus.NewPedanticRegistry()
 	cfg.Hosts = testHosts(t, cfg)
-	cp := &countingPlanner{Planner: testPlanner(cfg.Hosts), claimed: map[string]int64{}}
+	claims := newLateClaims(cfg.Store)
+	cp := &countingPlanner{Planner: testPlanner(cfg.Hosts, claims), claims: claims, claimed: map[string]int64{}}
 	cfg.Planner = cp
 	d, b := setup(t, cfg)
 	stop := run(t, d)
@@ -460,8 +461,8 @@ func (s *batchStore) ClaimBatch(ctx context.Context, run func(claim func(outbox.
 	return run(func(p outbox.ClaimParams) ([]outbox.Row, error) { return s.Claim(ctx, p) })
 }
 
-// TestBatchClaimerPassedThrough: the dispatcher's route filter keeps a
-// store's one-transaction sweep visible to the planner.
+// TestBatchClaimerPassedThrough: the planner sees the dispatcher's store
+// as it is, so a store's one-transaction sweep is used.
 func TestBatchClaimerPassedThrough(t *testing.T) {
 	tg := newTarget(t, nil)
 	bs := &batchStore{Store: newStore(t)}

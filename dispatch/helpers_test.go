@@ -176,7 +176,7 @@ func setup(t testing.TB, cfg Config) (*Dispatcher, *bundle) {
 	if cfg.Store == nil {
 		cfg.Store = newStore(t)
 	}
-	b.store = cfg.Store
+	b.store = cfg.Store.(outbox.Store)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -188,7 +188,9 @@ func setup(t testing.TB, cfg Config) (*Dispatcher, *bundle) {
 	if cfg.Hosts == nil {
 		cfg.Hosts = testHosts(t, cfg)
 	}
+	var claims *lateClaims
 	if cfg.Planner == nil {
+		claims = newLateClaims(cfg.Store)
 		src := quota.SettingsSourceFunc(func(_ context.Context, ns string) (quota.Settings, bool, error) {
 			q, ok := b.quotas.Load(ns)
 			if !ok {
@@ -199,6 +201,7 @@ func setup(t testing.TB, cfg Config) (*Dispatcher, *bundle) {
 		})
 		cfg.Planner = backpressure.NewPlanner(backpressure.PlannerConfig{
 			Ceilings: quota.NewProportional(quota.NewPolicies(src, quota.Defaults{Quota: quota.DefaultQuota}, 0), nil),
+			Claimed:  claims,
 			Now:      cfg.Now,
 			Hosts:    cfg.Hosts,
 		})
@@ -210,7 +213,22 @@ func setup(t testing.TB, cfg Config) (*Dispatcher, *bundle) {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
+	if claims != nil {
+		claims.bind(d)
+	}
+	if lc, ok := plannerClaims(cfg.Planner); ok {
+		lc.bind(d)
+	}
 	return d, b
+}
+
+// plannerClaims finds the lateClaims a test handed its own planner
+// (countingPlanner over testPlanner), to bind it too.
+func plannerClaims(p Planner) (*lateClaims, bool) {
+	if cp, ok := p.(*countingPlanner); ok {
+		return cp.claims, cp.claims != nil
+	}
+	return nil, false
 }
 
 // testHosts builds the HostLimits for cfg (its Targets and host limits,
@@ -226,12 +244,37 @@ func testHosts(t testing.TB, cfg Config) *HostLimits {
 }
 
 // testPlanner is a backpressure planner where every namespace has the
-// default quota, claiming by hosts' limits (nil: no host ceiling).
-func testPlanner(hosts backpressure.HostSlots) *backpressure.Planner {
+// default quota, claiming by hosts' limits (nil: no host ceiling), whose
+// claimed counts are claims'.
+func testPlanner(hosts backpressure.HostSlots, claims quota.Counter) *backpressure.Planner {
 	return backpressure.NewPlanner(backpressure.PlannerConfig{
 		Ceilings: quota.NewProportional(quota.NewPolicies(nil, quota.Defaults{Quota: quota.DefaultQuota}, 0), nil),
+		Claimed:  claims,
 		Hosts:    hosts,
 	})
+}
+
+// lateClaims is the node's claim rule (quota.Claims) over a store and a
+// dispatcher that is built after the planner: bind it once New returned.
+type lateClaims struct {
+	store outbox.Store
+	d     atomic.Pointer[Dispatcher]
+}
+
+func newLateClaims(store Store) *lateClaims {
+	return &lateClaims{store: store.(outbox.Store)}
+}
+
+func (c *lateClaims) bind(d *Dispatcher) { c.d.Store(d) }
+
+// Claimed implements quota.Counter: the store's claims raised to the
+// dispatcher's running deliveries.
+func (c *lateClaims) Claimed(ctx context.Context, namespaces []string) (map[string]int, error) {
+	claims := quota.Claims{Held: c.store.CountClaimedByNamespace}
+	if d := c.d.Load(); d != nil {
+		claims.Running = d.InFlightByNamespace
+	}
+	return claims.Claimed(ctx, namespaces)
 }
 
 // countingPlanner wraps a Planner and numbers its sweeps, recording which
@@ -239,16 +282,17 @@ func testPlanner(hosts backpressure.HostSlots) *backpressure.Planner {
 // the store's speed.
 type countingPlanner struct {
 	Planner
+	claims   *lateClaims // bound by setup
 	started  atomic.Int64
 	mu       sync.Mutex
 	claimed  map[string]int64 // dispatch_key → number of the sweep that claimed it
 	maxSweep time.Duration    // longest sweep so far
 }
 
-func (p *countingPlanner) Sweep(ctx context.Context, s backpressure.ClaimStore, batch int, held map[string]struct{}) (backpressure.Sweep, error) {
+func (p *countingPlanner) Sweep(ctx context.Context, s backpressure.ClaimStore, req backpressure.SweepRequest) (backpressure.Sweep, error) {
 	n := p.started.Add(1)
 	start := time.Now()
-	sw, err := p.Planner.Sweep(ctx, s, batch, held)
+	sw, err := p.Planner.Sweep(ctx, s, req)
 	took := time.Since(start)
 	p.mu.Lock()
 	p.maxSweep = max(p.maxSweep, took)

@@ -74,12 +74,25 @@ type TargetsFunc func(route outbox.ClaimScope) (Target, bool)
 func (f TargetsFunc) Target(route outbox.ClaimScope) (Target, bool) { return f(route) }
 
 // Planner is what the dispatcher needs of the fair claim planner: one sweep
-// that claims up to batchSize rows through store, leaving held workflows'
-// rows pending. *backpressure.Planner implements it. Sweep may return rows
-// together with an error (rows it claimed before the error); the
-// dispatcher delivers them.
+// that claims up to req.Batch rows through store, leaving held workflows'
+// rows and ineligible routes pending. *backpressure.Planner implements it.
+// Sweep may return rows together with an error (rows it claimed before the
+// error); the dispatcher delivers them.
 type Planner interface {
-	Sweep(ctx context.Context, store backpressure.ClaimStore, batchSize int, held map[string]struct{}) (backpressure.Sweep, error)
+	Sweep(ctx context.Context, store backpressure.ClaimStore, req backpressure.SweepRequest) (backpressure.Sweep, error)
+}
+
+// Store is what the dispatcher needs of the node's store: the claims the
+// planner makes through it (a backpressure.BatchClaimer, found by the
+// planner, claims a whole sweep in one transaction), the settles of
+// delivered rows and the re-arm of stale claims. The node gives it
+// replication.Store, so every settle reaches the backups.
+type Store interface {
+	backpressure.ClaimStore
+	Complete(ctx context.Context, p outbox.CompleteParams) error
+	Retry(ctx context.Context, p outbox.RetryParams) error
+	Fail(ctx context.Context, p outbox.FailParams) error
+	RearmStale(ctx context.Context, p outbox.RearmParams) ([]outbox.Row, error)
 }
 
 var _ Planner = (*backpressure.Planner)(nil)

@@ -52,7 +52,8 @@ func TestConfigValidation(t *testing.T) {
 	tg := static("http://127.0.0.1:1")
 	base := func() Config {
 		c := testConfig(tg)
-		c.Store, c.Planner = newStore(t), testPlanner(nil)
+		c.Store = newStore(t)
+		c.Planner = testPlanner(nil, newLateClaims(c.Store))
 		return c
 	}
 	cases := []struct {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fairshard/fairshard/backpressure"
 	"github.com/fairshard/fairshard/cluster"
 	"github.com/fairshard/fairshard/lease"
 	"github.com/fairshard/fairshard/node/httpapi"
@@ -49,10 +50,9 @@ type leaseConfig struct {
 	Peers      *peer.Client
 	// Wake asks the dispatcher for a sweep (a grant grew).
 	Wake func()
-	// InFlight gives the dispatcher's deliveries per namespace (nil:
-	// none): a row a merge replaced while its delivery runs is no longer
-	// claimed in the store but still holds capacity at the target.
-	InFlight func() map[string]int
+	// Claims is the claim rule (quota.Claims): what this node reports it
+	// has of each namespace.
+	Claims quota.Claims
 	// Label maps a namespace to its metrics label (--metrics-namespaces:
 	// past the bound, "_other"); nil: the namespace itself.
 	Label      func(ns string) string
@@ -67,7 +67,7 @@ type leaseConfig struct {
 // client side, which once per refresh interval (or sooner when appends
 // arrive) measures this node's demand for every exact-mode namespace and
 // sends one batched call per coordinator node (sooner when a namespace
-// is new here: leasePoker). Its grants are the
+// is new here: afterSweep). Its grants are the
 // planner's ceilings (quota.Leased over lease.Client).
 type leaseService struct {
 	cfg    leaseConfig
@@ -166,6 +166,22 @@ func (l *leaseService) asked(ns string) bool {
 	return ok
 }
 
+// afterSweep runs after each of the dispatcher's sweeps: an exact-mode
+// namespace that has visible pending rows here, no grant, and was not in
+// this node's last lease demand (rows of it just arrived) asks for an
+// early refresh, so a namespace new on this node gets capacity within a
+// call instead of a refresh interval. Namespaces already asked for wait
+// for the regular refresh, so lease traffic stays one call per
+// coordinator per interval.
+func (l *leaseService) afterSweep(sw backpressure.Sweep) {
+	for _, ns := range sw.Namespaces {
+		if ns.Mode == quota.ModeExact && ns.Ceiling == 0 && ns.Routes > 0 && !l.asked(ns.Namespace) {
+			l.Poke()
+			return
+		}
+	}
+}
+
 // minPokeGap bounds how often appends can trigger an early refresh.
 const minPokeGap = 20 * time.Millisecond
 
@@ -219,21 +235,17 @@ func (l *leaseService) demand(ctx context.Context) ([]lease.Demand, error) {
 			visible[r.Namespace] = true
 		}
 	}
-	var inflight map[string]int
-	if l.cfg.InFlight != nil {
-		inflight = l.cfg.InFlight()
-	}
-	if stats == nil {
-		stats = map[string]outbox.NamespaceStats{}
-	}
-	for ns := range inflight {
-		if _, ok := stats[ns]; !ok {
-			stats[ns] = outbox.NamespaceStats{} // every row of it merged away: still delivering
-		}
-	}
-	out := make([]lease.Demand, 0, len(visible))
+	held := make(map[string]int, len(stats))
 	for ns, st := range stats {
-		st.Claimed = max(st.Claimed, inflight[ns])
+		held[ns] = st.Claimed
+	}
+	// A namespace every row of which a merge replaced while its deliveries
+	// run has no stats left, and still holds capacity (Claims.Of adds it).
+	claimed := l.cfg.Claims.Of(held)
+	out := make([]lease.Demand, 0, len(visible))
+	for ns, c := range claimed {
+		st := stats[ns]
+		st.Claimed = c
 		if st.Claimed == 0 && !visible[ns] {
 			continue
 		}

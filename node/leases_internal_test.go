@@ -30,7 +30,7 @@ func TestLeaseDemandCountsRunningDeliveries(t *testing.T) {
 		return quota.Settings{}, false, nil
 	}), quota.Defaults{Quota: 64, Mode: quota.ModeExact}, 0)
 	l := &leaseService{cfg: leaseConfig{Store: st, Policies: policies,
-		InFlight: func() map[string]int { return map[string]int{"held": 3, "merged": 2} }}}
+		Claims: quota.Claims{Held: st.CountClaimedHeld, Running: func() map[string]int { return map[string]int{"held": 3, "merged": 2} }}}}
 	demand, err := l.demand(ctx)
 	if err != nil {
 		t.Fatal(err)

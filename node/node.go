@@ -43,21 +43,22 @@ const DataFileName = "fairshard.db"
 // Store is what a node needs of its outbox store: the contract
 // (outbox.Store, for the dispatcher and the claim planner) plus what each
 // part of the node declares it consumes: the API's reads and writes
-// (httpapi.Store), replication's (replication.Store: appends and merges
+// (httpapi.Store), replication's (replication.Local: appends and merges
 // of copies, shard pages and digests, the marks of a move), persisted
 // config entries (settings.ConfigStore), the
 // claim scope (SetOwnedShards), the ceilings' held-claims count and the
 // backlog metrics' reads. *boltstore.Store (New) and *memstore.Store
 // (tests, NewWithStore) implement it; the contract suite in outboxtest
-// checks every method for both. Optional upgrades found by type assertion:
-// backpressure.BatchClaimer (a sweep's claims in one transaction),
+// checks every method for both, ClaimBatch (a sweep's claims in one
+// transaction) included. Optional upgrades found by type assertion:
 // transfer.ShardsReader (a batch of copies handed to their replica sets
 // across shards in one commit) and tombstoneCollector (expiry of finished
 // rows).
 type Store interface {
 	outbox.Store
+	backpressure.BatchClaimer
 	httpapi.Store
-	replication.Store
+	replication.Local
 	settings.ConfigStore
 	// SetOwnedShards scopes claims to the shards this node owns.
 	SetOwnedShards(owned []uint32)
@@ -307,7 +308,7 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 		Self: n.name, ShardCount: cfg.Shards, LeaseLength: cfg.LeaseLength, Refresh: cfg.LeaseRefresh,
 		Drain: cfg.DeliveryTimeout, Policies: policies, Ownership: n.ownership, Terms: n.termStart, LatestTerm: n.latestTerm,
 		Store: store, Eligible: func(r outbox.ClaimScope) bool { return n.disp.Eligible(r) }, Peers: n.peers,
-		Wake: func() { n.disp.Wake() }, InFlight: func() map[string]int { return n.disp.InFlightByNamespace() },
+		Wake: func() { n.disp.Wake() }, Claims: n.claims(store),
 		Label: n.nsLabels.Label, Registerer: reg, Logger: log,
 	})
 	if err != nil {
@@ -319,10 +320,10 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 	ceilings := quota.NewByMode(policies,
 		quota.NewProportional(policies, func() shards.OwnedShardFraction { return n.ownership().Fraction }),
 		quota.NewLeased(policies, n.leases.Grants(), nil))
-	planner := backpressure.NewPlanner(backpressure.PlannerConfig{Ceilings: ceilings, Hosts: hosts, Logger: log})
+	planner := backpressure.NewPlanner(backpressure.PlannerConfig{Ceilings: ceilings, Claimed: n.claims(store), Hosts: hosts, Logger: log})
 	n.replPeers = replication.NewHTTPPeers(n.auth.Transport)
 	n.repl, err = replication.New(replication.Config{
-		Self: n.name, ShardCount: cfg.Shards, Store: store, Peers: n.replPeers,
+		Self: n.name, ShardCount: cfg.Shards, Local: store, Peers: n.replPeers,
 		WriteCopies: cfg.WriteCopies, Seeded: len(cfg.Join) > 0,
 		Scope:            n.setClaimScope,
 		Wake:             func() { n.disp.Wake() },
@@ -337,9 +338,14 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 	if err != nil {
 		return nil, err
 	}
+	// Every row change outside replication goes through rows, which ships
+	// it to the backups (DESIGN.md "One write path").
+	rows := replication.NewStore(store, n.repl)
 	n.disp, err = dispatch.New(dispatch.Config{
-		Store:             heldClaims(store, n.repl),
-		Planner:           leasePoker{planner, n.leases},
+		Store:             rows,
+		Planner:           planner,
+		AfterSweep:        n.leases.afterSweep,
+		Writable:          n.storeWritable,
 		Targets:           targets,
 		Hosts:             hosts,
 		Held:              n.settings.HeldWorkflows,
@@ -367,7 +373,7 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 		Self: n.name, ShardCount: cfg.Shards, APIToken: cfg.APIToken, Security: n.securityView, Reachable: n.reach.Reachable,
 		DefaultMaxInFlight: cfg.DefaultMaxInFlight,
 		MaxNamespaces:      cfg.MaxNamespaces, MaxTargets: cfg.MaxTargets, MaxHolds: cfg.MaxHolds,
-		Store: store, Router: n.router, Settings: n.settings, Ownership: n.ownership, Peers: n.peers,
+		Store: rows, Router: n.router, Settings: n.settings, Ownership: n.ownership, Peers: n.peers,
 		Replication: n.repl, SetReplicationFactor: n.setReplicationFactor,
 		Hosts:      hosts,
 		Dispatcher: n.disp, Ceilings: ceilings, Leases: n.leases, Ready: n.Ready, StoreWritable: n.storeWritable,
@@ -543,130 +549,16 @@ func (n *Node) logAdvertiseChoice(ch cluster.AdvertiseChoice) {
 	}
 }
 
-// heldClaimsStore is the store as the dispatcher sees it: a namespace's
-// claimed count is every claimed row held on this node, owned shard or not.
-// Right after an ownership change, rows of a shard just lost are still being
-// delivered here and must keep counting against this node's ceiling, or the
-// node would claim past it (docs/DECISIONS.md). Every state change it makes
-// (settles, re-arms) is handed to the replicator, which ships the rows'
-// new state to the backups (claims are not replicated). Everything else is
-// the store's own.
-type heldClaimsStore struct {
-	Store
-	repl *replication.Replicator
-}
-
-// PendingRoutes lists nothing while the store refuses writes (a failed
-// commit, until it has reopened its file): a sweep could only fail.
-func (s heldClaimsStore) PendingRoutes(ctx context.Context, now time.Time) ([]outbox.ClaimScope, error) {
-	if writableOf(s.Store) != nil {
-		return nil, nil
-	}
-	return s.Store.PendingRoutes(ctx, now)
-}
-
-// CountClaimedByNamespace counts claimed rows held here, all shards.
-func (s heldClaimsStore) CountClaimedByNamespace(ctx context.Context, namespaces []string) (map[string]int, error) {
-	return s.CountClaimedHeld(ctx, namespaces)
-}
-
-// Complete settles a delivered row and ships its new state; the row's
-// shard is marked settling from before the commit until the change is
-// queued (Replicator.Settling: the handover fence).
-func (s heldClaimsStore) Complete(ctx context.Context, p outbox.CompleteParams) error {
-	defer s.repl.Settling(p.DispatchKey)()
-	err := s.Store.Complete(ctx, p)
-	if err == nil {
-		s.repl.Changed(p.DispatchKey)
-	}
-	return err
-}
-
-// Retry reschedules a row and ships its new state.
-func (s heldClaimsStore) Retry(ctx context.Context, p outbox.RetryParams) error {
-	defer s.repl.Settling(p.DispatchKey)()
-	err := s.Store.Retry(ctx, p)
-	if err == nil {
-		s.repl.Changed(p.DispatchKey)
-	}
-	return err
-}
-
-// Fail dead-letters a row and ships its new state.
-func (s heldClaimsStore) Fail(ctx context.Context, p outbox.FailParams) error {
-	defer s.repl.Settling(p.DispatchKey)()
-	err := s.Store.Fail(ctx, p)
-	if err == nil {
-		s.repl.Changed(p.DispatchKey)
-	}
-	return err
-}
-
-// Cancel withdraws a pending row and ships its new state.
-func (s heldClaimsStore) Cancel(ctx context.Context, p outbox.CancelParams) (bool, error) {
-	defer s.repl.Settling(p.DispatchKey)()
-	ok, err := s.Store.Cancel(ctx, p)
-	if ok {
-		s.repl.Changed(p.DispatchKey)
-	}
-	return ok, err
-}
-
-// RearmStale re-arms stale claims and ships the rows' new state. No
-// Settling mark: a re-armed row's delivery was given up (its visibility
-// timeout passed), so a new primary claiming it delivers it once more,
-// as any node would after that timeout.
-func (s heldClaimsStore) RearmStale(ctx context.Context, p outbox.RearmParams) ([]outbox.Row, error) {
-	rows, err := s.Store.RearmStale(ctx, p)
-	if len(rows) > 0 {
-		keys := make([]string, len(rows))
-		for i := range rows {
-			keys[i] = rows[i].DispatchKey
+// claims is the node's claim rule (quota.Claims): a namespace's claimed
+// rows held here on every shard, or the deliveries running if more. The
+// planner, the lease demand and the API read it.
+func (n *Node) claims(store Store) quota.Claims {
+	return quota.Claims{Held: store.CountClaimedHeld, Running: func() map[string]int {
+		if n.disp == nil {
+			return nil // not built yet: nothing runs
 		}
-		s.repl.Changed(keys...)
-	}
-	return rows, err
-}
-
-// heldClaimsBatchStore keeps a store's one-transaction ClaimBatch
-// (backpressure.BatchClaimer) visible through the wrapper.
-type heldClaimsBatchStore struct {
-	heldClaimsStore
-	backpressure.BatchClaimer
-}
-
-// heldClaims wraps store for the dispatcher, keeping its optional
-// BatchClaimer.
-func heldClaims(store Store, repl *replication.Replicator) outbox.Store {
-	h := heldClaimsStore{store, repl}
-	if b, ok := store.(backpressure.BatchClaimer); ok {
-		return heldClaimsBatchStore{h, b}
-	}
-	return h
-}
-
-// leasePoker is the claim planner as the dispatcher runs it: after each
-// sweep, an exact-mode namespace that has visible pending rows here, no
-// grant, and was not in this node's last lease demand (rows of it just
-// arrived) asks the lease service for an early refresh, so a namespace new
-// on this node gets capacity within a call instead of a refresh interval.
-// Namespaces already asked for wait for the regular refresh, so lease
-// traffic stays one call per coordinator per interval.
-type leasePoker struct {
-	*backpressure.Planner
-	leases *leaseService
-}
-
-// Sweep runs the planner's sweep, then pokes the lease service as above.
-func (p leasePoker) Sweep(ctx context.Context, store backpressure.ClaimStore, batchSize int, held map[string]struct{}) (backpressure.Sweep, error) {
-	sw, err := p.Planner.Sweep(ctx, store, batchSize, held)
-	for _, ns := range sw.Namespaces {
-		if ns.Mode == quota.ModeExact && ns.Ceiling == 0 && ns.Routes > 0 && !p.leases.asked(ns.Namespace) {
-			p.leases.Poke()
-			break
-		}
-	}
-	return sw, err
+		return n.disp.InFlightByNamespace()
+	}}
 }
 
 // updateTerms records, for every shard this node is primary of in s, when

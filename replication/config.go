@@ -13,12 +13,12 @@ import (
 	"github.com/fairshard/fairshard/transfer"
 )
 
-// Store is what replication needs from the node's local store
+// Local is what replication needs from the node's local store
 // (boltstore.Store and memstore.Store implement it): appends and merges of
 // copies, reads by key and by shard page, the marks of a move (for
 // dropping a copy the node no longer replicates) and the per-shard
 // digests maintained in every write transaction.
-type Store interface {
+type Local interface {
 	// Append stores new rows (insert or ignore by dispatch_key), durably.
 	Append(ctx context.Context, rows []outbox.Row) ([]outbox.AppendOutcome, error)
 	// Get returns a row, live or tombstone, or an error wrapping
@@ -101,8 +101,10 @@ type Config struct {
 	Self string
 	// ShardCount is the cluster's shard count.
 	ShardCount uint32
-	// Store is the node's local store (required).
-	Store Store
+	// Local is the node's local store (required). Replication reads and
+	// writes it directly; everything else reaches it through Store, which
+	// ships what changes.
+	Local Local
 	// Peers reaches the other members (required).
 	Peers Peers
 	// WriteCopies is the write-copies minimum: an append is answered only
@@ -158,8 +160,8 @@ func (c *Config) validate() error {
 	if c.ShardCount == 0 {
 		errs = append(errs, errors.New("ShardCount is 0"))
 	}
-	if c.Store == nil {
-		errs = append(errs, errors.New("Store is nil"))
+	if c.Local == nil {
+		errs = append(errs, errors.New("Local is nil"))
 	}
 	if c.Peers == nil {
 		errs = append(errs, errors.New("Peers is nil"))

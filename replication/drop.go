@@ -56,7 +56,7 @@ func (r *Replicator) dropLoop(ctx context.Context) error {
 // to hand to their replica sets.
 func (r *Replicator) Leftovers(ctx context.Context) ([]uint32, error) {
 	v := r.view.Load()
-	foreign, err := r.cfg.Store.ForeignShards(ctx)
+	foreign, err := r.cfg.Local.ForeignShards(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list shards outside the claim scope: %w", err)
 	}

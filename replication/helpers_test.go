@@ -97,7 +97,7 @@ func (c *tcluster) start(n *tnode) {
 	n.reg = prometheus.NewRegistry()
 	n.peers = replication.NewHTTPPeers(testAuth.Transport)
 	cfg := replication.Config{
-		Self: n.name, ShardCount: c.shards, Store: st, Peers: n.peers,
+		Self: n.name, ShardCount: c.shards, Local: st, Peers: n.peers,
 		Scope: func(owned []uint32) {
 			st.SetOwnedShards(owned)
 			n.scopeMu.Lock()

@@ -21,7 +21,7 @@ type Peers interface {
 	// in none of the rows' sets by its view), ErrInsufficientCopies (the
 	// write-copies minimum was not met there) or a transport error.
 	Forward(ctx context.Context, addr string, rows []outbox.Row) ([]Outcome, error)
-	// Append stores new rows on a backup as Store.Append does (insert or
+	// Append stores new rows on a backup as Local.Append does (insert or
 	// ignore by dispatch_key) and returns its outcomes, once durable.
 	Append(ctx context.Context, addr string, rows []outbox.Row) ([]outbox.AppendOutcome, error)
 	// Merge merges copies of rows into the member's store (outbox.Merge),

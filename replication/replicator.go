@@ -105,7 +105,7 @@ func New(cfg Config) (*Replicator, error) {
 	}
 	r.ship = newShipper(r)
 	r.appends = newAppendBatcher(r.cfg.Peers.Append, r.cfg.WriteTimeout)
-	r.mover, err = transfer.NewMover(cfg.Store, transfer.MoverConfig{Limits: cfg.Limits, Logger: cfg.Logger, Registerer: cfg.Registerer})
+	r.mover, err = transfer.NewMover(cfg.Local, transfer.MoverConfig{Limits: cfg.Limits, Logger: cfg.Logger, Registerer: cfg.Registerer})
 	if err != nil {
 		return nil, fmt.Errorf("replication: %w", err)
 	}

@@ -29,7 +29,7 @@ func (r *Replicator) AcceptForward(ctx context.Context, rows []outbox.Row) ([]Ou
 // AcceptAppend is the backup side of Peers.Append: the coordinator's new
 // rows, stored with insert-or-ignore.
 func (r *Replicator) AcceptAppend(ctx context.Context, rows []outbox.Row) ([]outbox.AppendOutcome, error) {
-	out, err := r.cfg.Store.Append(ctx, rows)
+	out, err := r.cfg.Local.Append(ctx, rows)
 	if err == nil && r.cfg.Wake != nil {
 		r.cfg.Wake()
 	}
@@ -79,7 +79,7 @@ func (r *Replicator) States(ctx context.Context, shards []uint32) (StatesReply, 
 	shards = slices.Clone(shards)
 	slices.Sort(shards)
 	shards = slices.Compact(shards)
-	claimed, err := r.cfg.Store.ClaimedByShard(ctx)
+	claimed, err := r.cfg.Local.ClaimedByShard(ctx)
 	if err != nil {
 		return rep, err
 	}
@@ -127,7 +127,7 @@ func (r *Replicator) ReadShardsCopy(ctx context.Context, reads []outbox.ShardRea
 			return nil, fmt.Errorf("shard %d ≥ shard count %d", p.Shard, r.cfg.ShardCount)
 		}
 		p.Mark, p.MaxRows, p.MaxBytes = false, maxRows-rows, maxBytes-size
-		page, err := r.cfg.Store.ReadShard(ctx, p)
+		page, err := r.cfg.Local.ReadShard(ctx, p)
 		if err != nil {
 			return nil, fmt.Errorf("read shard %d: %w", p.Shard, err)
 		}
@@ -165,7 +165,7 @@ func (r *Replicator) RowsByKey(ctx context.Context, keys []string, maxBytes int)
 		if i > 0 && size >= maxBytes {
 			return out, i, nil
 		}
-		row, err := r.cfg.Store.Get(ctx, k)
+		row, err := r.cfg.Local.Get(ctx, k)
 		if errors.Is(err, outbox.ErrNotFound) {
 			continue
 		}
@@ -183,7 +183,7 @@ func (r *Replicator) MissingOf(ctx context.Context, kvs []KeyVersion) (MissingRe
 	rep := MissingReply{Need: []int{}, Synced: map[uint32]bool{}}
 	for i, kv := range kvs {
 		kv.Shard = r.shardOf(kv.Key)
-		row, err := r.cfg.Store.Get(ctx, kv.Key)
+		row, err := r.cfg.Local.Get(ctx, kv.Key)
 		switch {
 		case errors.Is(err, outbox.ErrNotFound):
 			rep.Need = append(rep.Need, i)
@@ -294,7 +294,7 @@ func (r *Replicator) ShardStatus(ctx context.Context, shard uint32) (ShardStatus
 	if shard >= r.cfg.ShardCount {
 		return out, fmt.Errorf("shard %d ≥ shard count %d", shard, r.cfg.ShardCount)
 	}
-	d, err := r.cfg.Store.ShardDigest(ctx, shard)
+	d, err := r.cfg.Local.ShardDigest(ctx, shard)
 	if err != nil {
 		return out, err
 	}

@@ -499,7 +499,7 @@ func (s *shipper) ship(ctx context.Context, v *View, member string, keys []strin
 		return err
 	}
 	for _, key := range keys {
-		row, err := s.r.cfg.Store.Get(ctx, key)
+		row, err := s.r.cfg.Local.Get(ctx, key)
 		if errors.Is(err, outbox.ErrNotFound) {
 			continue
 		}

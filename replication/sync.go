@@ -240,7 +240,7 @@ func (r *Replicator) recordStates(peer string, rep StatesReply) {
 
 // localDigests returns this node's digest of every shard holding rows.
 func (r *Replicator) localDigests(ctx context.Context) (map[uint32]outbox.ShardDigest, error) {
-	ds, err := r.cfg.Store.ShardDigests(ctx)
+	ds, err := r.cfg.Local.ShardDigests(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -357,7 +357,7 @@ func (r *Replicator) pull(ctx context.Context, v *View, shard uint32, peer strin
 			r.log.Debug("shard diffed", "shard", shard, "with", peer, "pulled", pulled, "pushed", pushed)
 		}
 	}
-	d, err := r.cfg.Store.ShardDigest(ctx, shard)
+	d, err := r.cfg.Local.ShardDigest(ctx, shard)
 	if err != nil {
 		return err
 	}
@@ -388,7 +388,7 @@ func (rr remoteReader) ReadShard(ctx context.Context, p outbox.ShardRead) (outbo
 type localSink struct{ r *Replicator }
 
 func (ls localSink) Merge(ctx context.Context, rows []outbox.Row) (outbox.MergeResult, error) {
-	res, err := ls.r.cfg.Store.Merge(ctx, rows)
+	res, err := ls.r.cfg.Local.Merge(ctx, rows)
 	if err == nil && res.Created+res.Updated > 0 && ls.r.cfg.Wake != nil {
 		ls.r.cfg.Wake()
 	}
@@ -425,7 +425,7 @@ func keyList(ctx context.Context, shard uint32, read func(ctx context.Context, a
 
 // localKeys is one page of this node's key/version list of shard.
 func (r *Replicator) localKeys(ctx context.Context, shard uint32, after []byte, maxKeys int) (KeyPage, error) {
-	return readKeys(ctx, r.cfg.Store, shard, after, maxKeys, r.cfg.Limits.MaxBytes)
+	return readKeys(ctx, r.cfg.Local, shard, after, maxKeys, r.cfg.Limits.MaxBytes)
 }
 
 // readKeys reads up to maxKeys key/versions of shard from a store, in
@@ -548,7 +548,7 @@ func (r *Replicator) exchange(ctx context.Context, addr string, shard uint32, pu
 		return nil
 	}
 	for _, k := range pushKeys {
-		row, err := r.cfg.Store.Get(ctx, k)
+		row, err := r.cfg.Local.Get(ctx, k)
 		if errors.Is(err, outbox.ErrNotFound) {
 			continue
 		}

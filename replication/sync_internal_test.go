@@ -19,7 +19,7 @@ func TestUrgentFirst(t *testing.T) {
 			{Shard: 4, Replica: true, Synced: true, Rows: 5},
 		}},
 		"old": {Node: "old", Joined: true, States: []ShardState{
-			{Shard: 2, Rows: 5},                              // a leftover copy: a rebalance
+			{Shard: 2, Rows: 5}, // a leftover copy: a rebalance
 			{Shard: 4, Replica: true, Synced: true, Rows: 5}, // two copies already
 		}},
 	}

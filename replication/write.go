@@ -153,7 +153,7 @@ func (r *Replicator) route(ctx context.Context, v *View, rows []outbox.Row) ([]O
 // Write coordinates the write of rows whose replica sets include this
 // node (a forwarded append, or rows Route keeps here): it stores them
 // locally and on every other member of each row's set at once (an insert
-// or ignore by dispatch_key, like Store.Append), then sends the current
+// or ignore by dispatch_key, like Local.Append), then sends the current
 // copy of rows that already existed here (duplicates) to those members
 // with Merge, so no backup keeps a newer append of an older or finished
 // row. A row counts a copy per member that made it durable; Write returns
@@ -235,7 +235,7 @@ func (r *Replicator) Write(ctx context.Context, rows []outbox.Row) ([]Outcome, e
 			}
 		})
 	}
-	local, err := r.cfg.Store.Append(ctx, rows)
+	local, err := r.cfg.Local.Append(ctx, rows)
 	wg.Wait()
 	if err != nil {
 		r.m.writes.WithLabelValues("error").Inc()
@@ -268,7 +268,7 @@ func (r *Replicator) Write(ctx context.Context, rows []outbox.Row) ([]Outcome, e
 		}
 		cur := map[int]outbox.Row{}
 		for _, i := range dups {
-			row, err := r.cfg.Store.Get(ctx, rows[i].DispatchKey)
+			row, err := r.cfg.Local.Get(ctx, rows[i].DispatchKey)
 			if err != nil {
 				// Expired between the append and now: nothing to copy.
 				continue

@@ -367,34 +367,26 @@ func (a *API) primaryDeadLetters(ctx context.Context, ns string, keys []string) 
 }
 
 // redrivePrimary redrives ns's dead letters (keys, or all) of the shards
-// this node is primary of and ships their new state to the backups.
+// this node is primary of (the store ships their new state to the
+// backups), so a redrive counts each row once whatever the replication
+// factor.
 func (a *API) redrivePrimary(ctx context.Context, ns string, keys []string) (int, error) {
 	mine, err := a.primaryDeadLetters(ctx, ns, keys)
 	if err != nil || len(mine) == 0 {
 		return 0, err
 	}
-	n, err := a.cfg.Store.Redrive(ctx, ns, mine, time.Now().UTC())
-	if err != nil {
-		return 0, err
-	}
-	a.cfg.Replication.Changed(mine...)
-	return n, nil
+	return a.cfg.Store.Redrive(ctx, ns, mine, time.Now().UTC())
 }
 
 // purgePrimary purges ns's dead letters (keys, or all) of the shards this
-// node is primary of and ships their new state to the backups, so a purge
-// counts each row once whatever the replication factor.
+// node is primary of (the store ships their new state to the backups), so
+// a purge counts each row once whatever the replication factor.
 func (a *API) purgePrimary(ctx context.Context, ns string, keys []string) (int, error) {
 	mine, err := a.primaryDeadLetters(ctx, ns, keys)
 	if err != nil || len(mine) == 0 {
 		return 0, err
 	}
-	n, err := a.cfg.Store.PurgeDeadLetters(ctx, ns, mine, time.Now().UTC())
-	if err != nil {
-		return 0, err
-	}
-	a.cfg.Replication.Changed(mine...)
-	return n, nil
+	return a.cfg.Store.PurgeDeadLetters(ctx, ns, mine, time.Now().UTC())
 }
 
 func (a *API) handleInternalRedrive(w http.ResponseWriter, r *http.Request) {

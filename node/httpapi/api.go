@@ -34,10 +34,6 @@ import (
 // Store is what the API reads and writes in the node's store directly
 // (appends go through the Router).
 type Store interface {
-	// Append stores a forwarded append (insert-or-ignore by dispatch_key).
-	Append(ctx context.Context, rows []outbox.Row) ([]outbox.AppendOutcome, error)
-	// Merge stores a received transfer batch (outbox.Merge per row).
-	Merge(ctx context.Context, rows []outbox.Row) (outbox.MergeResult, error)
 	Get(ctx context.Context, dispatchKey string) (outbox.Row, error)
 	// ListDeadLetterPage reads one page of a namespace's dead letters,
 	// bounded in rows and bytes, with or without payloads
@@ -45,9 +41,6 @@ type Store interface {
 	ListDeadLetterPage(ctx context.Context, namespace string, q outbox.DeadLetterQuery) (outbox.DeadLetterPage, error)
 	Redrive(ctx context.Context, namespace string, keys []string, now time.Time) (int, error)
 	NamespaceStats(ctx context.Context) (map[string]outbox.NamespaceStats, error)
-	// ForeignShards lists the non-owned shards still holding rows here
-	// (/v1/cluster's handoff.shards_pending).
-	ForeignShards(ctx context.Context) ([]uint32, error)
 	// CountClaimedHeld counts claimed rows held here per namespace, every
 	// shard (the dispatcher's ceiling count; a row's `waiting`).
 	CountClaimedHeld(ctx context.Context, namespaces []string) (map[string]int, error)
@@ -63,11 +56,6 @@ type Replication interface {
 	Status() replication.Status
 	// ShardStatus asks every replica of a shard for its state.
 	ShardStatus(ctx context.Context, shard uint32) (replication.ShardStatus, error)
-	// Changed ships the new state of rows changed here (a redrive).
-	Changed(keys ...string)
-	// Settling marks keys as changing until the returned func is called
-	// (after Changed): the handover fence, see replication.Settling.
-	Settling(keys ...string) (done func())
 	// Leftovers lists the shards holding rows here that this node does
 	// not replicate (still to hand to their replica sets).
 	Leftovers(ctx context.Context) ([]uint32, error)

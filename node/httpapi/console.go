@@ -362,15 +362,11 @@ func (a *API) cancelLocal(ctx context.Context, req cancelRequest) (cancelResult,
 	}
 	res.Found = true
 	reason := cmp.Or(req.Reason, "cancelled by an operator")
-	defer a.cfg.Replication.Settling(req.DispatchKey)()
+	// The store ships the cancel to the backups (a failover must not
+	// deliver the row), whatever happens to the read-back below.
 	ok, err := a.cfg.Store.Cancel(ctx, outbox.CancelParams{DispatchKey: req.DispatchKey, Reason: reason, Now: time.Now().UTC()})
 	if err != nil {
 		return res, err
-	}
-	if ok {
-		// The backups' copies follow (a failover must not deliver it),
-		// whatever happens to the read-back below.
-		a.cfg.Replication.Changed(req.DispatchKey)
 	}
 	row, err := a.cfg.Store.Get(ctx, req.DispatchKey)
 	if err != nil {

@@ -150,8 +150,33 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) ([]outbox.Row, 
 		return nil, err
 	}
 	defer s.mu.Unlock()
+	return s.claimLocked(p, nil), nil
+}
+
+// ClaimBatch runs every claim run makes under one hold of the lock: the
+// claims take effect together when it returns nil, and none of them when
+// run returns an error (each claimed row gets its earlier state back), as
+// boltstore's one-transaction ClaimBatch (backpressure.BatchClaimer).
+func (s *Store) ClaimBatch(ctx context.Context, run func(claim func(outbox.ClaimParams) ([]outbox.Row, error)) error) error {
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	var undo []outbox.Row // earlier states of the rows claimed so far
+	err := run(func(p outbox.ClaimParams) ([]outbox.Row, error) { return s.claimLocked(p, &undo), nil })
+	if err != nil {
+		for i := range undo {
+			*s.rows[undo[i].DispatchKey] = undo[i]
+		}
+	}
+	return err
+}
+
+// claimLocked claims as Claim does, with s.mu held; with undo it appends
+// each claimed row's earlier state.
+func (s *Store) claimLocked(p outbox.ClaimParams, undo *[]outbox.Row) []outbox.Row {
 	if p.Limit <= 0 {
-		return nil, nil
+		return nil
 	}
 	var cand []*outbox.Row
 	for _, r := range s.rows {
@@ -172,10 +197,13 @@ func (s *Store) Claim(ctx context.Context, p outbox.ClaimParams) ([]outbox.Row, 
 	}
 	out := make([]outbox.Row, 0, len(cand))
 	for _, r := range cand {
+		if undo != nil {
+			*undo = append(*undo, r.Clone())
+		}
 		outbox.ApplyClaim(r, p.Now)
 		out = append(out, r.Clone())
 	}
-	return out, nil
+	return out
 }
 
 // RearmStale implements outbox.Store.

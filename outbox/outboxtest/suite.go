@@ -118,6 +118,7 @@ func RunStoreSuite(t *testing.T, newStore func(t *testing.T) outbox.Store) {
 		{"GetMissingIsNotFound", testGetMissing},
 		{"ClaimOrderAndFlip", testClaimOrder},
 		{"ClaimLimitZeroClaimsNothing", testClaimLimitZero},
+		{"ClaimBatchIsAllOrNothing", testClaimBatch},
 		{"InvisibleRowsNeitherClaimedNorListed", testInvisible},
 		{"ScopedClaimStaysInRoute", testScopedClaim},
 		{"HeldRowsSkippedWithoutStarvingRoute", testHeldSkipped},
@@ -339,6 +340,57 @@ func testClaimOrder(t *testing.T, s outbox.Store) {
 	}
 	wantKeys(t, "second claim", mustClaim(t, s, outbox.ClaimParams{Limit: 10, Now: now}), "d")
 	wantKeys(t, "third claim", mustClaim(t, s, outbox.ClaimParams{Limit: 10, Now: now}))
+}
+
+// batchClaimer is the one-transaction claim of a whole sweep
+// (backpressure.BatchClaimer), which every store of the node implements.
+type batchClaimer interface {
+	ClaimBatch(ctx context.Context, run func(claim func(outbox.ClaimParams) ([]outbox.Row, error)) error) error
+}
+
+// testClaimBatch: the claims of one ClaimBatch take effect together when
+// run returns nil, and none of them when it returns an error.
+func testClaimBatch(t *testing.T, s outbox.Store) {
+	bc, ok := s.(batchClaimer)
+	if !ok {
+		t.Fatalf("%T has no ClaimBatch", s)
+	}
+	mustAppend(t, s, Row("a", "ns", "q"), Row("b", "ns", "q"), Row("c", "ns2", "q"))
+	now := T0.Add(time.Second)
+	failed := errors.New("the sweep failed")
+	err := bc.ClaimBatch(ctx, func(claim func(outbox.ClaimParams) ([]outbox.Row, error)) error {
+		scope := outbox.ClaimScope{Namespace: "ns", TaskQueue: "q"}
+		if rows, err := claim(outbox.ClaimParams{Limit: 2, Now: now, Scope: &scope}); err != nil || len(rows) != 2 {
+			t.Fatalf("claim inside the batch: %d rows, %v", len(rows), err)
+		}
+		return failed
+	})
+	if !errors.Is(err, failed) {
+		t.Fatalf("ClaimBatch = %v, want run's error", err)
+	}
+	for _, k := range []string{"a", "b", "c"} {
+		wantStatus(t, s, k, outbox.StatusPending)
+	}
+	var got []outbox.Row
+	err = bc.ClaimBatch(ctx, func(claim func(outbox.ClaimParams) ([]outbox.Row, error)) error {
+		got = got[:0] // run may be called more than once
+		for _, ns := range []string{"ns", "ns2"} {
+			scope := outbox.ClaimScope{Namespace: ns, TaskQueue: "q"}
+			rows, err := claim(outbox.ClaimParams{Limit: 10, Now: now, Scope: &scope})
+			if err != nil {
+				return err
+			}
+			got = append(got, rows...)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantKeys(t, "batch", got, "a", "b", "c")
+	for _, k := range []string{"a", "b", "c"} {
+		wantStatus(t, s, k, outbox.StatusClaimed)
+	}
 }
 
 func testClaimLimitZero(t *testing.T, s outbox.Store) {
