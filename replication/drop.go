@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fairshard/fairshard/outbox"
+	"github.com/fairshard/fairshard/transfer"
 )
 
 // Dropping copies. A node holding rows of a shard it is not a replica of
@@ -71,7 +72,14 @@ func (r *Replicator) Leftovers(ctx context.Context) ([]uint32, error) {
 
 // dropRound hands the rows of leftover shards to their sets and deletes
 // them; it returns how many leftover shards remain (as last counted when
-// a step fails, never a negative count).
+// a step fails, never a negative count). A shard is handed off only once
+// every member of its set answers as a synced replica (the set holds its
+// R copies); then, when every member's digest equals ours, the set holds
+// exactly our rows and the copy is deleted without sending any (the
+// common case: a replica that leaves a set, or a leaving node, whose
+// copies the others hold already); otherwise each member is sent the rows
+// it lacks first (dropSink). While this node is leaving (drain), every
+// shard it holds is a leftover.
 func (r *Replicator) dropRound(ctx context.Context, drain bool) (int, error) {
 	v := r.view.Load()
 	if v == nil {
@@ -81,31 +89,70 @@ func (r *Replicator) dropRound(ctx context.Context, drain bool) (int, error) {
 	if err != nil {
 		return r.leave.lastLeft(), err
 	}
+	if drain {
+		r.leave.setLeft(len(left))
+	}
 	// Marks whose release failed earlier are released first.
 	if err := r.mover.RetryStranded(ctx); err != nil {
+		return len(left), err
+	}
+	if err := r.confirmed.RetryStranded(ctx); err != nil {
 		return len(left), err
 	}
 	if len(left) == 0 {
 		return 0, nil
 	}
-	var ready []uint32
-	if drain {
-		for _, s := range left {
-			if len(v.set(s)) > 0 {
-				ready = append(ready, s)
+	answers := r.setStates(ctx, v, left)
+	mine, err := r.localDigests(ctx)
+	if err != nil {
+		return len(left), err
+	}
+	var same, differ []uint32
+	waiting := 0
+	for _, s := range left {
+		set := v.set(s)
+		synced, equal := len(set) > 0, true
+		for _, m := range set {
+			rep, answered := answers[m]
+			st, _ := stateOf(rep, s)
+			if !answered || !rep.Joined || !st.Replica || !st.Synced {
+				synced = false
+				break
+			}
+			if st.Rows != mine[s].Rows || st.Sum != mine[s].Sum {
+				equal = false
 			}
 		}
-	} else {
-		ready = r.syncedSets(ctx, v, left)
+		switch {
+		case !synced:
+			waiting++
+		case equal:
+			same = append(same, s)
+		default:
+			differ = append(differ, s)
+		}
 	}
-	if len(ready) == 0 {
-		return len(left), nil
+	var errs []error
+	if waiting > 0 {
+		errs = append(errs, fmt.Errorf("%d shards wait for every member of their replica sets to answer as a synced copy", waiting))
 	}
-	st, err := r.mover.Move(ctx, dropSink{r: r, v: v, drain: drain}, ready)
-	if st.Deleted > 0 {
-		r.m.dropped.Add(float64(st.Deleted))
-		r.log.Info("copies handed to their replica sets and dropped", "rows", st.Deleted, "sent", st.Rows, "shards", len(ready), "drain", drain)
+	deleted, sent := 0, 0
+	if len(same) > 0 {
+		st, err := r.confirmed.Move(ctx, transfer.SinkFunc(heldAlready), same)
+		deleted += st.Deleted
+		errs = append(errs, err)
 	}
+	if len(differ) > 0 {
+		st, err := r.mover.Move(ctx, dropSink{r: r, v: v}, differ)
+		deleted, sent = deleted+st.Deleted, st.Rows
+		errs = append(errs, err)
+	}
+	if deleted > 0 {
+		r.m.dropped.Add(float64(deleted))
+		r.log.Info("copies handed to their replica sets and dropped", "rows", deleted, "sent", sent,
+			"shards_equal", len(same), "shards_sent", len(differ), "drain", drain)
+	}
+	err = errors.Join(errs...)
 	rest, lerr := r.Leftovers(ctx)
 	if lerr != nil {
 		return len(left), errors.Join(err, lerr)
@@ -113,23 +160,27 @@ func (r *Replicator) dropRound(ctx context.Context, drain bool) (int, error) {
 	return len(rest), err
 }
 
-// syncedSets returns the shards of left whose every replica reports
-// itself synced now.
-func (r *Replicator) syncedSets(ctx context.Context, v *View, left []uint32) []uint32 {
+// heldAlready is the sink of a shard whose set holds exactly our copy
+// (every member's digest equals ours): nothing needs sending, and the
+// marked rows are deleted once it returns.
+func heldAlready(_ context.Context, rows []outbox.Row) (outbox.MergeResult, error) {
+	return outbox.MergeResult{Skipped: len(rows)}, nil
+}
+
+// setStates asks every member of the sets of shards for its state of
+// them (one States call per member, concurrently). A member that did not
+// answer is absent.
+func (r *Replicator) setStates(ctx context.Context, v *View, shards []uint32) map[string]StatesReply {
 	byMember := map[string][]uint32{}
-	for _, s := range left {
+	for _, s := range shards {
 		for _, m := range v.set(s) {
 			byMember[m] = append(byMember[m], s)
 		}
 	}
-	var members []string
-	for m := range byMember {
-		members = append(members, m)
-	}
 	answers := map[string]StatesReply{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for _, m := range members {
+	for m, list := range byMember {
 		addr := v.Addrs[m]
 		if addr == "" {
 			continue
@@ -137,7 +188,7 @@ func (r *Replicator) syncedSets(ctx context.Context, v *View, left []uint32) []u
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 			defer cancel()
-			rep, err := r.cfg.Peers.States(cctx, addr, byMember[m])
+			rep, err := r.cfg.Peers.States(cctx, addr, list)
 			if err != nil {
 				return
 			}
@@ -147,23 +198,7 @@ func (r *Replicator) syncedSets(ctx context.Context, v *View, left []uint32) []u
 		})
 	}
 	wg.Wait()
-	var ready []uint32
-	for _, s := range left {
-		set := v.set(s)
-		ok := len(set) > 0
-		for _, m := range set {
-			rep, answered := answers[m]
-			st, _ := stateOf(rep, s)
-			if !answered || !rep.Joined || !st.Replica || !st.Synced {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			ready = append(ready, s)
-		}
-	}
-	return ready
+	return answers
 }
 
 // Drain hands every row this node holds to the replica sets of their
@@ -233,6 +268,12 @@ func (p *leaveProgress) record(left, stranded int, err error) {
 	}
 }
 
+func (p *leaveProgress) setLeft(left int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.left, p.at = left, time.Now()
+}
+
 func (p *leaveProgress) lastLeft() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -278,14 +319,13 @@ func (r *Replicator) anyReplica(v *View) bool {
 	return false
 }
 
-// dropSink is the transfer.Sink of a drop: it makes every member of each
-// row's replica set hold the row (asking what it lacks, sending only
-// that), and fails unless all of them did (and, outside a drain, all
-// report themselves synced replicas of the shard).
+// dropSink is the transfer.Sink of a hand-off: it makes every member of
+// each row's replica set hold the row (asking what it lacks, sending only
+// that), and fails unless all of them did and all report themselves
+// synced replicas of the shard.
 type dropSink struct {
-	r     *Replicator
-	v     *View
-	drain bool
+	r *Replicator
+	v *View
 }
 
 func (d dropSink) Merge(ctx context.Context, rows []outbox.Row) (outbox.MergeResult, error) {
@@ -342,11 +382,9 @@ func (d dropSink) sendTo(ctx context.Context, member string, rows []outbox.Row, 
 	if err != nil {
 		return outbox.MergeResult{}, fmt.Errorf("ask which rows it lacks: %w", err)
 	}
-	if !d.drain {
-		for _, i := range idx {
-			if !rep.Synced[rows[i].Shard] {
-				return outbox.MergeResult{}, fmt.Errorf("not a synced replica of shard %d (yet)", rows[i].Shard)
-			}
+	for _, i := range idx {
+		if !rep.Synced[rows[i].Shard] {
+			return outbox.MergeResult{}, fmt.Errorf("not a synced replica of shard %d (yet)", rows[i].Shard)
 		}
 	}
 	res := outbox.MergeResult{Skipped: len(idx) - len(rep.Need)}

@@ -24,6 +24,9 @@ type Replicator struct {
 	log   *slog.Logger
 	m     *metrics
 	mover *transfer.Mover
+	// confirmed hands off shards whose sets hold our copy already (no row
+	// is sent: drop.go), in larger local batches than mover's.
+	confirmed *transfer.Mover
 
 	view atomic.Pointer[View]
 
@@ -81,6 +84,10 @@ type peerState struct {
 	joined bool
 }
 
+// confirmedBatchFactor scales Limits.MaxRows for hand-offs that send
+// nothing (replicator.confirmed).
+const confirmedBatchFactor = 10
+
 // New returns a Replicator; it does nothing until Apply and Run. It fails
 // on a config missing a required field or metrics the Registerer refuses.
 func New(cfg Config) (*Replicator, error) {
@@ -107,6 +114,13 @@ func New(cfg Config) (*Replicator, error) {
 	r.appends = newAppendBatcher(r.cfg.Peers.Append, r.cfg.WriteTimeout)
 	r.mover, err = transfer.NewMover(cfg.Local, transfer.MoverConfig{Limits: cfg.Limits, Logger: cfg.Logger, Registerer: cfg.Registerer})
 	if err != nil {
+		return nil, fmt.Errorf("replication: %w", err)
+	}
+	// Its batches are only marked and deleted here, never sent: ten times
+	// the rows of a sent batch, under the same byte budget.
+	local := cfg.Limits
+	local.MaxRows *= confirmedBatchFactor
+	if r.confirmed, err = transfer.NewMover(cfg.Local, transfer.MoverConfig{Limits: local, Logger: cfg.Logger}); err != nil {
 		return nil, fmt.Errorf("replication: %w", err)
 	}
 	return r, nil
