@@ -89,6 +89,11 @@ const (
 	DefaultHandoverInterval = 100 * time.Millisecond
 	// DefaultCallTimeout bounds one call to a peer.
 	DefaultCallTimeout = 30 * time.Second
+	// DefaultShipTimeout bounds one batch of shipped state changes (at most
+	// ShipBatch rows and Limits.MaxBytes): a batch lost with its connection
+	// (packet loss, a peer that went away) is retried after it, not after
+	// CallTimeout, so the settles behind it are not held back that long.
+	DefaultShipTimeout = 5 * time.Second
 	// DefaultWriteTimeout bounds the fan-out of one append to the backups.
 	DefaultWriteTimeout = 10 * time.Second
 	// MaxFactor is the largest replication factor.
@@ -137,7 +142,9 @@ type Config struct {
 	SyncConcurrency  int
 	LeftoverInterval time.Duration
 	CallTimeout      time.Duration
-	WriteTimeout     time.Duration
+	// ShipTimeout bounds one shipped batch (DefaultShipTimeout).
+	ShipTimeout  time.Duration
+	WriteTimeout time.Duration
 	// HandoverTimeout and HandoverInterval: see the defaults above. Set
 	// the timeout to at least the delivery timeout, or a slow delivery of
 	// the old primary may be repeated by the new one.
@@ -185,6 +192,7 @@ func (c *Config) validate() error {
 	def(&c.SyncRetry, DefaultSyncRetry)
 	def(&c.LeftoverInterval, DefaultLeftoverInterval)
 	def(&c.CallTimeout, DefaultCallTimeout)
+	def(&c.ShipTimeout, DefaultShipTimeout)
 	def(&c.WriteTimeout, DefaultWriteTimeout)
 	def(&c.HandoverTimeout, DefaultHandoverTimeout)
 	def(&c.HandoverInterval, DefaultHandoverInterval)

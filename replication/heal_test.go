@@ -3,8 +3,11 @@ package replication_test
 import (
 	"context"
 	"fmt"
+	"maps"
+	"net"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -150,4 +153,71 @@ func TestDrainWaitsUntilTheSetHoldsTheRows(t *testing.T) {
 			t.Fatalf("row %s held by %v after the drain, want its set's member only", r.DispatchKey, h)
 		}
 	}
+}
+
+// TestAShipLostWithItsConnectionIsRetriedSoon: a batch of state changes
+// whose call hangs (its connection lost to packet loss, or a peer that
+// stopped answering) is given up after ShipTimeout and the queue ships
+// again, not after the much longer CallTimeout: a soak delivered 52 rows a
+// second time when their primary was killed and wiped 15 s after settling
+// them, the settles still held behind a call cut off by packet loss.
+func TestAShipLostWithItsConnectionIsRetriedSoon(t *testing.T) {
+	c := newTCluster(t, 8, 2)
+	c.opts = func(cfg *replication.Config) {
+		cfg.PollInterval, cfg.CallTimeout, cfg.ShipTimeout = time.Hour, time.Minute, 200*time.Millisecond
+	}
+	c.add("a")
+	c.add("b")
+	c.apply()
+	waitSynced(t, c)
+	ctx := context.Background()
+	a, b := c.nodes["a"], c.nodes["b"]
+	if _, err := a.repl.Route(ctx, rowsFor("lost", 50, time.Now().UTC())); err != nil {
+		t.Fatal(err)
+	}
+	// b's address leads, for one view, to a listener that never answers.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	var held sync.WaitGroup
+	conns := make(chan net.Conn, 16)
+	held.Go(func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns <- conn
+		}
+	})
+	t.Cleanup(func() {
+		_ = ln.Close()
+		held.Wait()
+		close(conns)
+		for conn := range conns {
+			_ = conn.Close()
+		}
+	})
+	real := *c.view("a")
+	hung := real
+	hung.Version++
+	hung.Addrs = maps.Clone(real.Addrs)
+	hung.Addrs["b"] = ln.Addr().String()
+	a.repl.Apply(&hung)
+	settled := claimAll(t, a)
+	settle(t, a, settled)
+	back := hung
+	back.Version++
+	back.Addrs = real.Addrs
+	a.repl.Apply(&back) // the connection is gone; the address works again
+	eventually(t, 10*time.Second, "the settles on b", func() (bool, string) {
+		for _, r := range settled {
+			if got, err := b.store.Get(ctx, r.DispatchKey); err != nil || got.Status != outbox.StatusDone {
+				return false, fmt.Sprintf("%s on b: %s %v", r.DispatchKey, got.Status, err)
+			}
+		}
+		return true, ""
+	})
 }

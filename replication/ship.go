@@ -489,7 +489,7 @@ func (s *shipper) ship(ctx context.Context, v *View, member string, keys []strin
 		if len(batch) == 0 {
 			return nil
 		}
-		cctx, cancel := context.WithTimeout(ctx, s.r.cfg.CallTimeout)
+		cctx, cancel := context.WithTimeout(ctx, s.r.cfg.ShipTimeout)
 		defer cancel()
 		_, err := s.r.cfg.Peers.Merge(cctx, addr, batch)
 		if err == nil {
