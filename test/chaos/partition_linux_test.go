@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// TestReplicationPartition is scenario 4 of issue #14: 3 nodes (R = 2,
+// TestReplicationPartition: 3 nodes (R = 2,
 // write-copies 2), the load appending through every node; one node is cut
 // from the other two for 60 s by nftables rules in the nodes' network
 // namespaces, then healed. The run's checkers apply as in TestChaos:
@@ -18,11 +18,11 @@ import (
 // the drain every shard's replicas agree (replicas-agree). The isolated
 // node refuses appends with 503 (it cannot meet write-copies); the load
 // retries them on the other side. The figures (duplicates by cause,
-// append failures by kind) are logged. Runs where
-// FAIRSHARD_REPLICATION_SCENARIOS=1 (.ci/run sets it): about 2.5 minutes.
+// append failures by kind) are logged. A long scenario: it runs where
+// FAIRSHARD_LONG=1 (make test-long), about 2.5 minutes.
 func TestReplicationPartition(t *testing.T) {
-	if testing.Short() || os.Getenv("FAIRSHARD_REPLICATION_SCENARIOS") != "1" {
-		t.Skip("scenario 4 of issue 14: runs with FAIRSHARD_REPLICATION_SCENARIOS=1 (as .ci/run does)")
+	if testing.Short() || os.Getenv("FAIRSHARD_LONG") != "1" {
+		t.Skip("a long scenario: runs with FAIRSHARD_LONG=1 (make test-long)")
 	}
 	if why := labPrerequisites(); why != "" {
 		if os.Getenv("CI") != "" {

@@ -9,21 +9,10 @@ import (
 	"github.com/fairshard/fairshard/loadgen"
 )
 
-// Scenarios 5-7 of issue #14: hundreds of thousands of rows, or rows of
-// 1 MiB, so a few minutes of both cores. They run where
-// FAIRSHARD_REPLICATION_SCENARIOS=1 (.ci/run sets it) and are skipped
-// otherwise and under -short. Scenario 4 (a partition in network
-// namespaces) lives in test/chaos, which has the lab for it.
-
-// scenariosEnv names the variable that turns the long scenarios on.
-const scenariosEnv = "FAIRSHARD_REPLICATION_SCENARIOS"
-
-func longScenario(t *testing.T) {
-	t.Helper()
-	if testing.Short() || os.Getenv(scenariosEnv) != "1" {
-		t.Skipf("a long replication scenario: runs with %s=1 (as .ci/run does)", scenariosEnv)
-	}
-}
+// The replicated-shards volume scenarios: hundreds of thousands of rows,
+// or rows of 1 MiB, so a few minutes of both cores. They belong to `make
+// test-long` (longScenario); a partition in network namespaces lives in
+// test/chaos, which has the lab for it.
 
 // syncedRows is p's count of rows received by shard sync (bulk and diff).
 func (c *testCluster) syncedRows(p *proc) float64 {
