@@ -473,7 +473,14 @@ func TestHandoverWaitsForTheOldPrimarysClaims(t *testing.T) {
 // host: calls wait out their timeout) does not hold up the state changes
 // shipped to the other backups.
 func TestShippingIsNotHeldUpByAHangingBackup(t *testing.T) {
-	c := newTCluster(t, 8, 3, "a", "b", "c")
+	c := newTCluster(t, 8, 3)
+	// A call to the hanging c lasts a minute: a wave of settles held up by
+	// it could not reach b within the 10 s each wave is given below.
+	c.opts = func(cfg *replication.Config) { cfg.ShipTimeout, cfg.CallTimeout = time.Minute, time.Minute }
+	for _, n := range []string{"a", "b", "c"} {
+		c.add(n)
+	}
+	c.apply()
 	waitSynced(t, c)
 	ctx := context.Background()
 	if _, err := c.nodes["a"].repl.Route(ctx, rowsFor("h", 200, time.Now().UTC())); err != nil {
@@ -537,11 +544,7 @@ func TestShippingIsNotHeldUpByAHangingBackup(t *testing.T) {
 			return true, ""
 		})
 	}
-	// The test cluster's call timeout is 5 s: three waves held up by c
-	// would take at least 10 s.
-	if took := time.Since(start); took > 4*time.Second {
-		t.Fatalf("three waves of settles reached b in %v: shipping waited for the hanging backup", took)
-	}
+	t.Logf("three waves of settles reached b in %v beside a backup that never answers", time.Since(start).Round(time.Millisecond))
 }
 
 // Handover across views that differ: c joins and applies the new view,

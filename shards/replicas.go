@@ -13,14 +13,14 @@ import (
 const (
 	// replicaCapNum/replicaCapDen is the most replica-set positions (any
 	// position) one member may hold, as a multiple of the ideal
-	// copies·S/N: 5/4, the 1.25 × bound of issue #14.
+	// copies·S/N: 5/4, the 1.25 × balance bound (see ReplicaSets).
 	replicaCapNum = 5
 	replicaCapDen = 4
 	// fillTargetNum/fillTargetDen is the load, as a multiple of the ideal,
 	// up to which members take the positions left after the primary and
 	// the failover backup: 9/8. Filling to an even load moves more copies
 	// on a join, filling to the cap loads some members to 1.25 ×; see
-	// docs/DECISIONS.md.
+	// docs/adr/0005-replica-set-construction.md.
 	fillTargetNum = 9
 	fillTargetDen = 8
 )
@@ -100,17 +100,17 @@ type ReplicaTable struct {
 //
 // No member holds more than max(ceil(c·S/N), floor(1.25·c·S/N)) shard
 // copies in all positions (c = Copies(), N members, S shards): the 1.25 ×
-// bound of issue #14. A member whose failover demand would exceed the cap
-// takes failover backups up to it; the misses are spread so that each
-// primary loses as small a share of its shards as possible. The remaining
-// positions go to members below a fill target of 1.125 × the ideal (or the
-// lowest level that has room for them), by shard-proposing deferred
-// acceptance in rendezvous-score order, as in Assign. A shard left short
-// (its members below the target already in its set) is completed by moving
-// backups along an augmenting path under the cap, a failover backup only if
-// nothing else works; only if no path existed at all would it take a member
-// over the cap, which no test has produced (the cap is property-tested for
-// any member set of up to 24, any S ≤ 1024 and R ≤ 5).
+// balance bound. A member whose failover demand would exceed the cap takes
+// failover backups up to it; the misses are spread so that each primary
+// loses as small a share of its shards as possible. The remaining positions
+// go to members below a fill target of 1.125 × the ideal (or the lowest
+// level that has room for them), by shard-proposing deferred acceptance in
+// rendezvous-score order, as in Assign. A shard left short (its members
+// below the target already in its set) is completed by moving backups along
+// an augmenting path under the cap, a failover backup only if nothing else
+// works; only if no path existed at all would it take a member over the
+// cap, which no test has produced (the cap is property-tested for any
+// member set of up to 24, any S ≤ 1024 and R ≤ 5).
 //
 // # Cost
 //

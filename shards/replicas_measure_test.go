@@ -76,14 +76,18 @@ func pct(v []float64, p float64) float64 {
 	return v[int(math.Round(p*float64(len(v)-1)))]
 }
 
-// TestReplicaSetsSurvey prints the figures recorded in docs/BENCHMARKS.md.
-// It is a measurement, not a check: run it with
-// FAIRSHARD_SURVEY=1 go test -run ReplicaSetsSurvey -v ./shards.
-func TestReplicaSetsSurvey(t *testing.T) {
-	if os.Getenv("FAIRSHARD_SURVEY") == "" {
-		t.Skip("set FAIRSHARD_SURVEY=1 to print the replica-set survey")
-	}
+// BenchmarkReplicaSetsSurvey prints the figures recorded in
+// docs/BENCHMARKS.md (a measurement, so a benchmark: go test -run '^$'
+// -bench ReplicaSetsSurvey -benchtime 1x -v ./shards) and reports the
+// worst balance it saw. Under -short it runs 2 trials instead of 20.
+func BenchmarkReplicaSetsSurvey(b *testing.B) {
+	t := b
 	trials := 20
+	if testing.Short() {
+		trials = 2
+	}
+	worst := 0.0
+	defer func() { b.ReportMetric(worst, "worst-balance") }()
 	ns := []int{1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32}
 	if v := os.Getenv("FAIRSHARD_SURVEY_N"); v != "" {
 		var n int
@@ -121,6 +125,7 @@ func TestReplicaSetsSurvey(t *testing.T) {
 				}
 				t.Logf("| %d | %d | %d | %.2f | %.2f | %.1f %% | %.1f %% | %.2f | %.2f | %.2f | %.2f | %.2f |", shards, r, n,
 					pct(bal, 0.5), slices.Max(bal), 100*hm, 100*hmed, pct(join, 0.5), slices.Max(join), slices.Max(extra), lmed, lmax)
+				worst = max(worst, slices.Max(bal))
 			}
 		}
 	}
