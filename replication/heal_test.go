@@ -13,6 +13,7 @@ import (
 
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/replication"
+	"github.com/fairshard/fairshard/shards"
 )
 
 // healCluster starts a, b and c (R = 2, 64 shards) whose repair polls run
@@ -220,4 +221,74 @@ func TestAShipLostWithItsConnectionIsRetriedSoon(t *testing.T) {
 		}
 		return true, ""
 	})
+}
+
+// TestSyncFromALeavingNodeOnlyPulls: a node that joins a shard's set while
+// no member holds a synced copy syncs from every member holding rows of
+// it, the leaving node among them (still a member, in no set). A leaving
+// node refuses rows, so a two-way diff with it (pushing what the joiner
+// holds and it lacks) failed every time: the shard never counted as
+// synced, and the leave, which waits for the set to be synced, never
+// finished. A copy outside the set is now only pulled from.
+func TestSyncFromALeavingNodeOnlyPulls(t *testing.T) {
+	const S = 16
+	c := newTCluster(t, S, 1, "a", "b", "c")
+	waitSynced(t, c)
+	ctx := context.Background()
+	without := shards.ReplicaSets([]string{"a", "b"}, S, 1)
+	var shard uint32 = S
+	for s := range uint32(S) {
+		if c.view("a").Sets[s][0] == "c" && without.Replicas(s)[0] == "a" {
+			shard = s
+			break
+		}
+	}
+	if shard == S {
+		t.Fatal("no shard moving from c to a: the test proves nothing")
+	}
+	rowsOf := func(prefix string, n int) []outbox.Row {
+		var rows []outbox.Row
+		now := time.Now().UTC()
+		for i := 0; len(rows) < n; i++ {
+			if k := fmt.Sprintf("%s-%d", prefix, i); shards.ShardOf(k, S) == shard {
+				rows = append(rows, outbox.Row{DispatchKey: k, Namespace: "ns", TaskQueue: "q", CreatedAt: now, VisibleAfter: now,
+					Status: outbox.StatusPending, Attempt: 1, Version: outbox.FirstVersion})
+			}
+		}
+		return rows
+	}
+	if _, err := c.nodes["c"].repl.Route(ctx, rowsOf("on-c", 5)); err != nil {
+		t.Fatal(err)
+	}
+	// a holds rows of the shard that c lacks (a copy left from an earlier
+	// view), so a's sync from c is a diff, not a bulk copy.
+	if _, err := c.nodes["a"].store.Merge(ctx, rowsOf("on-a", 3)); err != nil {
+		t.Fatal(err)
+	}
+	leaver := c.nodes["c"]
+	leaver.refuseMerges.Store(true) // a leaving node takes no rows
+	// c announces it is leaving: every view still lists it (it serves its
+	// copies) and puts it in no set.
+	c.version++
+	sets := make([][]string, S)
+	for s := range uint32(S) {
+		sets[s] = without.Replicas(s)
+	}
+	addrs := map[string]string{}
+	for _, n := range []string{"a", "b", "c"} {
+		addrs[n] = c.nodes[n].srv.URL[len("http://"):]
+	}
+	for _, n := range []string{"a", "b", "c"} {
+		c.nodes[n].repl.Apply(&replication.View{Version: c.version, Self: n, ShardCount: S, Factor: 1, Sets: sets, Addrs: addrs, Leaving: n == "c"})
+	}
+	dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := leaver.repl.Drain(dctx); err != nil {
+		t.Fatalf("c's drain: %v (a's sync of shard %d with c never ended: synced %v)", err, shard, c.nodes["a"].repl.Synced(shard))
+	}
+	for _, r := range rowsOf("on-c", 5) {
+		if got, err := c.nodes["a"].store.Get(ctx, r.DispatchKey); err != nil || got.Status != outbox.StatusPending {
+			t.Fatalf("%s on a after c's drain: %v %v", r.DispatchKey, got.Status, err)
+		}
+	}
 }

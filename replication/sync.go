@@ -320,8 +320,12 @@ func stateMust(rep StatesReply, shard uint32) ShardState {
 
 // pull brings shard's rows held by peer here: nothing when the digests
 // agree, the whole shard streamed when we hold none of it, else a
-// key/version diff (which also pushes what the peer lacks). *mine is
-// updated to the local digest afterwards.
+// key/version diff, which also pushes what the peer lacks when the peer is
+// a replica of the shard. A peer outside the set (a leftover copy: a
+// leaving node, a replica that left the set on a rebalance) is only
+// pulled from: it takes no rows for the shard, and a leaving one refuses
+// them, which would fail the sync, and the leave waiting for it, for good.
+// *mine is updated to the local digest afterwards.
 func (r *Replicator) pull(ctx context.Context, v *View, shard uint32, peer string, mine *outbox.ShardDigest, theirs ShardState) error {
 	if theirs.Rows == mine.Rows && theirs.Sum == mine.Sum {
 		return nil
@@ -347,6 +351,14 @@ func (r *Replicator) pull(ctx context.Context, v *View, shard uint32, peer strin
 		}
 		if st.Rows > 0 {
 			r.log.Debug("shard copied", "shard", shard, "from", peer, "rows", st.Rows, "bytes", st.Bytes)
+		}
+	} else if !slices.Contains(v.set(shard), peer) {
+		pulled, err := r.pullNewer(ctx, addr, shard)
+		if err != nil {
+			return fmt.Errorf("pull shard %d from %s (outside its set): %w", shard, peer, err)
+		}
+		if len(pulled) > 0 {
+			r.log.Debug("shard pulled from a copy outside its set", "shard", shard, "from", peer, "pulled", len(pulled))
 		}
 	} else {
 		pulled, pushed, err := r.diff(ctx, addr, shard)
