@@ -6,7 +6,7 @@
 // one from it) and for the Go client (package client). Its test
 // (openapi_test.go) keeps it honest: it loads the document with a
 // maintained validator, checks that the node's routes and the document's
-// operations match both ways, and validates the README's example requests,
+// operations match both ways, and validates docs/api.md's example requests,
 // the Go client's requests and a real node's answers against it. A route
 // added to the node without an entry here fails that test, saying what to
 // add.

@@ -8,8 +8,8 @@
 //     would wedge against its own backlog.
 //  2. The per-node ceiling comes from a quota.Source (PlannerConfig.
 //     Ceilings): the seed's proportional ceil(quota × owned/total), or in
-//     exact mode (issue #15) the node's unexpired capacity lease, which
-//     FairShare (fairshare.go) computes on the namespace's coordinator.
+//     exact mode the node's unexpired capacity lease, which FairShare
+//     (fairshare.go) computes on the namespace's coordinator.
 //  3. Claims stay atomic and exactly-once: the planner only shapes the limit
 //     and scope of each Store.Claim. A row it does not claim stays pending.
 //

@@ -1,14 +1,14 @@
 package backpressure
 
-// HostAllowance applies a sweep's host rule (hostPlan; DECISIONS.md
-// "Delivery at the wire") to one namespace outside a sweep, for a row's
-// explanation ("why is this row waiting?"): given the host's usage and the
-// namespaces with claimable routes to it (wanting; ns is counted whether
-// listed or not), it returns what ns may claim on the host now in the
-// utilisation pass (max of its guaranteed share and the free slots, rows,
-// ≥ 0), its guaranteed share (rows) and how many namespaces share the
-// host. A sweep that started now would compute the same numbers from the
-// same inputs.
+// HostAllowance applies a sweep's host rule (hostPlan;
+// docs/adr/0015-host-slots-bound-claims.md) to one namespace outside a
+// sweep, for a row's explanation ("why is this row waiting?"): given the
+// host's usage and the namespaces with claimable routes to it (wanting;
+// ns is counted whether listed or not), it returns what ns may claim on
+// the host now in the utilisation pass (max of its guaranteed share and
+// the free slots, rows, ≥ 0), its guaranteed share (rows) and how many
+// namespaces share the host. A sweep that started now would compute the
+// same numbers from the same inputs.
 func HostAllowance(u HostUsage, ns string, wanting []string) (allowance, share, holders int) {
 	nss := map[string]struct{}{ns: {}}
 	for _, w := range wanting {

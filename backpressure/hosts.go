@@ -5,10 +5,10 @@ import (
 )
 
 // HostSlots is the per-target-host ceiling the planner applies beside each
-// namespace's (issue 11, "claim only what can be sent now"): a node keeps
-// at most about Limit rows in flight to one target host, so a claimed row
-// never waits in an HTTP client queue, and the host's slots are shared
-// fairly among the namespaces that want it.
+// namespace's (claim only what can be sent now): a node keeps at most about
+// Limit rows in flight to one target host, so a claimed row never waits in
+// an HTTP client queue, and the host's slots are shared fairly among the
+// namespaces that want it.
 //
 // It is declared here, where it is consumed, and implemented by package
 // dispatch (dispatch.HostLimits), which resolves routes to hosts, counts
@@ -72,7 +72,7 @@ func (h HostSweep) Full() bool { return h.InFlightBefore+h.Claimed >= h.Limit }
 // hostPlan is one host's state during a sweep: its usage when the sweep
 // started, and what this sweep has claimed for it so far.
 //
-// The rules (DECISIONS.md "Delivery at the wire"):
+// The rules (docs/adr/0015-host-slots-bound-claims.md):
 //
 //   - share = ceil(Limit / n), n = namespaces that want the host (claimable
 //     routes to it) or hold rows in flight to it: the seed's slice,

@@ -173,15 +173,15 @@ type SweepRequest struct {
 //     namespaces that still have headroom.
 //
 // With PlannerConfig.Hosts, each route's target host is a second ceiling
-// beside the namespace's (issue 11): every claim is also capped by what
-// the host allows the namespace. Per host, share = ceil(limit / n), n the
-// namespaces wanting the host or holding rows in flight to it; in pass 1
-// a namespace may claim up to its share minus what it holds there (even
-// when the host is full, never past 2 × limit in flight), in pass 2 also
-// the host's free slots (limit − in flight). So a claimed row always has
-// a slot to go out on, and a quiet namespace's row takes the next sweep,
-// not the next free connection after a noisy namespace's backlog
-// (DECISIONS.md "Delivery at the wire").
+// beside the namespace's: every claim is also capped by what the host
+// allows the namespace. Per host, share = ceil(limit / n), n the namespaces
+// wanting the host or holding rows in flight to it; in pass 1 a namespace
+// may claim up to its share minus what it holds there (even when the host
+// is full, never past 2 × limit in flight), in pass 2 also the host's free
+// slots (limit − in flight). So a claimed row always has a slot to go out
+// on, and a quiet namespace's row takes the next sweep, not the next free
+// connection after a noisy namespace's backlog
+// (docs/adr/0015-host-slots-bound-claims.md).
 //
 // Two deliberate deviations from the seed: the passes walk the sorted
 // namespaces starting just after the last namespace the previous sweep's

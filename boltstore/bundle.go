@@ -12,7 +12,7 @@ import (
 	"github.com/fairshard/fairshard/outbox"
 )
 
-// Bundles (file format 3, issue #16): finished rows packed many to a value.
+// Bundles (file format 3): finished rows packed many to a value.
 //
 //	bundles  shard(4) ‖ first dispatch_key   → bundle (below)
 //	bexp     time(12) ‖ shard(4) ‖ first key → 1   time = the bundle's earliest FinishedAt

@@ -14,9 +14,8 @@ import (
 	"github.com/fairshard/fairshard/outbox"
 )
 
-// The calls below are an operator's read-back (issue 17 item 2): the
-// attempt history kept beside each row, the row listing and the
-// dead-letter purge.
+// The calls below are an operator's read-back: the attempt history kept
+// beside each row, the row listing and the dead-letter purge.
 //
 //	attempts  dispatch_key → JSON [outbox.Attempt…], at most outbox.MaxAttemptHistory
 //

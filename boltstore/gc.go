@@ -21,7 +21,7 @@ import (
 // packed rows, a rewrite (decode, encode, one leaf page) of the bundle
 // holding each, found via the bexp index: bundles hold key ranges whose
 // rows finished at different times, so a sweep often rewrites one whole
-// bundle per expired row (docs/DECISIONS.md, "Store hygiene").
+// bundle per expired row (docs/adr/0049-packed-tombstones-format-3.md).
 func (s *Store) ExpireTombstones(ctx context.Context) (int, error) {
 	total := 0
 	for {

@@ -340,8 +340,9 @@ var errReopening = errors.New("the data file is closed until a reopen succeeds")
 // for good (the file is suspect: restart, and check it); after Close an
 // error wrapping outbox.ErrClosed.
 //
-// Rule and reason: PITFALLS.md (a failed fsync is not retryable; etcd
-// treats it as fatal) and docs/DECISIONS.md "Write failures".
+// Rule and reason: a failed fsync is not retryable (the kernel may mark
+// the pages it could not write clean and drop them; etcd treats it as
+// fatal): docs/adr/0052-write-failures-stop-writes.md.
 func (s *Store) Writable() error {
 	if p := s.broken.Load(); p != nil {
 		return *p

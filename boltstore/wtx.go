@@ -82,8 +82,8 @@ func newWtx(tx *bolt.Tx, shardCount uint32) (*wtx, error) {
 	// Mostly-append indexes (keys lead with a time that grows): fuller pages,
 	// fewer splits. The rows bucket too: its pages are split at 90% when a
 	// commit overfills them, so the leaves that slim tombstones are merged
-	// into (see write) end up nearly full instead of half empty (issue #16:
-	// 100,000 tombstones took 15.4 MiB of leaves at 0.5, 10.8 MiB at 0.9).
+	// into (see write) end up nearly full instead of half empty (100,000
+	// tombstones take 15.4 MiB of leaves at 0.5, 10.8 MiB at 0.9).
 	for _, bk := range []*bolt.Bucket{b.rows, b.byShard, b.pending, b.claimed, b.tombs, b.dead} {
 		bk.FillPercent = 0.9
 	}

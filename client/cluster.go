@@ -42,7 +42,8 @@ type Security struct {
 	Exposed []string `json:"exposed"`
 }
 
-// Replication is a node's replication state (README "Replicated shards").
+// Replication is a node's replication state (docs/operations.md
+// "Replicated shards").
 type Replication struct {
 	// Factor is the cluster's replication factor R; Copies what every
 	// replica set gets now, min(R, active members); WriteCopies the

@@ -8,9 +8,8 @@ import (
 	"time"
 )
 
-// The read-back and list calls (issue 17 item 2): targets and holds read
-// back, rows listed, cancel, dead-letter purge, cluster-wide namespace
-// totals.
+// The read-back and list calls: targets and holds read back, rows listed,
+// cancel, dead-letter purge, cluster-wide namespace totals.
 
 // NamespaceTotals are a namespace's counts summed over the members that
 // answered, with each member's.

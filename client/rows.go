@@ -12,8 +12,8 @@ import (
 	"time"
 )
 
-// Append limits of the API (api/openapi.yaml; README "API"): Append splits
-// larger calls into several requests within them.
+// Append limits of the API (api/openapi.yaml; docs/api.md "Appending
+// rows"): Append splits larger calls into several requests within them.
 const (
 	// MaxBatchRows is the most rows one POST /v1/rows takes.
 	MaxBatchRows = 1000

@@ -16,8 +16,8 @@ import (
 	"github.com/fairshard/fairshard/internal/bincodec"
 )
 
-// Acceptance (issue #16 item 5, issue #13 item 2): a node the cluster has
-// not accepted owns nothing.
+// Acceptance (docs/adr/0043-acceptance-before-ownership.md): a node the
+// cluster has not accepted owns nothing.
 //
 // memberlist refuses an alive message for a name it holds at another
 // address ("conflicting address") until that entry has been dead for

@@ -499,9 +499,9 @@ func (c *Cluster) SetLeaving(ctx context.Context) error {
 // ctx's deadline if sooner (default 5 s), and only two gossip intervals
 // when no peer needs the news (every live peer is leaving, or there is
 // none). memberlist gossips only to live peers: a broadcast queued while
-// the last peers leave can never go out (a whole cluster stopped at once,
-// issue #16 item 6), so a timeout with no live peer left, or with only
-// leaving peers, is not an error: nobody is left who would act on it.
+// the last peers leave can never go out (a whole cluster stopped at once),
+// so a timeout with no live peer left, or with only leaving peers, is not
+// an error: nobody is left who would act on it.
 func (c *Cluster) announce(ctx context.Context, what string, send func(time.Duration) error) error {
 	bound := min(timeoutOf(ctx, 5*time.Second), max(leaveBroadcastRounds*c.cfg.GossipInterval, minLeaveBroadcastWait))
 	nobodyNeeds := c.peersAllLeaving()
@@ -549,13 +549,13 @@ func (c *Cluster) peersAllLeaving() bool {
 // A node whose peers are all leaving or gone leaves at once: no config
 // flush, two gossip intervals at most for the leave broadcast and no
 // propagation delay, since nobody is left who would act on them (a whole
-// cluster stopped together, issue #16 item 6). When every peer left or
-// died while the broadcast was queued, memberlist has nobody to gossip it
-// to: that is not an error either. A node the cluster never accepted
-// (Accepted false: its name is held at another address) sends no leave
-// at all: its leave would carry that name and could evict the member the
-// cluster does hold under it. Errors: ErrShutdown, or memberlist's leave
-// timed out while a live, active peer remained.
+// cluster stopped together). When every peer left or died while the
+// broadcast was queued, memberlist has nobody to gossip it to: that is not
+// an error either. A node the cluster never accepted (Accepted false: its
+// name is held at another address) sends no leave at all: its leave would
+// carry that name and could evict the member the cluster does hold under
+// it. Errors: ErrShutdown, or memberlist's leave timed out while a live,
+// active peer remained.
 func (c *Cluster) Leave(ctx context.Context) error {
 	c.lifeMu.Lock()
 	defer c.lifeMu.Unlock()

@@ -12,7 +12,7 @@ import (
 	"github.com/hashicorp/memberlist"
 )
 
-// Gossip encryption keys (issue #13 item 2).
+// Gossip encryption keys.
 //
 // memberlist encrypts every gossip packet and push/pull stream with the
 // primary key of its keyring and decrypts with whichever installed key

@@ -16,7 +16,7 @@ import (
 // answered, but refused our state or sent one we cannot take (another
 // gossip key, a state over memberlist's 20 MiB limit). Join reports that
 // as ErrStateExchange, so the node does not mistake it for "nobody is up"
-// and serve a cluster of its own (issue #13 item 4).
+// and serve a cluster of its own beside the live one, without its config.
 type dialTracker struct {
 	memberlist.NodeAwareTransport
 

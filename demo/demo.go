@@ -57,9 +57,9 @@ type Options struct {
 // namespaces of the demo load: a noisy tenant over four task queues, a
 // quiet one, and one with a small quota. small's share of the load (1 of
 // 14 parts, about 107 rows/s at the default rate) fits its quota of 4 at
-// the target's 20 ms with room to spare: in exact mode (issue #15) the
-// cluster runs at most 4 of its rows at once, where the proportional
-// ceilings let 6 to 8 run and the demo offered it twice as much.
+// the target's 20 ms with room to spare: in exact mode the cluster runs
+// at most 4 of its rows at once, where proportional ceilings would let 6
+// to 8 run.
 var namespaces = []struct {
 	name   string
 	weight int

@@ -57,7 +57,7 @@ const (
 	// DefaultBodyExcerptMax bounds the excerpt of a target's non-2xx
 	// answer kept in last_error (bytes): enough for a status line's
 	// reason, too short to carry what an internal service would leak
-	// through the dead-letters API (issue #13 item 5).
+	// through the dead-letters API.
 	DefaultBodyExcerptMax = 64
 
 	// DefaultRetryBase is the first retry's backoff.

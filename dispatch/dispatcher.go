@@ -489,7 +489,7 @@ func (d *Dispatcher) finish(row *outbox.Row) {
 	}
 	d.mu.Unlock()
 	if d.limited.Load() {
-		d.Wake() // headroom a sweep was short of is free: as before issue 11
+		d.Wake() // headroom a sweep was short of is free: sweep now, not at the next tick
 	}
 }
 

@@ -2,8 +2,7 @@
 // work. It sweeps (claims fairly through the backpressure planner),
 // delivers each claimed row to its route's HTTP target, and settles the
 // outcome on the outbox store: done, retry with backoff, or failed (dead
-// letter). A reaper re-arms claims whose delivery died (issue 6, DESIGN
-// "Dispatch").
+// letter). A reaper re-arms claims whose delivery died.
 //
 // # What it owns
 //

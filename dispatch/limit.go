@@ -6,8 +6,9 @@ import (
 )
 
 // The adaptive per-host concurrency limit is AIMD (additive increase,
-// multiplicative decrease) with a delay signal; DECISIONS.md "Delivery at
-// the wire" says why AIMD and not a gradient limiter. Its constants:
+// multiplicative decrease) with a delay signal;
+// docs/adr/0016-aimd-per-host-limit.md says why AIMD and not a gradient
+// limiter. Its constants:
 const (
 	// DefaultInitialConnsPerHost is a new host's limit (rows in flight),
 	// before it has answered anything (capped by MaxConnsPerHost):

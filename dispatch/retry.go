@@ -111,7 +111,8 @@ const (
 	outcomeWait
 )
 
-// classifyStatus maps an HTTP status code to an outcome (issue 6 mapping).
+// classifyStatus maps an HTTP status code to an outcome (the table in
+// docs/api.md "Delivery").
 func classifyStatus(code int) outcomeKind {
 	switch {
 	case code >= 200 && code <= 299:

@@ -15,15 +15,15 @@ import (
 // namespace below its share of a full host may add up to the limit again.
 // So the connection cap is twice MaxConnsPerHost, a bound the planner
 // never reaches: no claimed row ever waits here for a connection (it
-// would wait inside its delivery timeout; issue 11). Dialling has no
-// timeout of its own: the attempt's connect timer bounds it (wireClock).
-// The dial goes through the egress policy (Config.Egress, package egress:
-// checked on the address dialled, after DNS).
+// would wait inside its delivery timeout). Dialling has no timeout of its
+// own: the attempt's connect timer bounds it (wireClock). The dial goes
+// through the egress policy (Config.Egress, package egress: checked on the
+// address dialled, after DNS).
 func newTransport(cfg Config) *http.Transport {
 	return &http.Transport{
 		Proxy: http.ProxyFromEnvironment,
 		// The egress policy judges the address actually dialled, after
-		// DNS (issue #13 item 5).
+		// DNS, so a name cannot re-resolve past it.
 		DialContext:           cfg.Egress.DialContext(&net.Dialer{KeepAlive: 30 * time.Second}),
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          0, // no global cap; per host below

@@ -1,8 +1,8 @@
-// Package egress is the delivery targets' egress policy (issue #13 item
-// 5, --target-allow): which addresses a delivery may connect to, checked
-// at dial time against the address actually dialled (after DNS, so a name
-// that resolves or re-resolves to a forbidden address, and numeric forms
-// such as 0x7f000001 or 2130706433, are judged by the IP they reach).
+// Package egress is the delivery targets' egress policy (--target-allow):
+// which addresses a delivery may connect to, checked at dial time against
+// the address actually dialled (after DNS, so a name that resolves or
+// re-resolves to a forbidden address, and numeric forms such as
+// 0x7f000001 or 2130706433, are judged by the IP they reach).
 //
 // Without an allow list (the default) every address is allowed except
 // DefaultDeny: link-local (169.254.0.0/16, fe80::/10, which hold the cloud

@@ -48,7 +48,8 @@ func (s *Store) RunCollect(ctx context.Context) error {
 // older copy it could hand on. What is not covered: a member away longer
 // than TombstoneTTL (or gone when the cap forced an early collection)
 // may come back with an older copy of a collected key, and that copy
-// wins again. docs/DECISIONS.md states the rule and its limit.
+// wins again. docs/adr/0036-config-tombstone-collection.md states the rule
+// and its limit.
 func (s *Store) Collect() map[string]int {
 	now := s.cfg.Now()
 	ttl := s.cfg.TombstoneTTL.Milliseconds()

@@ -14,8 +14,8 @@ import (
 // memberlist sends whole in every push/pull and refuses above 20 MiB
 // (PITFALLS), well under that limit: at most DefaultMaxBytes of live
 // entries plus DefaultMaxTombstones tombstones of at most
-// maxTombstoneBytes each, about 8.2 MiB (docs/DECISIONS.md has the
-// measured figure).
+// maxTombstoneBytes each, about 8.2 MiB (docs/adr/0037-config-caps.md has
+// the measured figure).
 const (
 	// DefaultMaxEntries caps the live (not deleted) entries.
 	DefaultMaxEntries = 25_000

@@ -38,10 +38,10 @@
 // their encoded size past [Config].MaxBytes, fails with a [*LimitError]
 // ([ErrLimit]) and changes nothing; deletes and shrinking writes always
 // pass. Together with MaxTombstones they keep a node's full state, which
-// memberlist refuses above 20 MiB, far below that (docs/DECISIONS.md has
-// the measured figure). Remote entries are always taken in (replicas must
-// converge), so concurrent writes on several nodes at the cap may pass it
-// by what those nodes wrote meanwhile.
+// memberlist refuses above 20 MiB, far below that
+// (docs/adr/0037-config-caps.md has the measured figure). Remote entries
+// are always taken in (replicas must converge), so concurrent writes on
+// several nodes at the cap may pass it by what those nodes wrote meanwhile.
 //
 // # Persistence
 //

@@ -15,9 +15,9 @@ const finalFlushTimeout = 5 * time.Second
 // A key whose persistence failed stays pending and is retried with
 // exponential backoff (PersistRetryMin doubling up to PersistRetryMax)
 // until it succeeds: the same version arriving again by gossip is not a
-// change and would never bring it back (issue #16 item 9). When ctx ends
-// it makes one last attempt, bounded by 5 s, and returns nil. Without a
-// Persister it just waits for ctx.
+// change and would never bring it back. When ctx ends it makes one last
+// attempt, bounded by 5 s, and returns nil. Without a Persister it just
+// waits for ctx.
 func (s *Store) RunPersist(ctx context.Context) error {
 	if s.cfg.Persister == nil {
 		<-ctx.Done()

@@ -45,12 +45,14 @@ type CoordinatorConfig struct {
 	// lease. The node sets its delivery timeout here.
 	Drain time.Duration
 	// LearningPeriod is how long a new coordinator of a namespace only
-	// confirms what nodes report they hold (default LeaseLength, as
-	// DESIGN.md says: by then every grant of the previous coordinator has
-	// expired). Nodes that reach the new coordinator report their claimed
-	// rows, so that is exact for a crash or a move; a node that still runs
-	// rows but cannot reach the new coordinator is covered only with
-	// LeaseLength + Drain (docs/DECISIONS.md). Negative: no learning.
+	// confirms what nodes report they hold (default LeaseLength: by then
+	// every grant of the previous coordinator has expired). Nodes that
+	// reach the new coordinator report their claimed rows, so that is
+	// exact for a crash or a move; a node that still runs rows but cannot
+	// reach the new coordinator is covered only with LeaseLength + Drain,
+	// not the default because it stalls growth after every failover
+	// (docs/adr/0020-coordinator-placement-and-learning.md). Negative: no
+	// learning.
 	LearningPeriod time.Duration
 	// Coordinates reports whether this node coordinates namespace under
 	// its applied ownership view (it is the primary of
@@ -414,7 +416,7 @@ type NodeStatus struct {
 }
 
 // NamespaceStatus is the coordinator's state of one namespace, for the
-// namespace view of the API (issue #15: each node's grant and wants).
+// namespace view of the API: each node's grant and wants.
 type NamespaceStatus struct {
 	Namespace string `json:"namespace"`
 	// Since is when this node became the namespace's coordinator.

@@ -1,8 +1,8 @@
 // Package lease is the network-free core of exact cluster-wide quotas
-// (issue #15; DESIGN.md "Exact cluster-wide quota (capacity leases)"). The
-// model is YouTube's Doorman: nodes report wants and has, a coordinator
-// answers with what each node gets, as a lease with an expiry and a
-// refresh interval, and never has more than the quota out.
+// (docs/architecture.md "Exact quotas"; docs/adr/0019-capacity-leases.md).
+// The model is YouTube's Doorman: nodes report wants and has, a
+// coordinator answers with what each node gets, as a lease with an expiry
+// and a refresh interval, and never has more than the quota out.
 //
 //   - Coordinator is the per-namespace state on the node that coordinates
 //     the namespace (the primary of shard xxhash64(namespace) mod S, see

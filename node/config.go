@@ -60,12 +60,12 @@ func loopbackHost(host string) bool {
 }
 
 // Default caps on the gossiped config (--max-namespaces, --max-targets,
-// --max-holds), checked when an admin call would add an entry (issue #13
-// item 4): a call past a cap is answered 409 limit_exceeded naming it, and
-// changes nothing. At their defaults they keep the config inside the kv
-// store's own caps (kv.DefaultMaxEntries, kv.DefaultMaxBytes), which bound
-// the state every push/pull sends; the kv caps answer 409 too (field
-// "config") if big values reach them first.
+// --max-holds), checked when an admin call would add an entry: a call past
+// a cap is answered 409 limit_exceeded naming it, and changes nothing. At
+// their defaults they keep the config inside the kv store's own caps
+// (kv.DefaultMaxEntries, kv.DefaultMaxBytes), which bound the state every
+// push/pull sends; the kv caps answer 409 too (field "config") if big
+// values reach them first.
 const (
 	// DefaultMaxNamespaces caps the namespaces with settings (any field set).
 	DefaultMaxNamespaces = 5000
@@ -140,9 +140,9 @@ type Config struct {
 	// --cluster-secret (the file's content, edge whitespace trimmed).
 	ClusterSecretFile string
 	// Insecure allows listening beyond loopback without a cluster secret
-	// and a gossip key (issue #13 item 1): the node then logs a warning at
-	// start and every hour, and /v1/cluster and fairshard_insecure say so.
-	// Without it such a node refuses to start.
+	// and a gossip key: the node then logs a warning at start and every
+	// hour, and /v1/cluster and fairshard_insecure say so. Without it such
+	// a node refuses to start.
 	Insecure bool
 	// TargetAllow is the egress policy of deliveries (--target-allow):
 	// CIDRs and host names a target may resolve to, checked at dial time
@@ -163,8 +163,8 @@ type Config struct {
 	// GossipKeys encrypt gossip: 16, 24 or 32 bytes each (base64 in flags
 	// and env, comma-separated), at most cluster.MaxGossipKeys, primary
 	// first: the primary encrypts, every key decrypts. A rotation changes
-	// the list in three cluster-wide steps (README "Rotating the gossip
-	// key"). Empty: no encryption.
+	// the list in three cluster-wide steps (docs/operations.md "Rotating
+	// the gossip key"). Empty: no encryption.
 	GossipKeys [][]byte
 	// GossipKeyFile, when set, holds the gossip keys instead of
 	// --gossip-key: base64 keys one a line, primary first, blank lines and
@@ -237,7 +237,7 @@ type Config struct {
 	QuotaTTL time.Duration
 	// DefaultQuotaMode is the quota mode of a namespace without one:
 	// "exact" (capacity leases; the default) or "proportional" (the seed's
-	// ceil(quota × owned/total)). Issue #15; README "Quota modes".
+	// ceil(quota × owned/total)). See docs/api.md "Quota modes".
 	DefaultQuotaMode string
 	// LeaseLength is how long an exact-mode capacity lease lasts without a
 	// refresh, and how long a new coordinator learns after a failover.
@@ -299,7 +299,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.HTTPIdleTimeout, "http-idle-timeout", 2*time.Minute, "keep-alive connections idle this long are closed")
 	fs.DurationVar(&c.PeerCheckInterval, "peer-check-interval", 2*time.Second, "how often each other member's API is probed; one that fails 3 times in a row is shown unreachable in /v1/cluster and counted (backoff up to 5x)")
 	fs.IntVar(&c.MetricsNamespaces, "metrics-namespaces", 100, "namespaces with their own label on namespace-labelled metrics; the rest are summed under \"_other\"")
-	fs.Func("gossip-key", "comma-separated base64 gossip encryption keys of 16, 24 or 32 bytes, primary first: the first encrypts, each decrypts (default: none; rotation: see the README)", func(s string) error {
+	fs.Func("gossip-key", "comma-separated base64 gossip encryption keys of 16, 24 or 32 bytes, primary first: the first encrypts, each decrypts (default: none; rotation: see docs/operations.md \"Rotating the gossip key\")", func(s string) error {
 		keys, err := ParseGossipKeys(strings.Split(s, ","))
 		if err != nil {
 			return err
@@ -603,7 +603,7 @@ func (c *Config) Validate() error {
 		}
 		if len(missing) > 0 {
 			errs = append(errs, fmt.Errorf("%w: %s listens beyond loopback, so it needs %s; generate them with `fairshard secrets`, "+
-				"or pass --insecure to run unauthenticated on purpose (README \"Security\")", ErrInsecure, strings.Join(exposed, " and "), strings.Join(missing, " and ")))
+				"or pass --insecure to run unauthenticated on purpose (docs/operations.md \"Security\")", ErrInsecure, strings.Join(exposed, " and "), strings.Join(missing, " and ")))
 		}
 	}
 	return errors.Join(errs...)

@@ -60,15 +60,15 @@ type leaseConfig struct {
 	Logger     *slog.Logger
 }
 
-// leaseService is a node's part in exact quotas (issue #15, DESIGN.md
-// "Exact cluster-wide quota"): the coordinator of every namespace whose
-// coordinator shard (xxhash64(namespace) mod S) this node is primary of in
-// its applied ownership view, served on POST /internal/v1/leases; and the
-// client side, which once per refresh interval (or sooner when appends
-// arrive) measures this node's demand for every exact-mode namespace and
-// sends one batched call per coordinator node (sooner when a namespace
-// is new here: afterSweep). Its grants are the
-// planner's ceilings (quota.Leased over lease.Client).
+// leaseService is a node's part in exact quotas (docs/architecture.md
+// "Exact quotas", docs/adr/0019-capacity-leases.md): the coordinator of
+// every namespace whose coordinator shard (xxhash64(namespace) mod S) this
+// node is primary of in its applied ownership view, served on POST
+// /internal/v1/leases; and the client side, which once per refresh
+// interval (or sooner when appends arrive) measures this node's demand for
+// every exact-mode namespace and sends one batched call per coordinator
+// node (sooner when a namespace is new here: afterSweep). Its grants are
+// the planner's ceilings (quota.Leased over lease.Client).
 type leaseService struct {
 	cfg    leaseConfig
 	coord  *lease.Coordinator
@@ -100,7 +100,8 @@ func newLeaseService(cfg leaseConfig) (*leaseService, error) {
 			return cfg.Policies.Policy(context.Background(), ns).Limit()
 		},
 		// Epoch stays 0 (the check off): the applied view's epochs are
-		// per node, not comparable across nodes (docs/DECISIONS.md).
+		// per node, not comparable across nodes
+		// (docs/adr/0020-coordinator-placement-and-learning.md).
 		Members: func() int {
 			n := 0
 			for _, m := range cfg.Ownership().Members {
@@ -416,8 +417,8 @@ func (l *leaseService) NodeLease(ns string) httpapi.NodeLease {
 	return out
 }
 
-// leaseMetrics are the lease service's metrics (issue #15: grants, wants,
-// refresh latency, coordinator changes).
+// leaseMetrics are the lease service's metrics: grants, wants, refresh
+// latency, coordinator changes.
 type leaseMetrics struct {
 	grant              *prometheus.GaugeVec
 	wants              *prometheus.GaugeVec

@@ -114,7 +114,7 @@ func (n *Node) awaitFirstJoin(ctx context.Context) (err error) {
 			if tally.refusedByExchange() {
 				// Someone is there, but the push/pull with it fails: serving
 				// alone would own every shard beside a live cluster, without
-				// its config (pauses, quotas) — issue #13 item 4.
+				// its config (pauses, quotas).
 				return fmt.Errorf("the cluster at %v answered but this node could not exchange state with it for %v (check --gossip-key; see the node log): %w",
 					n.cfg.Join, n.cfg.JoinWait, tally.last)
 			}
@@ -131,8 +131,8 @@ func (n *Node) awaitFirstJoin(ctx context.Context) (err error) {
 // in an unbroken run: any other completed outcome (no seed answered, a
 // join) ends the run. An attempt still in flight when the join wait ends
 // is not recorded: under load the last attempt is often cut off by the
-// wait, and counting it as "no seed answered" made a node that had failed
-// every exchange serve alone beside a live cluster (CI, 2026-12-01).
+// wait, and counting it as "no seed answered" would let a node that failed
+// every exchange serve alone beside a live cluster.
 type joinTally struct {
 	exchangeFailures int   // the current run's length
 	last             error // the run's last error; nil when the run is empty

@@ -315,8 +315,10 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 		return nil, fmt.Errorf("create lease service: %w", err)
 	}
 	// Ceilings have one home (package quota), per namespace by mode: the
-	// proportional one reads the same applied view as the claim scope
-	// (issue #12 item 3), the exact one this node's unexpired lease.
+	// proportional one reads the same applied view as the claim scope, so
+	// the owned fraction and the shards claimed never disagree
+	// (docs/adr/0039-one-applied-ownership-view.md); the exact one this
+	// node's unexpired lease.
 	ceilings := quota.NewByMode(policies,
 		quota.NewProportional(policies, func() shards.OwnedShardFraction { return n.ownership().Fraction }),
 		quota.NewLeased(policies, n.leases.Grants(), nil))
@@ -532,9 +534,9 @@ func (n *Node) clusterConfig(httpBound *net.TCPAddr) (*cluster.Config, error) {
 }
 
 // logAdvertiseChoice says which address a node bound to every interface
-// advertises, why, and which flags set it (issue #16 item 4): a warning
-// when several addresses were as good, since peers that cannot reach the
-// chosen one see this node as dead while it sees them alive.
+// advertises, why, and which flags set it: a warning when several addresses
+// were as good, since peers that cannot reach the chosen one see this node
+// as dead while it sees them alive.
 func (n *Node) logAdvertiseChoice(ch cluster.AdvertiseChoice) {
 	attrs := []any{"ip", ch.IP, "interface", ch.Interface, "reason", ch.Reason,
 		"set_with", "--advertise-gossip (and --advertise-http for the API)", "bound", n.cfg.GossipAddr}

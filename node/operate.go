@@ -17,8 +17,8 @@ import (
 	"github.com/fairshard/fairshard/buildinfo"
 )
 
-// Operating a node (issue 17 item 4): the build_info metric and the
-// optional profiling listener.
+// Operating a node: the build_info metric and the optional profiling
+// listener.
 
 // registerBuildInfo registers fairshard_build_info: a gauge at 1 whose
 // labels say what the binary was built from (buildinfo.Read).

@@ -8,17 +8,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Peer health checks (issue #13 item 7): a member whose API address does
-// not answer (a wrong --advertise-http, a firewall, an impostor without
-// the cluster secret) may still gossip and stay active. Each node probes
-// every other member's API (peer.Client.Probe); after
-// unreachableAfterFailures failed probes in a row the member is shown
-// unreachable in /v1/cluster ("reachable": false), counted in
-// fairshard_unreachable_members and logged; appends for its shards are
-// held here at once (answered "accepted") instead of waiting on a forward
-// that fails, and handoff skips it. It is probed again with a doubling
-// backoff (PeerCheckInterval up to 5×) and becomes reachable at its first
-// answered probe.
+// Peer health checks: a member whose API address does not answer (a wrong
+// --advertise-http, a firewall, an impostor without the cluster secret) may
+// still gossip and stay active. Each node probes every other member's API
+// (peer.Client.Probe); after unreachableAfterFailures failed probes in a
+// row the member is shown unreachable in /v1/cluster ("reachable": false),
+// counted in fairshard_unreachable_members and logged; appends for its
+// shards are held here at once (answered "accepted") instead of waiting on
+// a forward that fails, and handoff skips it. It is probed again with a
+// doubling backoff (PeerCheckInterval up to 5×) and becomes reachable at
+// its first answered probe.
 const unreachableAfterFailures = 3
 
 // peerProbeTimeout bounds one probe.

@@ -8,9 +8,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// HTTP server limits against slow and idle clients (issue #13 item 6);
-// the read and idle timeouts are flags (--http-read-timeout, 60 s: a
-// 64 MiB handoff batch at 2 MiB/s fits; --http-idle-timeout, 2 min).
+// HTTP server limits against slow and idle clients; the read and idle
+// timeouts are flags (--http-read-timeout, 60 s: a 64 MiB handoff batch at
+// 2 MiB/s fits; --http-idle-timeout, 2 min).
 const (
 	// HTTPReadHeaderTimeout bounds reading a request's headers.
 	HTTPReadHeaderTimeout = 10 * time.Second
@@ -77,7 +77,7 @@ func (n *Node) initSecurity(reg prometheus.Registerer) error {
 func (n *Node) securityView() any { return n.security }
 
 // warnInsecure logs, at start and every hour, what an unprotected node
-// leaves open (issue #13 item 1).
+// leaves open.
 func (n *Node) warnInsecure(ctx context.Context) error {
 	s := n.security
 	if !s.unprotected() {
@@ -86,7 +86,7 @@ func (n *Node) warnInsecure(ctx context.Context) error {
 	warn := func() {
 		n.log.Warn("INSECURE: node-to-node calls or gossip are not protected; anyone who reaches these ports can join, read and change rows",
 			"insecure_flag", s.Insecure, "node_auth", s.NodeAuth, "gossip_encrypted", s.GossipEncrypted,
-			"exposed", s.Exposed, "fix", "set --cluster-secret and --gossip-key (README \"Security\")")
+			"exposed", s.Exposed, "fix", "set --cluster-secret and --gossip-key (docs/operations.md \"Security\")")
 	}
 	warn()
 	t := time.NewTicker(insecureWarnEvery)

@@ -13,9 +13,9 @@ import (
 
 // services declares the node's parts in start order; they stop in the
 // reverse order (lifecycle.Manager). Reading the list bottom up gives the
-// graceful stop (STYLE §7, with issue #16 item 11's change: the node
-// announces it is leaving before it drains, so its shards are claimed
-// elsewhere after a gossip round, not after the drain):
+// graceful stop. The node announces it is leaving before it drains, so
+// its shards are claimed elsewhere after a gossip round, not after the
+// drain (docs/adr/0040-service-lifecycle-and-stop-order.md):
 //
 //	intake      refuse new appends, announce leaving (peers take the
 //	            shards at once; this node owns none, so it stops claiming)

@@ -1,6 +1,5 @@
 // Package nodeauth authenticates node-to-node HTTP calls both ways with a
-// shared cluster secret (issue #13 item 2), without ever sending the
-// secret.
+// shared cluster secret, without ever sending the secret.
 //
 // The caller signs every request: HMAC-SHA256, under a key derived from
 // the secret, over the method, the Host, the request target (path and

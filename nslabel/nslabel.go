@@ -1,10 +1,10 @@
-// Package nslabel bounds the namespace label of metrics (issue #13 item
-// 4): a flood of namespaces (tenants create them by appending) must not
-// mean a flood of series. A Limiter gives the first N distinct namespaces
-// it is asked about their own label value, for the life of the process;
-// every later one is reported under Other. Every namespace-labelled
-// metric of a node uses the same Limiter, so a namespace has its own
-// series in all of them or in none.
+// Package nslabel bounds the namespace label of metrics: a flood of
+// namespaces (tenants create them by appending) must not mean a flood of
+// series. A Limiter gives the first N distinct namespaces it is asked about
+// their own label value, for the life of the process; every later one is
+// reported under Other. Every namespace-labelled metric of a node uses the
+// same Limiter, so a namespace has its own series in all of them or in
+// none.
 package nslabel
 
 import "sync"

@@ -5,9 +5,9 @@ import (
 	"unicode/utf8"
 )
 
-// This file holds what an operator's read-back needs of the row model
-// (issue 17 item 2): the bounded attempt history kept beside each row, the
-// row listing's query and page, and the dead-letter purge's transition.
+// This file holds what an operator's read-back needs of the row model: the
+// bounded attempt history kept beside each row, the row listing's query
+// and page, and the dead-letter purge's transition.
 
 // AttemptOutcome is how one delivery attempt was settled.
 type AttemptOutcome string

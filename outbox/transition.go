@@ -136,7 +136,8 @@ func ApplyRedrive(r *Row, now time.Time) bool {
 // never be delivered again: a done or cancelled row never leaves its state
 // (only a failed row is redriven, and a dead letter keeps its payload for
 // that). A stored tombstone of a few dozen bytes instead of the whole row
-// lets the pages its payload held be reused (issue #16).
+// lets the pages its payload held be reused, so the data file stops
+// growing with every fill-and-drain cycle.
 //
 // Any other row is left as it is. Slim does not change the Version: the
 // slim and the full copy of one tombstone are the same state, and

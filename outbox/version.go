@@ -29,7 +29,7 @@ import (
 // send versions. It orders below every versioned state of the same
 // generation and class, so an upgraded node's newer state wins.
 //
-// Rules and reasons: docs/DECISIONS.md, "Row versions and the merge lattice".
+// Rules and reasons: docs/adr/0008-row-versions-and-the-merge-lattice.md.
 type Version struct {
 	// Gen is the redrive generation: 0 from Append, +1 per redrive.
 	Gen uint32 `json:"gen"`

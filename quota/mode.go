@@ -2,9 +2,9 @@ package quota
 
 import "fmt"
 
-// Mode is a namespace's quota mode (issue #15): how its cluster-wide quota
-// becomes per-node ceilings. The zero value, ModeDefault, means "not set":
-// Policies resolves it to its default mode.
+// Mode is a namespace's quota mode: how its cluster-wide quota becomes
+// per-node ceilings. The zero value, ModeDefault, means "not set": Policies
+// resolves it to its default mode.
 type Mode uint8
 
 const (

@@ -70,7 +70,7 @@ type Defaults struct {
 	// literally: such namespaces are never claimed.
 	Quota uint32
 	// Mode of a namespace with no mode set; ModeDefault means ModeExact
-	// (issue #15: exact is the default).
+	// (exact is the default mode).
 	Mode Mode
 }
 

@@ -50,7 +50,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		pending:      g("fairshard_replication_pending_changes", "State changes queued for backups (rows × backups)."),
 		shipped:      c("fairshard_replication_shipped_rows_total", "Row state changes shipped to backups and acknowledged durable there."),
 		shipFailures: c("fairshard_replication_ship_failures_total", "Batches of state changes a backup did not acknowledge (retried)."),
-		shipDropped:  c("fairshard_replication_ship_dropped_total", "State changes dropped from a backup's queue past --replication-max-pending (that backup's shards are repaired by digest instead)."),
+		shipDropped:  c("fairshard_replication_ship_dropped_total", "State changes dropped from a backup's queue when it grew past its bound (200,000 changes by default; that backup's shards are repaired by digest instead)."),
 		syncRows: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fairshard_replication_sync_rows_total",
 			Help: "Rows received by shard sync and repair, by kind: bulk (a shard copied whole) or diff (rows exchanged after a key/version comparison).",

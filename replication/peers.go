@@ -16,10 +16,10 @@ type Peers interface {
 	// write coordinator (Replicator.Write there). Rows carry delays, not
 	// instants: VisibleAfter − CreatedAt is the row's delay, and the
 	// coordinator stamps both by its own clock (a receiver whose clock
-	// runs ahead must not delay a row; issue #16 item 7). It returns one
-	// Outcome per row, or an error wrapping ErrNotReplica (the member is
-	// in none of the rows' sets by its view), ErrInsufficientCopies (the
-	// write-copies minimum was not met there) or a transport error.
+	// runs ahead must not delay a row). It returns one Outcome per row, or
+	// an error wrapping ErrNotReplica (the member is in none of the rows'
+	// sets by its view), ErrInsufficientCopies (the write-copies minimum
+	// was not met there) or a transport error.
 	Forward(ctx context.Context, addr string, rows []outbox.Row) ([]Outcome, error)
 	// Append stores new rows on a backup as Local.Append does (insert or
 	// ignore by dispatch_key) and returns its outcomes, once durable.

@@ -81,11 +81,12 @@ type shipper struct {
 	// the shard Unshipped, and the repair poll compares the shard with it
 	// at once (no streak wait) and repairs it; a mark goes when its copy
 	// equals ours, a repair diff with it succeeded, or we hold none of the
-	// shard. Without them a dropped queue read as quiet to a new primary's
-	// handover check, and a member back from a partition kept a stale
-	// copy until a busy shard's digests happened to be compared twice
-	// alike (chaos seed 689830977: 36 s, then a wipe of the only other
-	// copy made it the source, and a delivered row went out again).
+	// shard. Without them a dropped queue would read as quiet to a new
+	// primary's handover check, and a member back from a partition would
+	// keep a stale copy until a busy shard's digests happened to be
+	// compared twice alike: tens of seconds, during which a wipe of the
+	// only other copy makes the stale one the source, and a delivered row
+	// goes out again.
 	lost    map[string]map[uint32]uint64
 	lostSeq uint64
 	// goneSince: when a member holding lost marks was last seen leaving

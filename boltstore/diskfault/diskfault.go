@@ -7,8 +7,8 @@
 // is thin-provisioning exhaustion, a fault real storage shows, raised by
 // the real kernel block layer; no call of the code under test is faked.
 // Device-mapper's error and flakey targets would be the textbook tools,
-// but the kernel these tests run on has no device-mapper (docs/DECISIONS.md
-// "Write failures").
+// but the kernel these tests run on has no device-mapper
+// (docs/adr/0072-test-tooling.md).
 //
 // Everything needs root and the mount, losetup and mkfs.ext4 commands
 // (Debian packages mount and e2fsprogs; .ci/run installs them). Without

@@ -42,7 +42,7 @@ type namespaceView struct {
 	MaxInFlight        uint32 `json:"max_in_flight"`
 	MaxInFlightDefault bool   `json:"max_in_flight_default"`
 	Paused             bool   `json:"paused"`
-	// Mode is the quota mode, "exact" or "proportional" (issue #15);
+	// Mode is the quota mode, "exact" or "proportional";
 	// ModeDefault says it is the node default because none was set.
 	Mode        string `json:"mode"`
 	ModeDefault bool   `json:"mode_default"`

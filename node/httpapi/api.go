@@ -125,8 +125,8 @@ type Config struct {
 	// the API adds "not draining".
 	Ready func() bool
 	// StoreWritable, when set, is nil while the store can commit, else
-	// why it cannot (a failed commit or fsync, a full disk: issue #16
-	// items 3 and 10); /readyz names that cause while it is not ready.
+	// why it cannot (a failed commit or fsync, a full disk); /readyz
+	// names that cause while it is not ready.
 	StoreWritable func() error
 	// Gatherer is served on /metrics.
 	Gatherer prometheus.Gatherer

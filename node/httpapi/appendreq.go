@@ -155,14 +155,14 @@ func checkText(field, v string, maxBytes int) error {
 
 // checkDispatchKey applies the dispatch_key rules. The key reaches the
 // target as the Idempotency-Key (and Fairshard-Dispatch-Key) header value,
-// and must arrive byte for byte (issue 11): an HTTP field value cannot
-// carry control characters (RFC 9110 §5.5; tab included here: it has no
-// place in a key), and its leading and trailing whitespace is not part of
-// the value (recipients strip it, §5.5). So a key is refused when it is
-// empty, only whitespace, starts or ends with whitespace (Unicode
-// White_Space, which includes the ASCII space and tab the header would
-// lose), or holds a control character. Anything else valid UTF-8 up to
-// MaxKeyBytes travels intact.
+// and must arrive byte for byte: an HTTP field value cannot carry control
+// characters (RFC 9110 §5.5; tab included here: it has no place in a key),
+// and its leading and trailing whitespace is not part of the value
+// (recipients strip it, §5.5). So a key is refused when it is empty, only
+// whitespace, starts or ends with whitespace (Unicode White_Space, which
+// includes the ASCII space and tab the header would lose), or holds a
+// control character. Anything else valid UTF-8 up to MaxKeyBytes travels
+// intact.
 func checkDispatchKey(field, key string) error {
 	switch {
 	case key == "":

@@ -23,11 +23,11 @@ import (
 	"github.com/fairshard/fairshard/shards"
 )
 
-// An operator's read-back and list routes (issue 17 item 2): targets and
-// holds read back, the row listing, cancel, dead-letter purge, and the
-// namespace views' cluster-wide totals. Writes that concern rows go to the
-// node holding them; lists are fanned out to every member and name the
-// members that did not answer.
+// An operator's read-back and list routes: targets and holds read back, the
+// row listing, cancel, dead-letter purge, and the namespace views'
+// cluster-wide totals. Writes that concern rows go to the node holding
+// them; lists are fanned out to every member and name the members that did
+// not answer.
 
 // ConsoleStore is what the read-back needs of the node's store beside the
 // rest of Store (outboxtest.ConsoleReader checks both stores).

@@ -16,7 +16,10 @@ import (
 	"github.com/fairshard/fairshard/outbox"
 )
 
-// Byte budgets of a dead-letter page (issue #16 item 2).
+// Byte budgets of a dead-letter page. A page is bounded by bytes as well
+// as rows: with large payloads a row limit alone lets one answer (and the
+// heap that builds it) grow with the limit
+// (docs/adr/0051-dead-letter-pages-bounded-by-bytes.md).
 const (
 	// DeadLetterPageBytes is the default byte budget of one dead-letter
 	// page (GET /v1/namespaces/{ns}/dead-letters, max_bytes): 4 MiB of

@@ -14,9 +14,9 @@ import (
 )
 
 // Bounds of rows received from other nodes (forwarded appends, handoff
-// batches), checked as strictly as public input (issue #13 item 3): a
-// batch with one bad row is refused whole, 4xx naming the row and field,
-// and nothing of it is stored.
+// batches), checked as strictly as public input: a batch with one bad row
+// is refused whole, 4xx naming the row and field, and nothing of it is
+// stored.
 const (
 	// MaxRemoteAttempt bounds a copy's attempt (a row is dead-lettered
 	// long before: --max-attempts, at most 1000 per namespace override).

@@ -12,7 +12,7 @@ import (
 )
 
 // Leases is the node's lease service as the API serves and shows it
-// (exact quota mode, issue #15).
+// (exact quota mode).
 type Leases interface {
 	// HandleLease answers one batched lease call from another node
 	// (lease.Coordinator.Handle); a *lease.FieldError is a bad request.

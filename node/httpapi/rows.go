@@ -42,7 +42,7 @@ func (a *API) handleAppend(w http.ResponseWriter, r *http.Request) {
 	}
 	// The body is read and validated before the request is admitted as a
 	// write: a client still sending holds no slot of the intake gate, so
-	// it cannot hold a stop (issue #13 item 6).
+	// it cannot hold a stop.
 	rows, err := decodeAppend(w, r, time.Now().UTC())
 	if err != nil {
 		code = err.(*APIError).Status

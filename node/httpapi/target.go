@@ -13,9 +13,9 @@ import (
 	"github.com/fairshard/fairshard/webhook"
 )
 
-// Limits of a target's credentials (issue #18 items 3 and 4). Beyond
-// these, the whole stored target (URL, secrets, headers, as JSON) must fit
-// one entry of the gossiped config, kv.MaxValueBytes (1 KiB).
+// Limits of a target's credentials. Beyond these, the whole stored target
+// (URL, secrets, headers, as JSON) must fit one entry of the gossiped
+// config, kv.MaxValueBytes (1 KiB).
 const (
 	// MaxSigningSecrets is the most signing secrets of one target: a
 	// rotation needs two (new and old); a third lets a new rotation start

@@ -12,8 +12,7 @@ import (
 )
 
 // PathLeases is the coordinator's batched lease route: one POST per node
-// pair per refresh carries every namespace the caller asks that node about
-// (issue #15).
+// pair per refresh carries every namespace the caller asks that node about.
 const PathLeases = "/internal/v1/leases"
 
 // PathLeaseStatus is a namespace's coordinator state (each node's wants,

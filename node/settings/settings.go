@@ -71,14 +71,13 @@ type NamespaceSettings struct {
 	// Retry overrides the node's retry policy for this namespace; zero
 	// fields keep the node's values.
 	Retry *RetrySettings `json:"retry,omitempty"`
-	// Mode is the quota mode (issue #15); quota.ModeDefault means "the
-	// node default" (--default-quota-mode).
+	// Mode is the quota mode; quota.ModeDefault means "the node default"
+	// (--default-quota-mode).
 	Mode quota.Mode `json:"mode,omitempty"`
 }
 
-// RetrySettings is a namespace's retry policy override (issue 6:
-// "overridable per namespace"): delays in ms, zero fields meaning "the
-// node's value".
+// RetrySettings is a namespace's override of the node's retry policy:
+// delays in ms, zero fields meaning "the node's value".
 type RetrySettings struct {
 	BaseMS      int64   `json:"base_ms,omitempty"`
 	Factor      float64 `json:"factor,omitempty"`

@@ -11,10 +11,9 @@ import (
 // Bounds of the runtime settings. The admin API refuses values outside
 // them (httpapi, with the field named); the settings check them again on
 // every value read from the gossiped config, which other nodes write
-// (issue #13 item 3: internal input is checked like public input): a
-// value outside them (from a node of another version, or forged by a
-// holder of the gossip key) is ignored as if absent, and the node's
-// defaults apply.
+// (internal input is checked like public input): a value outside them (from
+// a node of another version, or forged by a holder of the gossip key) is
+// ignored as if absent, and the node's defaults apply.
 const (
 	// MaxQuota is the largest max_in_flight (rows).
 	MaxQuota = 1_000_000

@@ -1,9 +1,10 @@
-// Package waiting answers "why is this row waiting?" (issue 17 item 1,
-// DESIGN.md "Why is this row waiting?"): from the facts a node already
-// uses to claim (its applied ownership view, the gossiped settings, the
-// dispatcher's target check, the planner's quota and per-node ceiling, the
-// store's claimed count), it names the first thing that keeps a live row
-// from being claimed, with the numbers behind it and one plain sentence.
+// Package waiting answers "why is this row waiting?" (docs/api.md, "Why is
+// this row waiting?"; docs/adr/0053-why-a-row-waits.md): from the facts a
+// node already uses to claim (its applied ownership view, the gossiped
+// settings, the dispatcher's target check, the planner's quota and
+// per-node ceiling, the store's claimed count), it names the first thing
+// that keeps a live row from being claimed, with the numbers behind it and
+// one plain sentence.
 //
 // Explain is a pure function of Facts; package httpapi gathers the facts on
 // the node holding the row. The package imports only leaves (outbox,

@@ -1,10 +1,9 @@
-// Package webui is fairshard's web console (issue 17 item 3): static
-// files (HTML, CSS, JavaScript; no framework, no build step, nothing from
-// a CDN) embedded in the binary and served under /ui/ on every node. The
-// page reads and acts through the node's public /v1 API with the API
-// token the operator types (kept in the tab's session storage), so it has
-// no access of its own: the files carry no data and are served without
-// the token.
+// Package webui is fairshard's web console: static files (HTML, CSS,
+// JavaScript; no framework, no build step, nothing from a CDN) embedded in
+// the binary and served under /ui/ on every node. The page reads and acts
+// through the node's public /v1 API with the API token the operator types
+// (kept in the tab's session storage), so it has no access of its own: the
+// files carry no data and are served without the token.
 //
 // Every answer carries a strict Content-Security-Policy (scripts, styles
 // and connections from the node itself only; no inline script or style,

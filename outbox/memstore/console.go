@@ -9,9 +9,8 @@ import (
 	"github.com/fairshard/fairshard/outbox"
 )
 
-// The calls below are an operator's read-back (issue 17 item 2): the
-// attempt history, the row listing and the dead-letter purge, as
-// boltstore has them.
+// The calls below are an operator's read-back: the attempt history, the row
+// listing and the dead-letter purge, as boltstore has them.
 
 // recording wraps a settle's transition so that, when it applies, the
 // attempt is appended to the row's history (called with s.mu held, by

@@ -10,8 +10,8 @@ import (
 )
 
 // ConsoleReader is what an operator's read-back needs of a store beside
-// the contract (issue 17 item 2): the attempt history, the row listing and
-// the dead-letter purge. A store without it fails the suite.
+// the contract: the attempt history, the row listing and the dead-letter
+// purge. A store without it fails the suite.
 type ConsoleReader interface {
 	Attempts(ctx context.Context, dispatchKey string) ([]outbox.Attempt, error)
 	ListRows(ctx context.Context, q outbox.RowQuery) (outbox.RowPage, error)

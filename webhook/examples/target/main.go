@@ -1,7 +1,8 @@
-// Command target is the README's target verifying signatures: an HTTP
-// endpoint that accepts a fairshard delivery only when its Standard
-// Webhooks signature verifies with the secret given in $WEBHOOK_SECRET (a
-// test keeps the README's copy identical).
+// Command target is the API guide's target verifying signatures
+// (docs/api.md, "Signed deliveries and target headers"): an HTTP endpoint
+// that accepts a fairshard delivery only when its Standard Webhooks
+// signature verifies with the secret given in $WEBHOOK_SECRET (a test
+// keeps the guide's copy identical).
 package main
 
 import (
