@@ -1,5 +1,6 @@
-// Package lease is the network-free core of exact cluster-wide quotas
-// (docs/architecture.md "Exact quotas"; docs/adr/0019-capacity-leases.md).
+// Package lease is exact cluster-wide quotas (docs/architecture.md "Exact
+// quotas"; docs/adr/0019-capacity-leases.md): the protocol's core and the
+// node's service that runs it.
 // The model is YouTube's Doorman: nodes report wants and has, a
 // coordinator answers with what each node gets, as a lease with an expiry
 // and a refresh interval, and never has more than the quota out.
@@ -20,8 +21,17 @@
 //     (one per node pair per refresh, whatever the number of namespaces),
 //     with JSON encoding and validation bounded like the public API's.
 //
-// Nothing here does I/O: clocks are injected, the call itself is a
-// Transport function the node supplies (an HTTP call to another node, or
-// this node's own Coordinator.Handle), and who is primary of a shard is an
-// input.
+//   - Service is a node's part: the Coordinator of every namespace whose
+//     coordinator shard this node is primary of in its applied ownership
+//     view, and the Client, refreshed once per refresh interval (sooner
+//     for a namespace new here: AfterSweep) with the demand it measures
+//     (DemandStore, the claim rule quota.Claims), one batched call per
+//     coordinator node through ServiceConfig.Call. A graceful stop gives
+//     its grants back (Release).
+//
+// The core (Coordinator, Client, the wire) does no I/O: clocks are
+// injected, the call itself is a Transport function (an HTTP call to
+// another node, or this node's own Coordinator.Handle), and who is primary
+// of a shard is an input. Service does the I/O through the functions its
+// config gives it.
 package lease

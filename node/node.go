@@ -23,6 +23,7 @@ import (
 	"github.com/fairshard/fairshard/cluster"
 	"github.com/fairshard/fairshard/dispatch"
 	"github.com/fairshard/fairshard/egress"
+	"github.com/fairshard/fairshard/lease"
 	"github.com/fairshard/fairshard/lifecycle"
 	"github.com/fairshard/fairshard/node/httpapi"
 	"github.com/fairshard/fairshard/node/peer"
@@ -123,7 +124,7 @@ type Node struct {
 	replPeers *replication.HTTPPeers
 	api       *httpapi.API
 	stats     *statsMetrics
-	leases    *leaseService
+	leases    *lease.Service
 	// terms[s] is when this node became primary of shard s under its
 	// applied view (zero: it is not): the lease coordinator's term start.
 	terms atomic.Pointer[[]time.Time]
@@ -304,10 +305,10 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 	}
 	n.peers = peer.NewClient(n.auth)
 	policies := n.settings.Policies()
-	n.leases, err = newLeaseService(leaseConfig{
+	n.leases, err = lease.NewService(lease.ServiceConfig{
 		Self: n.name, ShardCount: cfg.Shards, LeaseLength: cfg.LeaseLength, Refresh: cfg.LeaseRefresh,
 		Drain: cfg.DeliveryTimeout, Policies: policies, Ownership: n.ownership, Terms: n.termStart, LatestTerm: n.latestTerm,
-		Store: store, Eligible: func(r outbox.ClaimScope) bool { return n.disp.Eligible(r) }, Peers: n.peers,
+		Store: store, Eligible: func(r outbox.ClaimScope) bool { return n.disp.Eligible(r) }, Call: n.peers.Lease,
 		Wake: func() { n.disp.Wake() }, Claims: n.claims(store),
 		Label: n.nsLabels.Label, Registerer: reg, Logger: log,
 	})
@@ -346,7 +347,7 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 	n.disp, err = dispatch.New(dispatch.Config{
 		Store:             rows,
 		Planner:           planner,
-		AfterSweep:        n.leases.afterSweep,
+		AfterSweep:        n.leases.AfterSweep,
 		Writable:          n.storeWritable,
 		Targets:           targets,
 		Hosts:             hosts,

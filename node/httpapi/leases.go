@@ -20,40 +20,19 @@ type Leases interface {
 	// CoordinatorStatus is this node's coordinator state of ns, if any.
 	CoordinatorStatus(ns string) (lease.NamespaceStatus, bool)
 	// NodeLease is this node's side of ns's lease.
-	NodeLease(ns string) NodeLease
+	NodeLease(ns string) lease.NodeLease
 	// Learning reports whether this node coordinates a shard whose
 	// coordinator term is still in its learning period (it grants nothing
 	// new for those namespaces yet): GET /v1/cluster's leases_learning.
 	Learning() bool
 }
 
-// NodeLease is this node's side of a namespace's capacity lease, as GET
-// /v1/namespaces/{ns} shows it.
-type NodeLease struct {
-	// Coordinator is the node that coordinates the namespace under this
-	// node's applied view (the primary of shard xxhash64(ns) mod S).
-	Coordinator string `json:"coordinator"`
-	// Wants is this node's last reported demand (claimed + pending, at
-	// most the quota; rows).
-	Wants uint32 `json:"wants"`
-	// Grant is this node's unexpired grant (rows), its ceiling; 0 without
-	// one.
-	Grant uint32 `json:"grant"`
-	// Expires is when the grant lapses without a refresh (absent without
-	// a grant).
-	Expires time.Time `json:"expires,omitzero"`
-	// GrantedBy is the coordinator that granted it.
-	GrantedBy string `json:"granted_by,omitempty"`
-	// Learning says the granting coordinator was learning after a
-	// failover (it only confirms what nodes hold).
-	Learning bool `json:"learning"`
-}
 
 // leaseView is the "lease" object of an exact-mode namespace's view:
 // this node's side, and the coordinator's (every node's wants, has and
 // grant, and the sum of holdings) when it could be read.
 type leaseView struct {
-	NodeLease
+	lease.NodeLease
 	// Cluster is the coordinator's state of the namespace: Outstanding is
 	// Σ max(grant, has) over the nodes, an upper bound of what the cluster
 	// runs at once; Nodes has each node's wants, has and grant.

@@ -1,4 +1,4 @@
-package node
+package lease
 
 import (
 	"context"
@@ -12,29 +12,26 @@ import (
 
 	"github.com/fairshard/fairshard/backpressure"
 	"github.com/fairshard/fairshard/cluster"
-	"github.com/fairshard/fairshard/lease"
-	"github.com/fairshard/fairshard/node/httpapi"
-	"github.com/fairshard/fairshard/node/peer"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/quota"
 )
 
-// leaseStore is what the lease service reads of the node's store to
+// DemandStore is what the lease service reads of the node's store to
 // measure demand: the maintained per-namespace counters and the routes
 // with visible pending rows of owned shards.
-type leaseStore interface {
+type DemandStore interface {
 	NamespaceStats(ctx context.Context) (map[string]outbox.NamespaceStats, error)
 	PendingRoutes(ctx context.Context, now time.Time) ([]outbox.ClaimScope, error)
 }
 
-// leaseConfig wires the node's lease service.
-type leaseConfig struct {
+// ServiceConfig wires the node's lease service.
+type ServiceConfig struct {
 	Self       string
 	ShardCount uint32
 	// LeaseLength, Refresh: Config.LeaseLength and LeaseRefresh.
 	LeaseLength, Refresh time.Duration
 	// Drain is the delivery timeout: how long a silent node's last
-	// holding still counts after its grant expired (lease.CoordinatorConfig).
+	// holding still counts after its grant expired (CoordinatorConfig).
 	Drain     time.Duration
 	Policies  *quota.Policies
 	Ownership func() *cluster.OwnershipSnapshot
@@ -45,9 +42,11 @@ type leaseConfig struct {
 	// node owns (zero: none); its terms learn until that + the learning
 	// period.
 	LatestTerm func() time.Time
-	Store      leaseStore
+	Store      DemandStore
 	Eligible   func(outbox.ClaimScope) bool
-	Peers      *peer.Client
+	// Call makes one lease call to the coordinator at apiAddr (an
+	// authenticated POST of PathLeases on another node).
+	Call func(ctx context.Context, apiAddr string, req Request) (Response, error)
 	// Wake asks the dispatcher for a sweep (a grant grew).
 	Wake func()
 	// Claims is the claim rule (quota.Claims): what this node reports it
@@ -60,7 +59,7 @@ type leaseConfig struct {
 	Logger     *slog.Logger
 }
 
-// leaseService is a node's part in exact quotas (docs/architecture.md
+// Service is a node's part in exact quotas (docs/architecture.md
 // "Exact quotas", docs/adr/0019-capacity-leases.md): the coordinator of
 // every namespace whose coordinator shard (xxhash64(namespace) mod S) this
 // node is primary of in its applied ownership view, served on POST
@@ -68,12 +67,12 @@ type leaseConfig struct {
 // interval (or sooner when appends arrive) measures this node's demand for
 // every exact-mode namespace and sends one batched call per coordinator
 // node (sooner when a namespace is new here: afterSweep). Its grants are
-// the planner's ceilings (quota.Leased over lease.Client).
-type leaseService struct {
-	cfg    leaseConfig
-	coord  *lease.Coordinator
-	client *lease.Client
-	m      *leaseMetrics
+// the planner's ceilings (quota.Leased over Client).
+type Service struct {
+	cfg    ServiceConfig
+	coord  *Coordinator
+	client *Client
+	m      *serviceMetrics
 	log    *slog.Logger
 	wake   chan struct{}
 
@@ -85,13 +84,13 @@ type leaseService struct {
 	changes atomic.Uint64
 }
 
-func newLeaseService(cfg leaseConfig) (*leaseService, error) {
-	l := &leaseService{cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1), wants: map[string]uint32{}}
+func NewService(cfg ServiceConfig) (*Service, error) {
+	l := &Service{cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1), wants: map[string]uint32{}}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
 	var err error
-	l.coord, err = lease.NewCoordinator(lease.CoordinatorConfig{
+	l.coord, err = NewCoordinator(CoordinatorConfig{
 		LeaseLength:     cfg.LeaseLength,
 		RefreshInterval: cfg.Refresh,
 		Drain:           cfg.Drain,
@@ -115,21 +114,21 @@ func newLeaseService(cfg leaseConfig) (*leaseService, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.client, err = lease.NewClient(lease.ClientConfig{Node: cfg.Self, RefreshInterval: cfg.Refresh})
+	l.client, err = NewClient(ClientConfig{Node: cfg.Self, RefreshInterval: cfg.Refresh})
 	if err != nil {
 		return nil, err
 	}
-	if l.m, err = newLeaseMetrics(cfg.Registerer); err != nil {
+	if l.m, err = newServiceMetrics(cfg.Registerer); err != nil {
 		return nil, err
 	}
 	return l, nil
 }
 
-// coordinates implements lease.CoordinatorConfig.Coordinates from the
+// coordinates implements CoordinatorConfig.Coordinates from the
 // applied view: this node owns the namespace's coordinator shard, since
 // it applied the view that gave it the shard.
-func (l *leaseService) coordinates(ns string) (time.Time, bool) {
-	shard := lease.CoordinatorShard(ns, l.cfg.ShardCount)
+func (l *Service) coordinates(ns string) (time.Time, bool) {
+	shard := CoordinatorShard(ns, l.cfg.ShardCount)
 	if !l.cfg.Ownership().Owns(shard) {
 		return time.Time{}, false
 	}
@@ -139,20 +138,20 @@ func (l *leaseService) coordinates(ns string) (time.Time, bool) {
 
 // coordinatorOf names namespace ns's coordinator under the applied view:
 // the primary of its coordinator shard.
-func (l *leaseService) coordinatorOf(ns string) (string, bool) {
+func (l *Service) coordinatorOf(ns string) (string, bool) {
 	view := l.cfg.Ownership()
-	return lease.CoordinatorOf(ns, l.cfg.ShardCount, func(shard uint32) (string, bool) {
+	return CoordinatorOf(ns, l.cfg.ShardCount, func(shard uint32) (string, bool) {
 		p := view.ReplicaSet(shard).Primary()
 		return p, p != ""
 	})
 }
 
 // Grants is the client as quota.Leased reads it.
-func (l *leaseService) Grants() quota.Grants { return l.client }
+func (l *Service) Grants() quota.Grants { return l.client }
 
 // Poke asks for a refresh soon (a namespace new on this node wants
 // capacity, see leasePoker). It never blocks.
-func (l *leaseService) Poke() {
+func (l *Service) Poke() {
 	select {
 	case l.wake <- struct{}{}:
 	default:
@@ -160,7 +159,7 @@ func (l *leaseService) Poke() {
 }
 
 // asked reports whether ns was in this node's last lease demand.
-func (l *leaseService) asked(ns string) bool {
+func (l *Service) asked(ns string) bool {
 	l.wantsMu.Lock()
 	defer l.wantsMu.Unlock()
 	_, ok := l.wants[ns]
@@ -174,7 +173,7 @@ func (l *leaseService) asked(ns string) bool {
 // call instead of a refresh interval. Namespaces already asked for wait
 // for the regular refresh, so lease traffic stays one call per
 // coordinator per interval.
-func (l *leaseService) afterSweep(sw backpressure.Sweep) {
+func (l *Service) AfterSweep(sw backpressure.Sweep) {
 	for _, ns := range sw.Namespaces {
 		if ns.Mode == quota.ModeExact && ns.Ceiling == 0 && ns.Routes > 0 && !l.asked(ns.Namespace) {
 			l.Poke()
@@ -189,7 +188,7 @@ const minPokeGap = 20 * time.Millisecond
 // run refreshes every NextRefresh (or on Poke, after minPokeGap)
 // and expires the coordinator's stale state about once a lease, until ctx
 // ends.
-func (l *leaseService) run(ctx context.Context) error {
+func (l *Service) Run(ctx context.Context) error {
 	lastExpire := time.Now()
 	for {
 		l.refresh(ctx)
@@ -221,7 +220,7 @@ func (l *leaseService) run(ctx context.Context) error {
 // a visible row on an eligible route: rows in retry backoff are counted
 // too), at most the namespace's limit; claimed is every claimed row held
 // here, or the deliveries running if more (as the planner counts them).
-func (l *leaseService) demand(ctx context.Context) ([]lease.Demand, error) {
+func (l *Service) demand(ctx context.Context) ([]Demand, error) {
 	stats, err := l.cfg.Store.NamespaceStats(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("lease demand: namespace stats: %w", err)
@@ -243,7 +242,7 @@ func (l *leaseService) demand(ctx context.Context) ([]lease.Demand, error) {
 	// A namespace every row of which a merge replaced while its deliveries
 	// run has no stats left, and still holds capacity (Claims.Of adds it).
 	claimed := l.cfg.Claims.Of(held)
-	out := make([]lease.Demand, 0, len(visible))
+	out := make([]Demand, 0, len(visible))
 	for ns, c := range claimed {
 		st := stats[ns]
 		st.Claimed = c
@@ -258,14 +257,14 @@ func (l *leaseService) demand(ctx context.Context) ([]lease.Demand, error) {
 		if visible[ns] {
 			want += uint64(st.Pending)
 		}
-		out = append(out, lease.Demand{Namespace: ns, Wants: uint32(min(want, uint64(pol.Limit()))), Claimed: uint32(st.Claimed)})
+		out = append(out, Demand{Namespace: ns, Wants: uint32(min(want, uint64(pol.Limit()))), Claimed: uint32(st.Claimed)})
 	}
 	return out, nil
 }
 
 // refresh runs one refresh: demand, one batched call per coordinator, and
 // a sweep if a grant now leaves room for more claims.
-func (l *leaseService) refresh(ctx context.Context) {
+func (l *Service) refresh(ctx context.Context) {
 	demand, err := l.demand(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -318,7 +317,7 @@ func (l *leaseService) refresh(ctx context.Context) {
 // get the capacity on their next refresh instead of after the grants
 // expire. A hard stop (ctx done) releases nothing: the coordinator counts
 // the grants until they expire.
-func (l *leaseService) release(ctx context.Context) error {
+func (l *Service) Release(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return nil
 	}
@@ -339,13 +338,13 @@ func (l *leaseService) release(ctx context.Context) error {
 // expired; a refresh waits for all its calls, so a stuck coordinator
 // delays the others' renewals by at most half a lease, and their grants
 // (counted from the send) still have the other half.
-func (l *leaseService) leaseCallTimeout() time.Duration {
+func (l *Service) leaseCallTimeout() time.Duration {
 	return max(time.Second, l.cfg.LeaseLength/2)
 }
 
 // transport makes one lease call: this node's own coordinator directly,
 // another node's over POST /internal/v1/leases.
-func (l *leaseService) transport(ctx context.Context, to string, req lease.Request) (lease.Response, error) {
+func (l *Service) transport(ctx context.Context, to string, req Request) (Response, error) {
 	if to == l.cfg.Self {
 		return l.coord.Handle(time.Now(), req)
 	}
@@ -357,49 +356,49 @@ func (l *leaseService) transport(ctx context.Context, to string, req lease.Reque
 		}
 	}
 	if addr == "" {
-		return lease.Response{}, fmt.Errorf("coordinator %s has no API address in the applied view", to)
+		return Response{}, fmt.Errorf("coordinator %s has no API address in the applied view", to)
 	}
 	cctx, cancel := context.WithTimeout(ctx, l.leaseCallTimeout())
 	defer cancel()
-	return l.cfg.Peers.Lease(cctx, addr, req)
+	return l.cfg.Call(cctx, addr, req)
 }
 
-// HandleLease implements httpapi.Leases: the coordinator's answer to
+// HandleLease serves the node's API: the coordinator's answer to
 // another node's batched call.
-func (l *leaseService) HandleLease(req lease.Request) (lease.Response, error) {
+func (l *Service) HandleLease(req Request) (Response, error) {
 	return l.coord.Handle(time.Now(), req)
 }
 
-// CoordinatorStatus implements httpapi.Leases: this node's coordinator
+// CoordinatorStatus serves the node's API: this node's coordinator
 // state of ns; when it coordinates ns but no node has asked lately, the
 // term alone (since, learning) with no nodes. ok is false when it does not
 // coordinate ns.
-func (l *leaseService) CoordinatorStatus(ns string) (lease.NamespaceStatus, bool) {
+func (l *Service) CoordinatorStatus(ns string) (NamespaceStatus, bool) {
 	now := time.Now()
 	if st, ok := l.coord.Status(now, ns); ok {
 		return st, true
 	}
 	since, ok := l.coordinates(ns)
 	if !ok {
-		return lease.NamespaceStatus{}, false
+		return NamespaceStatus{}, false
 	}
 	until := since.Add(l.coord.Config().LearningPeriod)
-	return lease.NamespaceStatus{Namespace: ns, Since: since, Learning: now.Before(until), LearningUntil: until,
-		Nodes: []lease.NodeStatus{}}, true
+	return NamespaceStatus{Namespace: ns, Since: since, Learning: now.Before(until), LearningUntil: until,
+		Nodes: []NodeStatus{}}, true
 }
 
-// Learning implements httpapi.Leases: whether a coordinator term of this
+// Learning serves the node's API: whether a coordinator term of this
 // node (a shard it became primary of) is still in its learning period.
-func (l *leaseService) Learning() bool {
+func (l *Service) Learning() bool {
 	if l.cfg.LatestTerm == nil {
 		return false
 	}
 	return time.Now().Before(l.cfg.LatestTerm().Add(l.coord.Config().LearningPeriod))
 }
 
-// NodeLease implements httpapi.Leases: this node's side of ns's lease.
-func (l *leaseService) NodeLease(ns string) httpapi.NodeLease {
-	out := httpapi.NodeLease{}
+// NodeLease serves the node's API: this node's side of ns's 
+func (l *Service) NodeLease(ns string) NodeLease {
+	out := NodeLease{}
 	out.Coordinator, _ = l.coordinatorOf(ns)
 	l.wantsMu.Lock()
 	out.Wants = l.wants[ns]
@@ -417,9 +416,9 @@ func (l *leaseService) NodeLease(ns string) httpapi.NodeLease {
 	return out
 }
 
-// leaseMetrics are the lease service's metrics: grants, wants, refresh
+// serviceMetrics are the lease service's metrics: grants, wants, refresh
 // latency, coordinator changes.
-type leaseMetrics struct {
+type serviceMetrics struct {
 	grant              *prometheus.GaugeVec
 	wants              *prometheus.GaugeVec
 	calls              prometheus.Counter
@@ -430,8 +429,8 @@ type leaseMetrics struct {
 	seen               map[string]bool
 }
 
-func newLeaseMetrics(reg prometheus.Registerer) (*leaseMetrics, error) {
-	m := &leaseMetrics{
+func newServiceMetrics(reg prometheus.Registerer) (*serviceMetrics, error) {
+	m := &serviceMetrics{
 		grant: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "fairshard_lease_grant_rows", Help: "This node's unexpired capacity lease (its ceiling) per exact-mode namespace, rows.",
 		}, []string{"namespace"}),
@@ -473,7 +472,7 @@ func newLeaseMetrics(reg prometheus.Registerer) (*leaseMetrics, error) {
 // measured wants, summed per metrics label (label maps a namespace to it;
 // nil: the namespace), dropping labels that have neither. Called by the
 // refresh loop only.
-func (m *leaseMetrics) update(grants []lease.GrantStatus, wants map[string]uint32, label func(string) string) {
+func (m *serviceMetrics) update(grants []GrantStatus, wants map[string]uint32, label func(string) string) {
 	if label == nil {
 		label = func(ns string) string { return ns }
 	}
@@ -501,4 +500,26 @@ func (m *leaseMetrics) update(grants []lease.GrantStatus, wants map[string]uint3
 		m.wants.WithLabelValues(l).Set(wanted[l])
 	}
 	m.seen = cur
+}
+
+// NodeLease is this node's side of a namespace's capacity lease, as GET
+// /v1/namespaces/{ns} shows it.
+type NodeLease struct {
+	// Coordinator is the node that coordinates the namespace under this
+	// node's applied view (the primary of shard xxhash64(ns) mod S).
+	Coordinator string `json:"coordinator"`
+	// Wants is this node's last reported demand (claimed + pending, at
+	// most the quota; rows).
+	Wants uint32 `json:"wants"`
+	// Grant is this node's unexpired grant (rows), its ceiling; 0 without
+	// one.
+	Grant uint32 `json:"grant"`
+	// Expires is when the grant lapses without a refresh (absent without
+	// a grant).
+	Expires time.Time `json:"expires,omitzero"`
+	// GrantedBy is the coordinator that granted it.
+	GrantedBy string `json:"granted_by,omitempty"`
+	// Learning says the granting coordinator was learning after a
+	// failover (it only confirms what nodes hold).
+	Learning bool `json:"learning"`
 }

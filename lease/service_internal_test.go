@@ -1,4 +1,4 @@
-package node
+package lease
 
 import (
 	"context"
@@ -29,7 +29,7 @@ func TestLeaseDemandCountsRunningDeliveries(t *testing.T) {
 	policies := quota.NewPolicies(quota.SettingsSourceFunc(func(context.Context, string) (quota.Settings, bool, error) {
 		return quota.Settings{}, false, nil
 	}), quota.Defaults{Quota: 64, Mode: quota.ModeExact}, 0)
-	l := &leaseService{cfg: leaseConfig{Store: st, Policies: policies,
+	l := &Service{cfg: ServiceConfig{Store: st, Policies: policies,
 		Claims: quota.Claims{Held: st.CountClaimedHeld, Running: func() map[string]int { return map[string]int{"held": 3, "merged": 2} }}}}
 	demand, err := l.demand(ctx)
 	if err != nil {
