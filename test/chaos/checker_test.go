@@ -366,8 +366,11 @@ type procEvent struct {
 //     nodes the monitor saw not listing each other as members (a false
 //     suspicion under load splits the membership just the same).
 //
-// Anything else is a violation, as are two concurrent deliveries of a row
-// appended once (two claimers).
+// A repeat a partition explains is counted as the partition's, before a
+// kill or a pause of the first deliverer is considered, so only the
+// repeats nothing else explains count against a kill's or a pause's
+// bound. Anything else is a violation, as are two concurrent deliveries
+// of a row appended once (two claimers).
 func checkDuplicates(h *history, o checkOpts, f *figures) []violation {
 	var vs []violation
 	perNode := map[string][]*procEvent{}
@@ -426,7 +429,13 @@ func checkDuplicates(h *history, o checkOpts, f *figures) []violation {
 					break
 				}
 			}
-			if first != nil && first.kind != evTerm && first.at < cur.start && first.at-prev.end <= o.SettleLag {
+			// A partition between the two deliverers explains the repeat
+			// first: each side delivers what it holds, whatever else
+			// happened to the first deliverer meanwhile, so such repeats do
+			// not count against a kill's or a pause's bound.
+			if split {
+				cause = "partition"
+			} else if first != nil && first.kind != evTerm && first.at < cur.start && first.at-prev.end <= o.SettleLag {
 				first.explained++
 				cause = map[eventKind]string{evKill: "kill", evStop: "pause"}[first.kind]
 			} else if allowance > 0 {
@@ -435,8 +444,6 @@ func checkDuplicates(h *history, o checkOpts, f *figures) []violation {
 				if r.failed == 0 {
 					cause = "accepted (held on a failed forward)"
 				}
-			} else if split {
-				cause = "partition"
 			}
 			if cause == "" {
 				unexplained = append(unexplained, seq)
