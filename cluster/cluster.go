@@ -651,8 +651,6 @@ func (c *Cluster) Shutdown() error {
 	return err
 }
 
-func (c *Cluster) isShutdown() bool { return c.shutdown.Load() }
-
 // timeoutOf returns the time left before ctx's deadline, or def without one.
 func timeoutOf(ctx context.Context, def time.Duration) time.Duration {
 	if d, ok := ctx.Deadline(); ok {

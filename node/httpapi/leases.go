@@ -27,7 +27,6 @@ type Leases interface {
 	Learning() bool
 }
 
-
 // leaseView is the "lease" object of an exact-mode namespace's view:
 // this node's side, and the coordinator's (every node's wants, has and
 // grant, and the sum of holdings) when it could be read.

@@ -92,12 +92,3 @@ func ViewsOf(rows []outbox.Row, node string) []RowView {
 	}
 	return out
 }
-
-// RowsOf is Row of every view.
-func RowsOf(views []RowView) []outbox.Row {
-	out := make([]outbox.Row, len(views))
-	for i := range views {
-		out[i] = views[i].Row()
-	}
-	return out
-}

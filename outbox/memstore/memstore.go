@@ -50,14 +50,6 @@ func New(shardCount uint32) *Store {
 	return &Store{shardCount: max(shardCount, 1), now: time.Now, rows: map[string]*outbox.Row{}, marked: map[string]bool{}}
 }
 
-// SetClock replaces the store's clock (time.Now by default), which fills
-// zero instants: CreatedAt on Append, FinishedAt on settles without Now.
-func (s *Store) SetClock(now func() time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.now = now
-}
-
 // ShardCount returns the store's shard_count.
 func (s *Store) ShardCount() uint32 { return s.shardCount }
 

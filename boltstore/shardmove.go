@@ -378,7 +378,7 @@ func (s *Store) endTransfer(ctx context.Context, what string, keys []string, del
 	return n, err
 }
 
-// Merge stores copies of rows received from other nodes (handoff, sync,
+// Merge stores copies of rows received from other nodes (hand-off, sync,
 // replication), deduplicating by dispatch_key. The whole batch is
 // validated first (outbox.ErrInvalidRow, nothing written). Each copy is
 // given its defaults by outbox.NormalizeIncoming (a claimed copy becomes
