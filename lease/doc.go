@@ -12,11 +12,13 @@
 //     every node's holding as max(grant, has). After a failover it learns
 //     for one learning period (by default the lease length): it only
 //     confirms what nodes report they hold.
+//
 //   - Client is a node's side: its grant per namespace with expiry and
 //     refresh interval. It builds one batched Request per coordinator per
 //     refresh, applies the Responses, and keeps a grant until it expires
 //     when the coordinator cannot be reached; then the ceiling is 0. It
 //     implements quota.Grants, so quota.Leased turns grants into ceilings.
+//
 //   - Request and Response are the wire messages of the node-to-node call
 //     (one per node pair per refresh, whatever the number of namespaces),
 //     with JSON encoding and validation bounded like the public API's.

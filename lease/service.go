@@ -396,7 +396,7 @@ func (l *Service) Learning() bool {
 	return time.Now().Before(l.cfg.LatestTerm().Add(l.coord.Config().LearningPeriod))
 }
 
-// NodeLease serves the node's API: this node's side of ns's 
+// NodeLease serves the node's API: this node's side of ns's
 func (l *Service) NodeLease(ns string) NodeLease {
 	out := NodeLease{}
 	out.Coordinator, _ = l.coordinatorOf(ns)
