@@ -8,6 +8,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/fairshard/fairshard/internal/bincodec"
 	"github.com/fairshard/fairshard/outbox"
 )
 
@@ -45,7 +46,7 @@ func (s *Store) ListDeadLetterPage(ctx context.Context, namespace string, q Dead
 	}
 	err := s.view(ctx, "list dead letters", func(_ *bolt.Tx, b buckets) error {
 		out = DeadLetterPage{}
-		prefix := appendStr(nil, namespace)
+		prefix := bincodec.AppendString(nil, namespace)
 		size := 0
 		c := b.dlq.Cursor()
 		k, _ := c.Seek(dlqKey(namespace, q.After))
@@ -116,7 +117,7 @@ func (s *Store) settleDeadLetters(ctx context.Context, op, namespace string, key
 	for {
 		var page []string
 		err := s.view(ctx, op, func(_ *bolt.Tx, b buckets) error {
-			prefix := appendStr(nil, namespace)
+			prefix := bincodec.AppendString(nil, namespace)
 			c := b.dlq.Cursor()
 			for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix) && len(page) < GCBatchRows; k, _ = c.Next() {
 				page = append(page, string(k[len(prefix):]))

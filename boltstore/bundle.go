@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fairshard/fairshard/internal/bincodec"
 	"github.com/fairshard/fairshard/outbox"
 )
 
@@ -198,7 +199,7 @@ func (bw *bundleWriter) add(r *outbox.Row) {
 	fin := r.FinishedAt.UnixNano()
 	b := bw.body
 	b = binary.AppendUvarint(b, uint64(shared))
-	b = appendStr(b, r.DispatchKey[shared:])
+	b = bincodec.AppendString(b, r.DispatchKey[shared:])
 	b = append(b, flags)
 	b = binary.AppendUvarint(b, uint64(r.Attempt))
 	if flags&bgGen != 0 {
@@ -214,11 +215,11 @@ func (bw *bundleWriter) add(r *outbox.Row) {
 		b = binary.AppendVarint(b, fin-r.VisibleAfter.UnixNano())
 	}
 	if flags&bgWorkflow != 0 {
-		b = appendStr(b, r.WorkflowID)
+		b = bincodec.AppendString(b, r.WorkflowID)
 		b = binary.AppendUvarint(b, r.Ordinal)
 	}
 	if flags&bgError != 0 {
-		b = appendStr(b, r.LastError)
+		b = bincodec.AppendString(b, r.LastError)
 	}
 	bw.body = b
 	bw.prevKey, bw.prevFin = r.DispatchKey, fin
@@ -234,7 +235,7 @@ func (bw *bundleWriter) value() []byte {
 	v = append(v, bundleV1)
 	v = binary.AppendUvarint(v, uint64(len(bw.routes)))
 	for _, r := range bw.routes {
-		v = appendStr(appendStr(appendStr(v, r.ns), r.tq), r.at)
+		v = bincodec.AppendString(bincodec.AppendString(bincodec.AppendString(v, r.ns), r.tq), r.at)
 	}
 	v = binary.AppendVarint(v, bw.base)
 	v = binary.AppendUvarint(v, uint64(bw.n))
@@ -351,7 +352,7 @@ type bundleReader struct {
 	restarts   []byte // uint32 offsets
 
 	// walk state
-	d       decoder
+	d       bincodec.Reader
 	i       int
 	key     []byte
 	prevFin int64
@@ -365,28 +366,29 @@ func openBundle(bk, v []byte) (*bundleReader, error) {
 		return nil, fmt.Errorf("bundle %x: %w (header)", bk, errBadValue)
 	}
 	br := &bundleReader{shard: binary.BigEndian.Uint32(bk)}
-	d := decoder{b: v[1:]}
-	nr := d.uvarint()
+	d := bincodec.NewReader(v[1:])
+	nr := d.Uvarint()
 	if nr > uint64(len(v)) {
 		return nil, fmt.Errorf("bundle %x: %w (routes)", bk, errBadValue)
 	}
 	// The route table is decoded when a record is (routes); a lookup
 	// that misses never does.
 	br.nroutes = int(nr)
-	br.routeTable = d.b
+	br.routeTable = d.Rest()
 	for range 3 * nr {
-		d.bytes()
+		d.Bytes(math.MaxInt)
 	}
-	br.routeTable = br.routeTable[:len(br.routeTable)-len(d.b)]
-	br.base = d.varint()
-	n := d.uvarint()
-	bl := d.uvarint()
-	if d.err != nil || n == 0 || n > uint64(len(v)) || bl > uint64(len(d.b)) {
+	br.routeTable = br.routeTable[:len(br.routeTable)-len(d.Rest())]
+	br.base = d.Varint()
+	n := d.Uvarint()
+	bl := d.Uvarint()
+	rest := d.Rest()
+	if d.Err() != nil || n == 0 || n > uint64(len(v)) || bl > uint64(len(rest)) {
 		return nil, fmt.Errorf("bundle %x: %w (counts)", bk, errBadValue)
 	}
 	br.n = int(n)
-	br.body = d.b[:bl]
-	br.restarts = d.b[bl:]
+	br.body = rest[:bl]
+	br.restarts = rest[bl:]
 	if len(br.restarts) != 4*((br.n+bundleRestart-1)/bundleRestart) {
 		return nil, fmt.Errorf("bundle %x: %w (restarts)", bk, errBadValue)
 	}
@@ -398,12 +400,12 @@ func (br *bundleReader) loadRoutes() error {
 	if br.routes != nil || br.nroutes == 0 {
 		return nil
 	}
-	d := decoder{b: br.routeTable}
+	d := bincodec.NewReader(br.routeTable)
 	routes := make([]bundleRoute, br.nroutes)
 	for i := range routes {
-		routes[i] = bundleRoute{d.str(), d.str(), d.str()}
+		routes[i] = bundleRoute{d.RawString(math.MaxInt), d.RawString(math.MaxInt), d.RawString(math.MaxInt)}
 	}
-	if d.err != nil {
+	if d.Err() != nil {
 		return fmt.Errorf("bundle routes: %w", errBadValue)
 	}
 	br.routes = routes
@@ -416,7 +418,7 @@ func (br *bundleReader) seekRestart(j int) error {
 	if int(off) > len(br.body) {
 		return fmt.Errorf("bundle restart %d: %w", j, errBadValue)
 	}
-	br.d = decoder{b: br.body[off:]}
+	br.d.Reset(br.body[off:])
 	br.i = j * bundleRestart
 	br.key = br.key[:0]
 	br.prevFin = br.base
@@ -426,9 +428,9 @@ func (br *bundleReader) seekRestart(j int) error {
 // nextKey decodes the next record's key (into br.key, valid until the
 // next call) and returns the rest of the record for decodeRest.
 func (br *bundleReader) nextKey() error {
-	shared := br.d.uvarint()
-	suf := br.d.bytes()
-	if br.d.err != nil || shared > uint64(len(br.key)) {
+	shared := br.d.Uvarint()
+	suf := br.d.Bytes(math.MaxInt)
+	if br.d.Err() != nil || shared > uint64(len(br.key)) {
 		return fmt.Errorf("bundle record %d: %w", br.i, errBadValue)
 	}
 	if br.i%bundleRestart == 0 && shared != 0 {
@@ -442,38 +444,33 @@ func (br *bundleReader) nextKey() error {
 // them (keeping the FinishedAt chain).
 func (br *bundleReader) rest(into *outbox.Row) error {
 	d := &br.d
-	flags := byte(0)
-	if len(d.b) == 0 {
-		d.err = errBadValue
-	} else {
-		flags, d.b = d.b[0], d.b[1:]
-	}
-	attempt := d.uvarint()
+	flags := d.Byte()
+	attempt := d.Uvarint()
 	gen := uint64(0)
 	if flags&bgGen != 0 {
-		gen = d.uvarint()
+		gen = d.Uvarint()
 	}
 	seq := attempt + 1
 	if flags&bgSeq == 0 {
-		seq = d.uvarint()
+		seq = d.Uvarint()
 	}
-	ri := d.uvarint()
-	fin := br.prevFin + d.varint()
-	created := fin - d.varint()
+	ri := d.Uvarint()
+	fin := br.prevFin + d.Varint()
+	created := fin - d.Varint()
 	visible := created
 	if flags&bgVisible != 0 {
-		visible = fin - d.varint()
+		visible = fin - d.Varint()
 	}
 	var wf, lastErr string
 	var ord uint64
 	if flags&bgWorkflow != 0 {
-		wf = d.str()
-		ord = d.uvarint()
+		wf = d.RawString(math.MaxInt)
+		ord = d.Uvarint()
 	}
 	if flags&bgError != 0 {
-		lastErr = d.str()
+		lastErr = d.RawString(math.MaxInt)
 	}
-	if d.err != nil || ri >= uint64(br.nroutes) || attempt > math.MaxUint32 || gen > math.MaxUint32 {
+	if d.Err() != nil || ri >= uint64(br.nroutes) || attempt > math.MaxUint32 || gen > math.MaxUint32 {
 		return fmt.Errorf("bundle record %d (%q): %w", br.i, br.key, errBadValue)
 	}
 	br.prevFin = fin
@@ -529,8 +526,8 @@ func (br *bundleReader) all() ([]outbox.Row, error) {
 			return nil, err
 		}
 	}
-	if len(br.d.b) != 0 {
-		return nil, fmt.Errorf("bundle: %w (%d bytes after the last record)", errBadValue, len(br.d.b))
+	if br.d.Len() != 0 {
+		return nil, fmt.Errorf("bundle: %w (%d bytes after the last record)", errBadValue, br.d.Len())
 	}
 	return out, nil
 }

@@ -4,8 +4,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
+	"github.com/fairshard/fairshard/internal/bincodec"
 	"github.com/fairshard/fairshard/outbox"
 )
 
@@ -134,11 +136,6 @@ func statusOf(c byte) (outbox.Status, bool) {
 	return "", false
 }
 
-func appendStr(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
-}
-
 func appendTimeKey(b []byte, t time.Time) []byte {
 	b = binary.BigEndian.AppendUint64(b, uint64(t.Unix())^(1<<63))
 	return binary.BigEndian.AppendUint32(b, uint32(t.Nanosecond()))
@@ -168,7 +165,7 @@ func byShardKey(shard uint32, createdAt time.Time, dispatchKey string) []byte {
 
 func routeKey(namespace, taskQueue string) []byte {
 	b := make([]byte, 0, len(namespace)+len(taskQueue)+4)
-	return appendStr(appendStr(b, namespace), taskQueue)
+	return bincodec.AppendString(bincodec.AppendString(b, namespace), taskQueue)
 }
 
 func pendingKey(route []byte, visibleAfter time.Time, dispatchKey string) []byte {
@@ -185,22 +182,22 @@ func timeIndexKey(t time.Time, dispatchKey string) []byte {
 
 func dlqKey(namespace, dispatchKey string) []byte {
 	b := make([]byte, 0, len(namespace)+len(dispatchKey)+2)
-	return append(appendStr(b, namespace), dispatchKey...)
+	return append(bincodec.AppendString(b, namespace), dispatchKey...)
 }
 
 // nsShardKey is str(namespace) ‖ shard(4): one namespace's per-shard
 // counters are one contiguous key range (usually one page), so a batch
 // touches one page per namespace, not one per shard.
 func nsShardKey(namespace string, shard uint32) []byte {
-	return appendShard(appendStr(make([]byte, 0, 6+len(namespace)), namespace), shard)
+	return appendShard(bincodec.AppendString(make([]byte, 0, 6+len(namespace)), namespace), shard)
 }
 
 // decodeRoute splits a routes-bucket key back into its scope.
 func decodeRoute(b []byte) (outbox.ClaimScope, error) {
-	d := decoder{b: b}
-	ns := d.str()
-	tq := d.str()
-	if d.err != nil || len(d.b) != 0 {
+	d := bincodec.NewReader(b)
+	ns := d.RawString(math.MaxInt)
+	tq := d.RawString(math.MaxInt)
+	if d.Err() != nil || d.Len() != 0 {
 		return outbox.ClaimScope{}, fmt.Errorf("route key %x: %w", b, errBadValue)
 	}
 	return outbox.ClaimScope{Namespace: ns, TaskQueue: tq}, nil
@@ -251,7 +248,7 @@ func encodeRow(dst []byte, r *outbox.Row) []byte {
 		}
 	}
 	for _, s := range [...]string{r.WorkflowID, r.Namespace, r.TaskQueue, r.ActivityType, r.ContentType, r.LastError} {
-		dst = appendStr(dst, s)
+		dst = bincodec.AppendString(dst, s)
 	}
 	if r.Payload != nil {
 		dst = binary.AppendUvarint(dst, uint64(len(r.Payload)))
@@ -282,103 +279,39 @@ func decodeRowPayload(key, val []byte, withPayload bool) (outbox.Row, int, error
 	}
 	r.Status = st
 	flags := val[2]
-	d := decoder{b: val[3:]}
+	d := bincodec.NewReader(val[3:])
 	if val[0] == rowV2 {
-		gen := d.uvarint()
-		if gen > 1<<32-1 {
-			d.err = errBadValue
-		}
-		r.Version = outbox.Version{Gen: uint32(gen), Seq: d.uvarint()}
+		gen := d.Bounded(1<<32 - 1)
+		r.Version = outbox.Version{Gen: uint32(gen), Seq: d.Uvarint()}
 	}
-	r.Attempt = uint32(d.uvarint())
-	r.Ordinal = d.uvarint()
-	r.Shard = uint32(d.uvarint())
+	r.Attempt = uint32(d.Uvarint())
+	r.Ordinal = d.Uvarint()
+	r.Shard = uint32(d.Uvarint())
 	for i, t := range [...]*time.Time{&r.VisibleAfter, &r.ClaimedAt, &r.CreatedAt, &r.FinishedAt} {
 		if flags&(1<<i) != 0 {
-			sec := d.varint()
-			nsec := d.uvarint()
+			sec := d.Varint()
+			nsec := d.Uvarint()
 			*t = time.Unix(sec, int64(nsec)).UTC()
 		}
 	}
-	r.WorkflowID = d.str()
-	r.Namespace = d.str()
-	r.TaskQueue = d.str()
-	r.ActivityType = d.str()
-	r.ContentType = d.str()
-	r.LastError = d.str()
+	r.WorkflowID = d.RawString(math.MaxInt)
+	r.Namespace = d.RawString(math.MaxInt)
+	r.TaskQueue = d.RawString(math.MaxInt)
+	r.ActivityType = d.RawString(math.MaxInt)
+	r.ContentType = d.RawString(math.MaxInt)
+	r.LastError = d.RawString(math.MaxInt)
 	payloadLen := 0
 	if flags&flagPayload != 0 {
-		p := d.bytes()
+		p := d.Bytes(math.MaxInt)
 		payloadLen = len(p)
-		if withPayload && d.err == nil {
+		if withPayload && d.Err() == nil {
 			r.Payload = append(make([]byte, 0, len(p)), p...)
 		}
 	}
-	if d.err != nil || len(d.b) != 0 {
+	if d.Err() != nil || d.Len() != 0 {
 		return r, 0, fmt.Errorf("row %q: %w", r.DispatchKey, errBadValue)
 	}
 	return r, payloadLen, nil
-}
-
-type decoder struct {
-	b   []byte
-	err error
-}
-
-func (d *decoder) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.err = errBadValue
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) varint() int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.err = errBadValue
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-// bytes returns the next length-prefixed field without copying it (a
-// slice of the value: valid only inside the transaction).
-func (d *decoder) bytes() []byte {
-	n := d.uvarint()
-	if d.err != nil {
-		return nil
-	}
-	if n > uint64(len(d.b)) {
-		d.err = errBadValue
-		return nil
-	}
-	b := d.b[:n]
-	d.b = d.b[n:]
-	return b
-}
-
-func (d *decoder) str() string {
-	n := d.uvarint()
-	if d.err != nil {
-		return ""
-	}
-	if n > uint64(len(d.b)) {
-		d.err = errBadValue
-		return ""
-	}
-	s := string(d.b[:n])
-	d.b = d.b[n:]
-	return s
 }
 
 // counts is a fixed-arity vector of non-negative counters stored as uvarints.
@@ -386,11 +319,11 @@ type counts []int64
 
 func decodeCounts(b []byte, n int) (counts, error) {
 	c := make(counts, n)
-	d := decoder{b: b}
+	d := bincodec.NewReader(b)
 	for i := range c {
-		c[i] = int64(d.uvarint())
+		c[i] = int64(d.Uvarint())
 	}
-	if d.err != nil || len(d.b) != 0 {
+	if d.Err() != nil || d.Len() != 0 {
 		return nil, errBadValue
 	}
 	return c, nil

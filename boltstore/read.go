@@ -11,6 +11,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/fairshard/fairshard/internal/bincodec"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/shards"
 )
@@ -164,7 +165,7 @@ func (s *Store) CountClaimedByNamespace(ctx context.Context, namespaces []string
 		}
 		sorted := make([]nsPrefix, 0, len(out))
 		for ns := range out {
-			sorted = append(sorted, nsPrefix{ns, appendStr(nil, ns)})
+			sorted = append(sorted, nsPrefix{ns, bincodec.AppendString(nil, ns)})
 		}
 		slices.SortFunc(sorted, func(a, b nsPrefix) int { return bytes.Compare(a.prefix, b.prefix) })
 		c := b.nsShard.Cursor()

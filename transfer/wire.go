@@ -1,11 +1,14 @@
 package transfer
 
 import (
+	"math"
+
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
 
+	"github.com/fairshard/fairshard/internal/bincodec"
 	"github.com/fairshard/fairshard/outbox"
 )
 
@@ -53,13 +56,13 @@ func EncodeBatch(dst []byte, rows []outbox.Row) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(rows)))
 	for i := range rows {
 		r := &rows[i]
-		dst = appendStr(dst, r.DispatchKey)
-		dst = appendStr(dst, r.WorkflowID)
+		dst = bincodec.AppendString(dst, r.DispatchKey)
+		dst = bincodec.AppendString(dst, r.WorkflowID)
 		dst = binary.AppendUvarint(dst, r.Ordinal)
-		dst = appendStr(dst, r.Namespace)
-		dst = appendStr(dst, r.TaskQueue)
-		dst = appendStr(dst, r.ActivityType)
-		dst = appendStr(dst, r.ContentType)
+		dst = bincodec.AppendString(dst, r.Namespace)
+		dst = bincodec.AppendString(dst, r.TaskQueue)
+		dst = bincodec.AppendString(dst, r.ActivityType)
+		dst = bincodec.AppendString(dst, r.ContentType)
 		var flags byte
 		times := [...]time.Time{r.VisibleAfter, r.ClaimedAt, r.CreatedAt, r.FinishedAt}
 		for j, t := range times {
@@ -78,7 +81,7 @@ func EncodeBatch(dst []byte, rows []outbox.Row) []byte {
 				dst = binary.AppendUvarint(dst, uint64(t.Nanosecond()))
 			}
 		}
-		dst = appendStr(dst, r.LastError)
+		dst = bincodec.AppendString(dst, r.LastError)
 		dst = binary.AppendUvarint(dst, uint64(r.Shard))
 		dst = binary.AppendUvarint(dst, uint64(r.Version.Gen))
 		dst = binary.AppendUvarint(dst, r.Version.Seq)
@@ -100,11 +103,6 @@ func EncodedSize(rows []outbox.Row) int {
 	return n
 }
 
-func appendStr(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
-}
-
 // DecodeBatch decodes a batch made by EncodeBatch. It refuses, with an
 // error wrapping ErrBadBatch, a wrong magic, more than maxRows rows (when
 // maxRows > 0), a field running past the end, an unknown status or flag,
@@ -116,131 +114,61 @@ func DecodeBatch(b []byte, maxRows int) ([]outbox.Row, error) {
 	if len(b) < len(batchMagic) || string(b[:len(batchMagic)]) != string(batchMagic) {
 		return nil, fmt.Errorf("%w: not a batch (magic %q)", ErrBadBatch, b[:min(len(b), len(batchMagic))])
 	}
-	d := decoder{b: b[len(batchMagic):]}
-	n := d.uvarint()
-	if d.err != nil {
-		return nil, fmt.Errorf("%w: row count: %w", ErrBadBatch, d.err)
+	d := bincodec.NewReader(b[len(batchMagic):])
+	n := d.Uvarint()
+	if d.Err() != nil {
+		return nil, fmt.Errorf("%w: row count: %w", ErrBadBatch, d.Err())
 	}
 	if maxRows > 0 && n > uint64(maxRows) {
 		return nil, fmt.Errorf("%w: %d rows, at most %d", ErrBadBatch, n, maxRows)
 	}
 	// Every row takes at least 20 bytes: bound the allocation by the input.
-	if n > uint64(len(d.b)/20+1) {
-		return nil, fmt.Errorf("%w: %d rows in %d bytes", ErrBadBatch, n, len(d.b))
+	if n > uint64(d.Len()/20+1) {
+		return nil, fmt.Errorf("%w: %d rows in %d bytes", ErrBadBatch, n, d.Len())
 	}
 	rows := make([]outbox.Row, n)
 	for i := range rows {
 		r := &rows[i]
-		r.DispatchKey = d.str()
-		r.WorkflowID = d.str()
-		r.Ordinal = d.uvarint()
-		r.Namespace = d.str()
-		r.TaskQueue = d.str()
-		r.ActivityType = d.str()
-		r.ContentType = d.str()
-		code, flags := d.byte(), d.byte()
-		if d.err == nil && (int(code) >= len(statusByCode) || statusByCode[code] == "") {
-			d.err = fmt.Errorf("status code %d", code)
+		r.DispatchKey = d.RawString(math.MaxInt)
+		r.WorkflowID = d.RawString(math.MaxInt)
+		r.Ordinal = d.Uvarint()
+		r.Namespace = d.RawString(math.MaxInt)
+		r.TaskQueue = d.RawString(math.MaxInt)
+		r.ActivityType = d.RawString(math.MaxInt)
+		r.ContentType = d.RawString(math.MaxInt)
+		code, flags := d.Byte(), d.Byte()
+		if d.Err() == nil && (int(code) >= len(statusByCode) || statusByCode[code] == "") {
+			d.Fail(fmt.Errorf("status code %d", code))
 		}
-		if d.err == nil && flags&^(hasVisible|hasClaimed|hasCreated|hasFinished|hasPayload) != 0 {
-			d.err = fmt.Errorf("unknown flags %#x", flags)
+		if d.Err() == nil && flags&^(hasVisible|hasClaimed|hasCreated|hasFinished|hasPayload) != 0 {
+			d.Fail(fmt.Errorf("unknown flags %#x", flags))
 		}
-		if d.err == nil {
+		if d.Err() == nil {
 			r.Status = statusByCode[code]
 		}
-		r.Attempt = uint32(d.bounded(1<<32 - 1))
+		r.Attempt = uint32(d.Bounded(1<<32 - 1))
 		for j, t := range [...]*time.Time{&r.VisibleAfter, &r.ClaimedAt, &r.CreatedAt, &r.FinishedAt} {
 			if flags&(1<<j) != 0 {
-				sec := d.varint()
-				nsec := d.bounded(999_999_999)
-				if d.err == nil {
+				sec := d.Varint()
+				nsec := d.Bounded(999_999_999)
+				if d.Err() == nil {
 					*t = time.Unix(sec, int64(nsec)).UTC()
 				}
 			}
 		}
-		r.LastError = d.str()
-		r.Shard = uint32(d.bounded(1<<32 - 1))
-		r.Version.Gen = uint32(d.bounded(1<<32 - 1))
-		r.Version.Seq = d.uvarint()
+		r.LastError = d.RawString(math.MaxInt)
+		r.Shard = uint32(d.Bounded(1<<32 - 1))
+		r.Version.Gen = uint32(d.Bounded(1<<32 - 1))
+		r.Version.Seq = d.Uvarint()
 		if flags&hasPayload != 0 {
-			r.Payload = d.bytes()
+			r.Payload = d.Bytes(math.MaxInt)
 		}
-		if d.err != nil {
-			return nil, fmt.Errorf("%w: row %d: %w", ErrBadBatch, i, d.err)
+		if d.Err() != nil {
+			return nil, fmt.Errorf("%w: row %d: %w", ErrBadBatch, i, d.Err())
 		}
 	}
-	if len(d.b) != 0 {
-		return nil, fmt.Errorf("%w: %d bytes after the last row", ErrBadBatch, len(d.b))
+	if d.Len() != 0 {
+		return nil, fmt.Errorf("%w: %d bytes after the last row", ErrBadBatch, d.Len())
 	}
 	return rows, nil
 }
-
-var errShort = errors.New("truncated")
-
-type decoder struct {
-	b   []byte
-	err error
-}
-
-func (d *decoder) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.err = errShort
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) bounded(maxV uint64) uint64 {
-	v := d.uvarint()
-	if d.err == nil && v > maxV {
-		d.err = fmt.Errorf("number %d over %d", v, maxV)
-	}
-	return v
-}
-
-func (d *decoder) varint() int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.err = errShort
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) byte() byte {
-	if d.err != nil {
-		return 0
-	}
-	if len(d.b) == 0 {
-		d.err = errShort
-		return 0
-	}
-	c := d.b[0]
-	d.b = d.b[1:]
-	return c
-}
-
-func (d *decoder) bytes() []byte {
-	n := d.uvarint()
-	if d.err != nil {
-		return nil
-	}
-	if n > uint64(len(d.b)) {
-		d.err = errShort
-		return nil
-	}
-	v := d.b[:n:n]
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) str() string { return string(d.bytes()) }

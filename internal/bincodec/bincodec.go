@@ -1,10 +1,12 @@
 // Package bincodec holds the tiny binary primitives that fairshard's
-// gossip formats are built from: a uvarint length followed by the bytes
-// for strings and byte strings, uvarints for numbers, single bytes for
-// kinds, flags and versions. Package cluster encodes its node meta and
-// member query/answer messages with them, package kv its config gossip
-// entries and full states; neither may import the other, so the codec
-// lives here, below both.
+// binary formats are built from: a uvarint length followed by the bytes
+// for strings and byte strings, uvarints and zig-zag varints for numbers,
+// single bytes for kinds, flags and versions. Package cluster encodes its
+// node meta and member query/answer messages with them, package kv its
+// config gossip entries and full states, package transfer the batches of
+// rows nodes send each other, and boltstore its row values and tombstone
+// bundles; none may import another for it, so the codec lives here, below
+// them all.
 //
 // [Reader] decodes hostile input (anything a peer sends) without ever
 // panicking: every read is bounds-checked, every length is checked against
@@ -12,7 +14,8 @@
 // so a decoder reads all its fields in a row and checks [Reader.Err] once.
 //
 // Nothing here knows a message layout; a change here changes every format
-// that uses it, which needs a new cluster.ProtocolVersion.
+// that uses it: the gossip's (a new cluster.ProtocolVersion), the batch
+// wire's and the data file's.
 package bincodec
 
 import (
@@ -66,6 +69,20 @@ type Reader struct {
 
 // NewReader returns a Reader over b, which it does not copy.
 func NewReader(b []byte) *Reader { return &Reader{b: b} }
+
+// Reset makes r a fresh Reader over b (no error recorded), so a decoder
+// can keep a Reader by value and reuse it.
+func (r *Reader) Reset(b []byte) { r.b, r.err = b, nil }
+
+// Rest returns the unread bytes without consuming them (nil once an error
+// is recorded); the result aliases the input. A decoder that slices a
+// region it has measured out (a table, a body) reads it here.
+func (r *Reader) Rest() []byte {
+	if r.err != nil {
+		return nil
+	}
+	return r.b
+}
 
 // Err returns the first error the Reader recorded ([ErrTruncated],
 // [ErrBadVarint], [ErrInvalidUTF8], a "length N above limit M" error, or
@@ -123,6 +140,31 @@ func (r *Reader) Uvarint() uint64 {
 	return v
 }
 
+// Varint reads a signed (zig-zag) varint (encoding/binary's format). It
+// records [ErrBadVarint] like [Reader.Uvarint].
+func (r *Reader) Varint() int64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.err = ErrBadVarint
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+// Bounded reads a uvarint no larger than maxV; a larger one records a
+// "number N over M" error (so a field of 32 bits, say, cannot wrap).
+func (r *Reader) Bounded(maxV uint64) uint64 {
+	v := r.Uvarint()
+	if r.err == nil && v > maxV {
+		r.err = fmt.Errorf("number %d over %d", v, maxV)
+	}
+	return v
+}
+
 // Fixed reads exactly n raw bytes (no length prefix); the result aliases
 // the input and has capacity n, so appending to it never writes into the
 // input. It records [ErrTruncated] when fewer than n bytes remain, and a
@@ -167,6 +209,18 @@ func (r *Reader) Bytes(limit int) []byte {
 	v := r.b[:n:n]
 	r.b = r.b[n:]
 	return v
+}
+
+// RawString reads a string written by [AppendString] like [Reader.Bytes]
+// (limit in bytes, same errors) without the UTF-8 check of
+// [Reader.String]: for data the process wrote itself and validated then
+// (its data file), read on hot paths. The result is a copy.
+func (r *Reader) RawString(limit int) string {
+	v := r.Bytes(limit)
+	if r.err != nil {
+		return ""
+	}
+	return string(v)
 }
 
 // String reads a string written by [AppendString] like [Reader.Bytes]

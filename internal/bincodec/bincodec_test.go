@@ -2,6 +2,7 @@ package bincodec
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"strings"
 	"testing"
@@ -267,7 +268,7 @@ func FuzzReader(f *testing.F) {
 			arg := int(op>>3) - 4 // a limit or size in [-4, 27]: small and negative ones too
 			before := r.Len()
 			var zero bool
-			switch op % 6 {
+			switch op % 10 {
 			case 0:
 				zero = r.Byte() == 0
 			case 1:
@@ -283,6 +284,18 @@ func FuzzReader(f *testing.F) {
 					r.Fail(errors.New("fail"))
 				}
 				zero = true
+			case 6:
+				zero = r.Varint() == 0
+			case 7:
+				zero = r.Bounded(uint64(max(arg, 0))) == 0 || r.Err() != nil
+			case 8:
+				zero = r.RawString(arg) == ""
+			case 9:
+				rest := r.Rest()
+				zero = rest == nil
+				if len(rest) != r.Len() {
+					t.Fatalf("op %d: Rest has %d bytes, Len says %d", i, len(rest), r.Len())
+				}
 			}
 			if r.Len() > before {
 				t.Fatalf("op %d: Len grew from %d to %d", i, before, r.Len())
@@ -292,10 +305,36 @@ func FuzzReader(f *testing.F) {
 					t.Fatalf("op %d: error changed from %v to %v", i, sticky, r.Err())
 				}
 				if !zero || r.Len() != 0 {
-					t.Fatalf("op %d (kind %d): after error %v the read returned a non-zero value or Len %d", i, op%6, sticky, r.Len())
+					t.Fatalf("op %d (kind %d): after error %v the read returned a non-zero value or Len %d", i, op%10, sticky, r.Len())
 				}
 			}
 			sticky = r.Err()
 		}
 	})
+}
+
+// The signed varint, the bounded uvarint, the raw string, Rest and Reset.
+func TestReaderVarintBoundedRawRest(t *testing.T) {
+	b := binary.AppendVarint(nil, -300)
+	b = binary.AppendUvarint(b, 1<<32)
+	b = AppendString(b, "h\xffi")
+	r := NewReader(b)
+	if v := r.Varint(); v != -300 {
+		t.Fatalf("Varint = %d, want -300", v)
+	}
+	rest := r.Rest()
+	if got := r.Bounded(1<<32 - 1); r.Err() == nil || got != 1<<32 {
+		t.Fatalf("Bounded over its maximum: %d, %v; want the value and an error", got, r.Err())
+	}
+	r.Reset(rest[len(binary.AppendUvarint(nil, 1<<32)):])
+	if s := r.RawString(10); s != "h\xffi" || r.Err() != nil {
+		t.Fatalf("RawString = %q, %v; want the bytes as they are (no UTF-8 check)", s, r.Err())
+	}
+	if r.Len() != 0 || len(r.Rest()) != 0 {
+		t.Fatalf("after the last field: Len %d, Rest %d", r.Len(), len(r.Rest()))
+	}
+	r.Reset([]byte{0x80})
+	if r.Varint(); !errors.Is(r.Err(), ErrBadVarint) {
+		t.Fatalf("a cut varint: %v, want ErrBadVarint", r.Err())
+	}
 }
