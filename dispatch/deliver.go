@@ -332,19 +332,55 @@ func (w *wireClock) stop() {
 	w.timer.Stop()
 }
 
-// settle records a delivery outcome on the store. A settle error is logged
-// and counted; the row stays claimed and the reaper re-arms it once its
-// claim is older than the visibility timeout.
+// settleBackoff bounds the wait between tries of a failing settle.
+const settleBackoff = 2 * time.Second
+
+// settle records a delivery outcome on the store. A settle that fails (a
+// commit that timed out behind a slow disk, a store refusing writes until
+// it has reopened its file) is tried again, each try bounded by
+// SettleTimeout, the waits doubling from 50 ms to settleBackoff, until it
+// succeeds, the store is closed, or a hard stop cancels the deliveries:
+// the outcome is known, and a claim left in the store holds its
+// namespace's capacity (quota.Claims) until the reaper re-arms it after
+// the visibility timeout, which for a small quota stalls the namespace.
+// Every failed try is logged and counted; the row counts as in flight
+// while it is retried. After a hard stop the row stays claimed and is
+// re-armed on the next start.
 func (d *Dispatcher) settle(row outbox.Row, res result) {
 	if res.kind == outcomeAbandoned {
 		d.log.Debug("dispatch: delivery abandoned by a hard stop; the claim will be re-armed",
 			"dispatch_key", row.DispatchKey, "namespace", row.Namespace)
 		return
 	}
-	// Not cancelled by a hard stop: an answered delivery is still recorded.
+	now := d.cfg.Now()
+	wait := 50 * time.Millisecond
+	for {
+		// Not cancelled by a hard stop: an answered delivery is still
+		// recorded once.
+		err := d.settleOnce(row, res, now)
+		if err == nil {
+			return
+		}
+		d.m.settleErrors.Inc()
+		if errors.Is(err, outbox.ErrClosed) || d.deliveryCtx.Err() != nil {
+			d.log.Error("dispatch: settle failed; the claim will be re-armed after the visibility timeout",
+				"dispatch_key", row.DispatchKey, "namespace", row.Namespace, "error", err)
+			return
+		}
+		d.log.Warn("dispatch: settle failed; trying again", "dispatch_key", row.DispatchKey,
+			"namespace", row.Namespace, "retry_in", wait, "error", err)
+		select {
+		case <-d.deliveryCtx.Done():
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, settleBackoff)
+	}
+}
+
+// settleOnce is one try of settle, bounded by SettleTimeout.
+func (d *Dispatcher) settleOnce(row outbox.Row, res result, now time.Time) error {
 	ctx, cancel := context.WithTimeout(context.Background(), d.cfg.SettleTimeout)
 	defer cancel()
-	now := d.cfg.Now()
 	attempt := max(row.Attempt, 1)
 	ns := row.Namespace
 	label := d.cfg.NamespaceLabel(ns)
@@ -391,11 +427,7 @@ func (d *Dispatcher) settle(row outbox.Row, res result) {
 				"dispatch_key", row.DispatchKey, "namespace", ns, "task_queue", row.TaskQueue, "attempt", attempt, "last_error", msg)
 		}
 	}
-	if err != nil {
-		d.m.settleErrors.Inc()
-		d.log.Error("dispatch: settle failed; the claim will be re-armed after the visibility timeout",
-			"dispatch_key", row.DispatchKey, "namespace", ns, "error", err)
-	}
+	return err
 }
 
 // policyFor returns the retry policy of a namespace: the override, filled
