@@ -155,3 +155,38 @@ func TestReleaseFreesTheQuotaAtOnce(t *testing.T) {
 		t.Fatalf("b got %d right after a released, want 2", g)
 	}
 }
+
+// TestHandoffRefreshesSooner: a node waiting for a contended row, and a
+// holder whose grant is below what it holds, are told to refresh at a
+// fifth of the interval, so a row changing hands idles about a fifth of a
+// refresh; a node that has what it wants keeps the interval.
+func TestHandoffRefreshesSooner(t *testing.T) {
+	clk := newClock()
+	w := newWorld()
+	w.coordinate("ns", clk.Now().Add(-time.Hour), 1)
+	coord, err := lease.NewCoordinator(w.config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ask := func(node string, wants, has uint32) lease.Lease {
+		t.Helper()
+		resp, err := coord.Handle(clk.Now(), lease.Request{Node: node, Asks: []lease.Ask{{Namespace: "ns", Wants: wants, Has: has}}})
+		if err != nil || len(resp.Leases) != 1 {
+			t.Fatalf("Handle: %+v %v", resp, err)
+		}
+		return resp.Leases[0]
+	}
+	full, fast := uint32(testRefresh/time.Millisecond), uint32(testRefresh/time.Millisecond)/5
+	if l := ask("a", 1, 0); l.Grant != 1 || l.RefreshMS != full {
+		t.Fatalf("a alone: %+v, want the row and the usual refresh", l)
+	}
+	if l := ask("b", 1, 0); l.Grant != 0 || l.RefreshMS != fast {
+		t.Fatalf("b waiting: %+v, want no row and refresh_ms %d", l, fast)
+	}
+	// a's turn ends; b has waited longer: a's grant goes to 0 while it
+	// still runs its row.
+	clk.Advance(coord.Config().Turn + testRefresh)
+	if l := ask("a", 1, 1); l.Grant != 0 || l.RefreshMS != fast {
+		t.Fatalf("a at the end of its turn: %+v, want grant 0 and refresh_ms %d", l, fast)
+	}
+}
