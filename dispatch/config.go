@@ -171,6 +171,14 @@ type Config struct {
 	// has been reported (the node's lease service asks for capacity for a
 	// namespace new here).
 	AfterSweep func(backpressure.Sweep)
+	// Fence, when set, fences the node's actions across a pause of the
+	// process (a GC pause, a VM freeze, SIGSTOP: internal/pause.Watch):
+	// no sweep claims while it does not allow its current generation, and
+	// a claimed row's request is not sent unless the generation its sweep
+	// started in is still allowed when the request gets its connection;
+	// such a row goes back to pending unattempted (the shard may have
+	// another primary by now, which delivers it). nil: no fence.
+	Fence Fence
 	// Writable, when set, says why the store cannot commit now (a failed
 	// commit or fsync, until the store has reopened its file; nil: it
 	// can). Meanwhile no sweep runs: its claims could only fail.

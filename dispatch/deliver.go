@@ -61,6 +61,9 @@ const OutcomeUnknownPrefix = "outcome unknown: "
 var (
 	errDeliveryTimeout = errors.New("dispatch: delivery timeout")
 	errConnectTimeout  = errors.New("dispatch: connect timeout")
+	// errFenced cancels a request this process may no longer send: it was
+	// paused after the row's claim (Config.Fence).
+	errFenced = errors.New("dispatch: fenced after a pause")
 )
 
 // result is how one delivery attempt ended.
@@ -87,13 +90,16 @@ type result struct {
 // none) and hostInflight that host's rows in flight at launch: the
 // attempt is fed to the host's limit and its slot freed as soon as the
 // answer is in, before the settle.
-func (d *Dispatcher) deliverAndSettle(row outbox.Row, host string, hostInflight int) {
+func (d *Dispatcher) deliverAndSettle(row outbox.Row, host string, hostInflight int, gen uint64) {
 	target, ok := d.cfg.Targets.Target(row.Route())
 	var res result
-	if !ok || !usableURL(expandURL(target.URL, row.Route())) {
+	switch {
+	case !d.allowed(gen):
+		res = result{kind: outcomeFenced}
+	case !ok || !usableURL(expandURL(target.URL, row.Route())):
 		res = result{kind: outcomeWait}
-	} else {
-		res = d.deliver(row, target)
+	default:
+		res = d.deliver(row, target, gen)
 	}
 	if host != "" {
 		now := time.Now()
@@ -163,7 +169,7 @@ func newDeliveryRequest(ctx context.Context, row *outbox.Row, t Target, now time
 // duration, and never waits in a client queue (the planner claims only
 // what the host has slots for, the transport does not cap connections
 // below that).
-func (d *Dispatcher) deliver(row outbox.Row, t Target) result {
+func (d *Dispatcher) deliver(row outbox.Row, t Target, gen uint64) result {
 	if field, bad := badHeaderField(&row); bad {
 		return result{kind: outcomeFail, lastError: fmt.Sprintf("row cannot be sent: its %s is not a valid HTTP header value", field)}
 	}
@@ -172,6 +178,9 @@ func (d *Dispatcher) deliver(row outbox.Row, t Target) result {
 	defer cancel(nil)
 	wc := startWireClock(timeout, cancel)
 	defer wc.stop()
+	if d.cfg.Fence != nil {
+		wc.allow = func() bool { return d.cfg.Fence.Allow(gen) }
+	}
 	req, err := newDeliveryRequest(httptrace.WithClientTrace(ctx, wc.trace()), &row, t, d.cfg.Now())
 	if err != nil {
 		// The expanded target URL does not parse or a signing secret is
@@ -193,6 +202,9 @@ func (d *Dispatcher) deliver(row outbox.Row, t Target) result {
 		d.m.deliveryDur.WithLabelValues(d.cfg.NamespaceLabel(row.Namespace)).Observe(answered.Sub(start).Seconds())
 		if d.deliveryCtx.Err() != nil {
 			return result{kind: outcomeAbandoned, sent: res.sent}
+		}
+		if errors.Is(context.Cause(ctx), errFenced) {
+			return result{kind: outcomeFenced}
 		}
 		res.kind, res.load = outcomeRetry, signalDrop
 		cause := context.Cause(ctx)
@@ -264,6 +276,9 @@ func loadOfStatus(code int) (loadSignal, string) {
 type wireClock struct {
 	timeout time.Duration
 	cancel  context.CancelCauseFunc
+	// allow, when set, is asked when the request gets its connection: false
+	// cancels it unwritten (errFenced).
+	allow func() bool
 
 	mu      sync.Mutex
 	timer   *time.Timer
@@ -299,6 +314,12 @@ func (w *wireClock) expire() {
 func (w *wireClock) trace() *httptrace.ClientTrace {
 	return &httptrace.ClientTrace{
 		GotConn: func(httptrace.GotConnInfo) {
+			if w.allow != nil && !w.allow() {
+				// A pause came between the claim and the connection: the
+				// request is not written.
+				w.cancel(errFenced)
+				return
+			}
 			w.mu.Lock()
 			defer w.mu.Unlock()
 			if w.stopped || !w.onWire.IsZero() {
@@ -391,6 +412,12 @@ func (d *Dispatcher) settleOnce(row outbox.Row, res result, now time.Time) error
 			d.m.delivered.WithLabelValues(label).Inc()
 			d.m.enqueueToDel.WithLabelValues(label).Observe(max(now.Sub(row.CreatedAt), 0).Seconds())
 		}
+	case outcomeFenced:
+		// Not sent: this process was paused after the claim. Back to
+		// pending, same attempt; the shard's primary now (this node after
+		// its handover, or another) claims it again.
+		err = d.store.Retry(ctx, outbox.RetryParams{DispatchKey: row.DispatchKey, Claim: row.Version, NextAttempt: attempt, VisibleAfter: now, LastError: row.LastError, Unattempted: true})
+		d.m.fenced.WithLabelValues(label).Inc()
 	case outcomeWait:
 		// The route lost its (usable) target after the claim: back to
 		// pending, same attempt, last_error kept; the sweep filter now skips

@@ -320,6 +320,10 @@ func (d *Dispatcher) SweepOnce(ctx context.Context) (backpressure.Sweep, error) 
 	if d.cfg.Writable != nil && d.cfg.Writable() != nil {
 		return backpressure.Sweep{}, nil
 	}
+	gen := d.fenceGen()
+	if !d.allowed(gen) {
+		return backpressure.Sweep{}, nil // a pause is being handled: claim nothing yet
+	}
 	var held map[string]struct{}
 	if d.cfg.Held != nil {
 		held = d.cfg.Held()
@@ -331,7 +335,7 @@ func (d *Dispatcher) SweepOnce(ctx context.Context) (backpressure.Sweep, error) 
 	if d.cfg.AfterSweep != nil {
 		d.cfg.AfterSweep(sw)
 	}
-	d.launch(sw.Rows)
+	d.launch(sw.Rows, gen)
 	if err != nil {
 		if ctx.Err() == nil {
 			d.m.sweepErrors.Inc()
@@ -341,6 +345,20 @@ func (d *Dispatcher) SweepOnce(ctx context.Context) (backpressure.Sweep, error) 
 		return sw, err
 	}
 	return sw, nil
+}
+
+// fenceGen is the fence's generation now (0 without a fence).
+func (d *Dispatcher) fenceGen() uint64 {
+	if d.cfg.Fence == nil {
+		return 0
+	}
+	return d.cfg.Fence.Gen()
+}
+
+// allowed reports whether an action of fence generation gen may reach the
+// world now (always, without a fence).
+func (d *Dispatcher) allowed(gen uint64) bool {
+	return d.cfg.Fence == nil || d.cfg.Fence.Allow(gen)
 }
 
 // InFlightByNamespace returns, per namespace, the deliveries this
@@ -430,8 +448,8 @@ func (d *Dispatcher) report(sw backpressure.Sweep, budget int) {
 }
 
 // launch registers rows as in flight and starts one delivery goroutine per
-// row. Called with sweepMu held and claims not stopped.
-func (d *Dispatcher) launch(rows []outbox.Row) {
+// row; gen is the fence generation their sweep started in. Called with sweepMu held and claims not stopped.
+func (d *Dispatcher) launch(rows []outbox.Row, gen uint64) {
 	if len(rows) == 0 {
 		return
 	}
@@ -465,7 +483,7 @@ func (d *Dispatcher) launch(rows []outbox.Row) {
 		}
 		go func() {
 			defer d.deliveries.Done()
-			d.deliverAndSettle(row, host, hostInflight)
+			d.deliverAndSettle(row, host, hostInflight, gen)
 			d.finish(&row)
 		}()
 	}

@@ -536,3 +536,83 @@ func TestMergedAwayClaimStillCounts(t *testing.T) {
 		})
 	}
 }
+
+// fakeFence is a pause fence whose answers the test scripts: a pause at
+// the exact moment between a claim and its request, which a real process
+// cannot be made to hit on cue.
+type fakeFence struct {
+	gen    atomic.Uint64
+	allow  atomic.Int64 // Allow calls answered by the generation alone first
+	refuse atomic.Int64 // then this many answer false
+}
+
+func (f *fakeFence) Gen() uint64 { return f.gen.Load() }
+
+func (f *fakeFence) Allow(gen uint64) bool {
+	if f.allow.Add(-1) < 0 && f.refuse.Add(-1) >= 0 {
+		return false
+	}
+	return gen == f.gen.Load()
+}
+
+// TestFencedRowsAreNotSent: rows claimed before a pause whose fence then
+// refuses them are not sent (their requests never reach the target) and
+// go back to pending with their attempt unchanged; claimed again after
+// the pause, each reaches the target exactly once, at attempt 1.
+func TestFencedRowsAreNotSent(t *testing.T) {
+	tg := newTarget(t, nil)
+	cfg := testConfig(static(tg.URL()))
+	fence := &fakeFence{}
+	cfg.Fence = fence
+	d, b := setup(t, cfg)
+	defer drain(t, d)
+	now := time.Now()
+	var keys []string
+	for i := range 6 {
+		keys = append(keys, fmt.Sprintf("f%d", i))
+		mustAppend(t, b.store, mkRow(keys[i], "ns", "q", now))
+	}
+	// The sweep's own check passes; the check of each of its rows before
+	// its request does not: a pause came in between.
+	fence.allow.Store(1)
+	fence.refuse.Store(int64(len(keys)))
+	if sw := sweep(t, d); len(sw.Rows) != len(keys) {
+		t.Fatalf("first sweep claimed %d rows, want %d", len(sw.Rows), len(keys))
+	}
+	eventually(t, 5*time.Second, func() bool {
+		for _, k := range keys {
+			if !statusIs(b.store, k, outbox.StatusPending) {
+				return false
+			}
+		}
+		return true
+	}, "the fenced rows back to pending")
+	if n := tg.total(); n != 0 {
+		t.Fatalf("the target received %d requests from fenced rows, want 0", n)
+	}
+	if v := testutil.ToFloat64(d.m.fenced.WithLabelValues("ns")); v != float64(len(keys)) {
+		t.Fatalf("fairshard_deliveries_fenced_total = %v, want %d", v, len(keys))
+	}
+	fence.gen.Add(1) // the pause was handled: a new generation
+	if sw := sweep(t, d); len(sw.Rows) != len(keys) {
+		t.Fatalf("second sweep claimed %d rows, want %d", len(sw.Rows), len(keys))
+	}
+	eventually(t, 5*time.Second, func() bool {
+		for _, k := range keys {
+			if !statusIs(b.store, k, outbox.StatusDone) {
+				return false
+			}
+		}
+		return true
+	}, "every row delivered after the pause")
+	for _, k := range keys {
+		if c := tg.count(k); c != 1 {
+			t.Errorf("%s reached the target %d times, want once", k, c)
+		}
+	}
+	for _, rq := range tg.requests() {
+		if a := rq.header.Get(HeaderAttempt); a != "1" {
+			t.Errorf("a request carried attempt %s, want 1: a fenced row is not an attempt", a)
+		}
+	}
+}

@@ -19,6 +19,7 @@ type metrics struct {
 	rearmed   prometheus.Counter     // fairshard_rows_rearmed_total
 	// fairshard_delivery_outcome_unknown_total{namespace}
 	outcomeUnknown *prometheus.CounterVec
+	fenced         *prometheus.CounterVec // fairshard_deliveries_fenced_total{namespace}
 
 	claimedNow   *prometheus.GaugeVec   // fairshard_claimed_rows{namespace}
 	ceiling      *prometheus.GaugeVec   // fairshard_namespace_ceiling{namespace}
@@ -37,7 +38,7 @@ type metrics struct {
 // collectors lists every series of m, for registration.
 func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{
-		m.claimed, m.delivered, m.retried, m.failed, m.rearmed, m.outcomeUnknown,
+		m.claimed, m.delivered, m.retried, m.failed, m.rearmed, m.outcomeUnknown, m.fenced,
 		m.claimedNow, m.ceiling, m.headroom, m.atCeiling, m.deliveryDur, m.enqueueToDel,
 		m.sweepDur, m.sweepErrors, m.settleErrors, m.inFlight, m.routesNoTarget,
 	}
@@ -76,6 +77,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "fairshard_rows_rearmed_total",
 			Help: "Stale claims re-armed to pending (visibility timeout passed, or left over from before a restart).",
 		}),
+		fenced: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fairshard_deliveries_fenced_total",
+			Help: "Claimed rows not sent because this process was paused after their claim (its shards may have another primary now): back to pending, attempt unchanged.",
+		}, ns),
 		outcomeUnknown: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fairshard_delivery_outcome_unknown_total",
 			Help: "Delivery attempts whose outcome is unknown (the request went out in full, then timed out or lost its connection): the target may have the row; it is retried with backoff.",

@@ -109,6 +109,10 @@ const (
 	// outcomeWait: the route lost its target between claim and delivery;
 	// the row goes back to pending with its attempt unchanged.
 	outcomeWait
+	// outcomeFenced: the process was paused between claim and delivery
+	// (Config.Fence); the request was not sent and the row goes back to
+	// pending with its attempt unchanged.
+	outcomeFenced
 )
 
 // classifyStatus maps an HTTP status code to an outcome (the table in

@@ -82,6 +82,14 @@ type Planner interface {
 	Sweep(ctx context.Context, store backpressure.ClaimStore, req backpressure.SweepRequest) (backpressure.Sweep, error)
 }
 
+// Fence is what the dispatcher needs of the node's pause watch
+// (internal/pause.Watch): the generation an action starts in, and whether
+// an action of a generation may reach the world now.
+type Fence interface {
+	Gen() uint64
+	Allow(gen uint64) bool
+}
+
 // Store is what the dispatcher needs of the node's store: the claims the
 // planner makes through it (a backpressure.BatchClaimer, found by the
 // planner, claims a whole sweep in one transaction), the settles of

@@ -15,6 +15,7 @@ type statsMetrics struct {
 	pending           *prometheus.GaugeVec
 	oldestPendingAge  *prometheus.GaugeVec
 	deadLetters       *prometheus.GaugeVec
+	pauses            prometheus.Counter
 }
 
 func newStatsMetrics(reg prometheus.Registerer) (*statsMetrics, error) {
@@ -31,8 +32,11 @@ func newStatsMetrics(reg prometheus.Registerer) (*statsMetrics, error) {
 		deadLetters: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "fairshard_dead_letter_rows", Help: "Failed rows (dead letters) held on this node, by namespace.",
 		}, []string{"namespace"}),
+		pauses: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fairshard_process_pauses_total", Help: "Times this process noticed it had not run for longer than its pause threshold (GC, VM freeze, SIGSTOP): its primary shards waited for a handover and its coordinator terms started anew.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.handoffInTransfer, m.pending, m.oldestPendingAge, m.deadLetters} {
+	for _, c := range []prometheus.Collector{m.handoffInTransfer, m.pending, m.oldestPendingAge, m.deadLetters, m.pauses} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/fairshard/fairshard/cluster"
 	"github.com/fairshard/fairshard/dispatch"
 	"github.com/fairshard/fairshard/egress"
+	"github.com/fairshard/fairshard/internal/pause"
 	"github.com/fairshard/fairshard/lease"
 	"github.com/fairshard/fairshard/lifecycle"
 	"github.com/fairshard/fairshard/node/httpapi"
@@ -165,6 +166,9 @@ type Node struct {
 	// service applies.
 	snaps       <-chan *cluster.OwnershipSnapshot
 	unsubscribe func()
+	// pause notices the process not running for a while and fences its
+	// claims and coordinator terms (onPause).
+	pause *pause.Watch
 	// graceEnd is when a graceful stop's grace ends (Shutdown): the
 	// deliveries' drain takes half of what is left of it; a leave still
 	// handing off rows after it says so and goes on.
@@ -341,6 +345,7 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 	if err != nil {
 		return nil, err
 	}
+	n.pause = pause.New(pauseThreshold(cfg.GossipProfile), n.onPause)
 	// Every row change outside replication goes through rows, which ships
 	// it to the backups (DESIGN.md "One write path").
 	rows := replication.NewStore(store, n.repl)
@@ -349,6 +354,7 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 		Planner:           planner,
 		AfterSweep:        n.leases.AfterSweep,
 		Writable:          n.storeWritable,
+		Fence:             n.pause,
 		Targets:           targets,
 		Hosts:             hosts,
 		Held:              n.settings.HeldWorkflows,
@@ -590,6 +596,54 @@ func (n *Node) updateTerms(s *cluster.OwnershipSnapshot) {
 		}
 	}
 	n.terms.Store(&terms)
+}
+
+// renewTerms starts a new coordinator term, now, for every shard this node
+// is primary of in its applied view: its coordinators drop what they
+// recorded and learn again (grant only what nodes report they hold),
+// since while the process did not run another node may have coordinated
+// and granted (onPause).
+func (n *Node) renewTerms() {
+	n.snapMu.Lock()
+	defer n.snapMu.Unlock()
+	s := n.ownership()
+	if len(s.Members) <= 1 {
+		return // alone: nobody else could have granted
+	}
+	now := time.Now()
+	terms := make([]time.Time, s.ShardCount)
+	for _, sh := range s.Owned {
+		terms[sh] = now
+	}
+	n.terms.Store(&terms)
+}
+
+// onPause is the pause watch's callback (internal/pause): the process did
+// not run for gap, longer than the failure detection it was measured
+// against, so the others may have declared it dead, taken its shards and
+// coordinated its namespaces meanwhile. Its claims are already fenced (the
+// dispatcher sends nothing claimed before the pause, and claims nothing
+// until the watch has ticked); before it claims again, every shard it is
+// primary of waits for a handover (replication.Fence), and its coordinator
+// terms start anew, learning before they grant.
+func (n *Node) onPause(gap time.Duration) {
+	n.log.Warn("this process did not run for a while: its primary shards wait for a handover and its coordinator terms start anew before it claims or grants again",
+		"gap", gap.Round(time.Millisecond), "threshold", n.pause.Threshold())
+	n.stats.pauses.Inc()
+	n.repl.Fence()
+	n.renewTerms()
+}
+
+// pauseThreshold is the gap in the node's own ticks that counts as a
+// pause: well below the failure detection of the gossip profile (about
+// 5 s with "lan", 1 s with the test profiles), so a pause long enough for
+// the others to declare this node dead is always noticed, and above the
+// scheduling delays of a loaded host.
+func pauseThreshold(profile string) time.Duration {
+	if profile == "lan" || profile == "" {
+		return 2 * time.Second
+	}
+	return 500 * time.Millisecond
 }
 
 // latestTerm returns the latest term start among the shards this node is

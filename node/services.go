@@ -80,6 +80,7 @@ func (n *Node) services() []lifecycle.Service {
 		lifecycle.Service{Name: "stats", Run: n.statsLoop},
 		lifecycle.Service{Name: "peer-check", Run: n.peerCheckLoop},
 		lifecycle.Service{Name: "replication", Run: n.repl.Run, Stop: n.stopReplication},
+		lifecycle.Service{Name: "pause-watch", Run: n.pause.Run},
 		lifecycle.Service{Name: "leases", Run: n.leases.Run, Stop: n.leases.Release},
 		lifecycle.Service{Name: "dispatcher", Run: n.disp.Run, Stop: n.drainDeliveries},
 		lifecycle.Service{Name: "intake", Start: func(context.Context) error { n.ready.Store(true); return nil },

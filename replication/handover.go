@@ -68,6 +68,37 @@ func (r *Replicator) startHandoverLocked(prev, v *View, alone bool) {
 	r.m.handoverShards.Set(float64(len(r.handover)))
 }
 
+// Fence takes every shard this node is primary of out of its claim scope
+// until a handover round releases it, as for a shard it has just become
+// primary of: the node's process was paused (internal/pause), and while it
+// did not run the others may have declared it dead and claimed from its
+// shards, still delivering what they claimed and shipping what they
+// settled. The round releases a shard once every live member names this
+// node its primary again and none delivers or ships rows of it; after a
+// pause nobody noticed, that is the next round. A node alone keeps its
+// scope.
+func (r *Replicator) Fence() {
+	r.mu.Lock()
+	v := r.view.Load()
+	if v == nil || v.Leaving || len(v.peers()) == 0 {
+		r.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	for s := range r.cfg.ShardCount {
+		if v.primary(s) == v.Self {
+			if _, ok := r.handover[s]; !ok {
+				r.handover[s] = now
+			}
+		}
+	}
+	r.m.handoverShards.Set(float64(len(r.handover)))
+	r.updateScopeLocked()
+	r.mu.Unlock()
+	wake(r.handoverWake)
+	wake(r.pollWake)
+}
+
 // handoverRound asks every live peer about the shards waiting; it reports
 // whether some still wait. A shard whose checks pass and that a leftover
 // holder still holds (a member outside its set: the old primary after a

@@ -292,3 +292,38 @@ func TestSyncFromALeavingNodeOnlyPulls(t *testing.T) {
 		}
 	}
 }
+
+// TestFenceHoldsClaimsUntilAHandover: after Fence (the node's process was
+// paused), no shard this node is primary of is in its claim scope until a
+// handover round has checked the other members; with nobody delivering,
+// the next round gives every one back.
+func TestFenceHoldsClaimsUntilAHandover(t *testing.T) {
+	c := newTCluster(t, 16, 2)
+	// Handover rounds only when woken: the test sees the fenced scope.
+	c.opts = func(cfg *replication.Config) { cfg.HandoverInterval = time.Hour }
+	c.add("a")
+	c.add("b")
+	c.apply()
+	waitSynced(t, c)
+	a := c.nodes["a"]
+	before := a.scopeNow()
+	if len(before) == 0 {
+		t.Fatal("a is primary of no shard: the test proves nothing")
+	}
+	b := c.nodes["b"]
+	b.refuseStates.Store(true) // the handover cannot hear from b yet
+	a.repl.Fence()
+	if s := a.scopeNow(); len(s) != 0 {
+		t.Fatalf("after Fence a's claim scope is %v, want empty until a handover", s)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if s := a.scopeNow(); len(s) != 0 {
+		t.Fatalf("a claims from %v before b answered its handover", s)
+	}
+	b.refuseStates.Store(false)
+	a.repl.Apply(c.view("a")) // any view change wakes the handover round
+	eventually(t, 10*time.Second, "a's shards back in its scope after the handover", func() (bool, string) {
+		got := a.scopeNow()
+		return slices.Equal(got, before), fmt.Sprintf("scope %v, want %v", got, before)
+	})
+}

@@ -50,6 +50,9 @@ type tnode struct {
 	// key list reads (a diff's): faults the real parts cannot be made to
 	// show on cue.
 	refuseMerges, refuseKeys atomic.Bool
+	// refuseStates makes it answer 503 to States calls (a member the
+	// handover cannot hear from).
+	refuseStates atomic.Bool
 }
 
 type tcluster struct {
@@ -122,7 +125,8 @@ func (c *tcluster) start(n *tnode) {
 	h := replication.Handler(r, nil, nil)
 	n.srv = httptest.NewServer(authOnly(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if (n.refuseMerges.Load() && req.URL.Path == replication.PathPrefix+"merge") ||
-			(n.refuseKeys.Load() && req.URL.Path == replication.PathPrefix+"keys") {
+			(n.refuseKeys.Load() && req.URL.Path == replication.PathPrefix+"keys") ||
+			(n.refuseStates.Load() && req.URL.Path == replication.PathPrefix+"states") {
 			http.Error(w, "refused by the test", http.StatusServiceUnavailable)
 			return
 		}
