@@ -145,9 +145,11 @@ type Config struct {
 	// a node refuses to start.
 	Insecure bool
 	// TargetAllow is the egress policy of deliveries (--target-allow):
-	// CIDRs and host names a target may resolve to, checked at dial time
-	// against the address dialled. Empty: every address but link-local,
-	// cloud metadata, unspecified and multicast ones (egress.DefaultDeny).
+	// CIDRs, IPs and host names, checked at dial time against the address
+	// dialled (package egress): an address in a CIDR is allowed; a listed
+	// name reaches only public addresses and those in a CIDR, never
+	// egress.DefaultDeny. Empty: every address but link-local, cloud
+	// metadata, unspecified and multicast ones (egress.DefaultDeny).
 	TargetAllow []string
 	// HTTPReadTimeout bounds reading one request, body included (a client
 	// trickling a body is cut off); HTTPIdleTimeout closes keep-alive
@@ -291,7 +293,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ClusterSecret, "cluster-secret", "", "shared secret (at least 16 bytes, not the API token) that signs node-to-node calls both ways; required beyond loopback unless --insecure")
 	fs.StringVar(&c.ClusterSecretFile, "cluster-secret-file", "", "file holding the cluster secret (instead of --cluster-secret)")
 	fs.BoolVar(&c.Insecure, "insecure", false, "allow listening beyond loopback without --cluster-secret and --gossip-key: node-to-node calls unauthenticated, gossip in clear (warned at start and every hour)")
-	fs.Func("target-allow", "comma-separated CIDRs and host names delivery targets may connect to, checked at dial time (default: any address but link-local, cloud metadata, unspecified and multicast)", func(s string) error {
+	fs.Func("target-allow", "comma-separated CIDRs and host names delivery targets may connect to, checked at dial time on the address dialled: a listed name reaches public addresses and those in a listed CIDR, never metadata or link-local (default: any address but link-local, cloud metadata, unspecified and multicast)", func(s string) error {
 		c.TargetAllow = splitList(s)
 		return nil
 	})
