@@ -126,8 +126,11 @@ type Config struct {
 	// ClusterSecret authenticates node-to-node calls both ways (package
 	// nodeauth: every /internal/ request and its answer are signed with
 	// keys derived from it; it never travels). At least 16 bytes; never
-	// the API token. Empty: node-to-node calls are not authenticated
-	// (allowed on loopback or with Insecure).
+	// the API token. Empty: with APIToken set, the node signs with a
+	// per-process secret, so its /internal/ routes answer nobody else,
+	// and it may not join others (Validate refuses Join); without
+	// APIToken, node-to-node calls are not authenticated (allowed on
+	// loopback or with Insecure).
 	ClusterSecret string
 	// PprofAddr, when set, is the listen address of a separate listener
 	// serving net/http/pprof under /debug/pprof/ (bearer APIToken when
@@ -573,6 +576,11 @@ func (c *Config) Validate() error {
 		default:
 			c.ClusterSecret = sec
 		}
+	}
+	if c.APIToken != "" && c.ClusterSecret == "" && len(c.Join) > 0 {
+		bad("cluster-secret", "is required with --api-token and --join: without it the node-to-node routes (/internal/) of a cluster "+
+			"would answer anyone who reaches --http-addr, token or not; give every node the same --cluster-secret-file "+
+			"(or FAIRSHARD_CLUSTER_SECRET; `fairshard secrets` prints one)")
 	}
 	if c.ClusterSecret != "" && len(c.ClusterSecret) < nodeauth.MinSecretBytes {
 		bad("cluster-secret", "is %d bytes, at least %d are required (e.g. openssl rand -hex 32)", len(c.ClusterSecret), nodeauth.MinSecretBytes)

@@ -127,12 +127,15 @@ type Node struct {
 	// terms[s] is when this node became primary of shard s under its
 	// applied view (zero: it is not): the lease coordinator's term start.
 	terms atomic.Pointer[[]time.Time]
-	// auth signs and verifies node-to-node calls (nil without a cluster
-	// secret: unauthenticated, loopback or --insecure only).
-	auth     *nodeauth.Auth
-	nsLabels *nslabel.Limiter
-	reach    *reachability
-	security securityState
+	// auth signs and verifies node-to-node calls: under the cluster
+	// secret, or a per-process one (ownSecret) when --api-token is set
+	// without one; nil when the node has neither (no credentials at all:
+	// loopback or --insecure only).
+	auth      *nodeauth.Auth
+	ownSecret bool
+	nsLabels  *nslabel.Limiter
+	reach     *reachability
+	security  securityState
 
 	ln      net.Listener
 	srv     *http.Server
@@ -251,8 +254,8 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 		return nil, err
 	}
 	n.nsLabels = nslabel.New(cfg.MetricsNamespaces)
-	if cfg.ClusterSecret != "" {
-		n.auth, err = nodeauth.New(nodeauth.Config{Secrets: [][]byte{[]byte(cfg.ClusterSecret)}, MaxBodyBytes: MaxHandoffBodyBytes})
+	if secret := n.nodeSecret(); secret != "" { // security.go
+		n.auth, err = nodeauth.New(nodeauth.Config{Secrets: [][]byte{[]byte(secret)}, MaxBodyBytes: MaxHandoffBodyBytes})
 		if err != nil {
 			return nil, fmt.Errorf("--cluster-secret: %w", err)
 		}

@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"net/http"
 	"time"
 
@@ -33,6 +35,41 @@ func newHTTPServer(h http.Handler, cfg Config) *http.Server {
 	}
 }
 
+// Modes of the node-to-node routes (/internal/), securityState's
+// InternalRoutes.
+const (
+	// internalSigned: calls signed with the cluster secret, both ways.
+	internalSigned = "cluster_secret"
+	// internalSelfOnly: --api-token without a cluster secret: the routes
+	// verify a secret this process drew at start and never shares, so
+	// they answer nobody (the node serves its own reads locally) and the
+	// token cannot be bypassed through them.
+	internalSelfOnly = "this_node_only"
+	// internalOpen: no credential at all (no API token, no cluster
+	// secret): the routes are as open as /v1, to whoever reaches the
+	// port (loopback unless --insecure); the browser checks of /v1 apply.
+	internalOpen = "open"
+)
+
+// nodeSecret is the secret node-to-node calls are signed with: the
+// cluster secret; without one, when an API token guards /v1, a fresh
+// per-process secret (ownSecret), so that /internal/ is never the way
+// around the token; else "" (no credentials at all). Validate refuses
+// --api-token with --join and no cluster secret, so a node with its own
+// secret is never started to join others.
+func (n *Node) nodeSecret() string {
+	if n.cfg.ClusterSecret != "" {
+		return n.cfg.ClusterSecret
+	}
+	if n.cfg.APIToken == "" {
+		return ""
+	}
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go ≥ 1.24)
+	n.ownSecret = true
+	return hex.EncodeToString(b)
+}
+
 // securityState is what the node says about its own protection: in
 // /v1/cluster ("security"), fairshard_insecure and the hourly warning.
 type securityState struct {
@@ -40,6 +77,11 @@ type securityState struct {
 	Insecure bool `json:"insecure"`
 	// NodeAuth: node-to-node calls are signed both ways (--cluster-secret).
 	NodeAuth bool `json:"node_auth"`
+	// InternalRoutes says who the node-to-node routes answer:
+	// "cluster_secret" (members holding it), "this_node_only" (an API
+	// token without a cluster secret: nobody else) or "open" (no
+	// credentials at all).
+	InternalRoutes string `json:"internal_routes"`
 	// GossipEncrypted: gossip is encrypted (--gossip-key).
 	GossipEncrypted bool `json:"gossip_encrypted"`
 	// Exposed lists the listen and advertised addresses beyond loopback.
@@ -57,6 +99,14 @@ func (n *Node) initSecurity(reg prometheus.Registerer) error {
 	n.security = securityState{
 		Insecure: n.cfg.Insecure, NodeAuth: n.cfg.ClusterSecret != "",
 		GossipEncrypted: len(n.cfg.GossipKeys) > 0, Exposed: n.cfg.ExposedAddrs(),
+	}
+	switch {
+	case n.cfg.ClusterSecret != "":
+		n.security.InternalRoutes = internalSigned
+	case n.ownSecret:
+		n.security.InternalRoutes = internalSelfOnly
+	default:
+		n.security.InternalRoutes = internalOpen
 	}
 	if n.security.Exposed == nil {
 		n.security.Exposed = []string{}

@@ -102,6 +102,7 @@ func TestEnvMapping(t *testing.T) {
 		"FAIRSHARD_DEFAULT_MAX_IN_FLIGHT=9",
 		"FAIRSHARD_DEFAULT_TARGET=http://t:9/{namespace}",
 		"FAIRSHARD_API_TOKEN=tok",
+		"FAIRSHARD_CLUSTER_SECRET=cluster-secret-from-env", // a token with --join needs one
 		"FAIRSHARD_GOSSIP_KEY=" + key + ", " + key2,
 		"FAIRSHARD_POLL_INTERVAL=5ms",
 		"FAIRSHARD_LOG_FORMAT=json",
@@ -119,6 +120,7 @@ func TestEnvMapping(t *testing.T) {
 	want := node.DefaultConfig()
 	want.NodeName, want.DataDir, want.Join, want.Shards = "from-env", "/tmp/env-data", []string{"10.0.0.1:7946", "10.0.0.2:7946"}, 64
 	want.DefaultMaxInFlight, want.DefaultTarget, want.APIToken = 9, "http://t:9/{namespace}", "tok" // the cluster secret never defaults to the token
+	want.ClusterSecret = "cluster-secret-from-env"
 	want.GossipKeys, want.PollInterval = [][]byte{bytes.Repeat([]byte{7}, 16), bytes.Repeat([]byte{8}, 32)}, 5*time.Millisecond
 	want.HTTPAddr, want.LogFormat = "127.0.0.1:2222", "text" // flags win
 	if err := want.Validate(); err != nil {
@@ -171,6 +173,9 @@ func TestInvalidConfigExits2(t *testing.T) {
 		{nil, []string{"--cluster-secret", "short"}, []string{"--cluster-secret", "at least 16"}},
 		{nil, []string{"--api-token", "same-token-0123456789", "--cluster-secret", "same-token-0123456789"}, []string{"--cluster-secret", "must differ from --api-token"}},
 		{nil, []string{"--target-allow", "10.0.0.0/33"}, []string{"--target-allow"}},
+		// A cluster guarded by an API token signs its node-to-node calls:
+		// joining without a cluster secret is refused.
+		{[]string{"FAIRSHARD_API_TOKEN=api-token-0123456789"}, []string{"--join", "127.0.0.1:7946"}, []string{"--cluster-secret", "--api-token", "--join"}},
 	} {
 		code, _, stderr := runCmd(t, c.environ, c.args...)
 		if code != 2 {

@@ -245,7 +245,9 @@ func (a *API) routes() http.Handler {
 	a.consoleRoutes(pub, internal)
 
 	repl := replication.Handler(a.cfg.Replication, gate{&a.intake}, a.checkRemoteRows)
-	internal("POST "+replication.PathPrefix, repl.ServeHTTP)
+	for _, pattern := range replication.Routes() {
+		internal(pattern, repl.ServeHTTP)
+	}
 	internal("GET /internal/v1/rows/{key...}", a.handleInternalGetRow)
 	internal("GET /internal/v1/namespaces/{ns}/dead-letters", a.handleInternalDeadLetters)
 	internal("POST /internal/v1/namespaces/{ns}/dead-letters/redrive", a.handleInternalRedrive)
