@@ -186,6 +186,9 @@ func requestHeader(t *testing.T, method, u string, body any, authorization strin
 		t.Fatal(err)
 	}
 	req.Header.Set("Authorization", authorization)
+	if method != http.MethodGet && method != http.MethodHead {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := httpClient.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, u, err)

@@ -50,6 +50,29 @@ func (c *Config) ExposedAddrs() []string {
 	return out
 }
 
+// validHost reports whether h is an IP (IPv6 with or without brackets)
+// or a DNS host name.
+func validHost(h string) bool {
+	if net.ParseIP(strings.Trim(h, "[]")) != nil {
+		return true
+	}
+	h = strings.TrimSuffix(h, ".")
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(h, ".") {
+		if label == "" || len(label) > 63 || strings.HasPrefix(label, "-") {
+			return false
+		}
+		for _, c := range label {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // loopbackHost reports whether host names a loopback address only.
 func loopbackHost(host string) bool {
 	if strings.EqualFold(host, "localhost") {
@@ -123,6 +146,18 @@ type Config struct {
 	// APIToken, when set, is required as "Authorization: Bearer <token>" on
 	// every /v1 call. Health and metrics stay open.
 	APIToken string
+	// AllowOrigins are the web origins ("https://admin.example": scheme,
+	// host, port) whose cross-site writes the API serves
+	// (--allow-origin), e.g. a console hosted elsewhere. Empty: a write a
+	// browser marks cross-site is refused (403); the node's own origin
+	// (its /ui/) never needs listing.
+	AllowOrigins []string
+	// AllowHosts are host names and IPs served as a request's Host when
+	// no APIToken is set (--allow-host), beside loopback names and the
+	// node's own addresses: the names a proxy or a DNS alias uses for
+	// it. Other Hosts are refused (421), since that is what a page
+	// reaching the node by DNS rebinding sends. Ignored with APIToken.
+	AllowHosts []string
 	// ClusterSecret authenticates node-to-node calls both ways (package
 	// nodeauth: every /internal/ request and its answer are signed with
 	// keys derived from it; it never travels). At least 16 bytes; never
@@ -292,6 +327,14 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.DefaultMaxInFlight = 1024
 	fs.StringVar(&c.DefaultTarget, "default-target", "", "delivery URL for routes without a target; {namespace} and {task_queue} are substituted")
 	fs.StringVar(&c.APIToken, "api-token", "", "bearer token required on /v1 calls (default: none)")
+	fs.Func("allow-origin", "comma-separated web origins (scheme://host[:port]) whose cross-site writes the API serves (default: none; the node's own /ui/ needs none)", func(s string) error {
+		c.AllowOrigins = splitList(s)
+		return nil
+	})
+	fs.Func("allow-host", "comma-separated host names and IPs served as the Host of a request when --api-token is not set, beside loopback names and the node's own addresses (default: none)", func(s string) error {
+		c.AllowHosts = splitList(s)
+		return nil
+	})
 	fs.StringVar(&c.PprofAddr, "pprof-addr", "", "listen address of a separate net/http/pprof listener (/debug/pprof/, bearer --api-token when set); empty: off")
 	fs.StringVar(&c.ClusterSecret, "cluster-secret", "", "shared secret (at least 16 bytes, not the API token) that signs node-to-node calls both ways; required beyond loopback unless --insecure")
 	fs.StringVar(&c.ClusterSecretFile, "cluster-secret-file", "", "file holding the cluster secret (instead of --cluster-secret)")
@@ -587,6 +630,22 @@ func (c *Config) Validate() error {
 	}
 	if c.ClusterSecret != "" && c.ClusterSecret == c.APIToken {
 		bad("cluster-secret", "must differ from --api-token: API clients must not be able to make node-to-node calls")
+	}
+	for i, o := range c.AllowOrigins {
+		u, err := url.Parse(o)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+			strings.TrimSuffix(u.Path, "/") != "" || u.RawQuery != "" || u.Fragment != "" {
+			bad("allow-origin", "%q is not an origin (scheme://host[:port], e.g. https://admin.example)", o)
+			continue
+		}
+		c.AllowOrigins[i] = strings.ToLower(u.Scheme + "://" + u.Host)
+	}
+	for i, h := range c.AllowHosts {
+		if !validHost(h) {
+			bad("allow-host", "%q is not a host name or an IP (no port, no scheme)", h)
+			continue
+		}
+		c.AllowHosts[i] = strings.ToLower(strings.TrimSuffix(strings.Trim(h, "[]"), "."))
 	}
 	if _, err := egress.Parse(c.TargetAllow); err != nil {
 		bad("target-allow", "%v", err)

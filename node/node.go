@@ -375,7 +375,7 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 		return nil, err
 	}
 	n.api, err = httpapi.New(httpapi.Config{
-		Self: n.name, ShardCount: cfg.Shards, APIToken: cfg.APIToken, Security: n.securityView, Reachable: n.reach.Reachable,
+		Self: n.name, ShardCount: cfg.Shards, APIToken: cfg.APIToken, Browser: n.browserPolicy(), Security: n.securityView, Reachable: n.reach.Reachable,
 		DefaultMaxInFlight: cfg.DefaultMaxInFlight,
 		MaxNamespaces:      cfg.MaxNamespaces, MaxTargets: cfg.MaxTargets, MaxHolds: cfg.MaxHolds,
 		Store: rows, Router: n.router, Settings: n.settings, Ownership: n.ownership, Peers: n.peers,

@@ -4,10 +4,15 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"net"
 	"net/http"
+	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fairshard/fairshard/node/httpapi"
 )
 
 // HTTP server limits against slow and idle clients; the read and idle
@@ -149,4 +154,68 @@ func (n *Node) warnInsecure(ctx context.Context) error {
 			warn()
 		}
 	}
+}
+
+// browserPolicy is the API's defence against requests web pages make
+// browsers send (httpapi.BrowserPolicy): --allow-origin, and without an
+// API token the Hosts served beside loopback names: the node's own
+// listen and advertised hosts (every interface address when it listens
+// on all of them) and --allow-host.
+func (n *Node) browserPolicy() httpapi.BrowserPolicy {
+	p := httpapi.BrowserPolicy{AllowedOrigins: n.cfg.AllowOrigins}
+	if n.cfg.APIToken != "" {
+		return p
+	}
+	names := map[string]bool{}
+	for _, hp := range []string{n.cfg.HTTPAddr, n.cfg.AdvertiseHTTP, n.apiAddr, n.ln.Addr().String()} {
+		if h := httpapi.RequestHost(hp); h != "" {
+			names[h] = true
+		}
+	}
+	for _, h := range n.cfg.AllowHosts {
+		names[h] = true
+	}
+	everyInterface := false
+	if h := httpapi.RequestHost(n.cfg.HTTPAddr); h == "" {
+		everyInterface = true
+	} else if ip, err := netip.ParseAddr(h); err == nil && ip.IsUnspecified() {
+		everyInterface = true
+	}
+	ifaces := &interfaceAddrs{}
+	p.HostAllowed = func(host string) bool {
+		if names[host] {
+			return true
+		}
+		ip, err := netip.ParseAddr(host)
+		if err != nil {
+			return false
+		}
+		return everyInterface && ifaces.has(ip.Unmap())
+	}
+	return p
+}
+
+// interfaceAddrs caches the host's interface addresses for a few seconds.
+type interfaceAddrs struct {
+	mu    sync.Mutex
+	at    time.Time
+	addrs map[netip.Addr]bool
+}
+
+func (c *interfaceAddrs) has(ip netip.Addr) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if time.Since(c.at) > 5*time.Second {
+		c.addrs, c.at = map[netip.Addr]bool{}, time.Now()
+		if as, err := net.InterfaceAddrs(); err == nil {
+			for _, a := range as {
+				if pn, ok := a.(*net.IPNet); ok {
+					if x, ok := netip.AddrFromSlice(pn.IP); ok {
+						c.addrs[x.Unmap()] = true
+					}
+				}
+			}
+		}
+	}
+	return c.addrs[ip]
 }

@@ -411,8 +411,8 @@ func (s *stack) do(method, base, path string, body any, out any) error {
 		return err
 	}
 	req.Header.Set("Authorization", "Bearer "+s.secrets.APIToken)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if body != nil || (method != http.MethodGet && method != http.MethodHead) {
+		req.Header.Set("Content-Type", "application/json") // every write, body or not
 	}
 	resp, err := s.http.Do(req)
 	if err != nil {
