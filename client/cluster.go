@@ -43,7 +43,8 @@ type Security struct {
 	InternalRoutes string `json:"internal_routes"`
 	// GossipEncrypted: gossip is encrypted (--gossip-key).
 	GossipEncrypted bool `json:"gossip_encrypted"`
-	// Exposed lists its listen and advertised addresses beyond loopback.
+	// Exposed lists its listen and advertised addresses beyond loopback,
+	// the profiling listener's (--pprof-addr) included.
 	Exposed []string `json:"exposed"`
 }
 

@@ -168,9 +168,20 @@ type Config struct {
 	// loopback or with Insecure).
 	ClusterSecret string
 	// PprofAddr, when set, is the listen address of a separate listener
-	// serving net/http/pprof under /debug/pprof/ (bearer APIToken when
-	// set). Empty (the default): no profiling endpoint.
+	// serving net/http/pprof under /debug/pprof/, always behind the API
+	// token (Validate requires APIToken) and on loopback unless
+	// PprofInsecure; /debug/pprof/cmdline shows the arguments with secret
+	// values redacted (ScrubArgs). Empty (the default): no profiling
+	// endpoint.
 	PprofAddr string
+	// PprofInsecure allows PprofAddr beyond loopback (profiles show the
+	// program's code paths, memory use and goroutines to whoever holds
+	// the API token); /v1/cluster then lists it as exposed.
+	PprofInsecure bool
+	// APITokenFile, when set, holds the API token instead of --api-token
+	// (the file's content, edge whitespace trimmed), so the token is not
+	// in the process arguments (ps, /proc/PID/cmdline).
+	APITokenFile string
 	// Version is the binary's release version (cmd/node's main.version),
 	// reported by the fairshard_build_info metric; "" reads "dev".
 	Version string
@@ -326,7 +337,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Func("default-max-in-flight", "quota (rows) of a namespace without a quota record (default 1024)", uintFlag(&c.DefaultMaxInFlight))
 	c.DefaultMaxInFlight = 1024
 	fs.StringVar(&c.DefaultTarget, "default-target", "", "delivery URL for routes without a target; {namespace} and {task_queue} are substituted")
-	fs.StringVar(&c.APIToken, "api-token", "", "bearer token required on /v1 calls (default: none)")
+	fs.StringVar(&c.APIToken, "api-token", "", "bearer token required on /v1 calls (default: none); on the command line it is visible to ps: prefer --api-token-file or FAIRSHARD_API_TOKEN")
+	fs.StringVar(&c.APITokenFile, "api-token-file", "", "file holding the API token (instead of --api-token)")
 	fs.Func("allow-origin", "comma-separated web origins (scheme://host[:port]) whose cross-site writes the API serves (default: none; the node's own /ui/ needs none)", func(s string) error {
 		c.AllowOrigins = splitList(s)
 		return nil
@@ -335,8 +347,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		c.AllowHosts = splitList(s)
 		return nil
 	})
-	fs.StringVar(&c.PprofAddr, "pprof-addr", "", "listen address of a separate net/http/pprof listener (/debug/pprof/, bearer --api-token when set); empty: off")
-	fs.StringVar(&c.ClusterSecret, "cluster-secret", "", "shared secret (at least 16 bytes, not the API token) that signs node-to-node calls both ways; required beyond loopback unless --insecure")
+	fs.StringVar(&c.PprofAddr, "pprof-addr", "", "listen address of a separate net/http/pprof listener (/debug/pprof/), behind --api-token (required), loopback only unless --pprof-insecure; empty: off")
+	fs.BoolVar(&c.PprofInsecure, "pprof-insecure", false, "allow --pprof-addr beyond loopback (still behind --api-token; listed as exposed in /v1/cluster)")
+	fs.StringVar(&c.ClusterSecret, "cluster-secret", "", "shared secret (at least 16 bytes, not the API token) that signs node-to-node calls both ways; required beyond loopback unless --insecure; on the command line it is visible to ps: prefer --cluster-secret-file or FAIRSHARD_CLUSTER_SECRET")
 	fs.StringVar(&c.ClusterSecretFile, "cluster-secret-file", "", "file holding the cluster secret (instead of --cluster-secret)")
 	fs.BoolVar(&c.Insecure, "insecure", false, "allow listening beyond loopback without --cluster-secret and --gossip-key: node-to-node calls unauthenticated, gossip in clear (warned at start and every hour)")
 	fs.Func("target-allow", "comma-separated CIDRs and host names delivery targets may connect to, checked at dial time on the address dialled: a listed name reaches public addresses and those in a listed CIDR, never metadata or link-local (default: any address but link-local, cloud metadata, unspecified and multicast)", func(s string) error {
@@ -347,7 +360,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.HTTPIdleTimeout, "http-idle-timeout", 2*time.Minute, "keep-alive connections idle this long are closed")
 	fs.DurationVar(&c.PeerCheckInterval, "peer-check-interval", 2*time.Second, "how often each other member's API is probed; one that fails 3 times in a row is shown unreachable in /v1/cluster and counted (backoff up to 5x)")
 	fs.IntVar(&c.MetricsNamespaces, "metrics-namespaces", 100, "namespaces with their own label on namespace-labelled metrics; the rest are summed under \"_other\"")
-	fs.Func("gossip-key", "comma-separated base64 gossip encryption keys of 16, 24 or 32 bytes, primary first: the first encrypts, each decrypts (default: none; rotation: see docs/operations.md \"Rotating the gossip key\")", func(s string) error {
+	fs.Func("gossip-key", "comma-separated base64 gossip encryption keys of 16, 24 or 32 bytes, primary first: the first encrypts, each decrypts (default: none; rotation: see docs/operations.md \"Rotating the gossip key\"); on the command line they are visible to ps: prefer --gossip-key-file or FAIRSHARD_GOSSIP_KEY", func(s string) error {
 		keys, err := ParseGossipKeys(strings.Split(s, ","))
 		if err != nil {
 			return err
@@ -607,6 +620,31 @@ func (c *Config) Validate() error {
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		bad("log-format", "%q is not text or json", c.LogFormat)
+	}
+	if c.APITokenFile != "" {
+		b, err := os.ReadFile(c.APITokenFile)
+		tok := strings.TrimSpace(string(b))
+		switch {
+		case err != nil:
+			bad("api-token-file", "%v", err)
+		case tok == "":
+			bad("api-token-file", "%s is empty", c.APITokenFile)
+		case c.APIToken != "" && c.APIToken != tok:
+			bad("api-token-file", "and --api-token are both set: keep the token in one place")
+		default:
+			c.APIToken = tok
+		}
+	}
+	if c.PprofAddr != "" {
+		host, _, err := net.SplitHostPort(c.PprofAddr)
+		switch {
+		case err != nil:
+			bad("pprof-addr", "%q is not host:port: %v", c.PprofAddr, err)
+		case c.APIToken == "":
+			bad("pprof-addr", "needs --api-token (or --api-token-file): profiles are served only behind it")
+		case !loopbackHost(host) && !c.PprofInsecure:
+			bad("pprof-addr", "%q listens beyond loopback: bind 127.0.0.1, or pass --pprof-insecure to expose profiles on purpose", c.PprofAddr)
+		}
 	}
 	if c.ClusterSecretFile != "" {
 		b, err := os.ReadFile(c.ClusterSecretFile)

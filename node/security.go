@@ -89,7 +89,8 @@ type securityState struct {
 	InternalRoutes string `json:"internal_routes"`
 	// GossipEncrypted: gossip is encrypted (--gossip-key).
 	GossipEncrypted bool `json:"gossip_encrypted"`
-	// Exposed lists the listen and advertised addresses beyond loopback.
+	// Exposed lists the listen and advertised addresses beyond loopback,
+	// the profiling listener's (--pprof-addr) included.
 	Exposed []string `json:"exposed"`
 }
 
@@ -112,6 +113,11 @@ func (n *Node) initSecurity(reg prometheus.Registerer) error {
 		n.security.InternalRoutes = internalSelfOnly
 	default:
 		n.security.InternalRoutes = internalOpen
+	}
+	if n.cfg.PprofAddr != "" {
+		if host, _, err := net.SplitHostPort(n.cfg.PprofAddr); err == nil && !loopbackHost(host) {
+			n.security.Exposed = append(n.security.Exposed, "--pprof-addr "+n.cfg.PprofAddr)
+		}
 	}
 	if n.security.Exposed == nil {
 		n.security.Exposed = []string{}

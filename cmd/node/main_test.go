@@ -176,6 +176,14 @@ func TestInvalidConfigExits2(t *testing.T) {
 		// A cluster guarded by an API token signs its node-to-node calls:
 		// joining without a cluster secret is refused.
 		{[]string{"FAIRSHARD_API_TOKEN=api-token-0123456789"}, []string{"--join", "127.0.0.1:7946"}, []string{"--cluster-secret", "--api-token", "--join"}},
+		// Profiles: always behind the API token, never beyond loopback
+		// without --pprof-insecure (the reproducer's 0.0.0.0 start).
+		{nil, []string{"--pprof-addr", "0.0.0.0:6060"}, []string{"--pprof-addr", "--api-token"}},
+		{nil, []string{"--pprof-addr", "127.0.0.1:6060"}, []string{"--pprof-addr", "--api-token"}},
+		{[]string{"FAIRSHARD_API_TOKEN=api-token-0123456789"}, []string{"--pprof-addr", "0.0.0.0:6060"}, []string{"--pprof-addr", "beyond loopback", "--pprof-insecure"}},
+		{[]string{"FAIRSHARD_API_TOKEN=api-token-0123456789"}, []string{"--pprof-addr", ":6060"}, []string{"--pprof-addr", "--pprof-insecure"}},
+		{nil, []string{"--api-token-file", "/nonexistent/token"}, []string{"--api-token-file", "no such file"}},
+		{nil, []string{"--api-token-file", "/dev/null"}, []string{"--api-token-file", "empty"}},
 	} {
 		code, _, stderr := runCmd(t, c.environ, c.args...)
 		if code != 2 {
@@ -767,7 +775,15 @@ func TestServeStartsAndStopsOnSIGTERM(t *testing.T) {
 	}
 }
 
+// runMainEnv makes the test binary run main's command line instead of
+// the tests: a test starts it as a child process, so the child's process
+// arguments are a real fairshard's.
+const runMainEnv = "FAIRSHARD_TEST_RUN_MAIN"
+
 func TestMain(m *testing.M) {
+	if os.Getenv(runMainEnv) == "1" {
+		os.Exit(run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
+	}
 	// serve, check and probe run in-process: nothing they start may
 	// outlive them.
 	goleak.VerifyTestMain(m)
