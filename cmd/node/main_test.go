@@ -929,10 +929,11 @@ func TestInsecureOnPurpose(t *testing.T) {
 	}
 }
 
-// TestSecrets: `fairshard secrets --dir` generates a cluster secret and a
-// gossip key once, keeps them on later runs, writes values the
-// environment gives, and serve reads them through --cluster-secret-file
-// and --gossip-key-file (compose's init service, issue #13 item 1).
+// TestSecrets: `fairshard secrets --dir` generates a cluster secret, a
+// gossip key and an API token once, keeps them on later runs, writes
+// values the environment gives, prints the token alone with
+// --print-api-token, and serve reads them through --cluster-secret-file,
+// --gossip-key-file and --api-token-file (compose's init service).
 func TestSecrets(t *testing.T) {
 	dir := t.TempDir()
 	read := func(name string) string {
@@ -942,35 +943,50 @@ func TestSecrets(t *testing.T) {
 		}
 		return string(b)
 	}
-	if code, out, errOut := runCmd(t, nil, "secrets", "--dir", dir); code != 0 || strings.Count(out, "generated") != 2 {
+	if code, out, errOut := runCmd(t, nil, "secrets", "--dir", dir); code != 0 || strings.Count(out, "generated") != 3 {
 		t.Fatalf("first run: exit %d: %s %s", code, out, errOut)
 	}
-	sec, key := read("cluster-secret"), read("gossip-key")
-	if code, out, _ := runCmd(t, nil, "secrets", "--dir", dir); code != 0 || strings.Count(out, "kept") != 2 || read("cluster-secret") != sec || read("gossip-key") != key {
+	sec, key, tok := read("cluster-secret"), read("gossip-key"), read("api-token")
+	if code, out, _ := runCmd(t, nil, "secrets", "--dir", dir); code != 0 || strings.Count(out, "kept") != 3 ||
+		read("cluster-secret") != sec || read("gossip-key") != key || read("api-token") != tok {
 		t.Fatalf("second run did not keep the secrets: %s", out)
 	}
-	if strings.Contains(sec, "\n\n") || len(strings.TrimSpace(sec)) < 32 {
-		t.Errorf("cluster secret %q", sec)
+	for name, v := range map[string]string{"cluster secret": sec, "API token": tok} {
+		if strings.Contains(v, "\n\n") || len(strings.TrimSpace(v)) < 32 {
+			t.Errorf("%s %q", name, v)
+		}
 	}
-	for _, f := range []string{"cluster-secret", "gossip-key"} {
+	if strings.TrimSpace(sec) == strings.TrimSpace(tok) {
+		t.Error("the API token is the cluster secret")
+	}
+	for _, f := range []string{"cluster-secret", "gossip-key", "api-token"} {
 		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Mode().Perm() != 0o600 {
 			t.Errorf("%s: mode %v %v, want 0600", f, st.Mode().Perm(), err)
 		}
 	}
+	// What the compose guide runs to learn the token: it alone on stdout.
+	if code, out, errOut := runCmd(t, nil, "secrets", "--dir", dir, "--print-api-token"); code != 0 || out != tok {
+		t.Errorf("--print-api-token: exit %d, stdout %q (stderr %q); want the kept token %q alone", code, out, errOut, tok)
+	}
+	if code, _, _ := runCmd(t, nil, "secrets", "--print-api-token"); code != 2 {
+		t.Errorf("--print-api-token without --dir: exit %d, want 2", code)
+	}
 	cfg, _, err := parseServeFlags([]string{"--http-addr", "0.0.0.0:0", "--cluster-secret-file", filepath.Join(dir, "cluster-secret"),
-		"--gossip-key-file", filepath.Join(dir, "gossip-key")}, nil, io.Discard)
-	if err != nil || cfg.ClusterSecret != strings.TrimSpace(sec) || len(cfg.GossipKeys) != 1 {
-		t.Fatalf("serve with the generated files beyond loopback: %v (secret %d bytes, %d keys)", err, len(cfg.ClusterSecret), len(cfg.GossipKeys))
+		"--gossip-key-file", filepath.Join(dir, "gossip-key"), "--api-token-file", filepath.Join(dir, "api-token")}, nil, io.Discard)
+	if err != nil || cfg.ClusterSecret != strings.TrimSpace(sec) || len(cfg.GossipKeys) != 1 || cfg.APIToken != strings.TrimSpace(tok) {
+		t.Fatalf("serve with the generated files beyond loopback: %v (secret %d bytes, %d keys, token %d bytes)", err, len(cfg.ClusterSecret), len(cfg.GossipKeys), len(cfg.APIToken))
 	}
 	key2 := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{9}, 32))
-	env := []string{"FAIRSHARD_CLUSTER_SECRET=from-env-secret-0123456789", "FAIRSHARD_GOSSIP_KEY=" + key2}
-	if code, out, _ := runCmd(t, env, "secrets", "--dir", dir); code != 0 || strings.Count(out, "written from the environment") != 2 {
+	env := []string{"FAIRSHARD_CLUSTER_SECRET=from-env-secret-0123456789", "FAIRSHARD_GOSSIP_KEY=" + key2, "FAIRSHARD_API_TOKEN=from-env-token-0123"}
+	if code, out, _ := runCmd(t, env, "secrets", "--dir", dir); code != 0 || strings.Count(out, "written from the environment") != 3 {
 		t.Fatalf("run with env: exit %d: %s", code, out)
 	}
-	if strings.TrimSpace(read("cluster-secret")) != "from-env-secret-0123456789" || strings.TrimSpace(read("gossip-key")) != key2 {
+	if strings.TrimSpace(read("cluster-secret")) != "from-env-secret-0123456789" || strings.TrimSpace(read("gossip-key")) != key2 ||
+		strings.TrimSpace(read("api-token")) != "from-env-token-0123" {
 		t.Error("the environment's values were not written")
 	}
-	if code, out, _ := runCmd(t, nil, "secrets"); code != 0 || !strings.Contains(out, "FAIRSHARD_CLUSTER_SECRET=") || !strings.Contains(out, "FAIRSHARD_GOSSIP_KEY=") {
+	if code, out, _ := runCmd(t, nil, "secrets"); code != 0 || !strings.Contains(out, "FAIRSHARD_CLUSTER_SECRET=") ||
+		!strings.Contains(out, "FAIRSHARD_GOSSIP_KEY=") || !strings.Contains(out, "FAIRSHARD_API_TOKEN=") {
 		t.Errorf("secrets without --dir: exit %d: %s", code, out)
 	}
 }
