@@ -313,6 +313,10 @@ type validator struct {
 // the answer is validated.
 const headerInvalid = "X-Spec-Test-Invalid"
 
+// headerForwardHost asks the proxy to forward a request with this Host
+// (what a page reaching the node through DNS rebinding sends).
+const headerForwardHost = "X-Spec-Test-Host"
+
 func newValidator(t *testing.T, doc *openapi3.T, target string) (*validator, *httptest.Server) {
 	v := &validator{doc: doc, target: target, answered: map[string]map[int]bool{}, codes: map[string]bool{},
 		opts: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc, IncludeResponseStatus: true, MultiError: true}}
@@ -375,6 +379,8 @@ func (v *validator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	invalid := r.Header.Get(headerInvalid) != ""
 	r.Header.Del(headerInvalid)
+	forwardHost := r.Header.Get(headerForwardHost)
+	r.Header.Del(headerForwardHost)
 	what := r.Method + " " + r.URL.RequestURI()
 	route, params, pathFound := v.find(r.Method, r.URL.EscapedPath())
 	var reqIn *openapi3filter.RequestValidationInput
@@ -397,6 +403,9 @@ func (v *validator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fwd.Header = r.Header.Clone()
+	if forwardHost != "" {
+		fwd.Host = forwardHost
+	}
 	if len(body) == 0 {
 		fwd.Body, fwd.ContentLength = http.NoBody, 0
 	}
@@ -512,7 +521,8 @@ type example struct {
 	method, url  string
 	body         string
 	hasBody      bool
-	responseJSON string // the example answer written under it, if any
+	header       http.Header // the -H headers, sent as given
+	responseJSON string      // the example answer written under it, if any
 }
 
 // guideExamples extracts the curl commands of the API guide,
@@ -643,11 +653,18 @@ func attachAnswer(out []example, comment []string) {
 
 func curlExample(t *testing.T, words []string, line int) example {
 	t.Helper()
-	ex := example{line: line}
+	ex := example{line: line, header: http.Header{}}
 	for i := 1; i < len(words); i++ {
 		w := words[i]
 		switch {
 		case w == "-s" || w == "-f" || w == "-fs":
+		case w == "-H" || w == "--header":
+			i++
+			name, value, ok := strings.Cut(words[i], ":")
+			if !ok {
+				t.Fatalf("%s line %d: header %q is not \"Name: value\"", apiGuide, line, words[i])
+			}
+			ex.header.Add(strings.TrimSpace(name), strings.TrimSpace(value))
 		case strings.HasPrefix(w, "-X") && len(w) > 2:
 			ex.method = w[2:]
 		case w == "-X":
@@ -786,6 +803,21 @@ func TestSpecAgainstRealNode(t *testing.T) {
 				t.Errorf("%s %.80s: HTTP %d, want %d: %.300s", c.method, c.path, status, c.want, body)
 			}
 		}
+		// What a web page makes a browser send (docs/operations.md
+		// "Security"): a form-typed write, a cross-site one, a rebound Host.
+		for _, c := range []struct {
+			name   string
+			header http.Header
+			want   int
+		}{
+			{"text/plain", http.Header{"Content-Type": {"text/plain"}}, 415},
+			{"cross-site", http.Header{"Content-Type": {"application/json"}, "Origin": {"http://evil.example"}}, 403},
+			{"rebound Host", http.Header{"Content-Type": {"application/json"}, headerForwardHost: {"evil.example"}}, 421},
+		} {
+			if status, body := sendWith(t, proxy.URL, http.MethodPost, "/v1/rows", `{"rows":[{"dispatch_key":"page-1"}]}`, true, c.header); status != c.want {
+				t.Errorf("POST /v1/rows, %s: HTTP %d, want %d: %.300s", c.name, status, c.want, body)
+			}
+		}
 	})
 
 	t.Run("served document", func(t *testing.T) {
@@ -829,6 +861,16 @@ func TestSpecAgainstRealNode(t *testing.T) {
 // that is meant not to match the document (only its answer is checked).
 func send(t *testing.T, base, method, path, body string, invalid bool) (int, string) {
 	t.Helper()
+	h := http.Header{}
+	if body != "" || (method != http.MethodGet && method != http.MethodHead) {
+		h.Set("Content-Type", "application/json") // every write, body or not
+	}
+	return sendWith(t, base, method, path, body, invalid, h)
+}
+
+// sendWith is send with exactly the headers given.
+func sendWith(t *testing.T, base, method, path, body string, invalid bool, header http.Header) (int, string) {
+	t.Helper()
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
@@ -837,8 +879,8 @@ func send(t *testing.T, base, method, path, body string, invalid bool) (int, str
 	if err != nil {
 		t.Fatal(err)
 	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
+	for k, v := range header {
+		req.Header[k] = v
 	}
 	if invalid {
 		req.Header.Set(headerInvalid, "1")
@@ -873,8 +915,8 @@ func checkGuideExample(t *testing.T, v *validator, proxyURL, targetURL string, e
 		body = strings.NewReader(ex.body)
 	}
 	req := httptest.NewRequest(ex.method, u.RequestURI(), body)
-	if ex.hasBody {
-		req.Header.Set("Content-Type", "application/json")
+	for k, v := range ex.header {
+		req.Header[k] = v
 	}
 	in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route, Options: v.opts}
 	if err := openapi3filter.ValidateRequest(context.Background(), in); err != nil {
@@ -899,7 +941,10 @@ func checkGuideExample(t *testing.T, v *validator, proxyURL, targetURL string, e
 			}
 		}
 	}
-	status, answer := send(t, proxyURL, ex.method, u.RequestURI(), sent, false)
+	// Sent with the example's own headers: an example missing one the
+	// node requires (Content-Type on a write) fails here as it would for
+	// a reader.
+	status, answer := sendWith(t, proxyURL, ex.method, u.RequestURI(), sent, false, ex.header)
 	if status/100 != 2 {
 		t.Errorf("%s: HTTP %d: %.300s", where, status, answer)
 	}

@@ -388,7 +388,9 @@ func (c *Client) attempt(ctx context.Context, node *endpoint, cl call) (int, tim
 	if err != nil {
 		return 0, 0, fmt.Errorf("fairshard: %s %s: %w", cl.method, cl.path, err)
 	}
-	if cl.body != nil {
+	// Every write carries application/json, body or not: the node
+	// refuses a POST, PUT or PATCH without it (415).
+	if cl.body != nil || (cl.method != http.MethodGet && cl.method != http.MethodHead) {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")

@@ -36,9 +36,15 @@ type Security struct {
 	Insecure bool `json:"insecure"`
 	// NodeAuth: node-to-node calls are signed both ways (--cluster-secret).
 	NodeAuth bool `json:"node_auth"`
+	// InternalRoutes says who its node-to-node routes answer:
+	// "cluster_secret" (members holding it), "this_node_only" (an API
+	// token without a cluster secret: nobody else) or "open" (no
+	// credentials at all).
+	InternalRoutes string `json:"internal_routes"`
 	// GossipEncrypted: gossip is encrypted (--gossip-key).
 	GossipEncrypted bool `json:"gossip_encrypted"`
-	// Exposed lists its listen and advertised addresses beyond loopback.
+	// Exposed lists its listen and advertised addresses beyond loopback,
+	// the profiling listener's (--pprof-addr) included.
 	Exposed []string `json:"exposed"`
 }
 

@@ -40,6 +40,16 @@ const (
 	CodeInsufficientCopies = "insufficient_copies"
 	// CodeInternal: the node failed (HTTP 500).
 	CodeInternal = "internal"
+	// CodeUnsupportedMediaType: a POST, PUT or PATCH without Content-Type
+	// application/json (HTTP 415); the client always sends it.
+	CodeUnsupportedMediaType = "unsupported_media_type"
+	// CodeCrossSite: a write a browser sent for a page of another site
+	// (HTTP 403); not sent by this client.
+	CodeCrossSite = "cross_site"
+	// CodeMisdirected: a node without --api-token refused the Host the
+	// request named (HTTP 421): reach it by a loopback name, one of its
+	// addresses, or a name in its --allow-host.
+	CodeMisdirected = "misdirected"
 )
 
 // Error is an API answer other than 2xx. Safe to share; never modified after

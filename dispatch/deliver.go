@@ -133,7 +133,7 @@ func (d *Dispatcher) deliveryTimeout(t Target) time.Duration {
 // not parse or a signing secret is unreadable (it never quotes the
 // secret).
 func newDeliveryRequest(ctx context.Context, row *outbox.Row, t Target, now time.Time) (*http.Request, error) {
-	secrets, err := webhook.ParseSecrets(t.SigningSecrets)
+	secrets, err := webhook.ParseStoredSecrets(t.SigningSecrets)
 	if err != nil {
 		return nil, fmt.Errorf("target of %s/%s: signing %w", row.Namespace, row.TaskQueue, err)
 	}

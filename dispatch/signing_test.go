@@ -142,3 +142,25 @@ func TestReservedHeader(t *testing.T) {
 		}
 	}
 }
+
+// TestStoredSecretOfAnOlderSpellingStillSigns: a signing secret stored
+// before the API refused unpadded base64 and edge line breaks still signs
+// deliveries, with its key: a receiver that loaded the padded form (the
+// only one the reference library loads) verifies them.
+func TestStoredSecretOfAnOlderSpellingStillSigns(t *testing.T) {
+	padded := webhook.NewSecret() // 32 bytes: one "=" of padding
+	stored := strings.TrimRight(padded, "=") + "\n"
+	row := mkRow("old-spelling", "ns", "q", time.Now())
+	row.Payload = []byte(`{"n":1}`)
+	req, err := newDeliveryRequest(t.Context(), &row, Target{URL: "http://127.0.0.1:1/hook", SigningSecrets: []string{stored}}, time.Now())
+	if err != nil {
+		t.Fatalf("a stored secret of the older spelling: %v", err)
+	}
+	v, err := standardwebhooks.NewWebhook(padded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Verify(row.Payload, req.Header); err != nil {
+		t.Errorf("the reference library with the padded secret refuses the signature: %v", err)
+	}
+}

@@ -137,19 +137,25 @@ func signedDo(c *http.Client, method, u string, body any) (int, []byte, error) {
 	return resp.StatusCode, out, err
 }
 
-// TestAuthDefaults: the cluster secret never defaults to the API token;
-// without a secret (allowed on loopback) the internal endpoints are open,
-// and the node says so in /v1/cluster and fairshard_insecure.
+// TestAuthDefaults: the cluster secret never defaults to the API token:
+// a node with the token and no secret answers its internal endpoints to
+// nobody, the token included (every route: TestInternalRoutesRefuseOutsiders);
+// a node with no credential at all (allowed on loopback) leaves them as
+// open as /v1. A node without secrets says so in /v1/cluster and
+// fairshard_insecure.
 func TestAuthDefaults(t *testing.T) {
 	t.Parallel()
 	withToken := startNode(t, func(c *node.Config) { c.APIToken = "only-token" })
+	bare := startNode(t, nil)
 	secured := startNode(t, func(c *node.Config) {
 		c.ClusterSecret = "cluster-secret-0123456789"
 		c.GossipKeys = [][]byte{bytes.Repeat([]byte{7}, 32)}
 	})
 	for _, e := range internalEndpoints {
-		if st, b := withToken.doAuth(e.method, e.path, e.body, "only-token"); st == http.StatusUnauthorized || st >= 500 {
-			t.Errorf("%s %s on a node without a cluster secret: status %d: %s", e.method, e.path, st, b)
+		st, b := withToken.doAuth(e.method, e.path, e.body, "only-token")
+		wantError(t, st, b, http.StatusUnauthorized, node.CodeUnauthorized, "")
+		if st, b := bare.do(e.method, e.path, e.body); st == http.StatusUnauthorized || st >= 500 {
+			t.Errorf("%s %s on a node without any credential: status %d: %s", e.method, e.path, st, b)
 		}
 	}
 	var view struct {
@@ -180,6 +186,9 @@ func requestHeader(t *testing.T, method, u string, body any, authorization strin
 		t.Fatal(err)
 	}
 	req.Header.Set("Authorization", authorization)
+	if method != http.MethodGet && method != http.MethodHead {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := httpClient.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, u, err)

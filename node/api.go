@@ -21,6 +21,14 @@ const (
 	// CodeInsufficientCopies: an append refused for want of replicas
 	// (503 with Retry-After).
 	CodeInsufficientCopies = httpapi.CodeInsufficientCopies
+	// CodeUnsupportedMediaType: a /v1 write without Content-Type
+	// application/json (415).
+	CodeUnsupportedMediaType = httpapi.CodeUnsupportedMediaType
+	// CodeCrossSite: a write a browser sent for another site (403).
+	CodeCrossSite = httpapi.CodeCrossSite
+	// CodeMisdirected: a Host that is not this node's, without an API
+	// token (421).
+	CodeMisdirected = httpapi.CodeMisdirected
 
 	MaxBatchRows       = httpapi.MaxBatchRows
 	MaxRequestBytes    = httpapi.MaxRequestBytes

@@ -526,6 +526,7 @@ func tryRequest(method, u string, body any) (int, []byte, error) {
 	if err != nil {
 		return 0, nil, err
 	}
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := httpClient.Do(req)
 	if err != nil {
 		return 0, nil, err

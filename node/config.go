@@ -50,6 +50,29 @@ func (c *Config) ExposedAddrs() []string {
 	return out
 }
 
+// validHost reports whether h is an IP (IPv6 with or without brackets)
+// or a DNS host name.
+func validHost(h string) bool {
+	if net.ParseIP(strings.Trim(h, "[]")) != nil {
+		return true
+	}
+	h = strings.TrimSuffix(h, ".")
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(h, ".") {
+		if label == "" || len(label) > 63 || strings.HasPrefix(label, "-") {
+			return false
+		}
+		for _, c := range label {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // loopbackHost reports whether host names a loopback address only.
 func loopbackHost(host string) bool {
 	if strings.EqualFold(host, "localhost") {
@@ -123,16 +146,42 @@ type Config struct {
 	// APIToken, when set, is required as "Authorization: Bearer <token>" on
 	// every /v1 call. Health and metrics stay open.
 	APIToken string
+	// AllowOrigins are the web origins ("https://admin.example": scheme,
+	// host, port) whose cross-site writes the API serves
+	// (--allow-origin), e.g. a console hosted elsewhere. Empty: a write a
+	// browser marks cross-site is refused (403); the node's own origin
+	// (its /ui/) never needs listing.
+	AllowOrigins []string
+	// AllowHosts are host names and IPs served as a request's Host when
+	// no APIToken is set (--allow-host), beside loopback names and the
+	// node's own addresses: the names a proxy or a DNS alias uses for
+	// it. Other Hosts are refused (421), since that is what a page
+	// reaching the node by DNS rebinding sends. Ignored with APIToken.
+	AllowHosts []string
 	// ClusterSecret authenticates node-to-node calls both ways (package
 	// nodeauth: every /internal/ request and its answer are signed with
 	// keys derived from it; it never travels). At least 16 bytes; never
-	// the API token. Empty: node-to-node calls are not authenticated
-	// (allowed on loopback or with Insecure).
+	// the API token. Empty: with APIToken set, the node signs with a
+	// per-process secret, so its /internal/ routes answer nobody else,
+	// and it may not join others (Validate refuses Join); without
+	// APIToken, node-to-node calls are not authenticated (allowed on
+	// loopback or with Insecure).
 	ClusterSecret string
 	// PprofAddr, when set, is the listen address of a separate listener
-	// serving net/http/pprof under /debug/pprof/ (bearer APIToken when
-	// set). Empty (the default): no profiling endpoint.
+	// serving net/http/pprof under /debug/pprof/, always behind the API
+	// token (Validate requires APIToken) and on loopback unless
+	// PprofInsecure; /debug/pprof/cmdline shows the arguments with secret
+	// values redacted (ScrubArgs). Empty (the default): no profiling
+	// endpoint.
 	PprofAddr string
+	// PprofInsecure allows PprofAddr beyond loopback (profiles show the
+	// program's code paths, memory use and goroutines to whoever holds
+	// the API token); /v1/cluster then lists it as exposed.
+	PprofInsecure bool
+	// APITokenFile, when set, holds the API token instead of --api-token
+	// (the file's content, edge whitespace trimmed), so the token is not
+	// in the process arguments (ps, /proc/PID/cmdline).
+	APITokenFile string
 	// Version is the binary's release version (cmd/node's main.version),
 	// reported by the fairshard_build_info metric; "" reads "dev".
 	Version string
@@ -145,9 +194,11 @@ type Config struct {
 	// a node refuses to start.
 	Insecure bool
 	// TargetAllow is the egress policy of deliveries (--target-allow):
-	// CIDRs and host names a target may resolve to, checked at dial time
-	// against the address dialled. Empty: every address but link-local,
-	// cloud metadata, unspecified and multicast ones (egress.DefaultDeny).
+	// CIDRs, IPs and host names, checked at dial time against the address
+	// dialled (package egress): an address in a CIDR is allowed; a listed
+	// name reaches only public addresses and those in a CIDR, never
+	// egress.DefaultDeny. Empty: every address but link-local, cloud
+	// metadata, unspecified and multicast ones (egress.DefaultDeny).
 	TargetAllow []string
 	// HTTPReadTimeout bounds reading one request, body included (a client
 	// trickling a body is cut off); HTTPIdleTimeout closes keep-alive
@@ -286,12 +337,22 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Func("default-max-in-flight", "quota (rows) of a namespace without a quota record (default 1024)", uintFlag(&c.DefaultMaxInFlight))
 	c.DefaultMaxInFlight = 1024
 	fs.StringVar(&c.DefaultTarget, "default-target", "", "delivery URL for routes without a target; {namespace} and {task_queue} are substituted")
-	fs.StringVar(&c.APIToken, "api-token", "", "bearer token required on /v1 calls (default: none)")
-	fs.StringVar(&c.PprofAddr, "pprof-addr", "", "listen address of a separate net/http/pprof listener (/debug/pprof/, bearer --api-token when set); empty: off")
-	fs.StringVar(&c.ClusterSecret, "cluster-secret", "", "shared secret (at least 16 bytes, not the API token) that signs node-to-node calls both ways; required beyond loopback unless --insecure")
+	fs.StringVar(&c.APIToken, "api-token", "", "bearer token required on /v1 calls (default: none); on the command line it is visible to ps: prefer --api-token-file or FAIRSHARD_API_TOKEN")
+	fs.StringVar(&c.APITokenFile, "api-token-file", "", "file holding the API token (instead of --api-token)")
+	fs.Func("allow-origin", "comma-separated web origins (scheme://host[:port]) whose cross-site writes the API serves (default: none; the node's own /ui/ needs none)", func(s string) error {
+		c.AllowOrigins = splitList(s)
+		return nil
+	})
+	fs.Func("allow-host", "comma-separated host names and IPs served as the Host of a request when --api-token is not set, beside loopback names and the node's own addresses (default: none)", func(s string) error {
+		c.AllowHosts = splitList(s)
+		return nil
+	})
+	fs.StringVar(&c.PprofAddr, "pprof-addr", "", "listen address of a separate net/http/pprof listener (/debug/pprof/), behind --api-token (required), loopback only unless --pprof-insecure; empty: off")
+	fs.BoolVar(&c.PprofInsecure, "pprof-insecure", false, "allow --pprof-addr beyond loopback (still behind --api-token; listed as exposed in /v1/cluster)")
+	fs.StringVar(&c.ClusterSecret, "cluster-secret", "", "shared secret (at least 16 bytes, not the API token) that signs node-to-node calls both ways; required beyond loopback unless --insecure; on the command line it is visible to ps: prefer --cluster-secret-file or FAIRSHARD_CLUSTER_SECRET")
 	fs.StringVar(&c.ClusterSecretFile, "cluster-secret-file", "", "file holding the cluster secret (instead of --cluster-secret)")
 	fs.BoolVar(&c.Insecure, "insecure", false, "allow listening beyond loopback without --cluster-secret and --gossip-key: node-to-node calls unauthenticated, gossip in clear (warned at start and every hour)")
-	fs.Func("target-allow", "comma-separated CIDRs and host names delivery targets may connect to, checked at dial time (default: any address but link-local, cloud metadata, unspecified and multicast)", func(s string) error {
+	fs.Func("target-allow", "comma-separated CIDRs and host names delivery targets may connect to, checked at dial time on the address dialled: a listed name reaches public addresses and those in a listed CIDR, never metadata or link-local (default: any address but link-local, cloud metadata, unspecified and multicast)", func(s string) error {
 		c.TargetAllow = splitList(s)
 		return nil
 	})
@@ -299,7 +360,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.HTTPIdleTimeout, "http-idle-timeout", 2*time.Minute, "keep-alive connections idle this long are closed")
 	fs.DurationVar(&c.PeerCheckInterval, "peer-check-interval", 2*time.Second, "how often each other member's API is probed; one that fails 3 times in a row is shown unreachable in /v1/cluster and counted (backoff up to 5x)")
 	fs.IntVar(&c.MetricsNamespaces, "metrics-namespaces", 100, "namespaces with their own label on namespace-labelled metrics; the rest are summed under \"_other\"")
-	fs.Func("gossip-key", "comma-separated base64 gossip encryption keys of 16, 24 or 32 bytes, primary first: the first encrypts, each decrypts (default: none; rotation: see docs/operations.md \"Rotating the gossip key\")", func(s string) error {
+	fs.Func("gossip-key", "comma-separated base64 gossip encryption keys of 16, 24 or 32 bytes, primary first: the first encrypts, each decrypts (default: none; rotation: see docs/operations.md \"Rotating the gossip key\"); on the command line they are visible to ps: prefer --gossip-key-file or FAIRSHARD_GOSSIP_KEY", func(s string) error {
 		keys, err := ParseGossipKeys(strings.Split(s, ","))
 		if err != nil {
 			return err
@@ -560,6 +621,31 @@ func (c *Config) Validate() error {
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		bad("log-format", "%q is not text or json", c.LogFormat)
 	}
+	if c.APITokenFile != "" {
+		b, err := os.ReadFile(c.APITokenFile)
+		tok := strings.TrimSpace(string(b))
+		switch {
+		case err != nil:
+			bad("api-token-file", "%v", err)
+		case tok == "":
+			bad("api-token-file", "%s is empty", c.APITokenFile)
+		case c.APIToken != "" && c.APIToken != tok:
+			bad("api-token-file", "and --api-token are both set: keep the token in one place")
+		default:
+			c.APIToken = tok
+		}
+	}
+	if c.PprofAddr != "" {
+		host, _, err := net.SplitHostPort(c.PprofAddr)
+		switch {
+		case err != nil:
+			bad("pprof-addr", "%q is not host:port: %v", c.PprofAddr, err)
+		case c.APIToken == "":
+			bad("pprof-addr", "needs --api-token (or --api-token-file): profiles are served only behind it")
+		case !loopbackHost(host) && !c.PprofInsecure:
+			bad("pprof-addr", "%q listens beyond loopback: bind 127.0.0.1, or pass --pprof-insecure to expose profiles on purpose", c.PprofAddr)
+		}
+	}
 	if c.ClusterSecretFile != "" {
 		b, err := os.ReadFile(c.ClusterSecretFile)
 		sec := strings.TrimSpace(string(b))
@@ -572,11 +658,32 @@ func (c *Config) Validate() error {
 			c.ClusterSecret = sec
 		}
 	}
+	if c.APIToken != "" && c.ClusterSecret == "" && len(c.Join) > 0 {
+		bad("cluster-secret", "is required with --api-token and --join: without it the node-to-node routes (/internal/) of a cluster "+
+			"would answer anyone who reaches --http-addr, token or not; give every node the same --cluster-secret-file "+
+			"(or FAIRSHARD_CLUSTER_SECRET; `fairshard secrets` prints one)")
+	}
 	if c.ClusterSecret != "" && len(c.ClusterSecret) < nodeauth.MinSecretBytes {
 		bad("cluster-secret", "is %d bytes, at least %d are required (e.g. openssl rand -hex 32)", len(c.ClusterSecret), nodeauth.MinSecretBytes)
 	}
 	if c.ClusterSecret != "" && c.ClusterSecret == c.APIToken {
 		bad("cluster-secret", "must differ from --api-token: API clients must not be able to make node-to-node calls")
+	}
+	for i, o := range c.AllowOrigins {
+		u, err := url.Parse(o)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+			strings.TrimSuffix(u.Path, "/") != "" || u.RawQuery != "" || u.Fragment != "" {
+			bad("allow-origin", "%q is not an origin (scheme://host[:port], e.g. https://admin.example)", o)
+			continue
+		}
+		c.AllowOrigins[i] = strings.ToLower(u.Scheme + "://" + u.Host)
+	}
+	for i, h := range c.AllowHosts {
+		if !validHost(h) {
+			bad("allow-host", "%q is not a host name or an IP (no port, no scheme)", h)
+			continue
+		}
+		c.AllowHosts[i] = strings.ToLower(strings.TrimSuffix(strings.Trim(h, "[]"), "."))
 	}
 	if _, err := egress.Parse(c.TargetAllow); err != nil {
 		bad("target-allow", "%v", err)

@@ -250,7 +250,7 @@ func request(t testing.TB, method, u string, body any, token string) (int, []byt
 	if err != nil {
 		t.Fatalf("new request %s %s: %v", method, u, err)
 	}
-	if body != nil {
+	if body != nil || (method != http.MethodGet && method != http.MethodHead) {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if token != "" {

@@ -129,12 +129,15 @@ type Node struct {
 	// terms[s] is when this node became primary of shard s under its
 	// applied view (zero: it is not): the lease coordinator's term start.
 	terms atomic.Pointer[[]time.Time]
-	// auth signs and verifies node-to-node calls (nil without a cluster
-	// secret: unauthenticated, loopback or --insecure only).
-	auth     *nodeauth.Auth
-	nsLabels *nslabel.Limiter
-	reach    *reachability
-	security securityState
+	// auth signs and verifies node-to-node calls: under the cluster
+	// secret, or a per-process one (ownSecret) when --api-token is set
+	// without one; nil when the node has neither (no credentials at all:
+	// loopback or --insecure only).
+	auth      *nodeauth.Auth
+	ownSecret bool
+	nsLabels  *nslabel.Limiter
+	reach     *reachability
+	security  securityState
 
 	ln      net.Listener
 	srv     *http.Server
@@ -256,8 +259,8 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 		return nil, err
 	}
 	n.nsLabels = nslabel.New(cfg.MetricsNamespaces)
-	if cfg.ClusterSecret != "" {
-		n.auth, err = nodeauth.New(nodeauth.Config{Secrets: [][]byte{[]byte(cfg.ClusterSecret)}, MaxBodyBytes: MaxHandoffBodyBytes})
+	if secret := n.nodeSecret(); secret != "" { // security.go
+		n.auth, err = nodeauth.New(nodeauth.Config{Secrets: [][]byte{[]byte(secret)}, MaxBodyBytes: MaxHandoffBodyBytes})
 		if err != nil {
 			return nil, fmt.Errorf("--cluster-secret: %w", err)
 		}
@@ -379,7 +382,7 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 		return nil, err
 	}
 	n.api, err = httpapi.New(httpapi.Config{
-		Self: n.name, ShardCount: cfg.Shards, APIToken: cfg.APIToken, Security: n.securityView, Reachable: n.reach.Reachable,
+		Self: n.name, ShardCount: cfg.Shards, APIToken: cfg.APIToken, Browser: n.browserPolicy(), Security: n.securityView, Reachable: n.reach.Reachable,
 		DefaultMaxInFlight: cfg.DefaultMaxInFlight,
 		MaxNamespaces:      cfg.MaxNamespaces, MaxTargets: cfg.MaxTargets, MaxHolds: cfg.MaxHolds,
 		Store: rows, Router: n.router, Settings: n.settings, Ownership: n.ownership, Peers: n.peers,

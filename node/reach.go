@@ -152,8 +152,13 @@ func (n *Node) recordProbe(name, addr string, err error) {
 	p.failures++
 	if !p.unreachable && p.failures >= unreachableAfterFailures {
 		p.unreachable = true
-		n.log.Warn("member unreachable: its API does not answer health checks",
-			"member", name, "api_addr", addr, "failures", p.failures, "err", err)
+		if n.ownSecret {
+			n.log.Warn("member unreachable: this node has --api-token and no --cluster-secret, so it signs node-to-node calls with a secret of its own and no member can answer them",
+				"member", name, "api_addr", addr, "fix", "give every node the same --cluster-secret-file", "err", err)
+		} else {
+			n.log.Warn("member unreachable: its API does not answer health checks",
+				"member", name, "api_addr", addr, "failures", p.failures, "err", err)
+		}
 	}
 	backoff := interval
 	if p.unreachable {

@@ -2,10 +2,17 @@ package node
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net"
 	"net/http"
+	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fairshard/fairshard/node/httpapi"
 )
 
 // HTTP server limits against slow and idle clients; the read and idle
@@ -33,6 +40,41 @@ func newHTTPServer(h http.Handler, cfg Config) *http.Server {
 	}
 }
 
+// Modes of the node-to-node routes (/internal/), securityState's
+// InternalRoutes.
+const (
+	// internalSigned: calls signed with the cluster secret, both ways.
+	internalSigned = "cluster_secret"
+	// internalSelfOnly: --api-token without a cluster secret: the routes
+	// verify a secret this process drew at start and never shares, so
+	// they answer nobody (the node serves its own reads locally) and the
+	// token cannot be bypassed through them.
+	internalSelfOnly = "this_node_only"
+	// internalOpen: no credential at all (no API token, no cluster
+	// secret): the routes are as open as /v1, to whoever reaches the
+	// port (loopback unless --insecure); the browser checks of /v1 apply.
+	internalOpen = "open"
+)
+
+// nodeSecret is the secret node-to-node calls are signed with: the
+// cluster secret; without one, when an API token guards /v1, a fresh
+// per-process secret (ownSecret), so that /internal/ is never the way
+// around the token; else "" (no credentials at all). Validate refuses
+// --api-token with --join and no cluster secret, so a node with its own
+// secret is never started to join others.
+func (n *Node) nodeSecret() string {
+	if n.cfg.ClusterSecret != "" {
+		return n.cfg.ClusterSecret
+	}
+	if n.cfg.APIToken == "" {
+		return ""
+	}
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go ≥ 1.24)
+	n.ownSecret = true
+	return hex.EncodeToString(b)
+}
+
 // securityState is what the node says about its own protection: in
 // /v1/cluster ("security"), fairshard_insecure and the hourly warning.
 type securityState struct {
@@ -40,9 +82,15 @@ type securityState struct {
 	Insecure bool `json:"insecure"`
 	// NodeAuth: node-to-node calls are signed both ways (--cluster-secret).
 	NodeAuth bool `json:"node_auth"`
+	// InternalRoutes says who the node-to-node routes answer:
+	// "cluster_secret" (members holding it), "this_node_only" (an API
+	// token without a cluster secret: nobody else) or "open" (no
+	// credentials at all).
+	InternalRoutes string `json:"internal_routes"`
 	// GossipEncrypted: gossip is encrypted (--gossip-key).
 	GossipEncrypted bool `json:"gossip_encrypted"`
-	// Exposed lists the listen and advertised addresses beyond loopback.
+	// Exposed lists the listen and advertised addresses beyond loopback,
+	// the profiling listener's (--pprof-addr) included.
 	Exposed []string `json:"exposed"`
 }
 
@@ -57,6 +105,19 @@ func (n *Node) initSecurity(reg prometheus.Registerer) error {
 	n.security = securityState{
 		Insecure: n.cfg.Insecure, NodeAuth: n.cfg.ClusterSecret != "",
 		GossipEncrypted: len(n.cfg.GossipKeys) > 0, Exposed: n.cfg.ExposedAddrs(),
+	}
+	switch {
+	case n.cfg.ClusterSecret != "":
+		n.security.InternalRoutes = internalSigned
+	case n.ownSecret:
+		n.security.InternalRoutes = internalSelfOnly
+	default:
+		n.security.InternalRoutes = internalOpen
+	}
+	if n.cfg.PprofAddr != "" {
+		if host, _, err := net.SplitHostPort(n.cfg.PprofAddr); err == nil && !loopbackHost(host) {
+			n.security.Exposed = append(n.security.Exposed, "--pprof-addr "+n.cfg.PprofAddr)
+		}
 	}
 	if n.security.Exposed == nil {
 		n.security.Exposed = []string{}
@@ -99,4 +160,68 @@ func (n *Node) warnInsecure(ctx context.Context) error {
 			warn()
 		}
 	}
+}
+
+// browserPolicy is the API's defence against requests web pages make
+// browsers send (httpapi.BrowserPolicy): --allow-origin, and without an
+// API token the Hosts served beside loopback names: the node's own
+// listen and advertised hosts (every interface address when it listens
+// on all of them) and --allow-host.
+func (n *Node) browserPolicy() httpapi.BrowserPolicy {
+	p := httpapi.BrowserPolicy{AllowedOrigins: n.cfg.AllowOrigins}
+	if n.cfg.APIToken != "" {
+		return p
+	}
+	names := map[string]bool{}
+	for _, hp := range []string{n.cfg.HTTPAddr, n.cfg.AdvertiseHTTP, n.apiAddr, n.ln.Addr().String()} {
+		if h := httpapi.RequestHost(hp); h != "" {
+			names[h] = true
+		}
+	}
+	for _, h := range n.cfg.AllowHosts {
+		names[h] = true
+	}
+	everyInterface := false
+	if h := httpapi.RequestHost(n.cfg.HTTPAddr); h == "" {
+		everyInterface = true
+	} else if ip, err := netip.ParseAddr(h); err == nil && ip.IsUnspecified() {
+		everyInterface = true
+	}
+	ifaces := &interfaceAddrs{}
+	p.HostAllowed = func(host string) bool {
+		if names[host] {
+			return true
+		}
+		ip, err := netip.ParseAddr(host)
+		if err != nil {
+			return false
+		}
+		return everyInterface && ifaces.has(ip.Unmap())
+	}
+	return p
+}
+
+// interfaceAddrs caches the host's interface addresses for a few seconds.
+type interfaceAddrs struct {
+	mu    sync.Mutex
+	at    time.Time
+	addrs map[netip.Addr]bool
+}
+
+func (c *interfaceAddrs) has(ip netip.Addr) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if time.Since(c.at) > 5*time.Second {
+		c.addrs, c.at = map[netip.Addr]bool{}, time.Now()
+		if as, err := net.InterfaceAddrs(); err == nil {
+			for _, a := range as {
+				if pn, ok := a.(*net.IPNet); ok {
+					if x, ok := netip.AddrFromSlice(pn.IP); ok {
+						c.addrs[x.Unmap()] = true
+					}
+				}
+			}
+		}
+	}
+	return c.addrs[ip]
 }

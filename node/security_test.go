@@ -44,7 +44,7 @@ func TestSlowBodyDoesNotHoldShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	fmt.Fprintf(conn, "POST /v1/rows HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 100000\r\nExpect: 100-continue\r\n\r\n", b.Name())
+	fmt.Fprintf(conn, "POST /v1/rows HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 100000\r\nExpect: 100-continue\r\n\r\n", strings.TrimPrefix(b.base, "http://"))
 	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 	line, err := bufio.NewReader(conn).ReadString('\n')
 	if err != nil || !strings.Contains(line, "100") {
@@ -109,7 +109,7 @@ func TestSlowAndIdleClientsCutOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer slow.Close()
-	fmt.Fprintf(slow, "POST /v1/rows HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{\"rows\":[")
+	fmt.Fprintf(slow, "POST /v1/rows HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{\"rows\":[", addr)
 	stop := make(chan struct{})
 	defer close(stop)
 	go func() { // one byte every 200 ms: never done within the timeout
@@ -136,7 +136,7 @@ func TestSlowAndIdleClientsCutOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer idle.Close()
-	fmt.Fprintf(idle, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	fmt.Fprintf(idle, "GET /healthz HTTP/1.1\r\nHost: %s\r\n\r\n", addr)
 	br := bufio.NewReader(idle)
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {

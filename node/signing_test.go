@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -174,6 +175,7 @@ func TestTargetCredentialsBadInput(t *testing.T) {
 
 	url := vt.srv.URL + "/other"
 	short := "whsec_" + strings.Repeat("A", 30) // 22 bytes
+	unpadded := "whsec_" + base64.RawStdEncoding.EncodeToString([]byte("twenty-five bytes of key!"))
 	long := strings.Repeat("x", 700)
 	cases := []struct {
 		name  string
@@ -185,6 +187,11 @@ func TestTargetCredentialsBadInput(t *testing.T) {
 		{"no prefix", map[string]any{"url": url, "signing_secret": strings.TrimPrefix(good, "whsec_")}, "signing_secret", strings.TrimPrefix(good, "whsec_")},
 		{"empty secret", map[string]any{"url": url, "signing_secret": ""}, "signing_secret", ""},
 		{"key too short", map[string]any{"url": url, "signing_secret": short}, "signing_secret", short},
+		// The reference library refuses to load an unpadded secret; a
+		// trailing newline would be a second spelling of the same key.
+		{"no base64 padding", map[string]any{"url": url, "signing_secret": unpadded}, "signing_secret", strings.TrimPrefix(unpadded, "whsec_")},
+		{"trailing newline", map[string]any{"url": url, "signing_secret": good + "\n"}, "signing_secret", strings.TrimPrefix(good, "whsec_")},
+		{"leading space", map[string]any{"url": url, "signing_secrets": []string{" " + good}}, "signing_secrets[0]", strings.TrimPrefix(good, "whsec_")},
 		{"not base64", map[string]any{"url": url, "signing_secrets": []string{good, "whsec_***notbase64***notbase64***"}}, "signing_secrets[1]", "notbase64"},
 		{"four secrets", map[string]any{"url": url, "signing_secrets": []string{webhook.NewSecret(), webhook.NewSecret(), webhook.NewSecret(), webhook.NewSecret()}}, "signing_secrets", ""},
 		{"same secret twice", map[string]any{"url": url, "signing_secrets": []string{good, good}}, "signing_secrets[1]", good},

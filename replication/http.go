@@ -69,10 +69,38 @@ type RowCheck func(w http.ResponseWriter, rows []outbox.Row, forwarded bool) boo
 // rows (forward, append, merge) go through gate (nil: none): a closed gate
 // answers 503; their batches go through check first (nil: none).
 func Handler(r Server, gate Gate, check RowCheck) http.Handler {
+	mux := http.NewServeMux()
+	register(mux, r, gate, check)
+	return mux
+}
+
+// Routes returns the patterns Handler serves, in net/http.ServeMux syntax
+// ("POST /internal/v1/replication/merge"), in the order it registers
+// them: what a mounting API lists and authenticates.
+func Routes() []string {
+	var rec patternRecorder
+	register(&rec, nil, nil, nil)
+	return rec
+}
+
+// handleFuncer is where register puts the routes: a ServeMux, or a
+// patternRecorder.
+type handleFuncer interface {
+	HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request))
+}
+
+// patternRecorder keeps the patterns registered on it.
+type patternRecorder []string
+
+func (p *patternRecorder) HandleFunc(pattern string, _ func(http.ResponseWriter, *http.Request)) {
+	*p = append(*p, pattern)
+}
+
+// register adds the replication routes for r to mux.
+func register(mux handleFuncer, r Server, gate Gate, check RowCheck) {
 	if check == nil {
 		check = func(http.ResponseWriter, []outbox.Row, bool) bool { return true }
 	}
-	mux := http.NewServeMux()
 	storing := func(h http.HandlerFunc) http.HandlerFunc {
 		return func(w http.ResponseWriter, req *http.Request) {
 			if gate != nil {
@@ -208,7 +236,6 @@ func Handler(r Server, gate Gate, check RowCheck) http.Handler {
 		}
 		writeJSONBody(w, rep)
 	})
-	return mux
 }
 
 type statesReq struct {

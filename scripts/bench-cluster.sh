@@ -39,7 +39,7 @@ TARGET="--default-target http://127.0.0.1:9300/deliver"
 bench_append() {
   echo "== single-node durable append (namespace paused: nothing is delivered)"
   node 1
-  curl -fsS -XPUT 127.0.0.2:8080/v1/namespaces/bench -d '{"paused":true}' >/dev/null
+  curl -fsS -H 'Content-Type: application/json' -XPUT 127.0.0.2:8080/v1/namespaces/bench -d '{"paused":true}' >/dev/null
   "$BIN" load --nodes "$(urls 1)" --namespaces bench:1 --rows "$ROWS" --duration 0 --batch 100 --concurrency 16 | tail -3
   stop_all
 }
@@ -57,7 +57,7 @@ bench_e2e() {
 bench_handoff() {
   echo "== handoff: $HANDOFF_ROWS pending rows on one node, then a second node joins"
   node 1 --handoff-batch 2000 --shutdown-grace 10m
-  curl -fsS -XPUT 127.0.0.2:8080/v1/namespaces/bench -d '{"paused":true}' >/dev/null
+  curl -fsS -H 'Content-Type: application/json' -XPUT 127.0.0.2:8080/v1/namespaces/bench -d '{"paused":true}' >/dev/null
   "$BIN" load --nodes "$(urls 1)" --namespaces bench:1 --rows "$HANDOFF_ROWS" --duration 0 --batch 500 --concurrency 16 | head -n -1 | tail -2
   echo "rss of n1 with $HANDOFF_ROWS pending rows: $(awk '/VmRSS/ {print $2, $3}' /proc/"${pids[0]}"/status); data file: $(du -h "$WORK/n1/fairshard.db" | cut -f1)"
   start=$(date +%s.%N)
@@ -99,7 +99,7 @@ bench_replication() {
   for r in 1 2; do
     echo "== R = $r: durable append over HTTP, 3 nodes, 64 producers x 16-row batches (namespace paused); load: $(cut -d' ' -f1-3 /proc/loadavg)"
     for i in 1 2 3; do node "$i" --replication-factor "$r"; done
-    curl -fsS -XPUT 127.0.0.2:8080/v1/namespaces/bench -d '{"paused":true}' >/dev/null
+    curl -fsS -H 'Content-Type: application/json' -XPUT 127.0.0.2:8080/v1/namespaces/bench -d '{"paused":true}' >/dev/null
     sleep 1
     local rss0=0 rss=0 disk0=0 disk=0
     for i in 1 2 3; do
@@ -130,7 +130,7 @@ bench_sync() {
   local rows=${SYNC_ROWS:-1000000}
   echo "== shard sync: $rows pending rows on n1 (R = 2), n2 joins; load: $(cut -d' ' -f1-3 /proc/loadavg)"
   node 1 --replication-factor 2 --handoff-batch 4000
-  curl -fsS -XPUT 127.0.0.2:8080/v1/namespaces/bench -d '{"paused":true}' >/dev/null
+  curl -fsS -H 'Content-Type: application/json' -XPUT 127.0.0.2:8080/v1/namespaces/bench -d '{"paused":true}' >/dev/null
   "$BIN" load --nodes "$(urls 1)" --namespaces bench:1 --rows "$rows" --duration 0 --batch 500 --concurrency 16 | head -n -1 | tail -2
   start=$(date +%s.%N)
   node 2 --replication-factor 2 --handoff-batch 4000

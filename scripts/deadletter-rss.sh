@@ -56,7 +56,7 @@ for b in range(0, rows, 6):
     open("%s/batch-%04d.json" % (work, b), "w").write(json.dumps({"rows": batch}))
 PY
 for f in "$WORK"/batch-*.json; do
-  curl -fsS -o /dev/null -XPOST http://127.0.18.2:8080/v1/rows --data-binary @"$f"
+  curl -fsS -o /dev/null -H 'Content-Type: application/json' -XPOST http://127.0.18.2:8080/v1/rows --data-binary @"$f"
 done
 rm -f "$WORK"/batch-*.json
 dead() { local s=0; for ip in 127.0.18.2 127.0.18.3; do s=$((s + $(curl -fsS http://$ip:8080/v1/namespaces/dl | python3 -c 'import json,sys; print(json.load(sys.stdin)["dead_letters"])'))); done; echo $s; }

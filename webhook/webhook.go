@@ -40,7 +40,8 @@ const (
 
 // Errors of ParseSecret and Verify; test with errors.Is.
 var (
-	// ErrSecret: a secret is not "whsec_" + standard base64 of 24–64 bytes.
+	// ErrSecret: a secret is not "whsec_" + the padded standard base64
+	// of 24–64 bytes.
 	ErrSecret = errors.New("webhook: invalid signing secret")
 	// ErrMissingHeaders: webhook-id, webhook-timestamp or
 	// webhook-signature is absent or empty.
@@ -58,33 +59,79 @@ type Secret struct {
 	key []byte
 }
 
-// ParseSecret reads a written secret: "whsec_" followed by the standard
-// base64 (RFC 4648 §4, padded or not) of a 24–64 byte key. The error
-// wraps ErrSecret and never quotes the secret.
+// ParseSecret reads a written secret: "whsec_" followed by the padded
+// standard base64 (RFC 4648 §4) of a 24–64 byte key, and nothing else:
+// no edge or inner whitespace, no line breaks, no missing padding, no
+// non-zero padding bits. That is a subset of what the Standard Webhooks
+// reference library loads, so a secret accepted here loads on every
+// receiver, and each key has one spelling (one fingerprint, one string).
+// The error wraps ErrSecret and never quotes the secret.
 func ParseSecret(s string) (Secret, error) {
+	return parseSecret(s, true)
+}
+
+// ParseStoredSecret reads a secret stored before ParseSecret became
+// strict: it also takes unpadded base64 and ignores edge whitespace and
+// line breaks. Use it only to sign with secrets already stored (the
+// gossiped config), never to accept new ones.
+func ParseStoredSecret(s string) (Secret, error) {
+	return parseSecret(s, false)
+}
+
+func parseSecret(s string, strict bool) (Secret, error) {
+	if !strict {
+		s = strings.TrimSpace(s)
+	}
 	rest, ok := strings.CutPrefix(s, SecretPrefix)
 	if !ok {
 		return Secret{}, fmt.Errorf("%w: it must start with %q", ErrSecret, SecretPrefix)
 	}
-	key, err := base64.StdEncoding.DecodeString(rest)
-	if err != nil {
-		key, err = base64.RawStdEncoding.DecodeString(rest)
+	var key []byte
+	var err error
+	if strict {
+		// encoding/base64 skips CR and LF even in Strict mode: refuse
+		// every byte outside the alphabet first.
+		if i := strings.IndexFunc(rest, func(c rune) bool { return !strings.ContainsRune(stdAlphabet, c) }); i >= 0 {
+			return Secret{}, fmt.Errorf("%w: byte %d after %q is not standard base64 (no whitespace or line breaks)", ErrSecret, i, SecretPrefix)
+		}
+		if len(rest)%4 != 0 {
+			return Secret{}, fmt.Errorf("%w: the part after %q is %d characters, not a multiple of 4: standard base64 is padded with '='", ErrSecret, SecretPrefix, len(rest))
+		}
+		key, err = base64.StdEncoding.Strict().DecodeString(rest)
+	} else {
+		key, err = base64.StdEncoding.DecodeString(rest)
+		if err != nil {
+			key, err = base64.RawStdEncoding.DecodeString(rest)
+		}
 	}
 	switch {
 	case err != nil:
-		return Secret{}, fmt.Errorf("%w: the part after %q is not standard base64", ErrSecret, SecretPrefix)
+		return Secret{}, fmt.Errorf("%w: the part after %q is not padded standard base64", ErrSecret, SecretPrefix)
 	case len(key) < MinSecretBytes || len(key) > MaxSecretBytes:
 		return Secret{}, fmt.Errorf("%w: its key is %d bytes, it must be %d–%d", ErrSecret, len(key), MinSecretBytes, MaxSecretBytes)
 	}
 	return Secret{key: key}, nil
 }
 
+// stdAlphabet is standard base64's alphabet with its padding.
+const stdAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/="
+
 // ParseSecrets parses each of ss (ParseSecret); the error names the
 // 0-based index of the first bad one.
 func ParseSecrets(ss []string) ([]Secret, error) {
+	return parseSecrets(ss, ParseSecret)
+}
+
+// ParseStoredSecrets is ParseSecrets with ParseStoredSecret: for secrets
+// already stored, which may predate the strict form.
+func ParseStoredSecrets(ss []string) ([]Secret, error) {
+	return parseSecrets(ss, ParseStoredSecret)
+}
+
+func parseSecrets(ss []string, parse func(string) (Secret, error)) ([]Secret, error) {
 	out := make([]Secret, 0, len(ss))
 	for i, s := range ss {
-		sec, err := ParseSecret(s)
+		sec, err := parse(s)
 		if err != nil {
 			return nil, fmt.Errorf("secret %d: %w", i, err)
 		}

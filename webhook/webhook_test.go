@@ -152,14 +152,15 @@ func TestVerifyRefuses(t *testing.T) {
 // the secret).
 func TestParseSecret(t *testing.T) {
 	b64 := func(n int) string { return base64.StdEncoding.EncodeToString(make([]byte, n)) }
-	good := []string{specSecret, "whsec_" + b64(24), "whsec_" + b64(64), "whsec_" + strings.TrimRight(b64(25), "=")}
+	good := []string{specSecret, "whsec_" + b64(24), "whsec_" + b64(64), "whsec_" + b64(25)}
 	for _, s := range good {
 		if _, err := webhook.ParseSecret(s); err != nil {
 			t.Errorf("ParseSecret(%q): %v", s, err)
 		}
 	}
 	bad := []string{"", "whsec_", "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "WHSEC_" + b64(32), "whsec_" + b64(23), "whsec_" + b64(65),
-		"whsec_not*base64!" + b64(32), "whsec_ " + b64(32), "whsec_" + base64.URLEncoding.EncodeToString([]byte(strings.Repeat("\xff", 30)))}
+		"whsec_not*base64!" + b64(32), "whsec_ " + b64(32), "whsec_" + base64.URLEncoding.EncodeToString([]byte(strings.Repeat("\xff", 30))),
+		"whsec_" + strings.TrimRight(b64(25), "=")}
 	for _, s := range bad {
 		_, err := webhook.ParseSecret(s)
 		if !errors.Is(err, webhook.ErrSecret) {
@@ -181,6 +182,59 @@ func TestParseSecret(t *testing.T) {
 	}
 	if _, err := webhook.ParseSecrets([]string{specSecret, "nope"}); err == nil || !strings.Contains(err.Error(), "secret 1") {
 		t.Errorf("ParseSecrets names the bad index: %v", err)
+	}
+}
+
+// TestParseSecretAcceptsWhatTheReferenceLoads: ParseSecret takes a secret
+// only if the Standard Webhooks reference library loads it and it has no
+// whitespace, so each key has one spelling; ParseStoredSecret still reads
+// the older spellings (secrets stored before), to the same key. Input,
+// the reproducer: a secret without its base64 padding, and one with a
+// trailing newline; then other whitespace and padding variants.
+func TestParseSecretAcceptsWhatTheReferenceLoads(t *testing.T) {
+	key := make([]byte, 25) // 25 bytes: its base64 ends in "=="
+	for i := range key {
+		key[i] = byte(i * 7)
+	}
+	padded := "whsec_" + base64.StdEncoding.EncodeToString(key)
+	unpadded := "whsec_" + base64.RawStdEncoding.EncodeToString(key)
+	inputs := map[string]string{
+		"padded":            padded,
+		"unpadded":          unpadded,
+		"trailing newline":  padded + "\n",
+		"trailing CRLF":     padded + "\r\n",
+		"line break":        padded[:20] + "\n" + padded[20:],
+		"leading space":     " " + padded,
+		"trailing space":    padded + " ",
+		"tab inside":        padded[:20] + "\t" + padded[20:],
+		"non-zero pad bits": "whsec_" + base64.StdEncoding.EncodeToString(key)[:32] + "AB==", // the last 2 bits of "B" are not zero
+	}
+	want, err := webhook.ParseStoredSecret(padded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, in := range inputs {
+		_, refErr := standardwebhooks.NewWebhook(in)
+		hasSpace := strings.ContainsAny(in, " \t\r\n")
+		sec, err := webhook.ParseSecret(in)
+		accepted := err == nil
+		switch {
+		case name == "padded" && !accepted:
+			t.Errorf("%s: ParseSecret refuses the canonical form: %v", name, err)
+		case accepted && (refErr != nil || hasSpace):
+			t.Errorf("%s: ParseSecret accepts %q (fingerprint %s), which the reference library refuses (%v) or which carries whitespace", name, in, sec.Fingerprint(), refErr)
+		case accepted && name != "padded":
+			t.Errorf("%s: ParseSecret accepts a second spelling of the key (fingerprint %s)", name, sec.Fingerprint())
+		case !accepted && !errors.Is(err, webhook.ErrSecret):
+			t.Errorf("%s: %v, want ErrSecret", name, err)
+		}
+		switch name {
+		case "tab inside", "non-zero pad bits", "leading space", "trailing space":
+			continue // not spellings the old parser read as this key
+		}
+		if old, err := webhook.ParseStoredSecret(in); err != nil || old.Fingerprint() != want.Fingerprint() {
+			t.Errorf("%s: ParseStoredSecret = %v, %v; want the key of the padded form (%s)", name, old, err, want.Fingerprint())
+		}
 	}
 }
 

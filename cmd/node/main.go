@@ -239,6 +239,10 @@ func serve(args, environ []string, stdout, stderr io.Writer) int {
 	for _, name := range unknown {
 		log.Warn("unknown environment variable ignored", "name", name)
 	}
+	for _, name := range node.SecretArgs(args) {
+		log.Warn("a secret is given on the command line: ps and /proc/PID/cmdline show it to every local user (profiles show it redacted)",
+			"flag", "--"+name, "fix", "use --"+name+"-file or "+node.EnvName(name))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	// SIGHUP reloads --gossip-key-file (a key rotation step); caught from

@@ -102,6 +102,7 @@ func TestEnvMapping(t *testing.T) {
 		"FAIRSHARD_DEFAULT_MAX_IN_FLIGHT=9",
 		"FAIRSHARD_DEFAULT_TARGET=http://t:9/{namespace}",
 		"FAIRSHARD_API_TOKEN=tok",
+		"FAIRSHARD_CLUSTER_SECRET=cluster-secret-from-env", // a token with --join needs one
 		"FAIRSHARD_GOSSIP_KEY=" + key + ", " + key2,
 		"FAIRSHARD_POLL_INTERVAL=5ms",
 		"FAIRSHARD_LOG_FORMAT=json",
@@ -119,6 +120,7 @@ func TestEnvMapping(t *testing.T) {
 	want := node.DefaultConfig()
 	want.NodeName, want.DataDir, want.Join, want.Shards = "from-env", "/tmp/env-data", []string{"10.0.0.1:7946", "10.0.0.2:7946"}, 64
 	want.DefaultMaxInFlight, want.DefaultTarget, want.APIToken = 9, "http://t:9/{namespace}", "tok" // the cluster secret never defaults to the token
+	want.ClusterSecret = "cluster-secret-from-env"
 	want.GossipKeys, want.PollInterval = [][]byte{bytes.Repeat([]byte{7}, 16), bytes.Repeat([]byte{8}, 32)}, 5*time.Millisecond
 	want.HTTPAddr, want.LogFormat = "127.0.0.1:2222", "text" // flags win
 	if err := want.Validate(); err != nil {
@@ -171,6 +173,17 @@ func TestInvalidConfigExits2(t *testing.T) {
 		{nil, []string{"--cluster-secret", "short"}, []string{"--cluster-secret", "at least 16"}},
 		{nil, []string{"--api-token", "same-token-0123456789", "--cluster-secret", "same-token-0123456789"}, []string{"--cluster-secret", "must differ from --api-token"}},
 		{nil, []string{"--target-allow", "10.0.0.0/33"}, []string{"--target-allow"}},
+		// A cluster guarded by an API token signs its node-to-node calls:
+		// joining without a cluster secret is refused.
+		{[]string{"FAIRSHARD_API_TOKEN=api-token-0123456789"}, []string{"--join", "127.0.0.1:7946"}, []string{"--cluster-secret", "--api-token", "--join"}},
+		// Profiles: always behind the API token, never beyond loopback
+		// without --pprof-insecure (the reproducer's 0.0.0.0 start).
+		{nil, []string{"--pprof-addr", "0.0.0.0:6060"}, []string{"--pprof-addr", "--api-token"}},
+		{nil, []string{"--pprof-addr", "127.0.0.1:6060"}, []string{"--pprof-addr", "--api-token"}},
+		{[]string{"FAIRSHARD_API_TOKEN=api-token-0123456789"}, []string{"--pprof-addr", "0.0.0.0:6060"}, []string{"--pprof-addr", "beyond loopback", "--pprof-insecure"}},
+		{[]string{"FAIRSHARD_API_TOKEN=api-token-0123456789"}, []string{"--pprof-addr", ":6060"}, []string{"--pprof-addr", "--pprof-insecure"}},
+		{nil, []string{"--api-token-file", "/nonexistent/token"}, []string{"--api-token-file", "no such file"}},
+		{nil, []string{"--api-token-file", "/dev/null"}, []string{"--api-token-file", "empty"}},
 	} {
 		code, _, stderr := runCmd(t, c.environ, c.args...)
 		if code != 2 {
@@ -762,7 +775,15 @@ func TestServeStartsAndStopsOnSIGTERM(t *testing.T) {
 	}
 }
 
+// runMainEnv makes the test binary run main's command line instead of
+// the tests: a test starts it as a child process, so the child's process
+// arguments are a real fairshard's.
+const runMainEnv = "FAIRSHARD_TEST_RUN_MAIN"
+
 func TestMain(m *testing.M) {
+	if os.Getenv(runMainEnv) == "1" {
+		os.Exit(run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
+	}
 	// serve, check and probe run in-process: nothing they start may
 	// outlive them.
 	goleak.VerifyTestMain(m)
@@ -908,10 +929,11 @@ func TestInsecureOnPurpose(t *testing.T) {
 	}
 }
 
-// TestSecrets: `fairshard secrets --dir` generates a cluster secret and a
-// gossip key once, keeps them on later runs, writes values the
-// environment gives, and serve reads them through --cluster-secret-file
-// and --gossip-key-file (compose's init service, issue #13 item 1).
+// TestSecrets: `fairshard secrets --dir` generates a cluster secret, a
+// gossip key and an API token once, keeps them on later runs, writes
+// values the environment gives, prints the token alone with
+// --print-api-token, and serve reads them through --cluster-secret-file,
+// --gossip-key-file and --api-token-file (compose's init service).
 func TestSecrets(t *testing.T) {
 	dir := t.TempDir()
 	read := func(name string) string {
@@ -921,35 +943,50 @@ func TestSecrets(t *testing.T) {
 		}
 		return string(b)
 	}
-	if code, out, errOut := runCmd(t, nil, "secrets", "--dir", dir); code != 0 || strings.Count(out, "generated") != 2 {
+	if code, out, errOut := runCmd(t, nil, "secrets", "--dir", dir); code != 0 || strings.Count(out, "generated") != 3 {
 		t.Fatalf("first run: exit %d: %s %s", code, out, errOut)
 	}
-	sec, key := read("cluster-secret"), read("gossip-key")
-	if code, out, _ := runCmd(t, nil, "secrets", "--dir", dir); code != 0 || strings.Count(out, "kept") != 2 || read("cluster-secret") != sec || read("gossip-key") != key {
+	sec, key, tok := read("cluster-secret"), read("gossip-key"), read("api-token")
+	if code, out, _ := runCmd(t, nil, "secrets", "--dir", dir); code != 0 || strings.Count(out, "kept") != 3 ||
+		read("cluster-secret") != sec || read("gossip-key") != key || read("api-token") != tok {
 		t.Fatalf("second run did not keep the secrets: %s", out)
 	}
-	if strings.Contains(sec, "\n\n") || len(strings.TrimSpace(sec)) < 32 {
-		t.Errorf("cluster secret %q", sec)
+	for name, v := range map[string]string{"cluster secret": sec, "API token": tok} {
+		if strings.Contains(v, "\n\n") || len(strings.TrimSpace(v)) < 32 {
+			t.Errorf("%s %q", name, v)
+		}
 	}
-	for _, f := range []string{"cluster-secret", "gossip-key"} {
+	if strings.TrimSpace(sec) == strings.TrimSpace(tok) {
+		t.Error("the API token is the cluster secret")
+	}
+	for _, f := range []string{"cluster-secret", "gossip-key", "api-token"} {
 		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Mode().Perm() != 0o600 {
 			t.Errorf("%s: mode %v %v, want 0600", f, st.Mode().Perm(), err)
 		}
 	}
+	// What the compose guide runs to learn the token: it alone on stdout.
+	if code, out, errOut := runCmd(t, nil, "secrets", "--dir", dir, "--print-api-token"); code != 0 || out != tok {
+		t.Errorf("--print-api-token: exit %d, stdout %q (stderr %q); want the kept token %q alone", code, out, errOut, tok)
+	}
+	if code, _, _ := runCmd(t, nil, "secrets", "--print-api-token"); code != 2 {
+		t.Errorf("--print-api-token without --dir: exit %d, want 2", code)
+	}
 	cfg, _, err := parseServeFlags([]string{"--http-addr", "0.0.0.0:0", "--cluster-secret-file", filepath.Join(dir, "cluster-secret"),
-		"--gossip-key-file", filepath.Join(dir, "gossip-key")}, nil, io.Discard)
-	if err != nil || cfg.ClusterSecret != strings.TrimSpace(sec) || len(cfg.GossipKeys) != 1 {
-		t.Fatalf("serve with the generated files beyond loopback: %v (secret %d bytes, %d keys)", err, len(cfg.ClusterSecret), len(cfg.GossipKeys))
+		"--gossip-key-file", filepath.Join(dir, "gossip-key"), "--api-token-file", filepath.Join(dir, "api-token")}, nil, io.Discard)
+	if err != nil || cfg.ClusterSecret != strings.TrimSpace(sec) || len(cfg.GossipKeys) != 1 || cfg.APIToken != strings.TrimSpace(tok) {
+		t.Fatalf("serve with the generated files beyond loopback: %v (secret %d bytes, %d keys, token %d bytes)", err, len(cfg.ClusterSecret), len(cfg.GossipKeys), len(cfg.APIToken))
 	}
 	key2 := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{9}, 32))
-	env := []string{"FAIRSHARD_CLUSTER_SECRET=from-env-secret-0123456789", "FAIRSHARD_GOSSIP_KEY=" + key2}
-	if code, out, _ := runCmd(t, env, "secrets", "--dir", dir); code != 0 || strings.Count(out, "written from the environment") != 2 {
+	env := []string{"FAIRSHARD_CLUSTER_SECRET=from-env-secret-0123456789", "FAIRSHARD_GOSSIP_KEY=" + key2, "FAIRSHARD_API_TOKEN=from-env-token-0123"}
+	if code, out, _ := runCmd(t, env, "secrets", "--dir", dir); code != 0 || strings.Count(out, "written from the environment") != 3 {
 		t.Fatalf("run with env: exit %d: %s", code, out)
 	}
-	if strings.TrimSpace(read("cluster-secret")) != "from-env-secret-0123456789" || strings.TrimSpace(read("gossip-key")) != key2 {
+	if strings.TrimSpace(read("cluster-secret")) != "from-env-secret-0123456789" || strings.TrimSpace(read("gossip-key")) != key2 ||
+		strings.TrimSpace(read("api-token")) != "from-env-token-0123" {
 		t.Error("the environment's values were not written")
 	}
-	if code, out, _ := runCmd(t, nil, "secrets"); code != 0 || !strings.Contains(out, "FAIRSHARD_CLUSTER_SECRET=") || !strings.Contains(out, "FAIRSHARD_GOSSIP_KEY=") {
+	if code, out, _ := runCmd(t, nil, "secrets"); code != 0 || !strings.Contains(out, "FAIRSHARD_CLUSTER_SECRET=") ||
+		!strings.Contains(out, "FAIRSHARD_GOSSIP_KEY=") || !strings.Contains(out, "FAIRSHARD_API_TOKEN=") {
 		t.Errorf("secrets without --dir: exit %d: %s", code, out)
 	}
 }

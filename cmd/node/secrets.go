@@ -16,27 +16,35 @@ import (
 	"github.com/fairshard/fairshard/node"
 )
 
-// Files `fairshard secrets --dir` keeps (what --cluster-secret-file and
-// --gossip-key-file read).
+// Files `fairshard secrets --dir` keeps (what --cluster-secret-file,
+// --gossip-key-file and --api-token-file read).
 const (
 	clusterSecretFile = "cluster-secret"
 	gossipKeyFile     = "gossip-key"
+	apiTokenFile      = "api-token"
 )
 
-// secretsCmd prints a fresh cluster secret and gossip key, or with --dir
-// makes sure DIR holds both (the one-shot init service of
-// docker-compose.yml): a value given in FAIRSHARD_CLUSTER_SECRET or
-// FAIRSHARD_GOSSIP_KEY is written (the user's env file wins); else a file
-// already there is kept; else a fresh value is generated. Files are 0600;
-// the values are never printed with --dir.
+// secretsCmd prints a fresh cluster secret, gossip key and API token, or
+// with --dir makes sure DIR holds all three (the one-shot init service of
+// docker-compose.yml): a value given in FAIRSHARD_CLUSTER_SECRET,
+// FAIRSHARD_GOSSIP_KEY or FAIRSHARD_API_TOKEN is written (the user's env
+// file wins); else a file already there is kept; else a fresh value is
+// generated. Files are 0600; with --dir the values are never printed,
+// except the API token with --print-api-token (what a user of compose
+// runs once to learn it).
 func secretsCmd(args, environ []string, stdout, stderr io.Writer) int {
 	fset := flag.NewFlagSet("fairshard secrets", flag.ContinueOnError)
-	dir := fset.String("dir", "", "directory to keep "+clusterSecretFile+" and "+gossipKeyFile+" in (default: print fresh values)")
+	dir := fset.String("dir", "", "directory to keep "+clusterSecretFile+", "+gossipKeyFile+" and "+apiTokenFile+" in (default: print fresh values)")
+	printToken := fset.Bool("print-api-token", false, "with --dir: print the kept API token (and nothing else) on stdout")
 	if code, ok := parseFlags(fset, "secrets", args, stdout, stderr); !ok {
 		return code
 	}
 	if *dir == "" {
-		fmt.Fprintf(stdout, "FAIRSHARD_CLUSTER_SECRET=%s\nFAIRSHARD_GOSSIP_KEY=%s\n", newClusterSecret(), newGossipKey())
+		if *printToken {
+			fmt.Fprintln(stderr, "fairshard secrets: --print-api-token needs --dir")
+			return 2
+		}
+		fmt.Fprintf(stdout, "FAIRSHARD_CLUSTER_SECRET=%s\nFAIRSHARD_GOSSIP_KEY=%s\nFAIRSHARD_API_TOKEN=%s\n", newClusterSecret(), newGossipKey(), newAPIToken())
 		return 0
 	}
 	env := map[string]string{}
@@ -54,9 +62,20 @@ func secretsCmd(args, environ []string, stdout, stderr io.Writer) int {
 		}
 		gossip = strings.Join(keys, "\n")
 	}
+	token := env[node.EnvName("api-token")]
+	if strings.ContainsAny(token, " \t\r\n") {
+		fmt.Fprintf(stderr, "fairshard secrets: %s: the token must not contain whitespace\n", node.EnvName("api-token"))
+		return 2
+	}
+	// The report goes to stderr when stdout carries the token.
+	report := stdout
+	if *printToken {
+		report = stderr
+	}
 	for _, f := range []struct{ name, given, fresh string }{
 		{clusterSecretFile, env[node.EnvName("cluster-secret")], newClusterSecret()},
 		{gossipKeyFile, gossip, newGossipKey()},
+		{apiTokenFile, token, newAPIToken()},
 	} {
 		path := filepath.Join(*dir, f.name)
 		what, err := keepSecret(path, f.given, f.fresh)
@@ -64,7 +83,15 @@ func secretsCmd(args, environ []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "fairshard secrets: %v\n", err)
 			return 1
 		}
-		fmt.Fprintf(stdout, "%s: %s\n", path, what)
+		fmt.Fprintf(report, "%s: %s\n", path, what)
+	}
+	if *printToken {
+		b, err := os.ReadFile(filepath.Join(*dir, apiTokenFile))
+		if err != nil {
+			fmt.Fprintf(stderr, "fairshard secrets: %v\n", err)
+			return 1
+		}
+		fmt.Fprintln(stdout, strings.TrimSpace(string(b)))
 	}
 	return 0
 }
@@ -100,6 +127,9 @@ func newClusterSecret() string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+// newAPIToken is a fresh API token: 32 random bytes, hex.
+func newAPIToken() string { return newClusterSecret() }
 
 func newGossipKey() string {
 	b := make([]byte, 32)

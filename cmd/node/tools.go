@@ -209,7 +209,8 @@ func target(args []string, stdout, stderr io.Writer) int {
 func load(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("fairshard load", flag.ContinueOnError)
 	nodes := fs.String("nodes", "http://127.0.0.1:8080", "comma-separated node base URLs")
-	token := fs.String("api-token", os.Getenv("FAIRSHARD_API_TOKEN"), "bearer token")
+	token := fs.String("api-token", os.Getenv("FAIRSHARD_API_TOKEN"), "bearer token (default: $FAIRSHARD_API_TOKEN)")
+	tokenFile := fs.String("api-token-file", os.Getenv("FAIRSHARD_API_TOKEN_FILE"), "file holding the bearer token, instead of --api-token (default: $FAIRSHARD_API_TOKEN_FILE)")
 	nsFlag := fs.String("namespaces", "default:1", "namespaces as name:weight[:taskqueues],…")
 	rate := fs.Float64("rate", 0, "target rows/s (0: open loop)")
 	rows := fs.Int("rows", 0, "stop after this many rows (0: run for --duration)")
@@ -226,6 +227,14 @@ func load(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "fairshard load: unexpected arguments %q\n", fs.Args())
 		return 2
+	}
+	if *tokenFile != "" {
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "fairshard load: --api-token-file: %v\n", err)
+			return 2
+		}
+		*token = strings.TrimSpace(string(b))
 	}
 	nss, err := loadgen.ParseNamespaces(*nsFlag, node.ValidName)
 	if err != nil {

@@ -120,9 +120,16 @@ func TestNodeGetsSecrets(t *testing.T) {
 	if d, ok := n.DependsOn["secrets"]; !ok || d.Condition != types.ServiceConditionCompletedSuccessfully {
 		t.Fatalf("node must depend on secrets completing successfully, depends_on %+v", n.DependsOn)
 	}
-	for _, v := range []string{"FAIRSHARD_CLUSTER_SECRET_FILE", "FAIRSHARD_GOSSIP_KEY_FILE"} {
+	for _, v := range []string{"FAIRSHARD_CLUSTER_SECRET_FILE", "FAIRSHARD_GOSSIP_KEY_FILE", "FAIRSHARD_API_TOKEN_FILE"} {
 		if f := n.Environment[v]; f == nil || !strings.HasPrefix(*f, "/secrets/") {
 			t.Errorf("node must set %s to a file under /secrets, got %v", v, f)
+		}
+	}
+	// The token comes from the volume only: a second source would make
+	// the node refuse to start, and an empty one would leave /v1 open.
+	for _, v := range []string{"FAIRSHARD_API_TOKEN", "FAIRSHARD_CLUSTER_SECRET", "FAIRSHARD_GOSSIP_KEY"} {
+		if _, set := n.Environment[v]; set {
+			t.Errorf("node sets %s: secrets reach it through the files of the secrets service only", v)
 		}
 	}
 	s, err := p.GetService("secrets")
@@ -131,5 +138,33 @@ func TestNodeGetsSecrets(t *testing.T) {
 	}
 	if strings.Join(s.Command, " ") != "secrets --dir /secrets" {
 		t.Errorf("secrets service command %q", s.Command)
+	}
+}
+
+// Compose must not publish an open API: the API wants the token the
+// secrets service keeps (TestNodeGetsSecrets), and every published port
+// binds 127.0.0.1 unless FAIRSHARD_PUBLISH_ADDR says otherwise.
+func TestPublishedPortsBindLoopback(t *testing.T) {
+	p := load(t, "demo")
+	for _, s := range p.Services {
+		for _, port := range s.Ports {
+			if port.HostIP != "127.0.0.1" {
+				t.Errorf("service %s publishes %d on %q: want 127.0.0.1 by default", s.Name, port.Target, port.HostIP)
+			}
+		}
+	}
+	l, err := p.GetService("load")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(l.Command, "--api-token-file=/secrets/api-token") {
+		t.Errorf("the demo load generator must send the API token: command %q", l.Command)
+	}
+	mounted := false
+	for _, v := range l.Volumes {
+		mounted = mounted || (v.Source == "node-secrets" && v.Target == "/secrets" && v.ReadOnly)
+	}
+	if !mounted {
+		t.Errorf("the demo load generator must mount node-secrets read-only at /secrets: %+v", l.Volumes)
 	}
 }

@@ -89,6 +89,9 @@ type Config struct {
 	// opens /internal/v1: those routes are authenticated by package
 	// nodeauth's middleware, which the node wraps around Handler.
 	APIToken string
+	// Browser keeps out requests a web page makes a browser send (Host,
+	// Origin, Sec-Fetch-Site and Content-Type checks; browser.go).
+	Browser BrowserPolicy
 	// Security is /v1/cluster's "security" object (nil: omitted).
 	Security func() any
 	// Reachable reports whether a member's API answers health checks
@@ -204,7 +207,8 @@ func (a *API) CloseIntake(ctx context.Context) error { return a.intake.close(ctx
 
 // routes builds the HTTP API: public /v1 (bearer token when configured),
 // node-to-node /internal/v1 (cluster secret), and open /metrics, /healthz,
-// /readyz. Unknown paths and methods get JSON errors too.
+// /readyz, behind the browser checks (browserGuard). Unknown paths and
+// methods get JSON errors too.
 //
 // In GET /v1/rows/{dispatch_key} the key is best sent as one escaped path
 // segment (url.PathEscape: '/' as %2F): plain slashes work, except where
@@ -245,7 +249,9 @@ func (a *API) routes() http.Handler {
 	a.consoleRoutes(pub, internal)
 
 	repl := replication.Handler(a.cfg.Replication, gate{&a.intake}, a.checkRemoteRows)
-	internal("POST "+replication.PathPrefix, repl.ServeHTTP)
+	for _, pattern := range replication.Routes() {
+		internal(pattern, repl.ServeHTTP)
+	}
 	internal("GET /internal/v1/rows/{key...}", a.handleInternalGetRow)
 	internal("GET /internal/v1/namespaces/{ns}/dead-letters", a.handleInternalDeadLetters)
 	internal("POST /internal/v1/namespaces/{ns}/dead-letters/redrive", a.handleInternalRedrive)
@@ -271,7 +277,7 @@ func (a *API) routes() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
-	return jsonMuxErrors(mux.ServeMux)
+	return browserGuard(a.cfg.Browser, jsonMuxErrors(mux.ServeMux))
 }
 
 // routeMux is a ServeMux that remembers the patterns registered on it, so

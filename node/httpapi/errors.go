@@ -24,6 +24,17 @@ const (
 	// Retry-After; nothing is reported stored, the batch may be retried).
 	CodeInsufficientCopies = "insufficient_copies"
 	CodeInternal           = "internal"
+	// CodeUnsupportedMediaType: a write on /v1 without Content-Type
+	// application/json (415, field Content-Type): what a web page sends
+	// cross-site without a preflight.
+	CodeUnsupportedMediaType = "unsupported_media_type"
+	// CodeCrossSite: a write a browser sent for a page of another site
+	// (403, field Origin or Sec-Fetch-Site); --allow-origin admits one.
+	CodeCrossSite = "cross_site"
+	// CodeMisdirected: without an API token, a request whose Host is not
+	// a loopback name, the node's own address or --allow-host (421, field
+	// Host): what DNS rebinding sends.
+	CodeMisdirected = "misdirected"
 )
 
 // APIError is an error the HTTP layer turns into a JSON body and a status.

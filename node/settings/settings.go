@@ -114,7 +114,7 @@ func (t TargetSettings) Redacted() RedactedTarget {
 	out := RedactedTarget{URL: t.URL, TimeoutMS: t.TimeoutMS, SigningSecretFingerprints: []string{}, HeaderNames: []string{}}
 	for _, s := range t.SigningSecrets {
 		fp := "invalid"
-		if sec, err := webhook.ParseSecret(s); err == nil {
+		if sec, err := webhook.ParseStoredSecret(s); err == nil {
 			fp = sec.Fingerprint()
 		}
 		out.SigningSecretFingerprints = append(out.SigningSecretFingerprints, fp)

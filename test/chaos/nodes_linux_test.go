@@ -483,8 +483,8 @@ func (c *cluster) doCtx(ctx context.Context, method, u string, body io.Reader) (
 	if err != nil {
 		return 0, nil, err
 	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if body != nil || (method != http.MethodGet && method != http.MethodHead) {
+		req.Header.Set("Content-Type", "application/json") // every write, body or not
 	}
 	resp, err := c.client.Do(req)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -77,10 +78,17 @@ func TestComposeScaleKillDrain(t *testing.T) {
 	})
 	t.Logf("compose project %s, stop_grace_period %v", s.project, grace)
 
-	// 1. Three replicas.
+	// 1. Three replicas. The init service generated the API token; the
+	// published API refuses a call without it.
 	s.up(3)
+	s.apiToken()
 	reps := s.waitCluster(3, false, 2*time.Minute)
 	first := reps[0].URL
+	for _, r := range reps {
+		if st, err := s.unauthenticated("GET", r.URL, "/v1/cluster"); err != nil || st != http.StatusUnauthorized {
+			t.Fatalf("GET %s/v1/cluster without the token: HTTP %d %v, want 401: compose must not publish an open API", r.URL, st, err)
+		}
+	}
 
 	// 2. A paused namespace with a backlog.
 	if err := s.do("PUT", first, "/v1/namespaces/"+heldNamespace, map[string]any{"paused": true}, nil); err != nil {

@@ -17,10 +17,12 @@
 //     `docker compose --profile demo down -v` (exit 0, every node exits 0). Traffic from the test goes only to published ports on 127.0.0.1;
 //     the replicas talk to each other and to the target on the compose
 //     network.
-//   - Secrets: every run generates an API token and a gossip key and hands
-//     them to compose through the variables docker-compose.yml reads
-//     (FAIRSHARD_API_TOKEN, FAIRSHARD_GOSSIP_KEY); see composeSecrets, the
-//     one place to extend when secure defaults (issue 13) require more.
+//   - Secrets: every run generates a gossip key and hands it to compose
+//     through the variable docker-compose.yml reads (FAIRSHARD_GOSSIP_KEY);
+//     the init service generates the cluster secret and the API token, and
+//     the test reads the token with the command the compose guide gives,
+//     then checks that the published API refuses a call without it; see
+//     composeSecrets, the one place to extend when secrets change.
 //
 // # What it does not own
 //

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,36 +26,63 @@ import (
 	"github.com/fairshard/fairshard/loadgen"
 )
 
-// composeSecrets are the secrets a run hands to docker-compose.yml through
-// the variables it interpolates. Every run generates its own, so the test
-// exercises the file's secret plumbing (authenticated API, encrypted
-// gossip) rather than the empty defaults.
-//
-// The gossip key is handed in as a user's env file would (the init
-// service writes it to the node-secrets volume); the cluster secret is
-// left to the init service to generate (README "Security"). env() is the
+// composeSecrets are the secrets of a run. The gossip key is handed in
+// as a user's env file would (the init service writes it to the
+// node-secrets volume); the cluster secret and the API token are left to
+// the init service to generate, as they are for a user who sets nothing
+// (docs/operations.md "Running with docker compose"), and the test reads
+// the token with the command that guide gives (apiToken). env() is the
 // environment of every docker compose command, and APIToken is what the
 // test's HTTP client and load generator send.
 type composeSecrets struct {
-	APIToken  string // FAIRSHARD_API_TOKEN: bearer token of /v1
+	APIToken  string // the init service's, read by apiToken after the first up
 	GossipKey string // FAIRSHARD_GOSSIP_KEY: base64, 32 bytes (AES-256)
 }
 
 func newSecrets(t *testing.T) composeSecrets {
 	t.Helper()
-	tok := make([]byte, 24)
 	key := make([]byte, 32)
-	if _, err := rand.Read(tok); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := rand.Read(key); err != nil {
 		t.Fatal(err)
 	}
-	return composeSecrets{APIToken: hex.EncodeToString(tok), GossipKey: base64.StdEncoding.EncodeToString(key)}
+	return composeSecrets{GossipKey: base64.StdEncoding.EncodeToString(key)}
 }
 
 func (s composeSecrets) env() []string {
-	return []string{"FAIRSHARD_API_TOKEN=" + s.APIToken, "FAIRSHARD_GOSSIP_KEY=" + s.GossipKey}
+	return []string{"FAIRSHARD_GOSSIP_KEY=" + s.GossipKey}
+}
+
+// apiTokenLine is how `fairshard secrets` writes a generated token.
+var apiTokenLine = regexp.MustCompile(`(?m)^[0-9a-f]{64}$`)
+
+// apiToken runs the compose guide's command that prints the API token the
+// init service generated into the node-secrets volume, and keeps it for
+// the test's calls.
+func (s *stack) apiToken() string {
+	s.t.Helper()
+	out := s.mustCompose(time.Minute, "run", "--rm", "--no-deps", "-T", "secrets", "secrets", "--dir", "/secrets", "--print-api-token")
+	tok := apiTokenLine.FindString(out)
+	if tok == "" {
+		s.t.Fatalf("the compose guide's token command printed no token:\n%s", out)
+	}
+	s.secrets.APIToken = tok
+	return tok
+}
+
+// unauthenticated sends method path to base without the token and returns
+// the status.
+func (s *stack) unauthenticated(method, base, path string) (int, error) {
+	req, err := http.NewRequest(method, base+path, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := s.http.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
 }
 
 // stack is one compose project made from the repository's
@@ -411,8 +437,8 @@ func (s *stack) do(method, base, path string, body any, out any) error {
 		return err
 	}
 	req.Header.Set("Authorization", "Bearer "+s.secrets.APIToken)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if body != nil || (method != http.MethodGet && method != http.MethodHead) {
+		req.Header.Set("Content-Type", "application/json") // every write, body or not
 	}
 	resp, err := s.http.Do(req)
 	if err != nil {

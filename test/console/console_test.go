@@ -28,6 +28,10 @@ import (
 
 const token = "console-test-token"
 
+// clusterSecret signs the nodes' calls to each other: with an API token,
+// a node joining others needs one.
+const clusterSecret = "console-test-cluster-secret"
+
 // browserPath finds chromium, or skips (fails under
 // FAIRSHARD_REQUIRE_BROWSER) naming what is missing.
 func browserPath(t *testing.T) string {
@@ -86,7 +90,7 @@ func startNode(t *testing.T, i int, join []string) *tnode {
 	cfg.QuotaTTL = 50 * time.Millisecond
 	cfg.DeliveryTimeout = 5 * time.Second
 	cfg.ShutdownGrace = 10 * time.Second
-	cfg.APIToken = token
+	cfg.APIToken, cfg.ClusterSecret = token, clusterSecret
 	cfg.Join = join
 	logs := &syncBuffer{}
 	n, err := node.New(cfg, slog.New(slog.NewTextHandler(logs, nil)).With("node", cfg.NodeName))

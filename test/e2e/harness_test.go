@@ -577,8 +577,8 @@ func (c *testCluster) do(method, u string, body, out any) (int, []byte, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	if rd != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if rd != nil || (method != http.MethodGet && method != http.MethodHead) {
+		req.Header.Set("Content-Type", "application/json") // every write, body or not
 	}
 	resp, err := c.client.Do(req)
 	if err != nil {

@@ -53,7 +53,10 @@ async function api(method, path, body) {
   const headers = { "Accept": "application/json" };
   const token = sessionStorage.getItem(TOKEN_KEY);
   if (token) headers["Authorization"] = "Bearer " + token;
-  if (body !== undefined) headers["Content-Type"] = "application/json";
+  // Every write carries application/json, body or not: the node refuses
+  // a write without it (a web page of another site cannot send it
+  // without a preflight).
+  if (method !== "GET" && method !== "HEAD") headers["Content-Type"] = "application/json";
   const resp = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), cache: "no-store" });
   if (resp.status === 401) {
     $("#token-form").hidden = false;
