@@ -648,7 +648,7 @@ func TestProbe(t *testing.T) {
 
 func TestParseNamespaces(t *testing.T) {
 	got, err := loadgen.ParseNamespaces("a:2:3, b ,c.d:1", node.ValidName)
-	if err != nil || fmt.Sprint(got) != "[{a 2 3} {b 1 1} {c.d 1 1}]" {
+	if err != nil || fmt.Sprint(got) != "[{a 2 3 0} {b 1 1 0} {c.d 1 1 0}]" {
 		t.Errorf("parseNamespaces = %v, %v", got, err)
 	}
 	for _, bad := range []string{"bad name:1", "a:0", "a:x", "a:1:0", "a:1:2:3"} {
