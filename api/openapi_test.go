@@ -25,8 +25,6 @@ import (
 	"go/parser"
 	"go/token"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -42,11 +40,10 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
-	"go.uber.org/goleak"
 
 	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/client"
-	"github.com/fairshard/fairshard/cluster/clustertest"
+	"github.com/fairshard/fairshard/internal/testnode"
 	"github.com/fairshard/fairshard/node"
 )
 
@@ -54,17 +51,7 @@ import (
 // connections before looking for leaked goroutines.
 var httpClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(), Timeout: 30 * time.Second}
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	httpClient.CloseIdleConnections()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testnode.Main(m, httpClient.CloseIdleConnections) }
 
 // notDescribed lists public routes the node serves that are deliberately
 // not operations of api/openapi.yaml, each with the reason. Node-to-node
@@ -111,48 +98,15 @@ func TestSpecIsValidOpenAPI31(t *testing.T) {
 
 // ---- a real node ----
 
-var nodeSeq sync.Mutex
-var nodeN int
-
-// startNode starts an in-process node on its own loopback IP (free ports,
-// fresh data dir, fast gossip and retries) and closes it at cleanup.
+// startNode starts an in-process test node (testnode.Config in a fresh
+// data dir) and closes it at cleanup.
 func startNode(t *testing.T, mutate func(*node.Config)) *node.Node {
 	t.Helper()
-	nodeSeq.Lock()
-	nodeN++
-	name := fmt.Sprintf("spec-%d", nodeN)
-	nodeSeq.Unlock()
-	cfg := node.DefaultConfig()
-	ip := clustertest.TakeIP()
-	cfg.NodeName = name
-	cfg.DataDir = t.TempDir()
-	cfg.HTTPAddr = net.JoinHostPort(ip, "0")
-	cfg.GossipAddr = net.JoinHostPort(ip, "0")
-	cfg.GossipProfile = "fast"
-	cfg.PollInterval = 10 * time.Millisecond
-	cfg.HandoffInterval = 200 * time.Millisecond
-	cfg.RetryBase = 20 * time.Millisecond
-	cfg.RetryCap = 200 * time.Millisecond
-	cfg.ShutdownGrace = 10 * time.Second
-	cfg.QuotaTTL = 50 * time.Millisecond
+	cfg := testnode.Config(t.TempDir())
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	n, err := node.New(cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatalf("node.New: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := n.Close(); err != nil {
-			t.Errorf("close %s: %v", name, err)
-		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	if err := n.Start(ctx); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	return n
+	return testnode.Start(t, cfg).Node
 }
 
 // normalise turns a ServeMux pattern ("GET /v1/rows/{key...}") or a spec

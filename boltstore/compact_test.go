@@ -13,6 +13,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/outbox"
 )
 
@@ -272,7 +273,7 @@ func TestOpenAfterTheFileWasReplaced(t *testing.T) {
 	}()
 	// Wait until the Open holds the old file open (it then waits for the
 	// lock, or holds the lock of a file no longer at the path).
-	eventually(t, 5*time.Second, func() bool { return fdsOn(t, b.path) > open })
+	poll.Eventually(t, 5*time.Second, "another descriptor open on the data file", func() (bool, string) { return fdsOn(t, b.path) > open, "" })
 	must(t, os.Rename(next, b.path))
 	must(t, s.Close())
 	r := <-done

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fairshard/fairshard/boltstore/diskfault"
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/outbox"
 )
 
@@ -117,7 +118,7 @@ func assertRefusing(t *testing.T, s *Store, b *testBundle, minFailedReopens floa
 // writes, holds every acknowledged row and none of the failed batch.
 func assertRecovered(t *testing.T, s *Store, b *testBundle, acked []string, failed []outbox.Row) {
 	t.Helper()
-	eventually(t, 40*time.Second, func() bool { return s.Writable() == nil })
+	poll.Eventually(t, 40*time.Second, "the store to be writable again", func() (bool, string) { return s.Writable() == nil, "" })
 	if v := counterValue(t, b.reg, "fairshard_store_reopens_total", "result", "ok"); v != 1 {
 		t.Fatalf("writable again after %v successful reopens, want 1", v)
 	}

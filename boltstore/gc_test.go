@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/outbox"
 )
 
@@ -63,9 +64,9 @@ func TestRunTombstoneGCStopsWithContext(t *testing.T) {
 	c, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- s.RunTombstoneGC(c, 10*time.Millisecond) }()
-	eventually(t, 5*time.Second, func() bool {
+	poll.Eventually(t, 5*time.Second, "the tombstone GC to drop row a", func() (bool, string) {
 		_, err := s.Get(ctx, "a")
-		return errors.Is(err, outbox.ErrNotFound)
+		return errors.Is(err, outbox.ErrNotFound), ""
 	})
 	cancel()
 	select {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/shards"
 )
@@ -76,7 +77,7 @@ func TestGroupCommitCoalescesConcurrentAppends(t *testing.T) {
 			errs <- err
 		})
 	}
-	eventually(t, 5*time.Second, func() bool { return len(s.queue) == producers })
+	poll.Eventually(t, 5*time.Second, "every producer's commit to queue", func() (bool, string) { return len(s.queue) == producers, "" })
 	release()
 	wg.Wait()
 	close(errs)
@@ -101,11 +102,11 @@ func TestGroupCommitIsolatesAFailingOp(t *testing.T) {
 	var wg sync.WaitGroup
 	var appendErr1, appendErr2, transferErr error
 	wg.Go(func() { _, appendErr1 = s.Append(ctx, []outbox.Row{row("before", "ns", "q")}) })
-	eventually(t, 5*time.Second, func() bool { return len(s.queue) == 1 })
+	poll.Eventually(t, 5*time.Second, "one queued commit", func() (bool, string) { return len(s.queue) == 1, "" })
 	wg.Go(func() { _, transferErr = beginTransfer(s, 2, 10) })
-	eventually(t, 5*time.Second, func() bool { return len(s.queue) == 2 })
+	poll.Eventually(t, 5*time.Second, "two queued commits", func() (bool, string) { return len(s.queue) == 2, "" })
 	wg.Go(func() { _, appendErr2 = s.Append(ctx, []outbox.Row{row("after", "ns", "q")}) })
-	eventually(t, 5*time.Second, func() bool { return len(s.queue) == 3 })
+	poll.Eventually(t, 5*time.Second, "three queued commits", func() (bool, string) { return len(s.queue) == 3, "" })
 	release()
 	wg.Wait()
 	if !errors.Is(transferErr, ErrShardOwned) {

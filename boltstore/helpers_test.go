@@ -170,17 +170,6 @@ func keyOnShard(prefix string, shard uint32) string {
 	}
 }
 
-func eventually(t testing.TB, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", timeout)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // beginTransfer marks up to limit transferable rows of shard in-transfer
 // and returns them: a marking ReadShard from the shard's start (marked
 // rows are stepped over, so repeated calls return the next rows).

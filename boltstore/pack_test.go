@@ -15,6 +15,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	"pgregory.net/rapid"
 
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/outbox/outboxtest"
 )
@@ -805,5 +806,5 @@ func TestPackTombstonesPacksOnePagePerCall(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	eventually(t, 5*time.Second, func() bool { return bucketKeys(t, s2, bucketTombs) == 0 })
+	poll.Eventually(t, 5*time.Second, "the reopened store to pack every tombstone", func() (bool, string) { return bucketKeys(t, s2, bucketTombs) == 0, "" })
 }

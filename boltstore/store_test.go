@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/shards"
 )
@@ -376,7 +377,7 @@ func TestCloseWhileWriting(t *testing.T) {
 			}
 		}()
 	}
-	eventually(t, 5*time.Second, func() bool { n, _ := s.CountInFlight(ctx, "ns"); return n > 50 })
+	poll.Eventually(t, 5*time.Second, "more than 50 rows of ns in flight", func() (bool, string) { n, _ := s.CountInFlight(ctx, "ns"); return n > 50, "" })
 	must(t, s.Close())
 	wg.Wait()
 }

@@ -2,65 +2,41 @@ package client_test
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
-	"github.com/fairshard/fairshard/cluster/clustertest"
+	"github.com/fairshard/fairshard/internal/testnode"
 	"github.com/fairshard/fairshard/node"
 )
 
 // TestMain closes the nodes the examples started, then fails on any
 // goroutine left behind (nodes, clients, servers).
 func TestMain(m *testing.M) {
-	code := m.Run()
-	exampleMu.Lock()
-	for _, n := range exampleNodeList {
-		_ = n.Close()
-	}
-	for _, d := range exampleDirs {
-		_ = os.RemoveAll(d)
-	}
-	if exampleTarget != nil {
-		exampleTarget.Close()
-	}
-	exampleMu.Unlock()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
+	testnode.Main(m, func() {
+		exampleMu.Lock()
+		defer exampleMu.Unlock()
+		for _, n := range exampleNodeList {
+			_ = n.Close()
 		}
-	}
-	os.Exit(code)
+		for _, d := range exampleDirs {
+			_ = os.RemoveAll(d)
+		}
+		if exampleTarget != nil {
+			exampleTarget.Close()
+		}
+	})
 }
 
-var nodeSeq atomic.Int64
-
-// nodeConfig is an in-process test node's config: its own loopback IP with
-// free ports, fast gossip and retries, every route delivered to target.
+// nodeConfig is an in-process test node's config (testnode.Config) with
+// every route delivered to target.
 func nodeConfig(dir, target string) node.Config {
-	cfg := node.DefaultConfig()
-	ip := clustertest.TakeIP()
-	cfg.NodeName = fmt.Sprintf("node-%d", nodeSeq.Add(1))
-	cfg.DataDir = dir
-	cfg.HTTPAddr = net.JoinHostPort(ip, "0")
-	cfg.GossipAddr = net.JoinHostPort(ip, "0")
-	cfg.GossipProfile = "fast"
-	cfg.PollInterval = 10 * time.Millisecond
-	cfg.RetryBase = 20 * time.Millisecond
-	cfg.RetryCap = 200 * time.Millisecond
-	cfg.ShutdownGrace = 10 * time.Second
-	cfg.QuotaTTL = 50 * time.Millisecond
+	cfg := testnode.Config(dir)
 	cfg.DefaultTarget = target
 	return cfg
 }
@@ -76,17 +52,7 @@ func startNode(t *testing.T, mutate func(*node.Config)) string {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	n, err := node.New(cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = n.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	if err := n.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return "http://" + n.APIAddr()
+	return testnode.Start(t, cfg).URL
 }
 
 // newTarget is a delivery target: 200, except 422 for task queue

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fairshard/fairshard/cluster"
 	"github.com/fairshard/fairshard/cluster/clustertest"
+	"github.com/fairshard/fairshard/internal/poll"
 )
 
 // ownerWatch polls the snapshots of a set of nodes every 2 ms and
@@ -117,22 +118,22 @@ func TestRestartOnAnotherAddressOwnsNothingUntilAccepted(t *testing.T) {
 		t.Fatalf("restarted on the old address %s", oldAddr)
 	}
 	// Failure detection: both survivors stop listing the old address.
-	detection := clustertest.EventuallyWhy(t, 20*time.Second, func() (bool, string) {
+	detection := poll.Eventually(t, 20*time.Second, "survivors declare the old address dead", func() (bool, string) {
 		for _, s := range h.Nodes()[:2] {
 			if m, ok := s.Cluster.Snapshot().Member(nd.Name); ok && m.GossipAddr == oldAddr {
 				return false, s.Name + " still holds " + nd.Name + " at " + oldAddr
 			}
 		}
 		return true, ""
-	}, "survivors declare the old address dead") + restarted
+	}) + restarted
 	if nd.Cluster.Accepted() {
 		t.Errorf("%s accepted %v after its restart on %s, while its peers had only just released %s", nd.Name, time.Since(killed), newAddr, oldAddr)
 	} else if s := nd.Cluster.Snapshot(); len(s.Owned) != 0 {
 		t.Errorf("%s owns %d shards before the cluster accepted it", nd.Name, len(s.Owned))
 	}
-	accepted := clustertest.EventuallyWhy(t, 30*time.Second, func() (bool, string) {
+	accepted := poll.Eventually(t, 30*time.Second, "the restarted node is accepted on its new address", func() (bool, string) {
 		return nd.Cluster.Accepted(), fmt.Sprintf("%s not accepted yet", nd.Name)
-	}, "the restarted node is accepted on its new address")
+	})
 	after := h.WaitConverged(convergeTimeout)
 	worst, where, overlaps := w.finish()
 	t.Logf("failure detection %v; %s accepted %v after the kill; %d overlaps, the longest %v (%s)",
@@ -214,7 +215,7 @@ func TestNewNodeIsAcceptedPromptly(t *testing.T) {
 	}
 	start := time.Now()
 	nd := h.Add(nil)
-	took := clustertest.Eventually(t, convergeTimeout, nd.Cluster.Accepted, "the new node is accepted")
+	took := poll.Eventually(t, convergeTimeout, "the new node is accepted", func() (bool, string) { return nd.Cluster.Accepted(), "" })
 	t.Logf("accepted %v after New", time.Since(start).Round(time.Millisecond))
 	if took > 2*time.Second {
 		t.Errorf("a plain join took %v to be accepted", took)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fairshard/fairshard/cluster"
 	"github.com/fairshard/fairshard/cluster/clustertest"
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/kv"
 	"github.com/fairshard/fairshard/shards"
 	"go.uber.org/goleak"
@@ -231,9 +232,9 @@ func TestLeaveIsImmediateWhenEveryPeerIsLeaving(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			clustertest.Eventually(t, convergeTimeout, func() bool {
-				return len(h.Node(0).Cluster.Snapshot().Table.Owned("node-0")) == int(cluster.DefaultShardCount)
-			}, "node-0 sees both peers leaving")
+			poll.Eventually(t, convergeTimeout, "node-0 sees both peers leaving", func() (bool, string) {
+				return len(h.Node(0).Cluster.Snapshot().Table.Owned("node-0")) == int(cluster.DefaultShardCount), ""
+			})
 		}
 		c := h.Node(0).Cluster
 		start := time.Now()
@@ -335,14 +336,14 @@ func TestNodeWithAnotherShardCountIsRefused(t *testing.T) {
 		t.Fatalf("Join of a 512-shard node into a 1024-shard cluster: err = %v, want ErrShardCountMismatch", err)
 	}
 	// The good side logged and counted the refusal.
-	clustertest.Eventually(t, convergeTimeout, func() bool {
+	poll.Eventually(t, convergeTimeout, "no node counted a shard_count refusal", func() (bool, string) {
 		for _, nd := range h.Nodes()[:5] {
 			if refusedShardCount(nd) > 0 {
-				return true
+				return true, ""
 			}
 		}
-		return false
-	}, "no node counted a shard_count refusal")
+		return false, ""
+	})
 	if refusedShardCount(bad) == 0 {
 		t.Errorf("the refused node did not count the refusal on its side")
 	}
@@ -432,9 +433,9 @@ func TestIsolatedNodeKeepsRejoiningItsSeeds(t *testing.T) {
 		cfg.BindAddr, cfg.BindPort, cfg.AdvertisePort = seedIP, port, port
 		cfg.Join = nil // the seed knows nobody
 	})
-	took := clustertest.Eventually(t, convergeTimeout, func() bool {
-		return len(lonely.Cluster.Snapshot().Members) == 2 && len(seed.Cluster.Snapshot().Members) == 2
-	}, "isolated node did not join the seed that came up")
+	took := poll.Eventually(t, convergeTimeout, "isolated node did not join the seed that came up", func() (bool, string) {
+		return len(lonely.Cluster.Snapshot().Members) == 2 && len(seed.Cluster.Snapshot().Members) == 2, ""
+	})
 	t.Logf("isolated node joined the late seed %v after it came up", took.Round(time.Millisecond))
 }
 
@@ -546,21 +547,21 @@ func TestConfigEntryReachesAllFiveNodesWithinTwoSeconds(t *testing.T) {
 	// node's store writer (retried until durable): the store follows
 	// (CI saw node-0's store still hold the value just after every node
 	// held the tombstone in memory).
-	clustertest.EventuallyWhy(t, configBound, func() (bool, string) {
+	poll.Eventually(t, configBound, fmt.Sprintf("every node persists the tombstone of %q", del.Key), func() (bool, string) {
 		for _, nd := range h.Running() {
 			if p, ok := h.Persisted(nd.Index).Get(del.Key); !ok || !p.Deleted {
 				return false, fmt.Sprintf("%s persisted %+v", nd.Name, p)
 			}
 		}
 		return true, ""
-	}, "every node persists the tombstone of %q", del.Key)
+	})
 }
 
 // seenEverywhere waits until every running node holds exactly e (tombstone
 // or value) and returns how long it took.
 func seenEverywhere(t *testing.T, h *clustertest.Harness, e kv.Entry, timeout time.Duration) time.Duration {
 	t.Helper()
-	return clustertest.EventuallyWhy(t, timeout, func() (bool, string) {
+	return poll.Eventually(t, timeout, fmt.Sprintf("entry %q version %s not on every node", e.Key, e.Version), func() (bool, string) {
 		for _, nd := range h.Running() {
 			all := nd.Cluster.KV().All()
 			i := slices.IndexFunc(all, func(x kv.Entry) bool { return x.Key == e.Key })
@@ -569,7 +570,7 @@ func seenEverywhere(t *testing.T, h *clustertest.Harness, e kv.Entry, timeout ti
 			}
 		}
 		return true, ""
-	}, "entry %q version %s not on every node", e.Key, e.Version)
+	})
 }
 
 func TestNodeDownDuringAWriteCatchesUpAfterRestart(t *testing.T) {
@@ -611,10 +612,10 @@ func TestNodeDownDuringAWriteCatchesUpAfterRestart(t *testing.T) {
 	t.Logf("restarted node caught up on missed writes %v after restart", (time.Since(start) - 0).Round(time.Millisecond))
 	_ = took
 	if p, ok := h.Persisted(4).Get(upd.Key); !ok || p.Version != upd.Version {
-		clustertest.Eventually(t, time.Second, func() bool {
+		poll.Eventually(t, time.Second, "restarted node did not persist the entry it caught up on", func() (bool, string) {
 			p, ok := h.Persisted(4).Get(upd.Key)
-			return ok && p.Version == upd.Version
-		}, "restarted node did not persist the entry it caught up on")
+			return ok && p.Version == upd.Version, ""
+		})
 	}
 	h.WaitConverged(convergeTimeout)
 }

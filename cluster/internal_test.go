@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"pgregory.net/rapid"
 
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/kv"
 )
 
@@ -277,9 +278,9 @@ func TestProtocolVersionMismatchIsRefusedOverTheWire(t *testing.T) {
 	}
 	// The joined side refuses on its own goroutine, which may finish just
 	// after b's Join has returned.
-	eventuallyT(t, func() bool {
-		return testutil.ToFloat64(a.metrics.refused.WithLabelValues("protocol_version")) >= 1
-	}, "joined side counts the refusal")
+	poll.Eventually(t, 5*time.Second, "joined side counts the refusal", func() (bool, string) {
+		return testutil.ToFloat64(a.metrics.refused.WithLabelValues("protocol_version")) >= 1, ""
+	})
 	for _, c := range []*Cluster{a, b} {
 		if s := c.Recompute(); len(s.Members) != 1 || s.Version != 1 {
 			t.Fatalf("%s: %d members, version %d; want alone and unchanged", c.Name(), len(s.Members), s.Version)
@@ -303,11 +304,10 @@ func TestRemoteConfigPersistFailureIsRetried(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventuallyT(t, func() bool { got, ok := b.KV().Get(e.Key); return ok && got.Version == e.Version }, "entry not gossiped to node-b")
-	eventuallyT(t, func() bool { return p.failures.Load() >= 3 }, "failed persist not retried")
+	poll.Eventually(t, 5*time.Second, "entry not gossiped to node-b", func() (bool, string) { got, ok := b.KV().Get(e.Key); return ok && got.Version == e.Version, "" })
+	poll.Eventually(t, 5*time.Second, "failed persist not retried", func() (bool, string) { return p.failures.Load() >= 3, "" })
 	p.fail.Store(false)
-	eventuallyT(t, func() bool { got, ok := p.get(e.Key); return ok && got.Version == e.Version },
-		"the entry was never persisted once the disk recovered")
+	poll.Eventually(t, 5*time.Second, "the entry was never persisted once the disk recovered", func() (bool, string) { got, ok := p.get(e.Key); return ok && got.Version == e.Version, "" })
 }
 
 type flakyPersister struct {
@@ -344,17 +344,6 @@ func (p *flakyPersister) get(key string) (kv.Entry, bool) {
 	defer p.mu.Unlock()
 	e, ok := p.entries[key]
 	return e, ok
-}
-
-func eventuallyT(t *testing.T, cond func() bool, msg string) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal(msg)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func TestMetrics(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fairshard/fairshard/cluster"
 	"github.com/fairshard/fairshard/cluster/clustertest"
+	"github.com/fairshard/fairshard/internal/poll"
 )
 
 func newKey(t *testing.T) []byte {
@@ -95,7 +96,7 @@ func keysEverywhere(t *testing.T, nodes []*clustertest.Node, keys ...[]byte) {
 		fps = append(fps, cluster.KeyFingerprint(k))
 	}
 	want := strings.Join(fps, ",")
-	clustertest.EventuallyWhy(t, convergeTimeout, func() (bool, string) {
+	poll.Eventually(t, convergeTimeout, fmt.Sprintf("every member lists keys %s everywhere", want), func() (bool, string) {
 		for _, nd := range nodes {
 			for _, m := range nd.Cluster.Snapshot().Members {
 				if m.GossipKeys != want {
@@ -104,7 +105,7 @@ func keysEverywhere(t *testing.T, nodes []*clustertest.Node, keys ...[]byte) {
 			}
 		}
 		return true, ""
-	}, "every member lists keys %s everywhere", want)
+	})
 }
 
 // Issue #13 item 2: rotating the gossip key on a live cluster, the
@@ -180,10 +181,10 @@ func TestGossipKeyUsedBeforeInstalledCutsANodeOff(t *testing.T) {
 	if err := h.Node(0).Cluster.SetGossipKeys(ctxT(t), [][]byte{k2}); err != nil {
 		t.Fatal(err)
 	}
-	clustertest.Eventually(t, convergeTimeout, func() bool {
+	poll.Eventually(t, convergeTimeout, "node-0's peers drop it, failing to decrypt its packets", func() (bool, string) {
 		_, ok := h.Node(1).Cluster.Snapshot().Member("node-0")
-		return !ok && decryptFailures.Load() > 0
-	}, "node-0's peers drop it, failing to decrypt its packets")
+		return !ok && decryptFailures.Load() > 0, ""
+	})
 }
 
 func TestSetGossipKeysErrors(t *testing.T) {

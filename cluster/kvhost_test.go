@@ -14,6 +14,7 @@ import (
 
 	"github.com/fairshard/fairshard/cluster"
 	"github.com/fairshard/fairshard/cluster/clustertest"
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/kv"
 )
 
@@ -124,10 +125,10 @@ func TestLargestStateAtTheDefaultCapsSyncs(t *testing.T) {
 	}
 	start := time.Now()
 	joiner := h.Add(nil)
-	clustertest.EventuallyWhy(t, time.Minute, func() (bool, string) {
+	poll.Eventually(t, time.Minute, "the joining node did not get the whole state", func() (bool, string) {
 		js := joiner.Cluster.KV().Stats()
 		return js.Live == st.Live && js.Tombstones == st.Tombstones, fmt.Sprintf("it has %+v", js)
-	}, "the joining node did not get the whole state")
+	})
 	t.Logf("a joining node had the whole state %v after it started", time.Since(start).Round(time.Millisecond))
 	h.WaitConverged(time.Minute)
 }
@@ -171,7 +172,7 @@ func TestTombstonesAreCollectedEverywhere(t *testing.T) {
 	}
 	h.Restart(2)
 	h.WaitConverged(convergeTimeout)
-	took := clustertest.EventuallyWhy(t, 30*time.Second, func() (bool, string) {
+	took := poll.Eventually(t, 30*time.Second, "tombstone not collected everywhere", func() (bool, string) {
 		for _, nd := range h.Running() {
 			if e, ok := nd.Cluster.KV().Get(put.Key); ok {
 				return false, fmt.Sprintf("%s serves the deleted key again: %+v", nd.Name, e)
@@ -184,7 +185,7 @@ func TestTombstonesAreCollectedEverywhere(t *testing.T) {
 			}
 		}
 		return true, ""
-	}, "tombstone not collected everywhere")
+	})
 	t.Logf("tombstone collected on every node %v after node-2 returned", took.Round(time.Millisecond))
 	for _, nd := range h.Running() {
 		if _, ok := nd.Cluster.KV().Get(put.Key); ok {

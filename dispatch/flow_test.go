@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/outbox"
 )
 
@@ -48,14 +49,14 @@ func testQuotaCaps(t *testing.T, st storeKind) {
 	run(t, d)
 	d.Wake()
 
-	eventually(t, 20*time.Second, func() bool {
+	poll.Eventually(t, 20*time.Second, fmt.Sprintf("30 rows of a quota-3 namespace done (target saw %d requests)", tg.total()), func() (bool, string) {
 		for _, r := range rows {
 			if !statusIs(b.store, r.DispatchKey, outbox.StatusDone) {
-				return false
+				return false, ""
 			}
 		}
-		return true
-	}, "30 rows of a quota-3 namespace done (target saw %d requests)", tg.total())
+		return true, ""
+	})
 	if p := tg.peak.Load(); p != 3 {
 		t.Fatalf("peak concurrent requests at the target = %d, want exactly the quota 3", p)
 	}
@@ -118,7 +119,7 @@ func testBurstyQuiet(t *testing.T, st storeKind) {
 		mustAppend(t, b.store, rows...)
 		d.Wake()
 	}
-	eventually(t, 20*time.Second, func() bool { return bursty.total() >= 500 }, "bursty namespace flowing")
+	poll.Eventually(t, 20*time.Second, "bursty namespace flowing", func() (bool, string) { return bursty.total() >= 500, "" })
 
 	const quietRows = 8
 	var lat, appendTook []time.Duration
@@ -130,7 +131,7 @@ func testBurstyQuiet(t *testing.T, st storeKind) {
 		appended := time.Now() // the row is stored: from here on it is the dispatcher's
 		startedBy := cp.started.Load()
 		d.Wake()
-		eventually(t, 20*time.Second, func() bool { return quiet.count(key) == 1 }, "quiet row %s delivered", key)
+		poll.Eventually(t, 20*time.Second, fmt.Sprintf("quiet row %s delivered", key), func() (bool, string) { return quiet.count(key) == 1, "" })
 		untilReceipt = append(untilReceipt, cp.started.Load()-startedBy)
 		reqs := quiet.requests()
 		lat = append(lat, reqs[len(reqs)-1].at.Sub(appended))
@@ -196,17 +197,17 @@ func TestHeldWorkflowWaitsThenFlows(t *testing.T) {
 	}
 	run(t, d)
 	d.Wake()
-	eventually(t, 5*time.Second, func() bool {
+	poll.Eventually(t, 5*time.Second, "unheld rows done", func() (bool, string) {
 		for _, k := range freeKeys {
 			if !statusIs(b.store, k, outbox.StatusDone) {
-				return false
+				return false, ""
 			}
 		}
-		return true
-	}, "unheld rows done")
+		return true, ""
+	})
 	// Several more sweeps pass; the held rows must still be untouched.
 	sweepsBefore := sweepCount(d)
-	eventually(t, 5*time.Second, func() bool { return sweepCount(d) >= sweepsBefore+5 }, "5 more sweeps")
+	poll.Eventually(t, 5*time.Second, "5 more sweeps", func() (bool, string) { return sweepCount(d) >= sweepsBefore+5, "" })
 	for _, k := range heldKeys {
 		r := wantStatus(t, b.store, k, outbox.StatusPending)
 		if r.Attempt != 1 || tg.count(k) != 0 {
@@ -216,14 +217,14 @@ func TestHeldWorkflowWaitsThenFlows(t *testing.T) {
 	none := map[string]struct{}{}
 	held.Store(&none)
 	d.Wake()
-	eventually(t, 5*time.Second, func() bool {
+	poll.Eventually(t, 5*time.Second, "released rows done", func() (bool, string) {
 		for _, k := range heldKeys {
 			if !statusIs(b.store, k, outbox.StatusDone) {
-				return false
+				return false, ""
 			}
 		}
-		return true
-	}, "released rows done")
+		return true, ""
+	})
 }
 
 // sweepCount is how many sweeps have run (the sweep duration histogram's
@@ -356,14 +357,14 @@ func TestStoreErrorsDoNotKillLoop(t *testing.T) {
 		mustAppend(t, b.store, mkRow(k, "ns", fmt.Sprintf("q%d", i%2), now))
 	}
 	run(t, d)
-	eventually(t, 15*time.Second, func() bool {
+	poll.Eventually(t, 15*time.Second, "all rows done despite store faults", func() (bool, string) {
 		for _, k := range keys {
 			if !statusIs(b.store, k, outbox.StatusDone) {
-				return false
+				return false, ""
 			}
 		}
-		return true
-	}, "all rows done despite store faults")
+		return true, ""
+	})
 	for _, m := range []string{"PendingRoutes", "Claim", "Complete", "RearmStale"} {
 		if n := fs.injected(m); n != map[string]int{"PendingRoutes": 3, "Claim": 2, "Complete": 2, "RearmStale": 2}[m] {
 			t.Errorf("%s faults injected %d times, want all of them", m, n)
@@ -579,14 +580,14 @@ func TestFencedRowsAreNotSent(t *testing.T) {
 	if sw := sweep(t, d); len(sw.Rows) != len(keys) {
 		t.Fatalf("first sweep claimed %d rows, want %d", len(sw.Rows), len(keys))
 	}
-	eventually(t, 5*time.Second, func() bool {
+	poll.Eventually(t, 5*time.Second, "the fenced rows back to pending", func() (bool, string) {
 		for _, k := range keys {
 			if !statusIs(b.store, k, outbox.StatusPending) {
-				return false
+				return false, ""
 			}
 		}
-		return true
-	}, "the fenced rows back to pending")
+		return true, ""
+	})
 	if n := tg.total(); n != 0 {
 		t.Fatalf("the target received %d requests from fenced rows, want 0", n)
 	}
@@ -597,14 +598,14 @@ func TestFencedRowsAreNotSent(t *testing.T) {
 	if sw := sweep(t, d); len(sw.Rows) != len(keys) {
 		t.Fatalf("second sweep claimed %d rows, want %d", len(sw.Rows), len(keys))
 	}
-	eventually(t, 5*time.Second, func() bool {
+	poll.Eventually(t, 5*time.Second, "every row delivered after the pause", func() (bool, string) {
 		for _, k := range keys {
 			if !statusIs(b.store, k, outbox.StatusDone) {
-				return false
+				return false, ""
 			}
 		}
-		return true
-	}, "every row delivered after the pause")
+		return true, ""
+	})
 	for _, k := range keys {
 		if c := tg.count(k); c != 1 {
 			t.Errorf("%s reached the target %d times, want once", k, c)

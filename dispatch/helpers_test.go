@@ -372,18 +372,6 @@ func drain(t testing.TB, d *Dispatcher) {
 	}
 }
 
-// eventually polls cond every 5 ms until it holds or timeout passes.
-func eventually(t testing.TB, timeout time.Duration, cond func() bool, format string, args ...any) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: "+format, append([]any{timeout}, args...)...)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // mkRow builds a pending row created and visible at `at`.
 func mkRow(key, ns, tq string, at time.Time) outbox.Row {
 	return outbox.Row{

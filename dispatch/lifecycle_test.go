@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/outbox"
 )
 
@@ -51,7 +52,7 @@ func TestReaperRearmsStaleButNotInFlight(t *testing.T) {
 	if sw, err := d.SweepOnce(t.Context()); err != nil || len(sw.Rows) != 1 {
 		t.Fatalf("sweep: %d rows, %v", len(sw.Rows), err)
 	}
-	eventually(t, 5*time.Second, func() bool { return tg.count("live") == 1 }, "live row at the target")
+	poll.Eventually(t, 5*time.Second, "live row at the target", func() (bool, string) { return tg.count("live") == 1, "" })
 
 	// Younger than the visibility timeout: nothing is re-armed.
 	if n, err := d.RearmOnce(t.Context()); err != nil || n != 0 {
@@ -122,7 +123,7 @@ func TestGracefulDrainWaitsForInFlight(t *testing.T) {
 	defer cancel()
 	runDone := make(chan error, 1)
 	go func() { runDone <- d.Run(ctx) }()
-	eventually(t, 5*time.Second, func() bool { return tg.cur.Load() == 3 }, "3 deliveries in flight at the target")
+	poll.Eventually(t, 5*time.Second, "3 deliveries in flight at the target", func() (bool, string) { return tg.cur.Load() == 3, "" })
 
 	short, cancelShort := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	err := d.Drain(short)
@@ -185,7 +186,7 @@ func testHardStopRestart(t *testing.T, st storeKind) {
 		mustAppend(t, store, mkRow(k, "ns", "q", now))
 	}
 	stop := run(t, d)
-	eventually(t, 5*time.Second, func() bool { return tg.cur.Load() == 4 }, "4 deliveries in flight")
+	poll.Eventually(t, 5*time.Second, "4 deliveries in flight", func() (bool, string) { return tg.cur.Load() == 4, "" })
 	start := time.Now()
 	stop()
 	if took := time.Since(start); took > 5*time.Second {
@@ -206,14 +207,14 @@ func testHardStopRestart(t *testing.T, st storeKind) {
 	cfg2.Store = store
 	d2, _ := setup(t, cfg2)
 	run(t, d2)
-	eventually(t, 5*time.Second, func() bool {
+	poll.Eventually(t, 5*time.Second, "re-armed and fresh rows done", func() (bool, string) {
 		for _, k := range append(inflight, "fresh") {
 			if !statusIs(store, k, outbox.StatusDone) {
-				return false
+				return false, ""
 			}
 		}
-		return true
-	}, "re-armed and fresh rows done")
+		return true, ""
+	})
 	for _, k := range append(inflight, "fresh") {
 		if c := tg2.count(k); c != 1 {
 			t.Fatalf("row %s delivered %d times after restart, want 1", k, c)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/outbox"
 )
 
@@ -295,14 +296,14 @@ func TestConnectionsBoundedAndReused(t *testing.T) {
 	mustAppend(t, b.store, rows...)
 	run(t, d)
 	d.Wake()
-	eventually(t, 10*time.Second, func() bool {
+	poll.Eventually(t, 10*time.Second, "20 rows done", func() (bool, string) {
 		for _, r := range rows {
 			if !statusIs(b.store, r.DispatchKey, outbox.StatusDone) {
-				return false
+				return false, ""
 			}
 		}
-		return true
-	}, "20 rows done")
+		return true, ""
+	})
 	// Reused: a handful of connections for 20 requests (MaxConnsPerHost
 	// bounds the open ones at 2; one closed while idle on a loaded machine
 	// is replaced), never one per request.

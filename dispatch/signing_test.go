@@ -9,6 +9,7 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/webhook"
 )
@@ -60,11 +61,11 @@ func TestSignedDeliveries(t *testing.T) {
 	waitIdle(t, d)
 	useFail.Delete("retried")
 	// The retry waits its backoff (500 ms ± 20 %); sweep until it is done.
-	eventually(t, 10*time.Second, func() bool {
+	poll.Eventually(t, 10*time.Second, "the retried row delivered", func() (bool, string) {
 		sweep(t, d)
 		waitIdle(t, d)
-		return statusIs(b.store, "retried", outbox.StatusDone)
-	}, "the retried row delivered")
+		return statusIs(b.store, "retried", outbox.StatusDone), ""
+	})
 	drain(t, d)
 
 	all := append(fail.requests(), tg.requests()...)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/outbox"
 )
 
@@ -169,14 +170,14 @@ func TestNoClaimedRowWaitsForAConnection(t *testing.T) {
 	mustAppend(t, b.store, rows...)
 	run(t, d)
 	d.Wake()
-	eventually(t, 20*time.Second, func() bool {
+	poll.Eventually(t, 20*time.Second, fmt.Sprintf("10 rows done (target saw %d requests)", tg.total()), func() (bool, string) {
 		for _, r := range rows {
 			if !statusIs(b.store, r.DispatchKey, outbox.StatusDone) {
-				return false
+				return false, ""
 			}
 		}
-		return true
-	}, "10 rows done (target saw %d requests)", tg.total())
+		return true, ""
+	})
 	if n := tg.total(); n != len(rows) {
 		t.Fatalf("target received %d requests for %d rows, want %d (no repeat deliveries)", n, len(rows), len(rows))
 	}
@@ -222,15 +223,15 @@ func TestQuietRowGoesOutWhileAHostIsFull(t *testing.T) {
 	mustAppend(t, b.store, noisy...)
 	run(t, d)
 	d.Wake()
-	eventually(t, 5*time.Second, func() bool { return noisyNow.Load() == 4 }, "noisy namespace to fill the host's 4 slots")
+	poll.Eventually(t, 5*time.Second, "noisy namespace to fill the host's 4 slots", func() (bool, string) { return noisyNow.Load() == 4, "" })
 
 	appended := time.Now()
 	mustAppend(t, b.store, mkRow("quiet-1", "quiet", "q", appended))
 	d.Wake()
-	eventually(t, 5*time.Second, func() bool { return tg.count("quiet-1") == 1 }, "quiet row received while the host is full")
+	poll.Eventually(t, 5*time.Second, "quiet row received while the host is full", func() (bool, string) { return tg.count("quiet-1") == 1, "" })
 	took := time.Since(appended)
 	// The target has the row; its settle commits right after the answer.
-	eventually(t, 5*time.Second, func() bool { return statusIs(b.store, "quiet-1", outbox.StatusDone) }, "quiet row settled done")
+	poll.Eventually(t, 5*time.Second, "quiet row settled done", func() (bool, string) { return statusIs(b.store, "quiet-1", outbox.StatusDone), "" })
 	if noisyNow.Load() != 4 || tg.total() != 5 {
 		t.Fatalf("noisy in flight %d, requests %d: the quiet row must go out while the noisy ones are still held (4 + 1)", noisyNow.Load(), tg.total())
 	}
@@ -269,17 +270,17 @@ func TestHostLimitFollowsTheTarget(t *testing.T) {
 	d.Wake()
 	host := tg.URL()
 	limit := func() float64 { return testutil.ToFloat64(d.hosts.m.limit.WithLabelValues(host)) }
-	eventually(t, 30*time.Second, func() bool { return limit() == 16 }, "limit to grow from 2 to 16")
+	poll.Eventually(t, 30*time.Second, "limit to grow from 2 to 16", func() (bool, string) { return limit() == 16, "" })
 
 	status.Store(http.StatusTooManyRequests)
-	eventually(t, 30*time.Second, func() bool { return limit() <= 2 }, "limit to be cut under 429s")
+	poll.Eventually(t, 30*time.Second, "limit to be cut under 429s", func() (bool, string) { return limit() <= 2, "" })
 	cuts := testutil.ToFloat64(d.hosts.m.cuts.WithLabelValues(host, cut429))
 	if cuts < 3 {
 		t.Errorf("fairshard_target_host_limit_cuts_total{reason=status_429} = %v, want ≥ 3 (16 → ≤ 2)", cuts)
 	}
 
 	status.Store(0)
-	eventually(t, 30*time.Second, func() bool { return limit() == 16 }, "limit to recover to 16")
+	poll.Eventually(t, 30*time.Second, "limit to recover to 16", func() (bool, string) { return limit() == 16, "" })
 	if p := tg.peak.Load(); p > 16 {
 		t.Errorf("target saw %d requests at once, over MaxConnsPerHost 16 with one namespace", p)
 	}

@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
+
+	"github.com/fairshard/fairshard/internal/poll"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -140,17 +142,6 @@ func (f *fixture) run(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 }
 
-func eventually(t *testing.T, cond func() bool, msg string, args ...any) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf(msg, args...)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 func TestWritesValidationAndLocalPersistFailure(t *testing.T) {
 	f := newFixture(t, nil)
 	ctx := context.Background()
@@ -256,7 +247,7 @@ func TestFailedRemotePersistIsRetriedUntilDurable(t *testing.T) {
 	if _, ok := f.s.Get(paused.Key); !ok {
 		t.Fatal("a remote entry is served from memory while its persistence fails")
 	}
-	eventually(t, func() bool { return testutil.ToFloat64(f.s.m.persistErrors) >= 3 }, "persist failures not retried and counted")
+	poll.Eventually(t, 5*time.Second, "persist failures not retried and counted", func() (bool, string) { return testutil.ToFloat64(f.s.m.persistErrors) >= 3, "" })
 	if f.s.Stats().PersistPending != 1 {
 		t.Fatalf("pending = %d, want 1", f.s.Stats().PersistPending)
 	}
@@ -264,9 +255,8 @@ func TestFailedRemotePersistIsRetriedUntilDurable(t *testing.T) {
 	// is still on.
 	_ = f.s.MergeRemoteState(encodeState("peer", []Entry{paused}, 0))
 	f.p.setFail(nil)
-	eventually(t, func() bool { p, ok := f.p.get(paused.Key); return ok && p.Version == paused.Version },
-		"the entry was never persisted after the disk recovered")
-	eventually(t, func() bool { return f.s.Stats().PersistPending == 0 }, "still pending")
+	poll.Eventually(t, 5*time.Second, "the entry was never persisted after the disk recovered", func() (bool, string) { p, ok := f.p.get(paused.Key); return ok && p.Version == paused.Version, "" })
+	poll.Eventually(t, 5*time.Second, "still pending", func() (bool, string) { return f.s.Stats().PersistPending == 0, "" })
 
 	// A node restarted from what was persisted serves the pause.
 	s2, err := New(Config{Node: "node-1", Initial: f.p.all(), Now: f.clk.Now})
@@ -293,11 +283,11 @@ func TestRemoteChangesPersistLatestVersionAndWatchCoalesces(t *testing.T) {
 	if err := f.s.MergeMessage([]byte{msgEntry, WireVersion, 0xff}); err == nil {
 		t.Fatal("garbage accepted")
 	}
-	eventually(t, func() bool {
+	poll.Eventually(t, 5*time.Second, "remote entries not persisted", func() (bool, string) {
 		a, _ := f.p.get("ns/a")
 		o, _ := f.p.get("other")
-		return string(a.Value) == "2" && string(o.Value) == "x"
-	}, "remote entries not persisted")
+		return string(a.Value) == "2" && string(o.Value) == "x", ""
+	})
 	<-w.C()
 	if ch := w.Changes(); len(ch) != 1 || string(ch[0].Value) != "2" {
 		t.Fatalf("watch coalesces per key: got %+v", ch)
@@ -404,7 +394,7 @@ func TestTombstonesAreCollectedOnceEveryMemberHasSeenThem(t *testing.T) {
 	if st := f.s.Stats(); st.Tombstones != 0 || len(f.s.All()) != 0 {
 		t.Fatalf("state after collection: %+v %+v", st, f.s.All())
 	}
-	eventually(t, func() bool { _, ok := f.p.get("hold/wf"); return !ok }, "collected tombstone not forgotten by the Persister")
+	poll.Eventually(t, 5*time.Second, "collected tombstone not forgotten by the Persister", func() (bool, string) { _, ok := f.p.get("hold/wf"); return !ok, "" })
 
 	// A peer that has not collected it yet sends it back: refused (the
 	// ghost), or it would bounce between replicas for ever.

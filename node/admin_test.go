@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/node"
 	"github.com/fairshard/fairshard/nodeauth"
 )
@@ -376,14 +377,14 @@ func TestNamespaceSettings(t *testing.T) {
 		n.appendRows(rowIn{"dispatch_key": fmt.Sprintf("slow-%d", i), "namespace": "slow"})
 	}
 	var last nsView
-	eventually(t, 5*time.Second, func() bool {
+	poll.Eventually(t, 5*time.Second, "2 claimed and 3 pending rows in namespace slow", func() (bool, string) {
 		last = n.namespace("slow")
-		return last.Claimed == 2 && last.Pending == 3
-	}, "2 claimed and 3 pending rows in namespace slow (last %+v)", last)
+		return last.Claimed == 2 && last.Pending == 3, fmt.Sprintf("last %+v", last)
+	})
 	if last.Ceiling != 2 || last.Headroom != 0 {
 		t.Errorf("slow at its ceiling: %+v, want ceiling 2, headroom 0", last)
 	}
-	eventually(t, 10*time.Second, func() bool { return tg.Distinct() == 5 }, "the 5 slow rows to be delivered")
+	poll.Eventually(t, 10*time.Second, "the 5 slow rows to be delivered", func() (bool, string) { return tg.Distinct() == 5, "" })
 	for _, ns := range tg.Namespaces() {
 		if ns.MaxInFlight > 2 {
 			t.Errorf("target saw %d concurrent deliveries of %s, quota is 2", ns.MaxInFlight, ns.Namespace)
@@ -444,10 +445,10 @@ func TestTargets(t *testing.T) {
 	n.mustDo("DELETE", path, nil, http.StatusNoContent, nil)
 	n.appendRows(rowIn{"dispatch_key": "tgt-3", "namespace": "tgt", "task_queue": "q1"})
 	var v nsView
-	eventually(t, 5*time.Second, func() bool {
+	poll.Eventually(t, 5*time.Second, "route tgt/q1 to be reported waiting for a target", func() (bool, string) {
 		v = n.namespace("tgt")
-		return len(v.WaitingRoutes) == 1 && v.WaitingRoutes[0] == "q1"
-	}, "route tgt/q1 to be reported waiting for a target (last %+v)", v)
+		return len(v.WaitingRoutes) == 1 && v.WaitingRoutes[0] == "q1", fmt.Sprintf("last %+v", v)
+	})
 	if r, _ := n.getRow("tgt-3"); r.Status != "pending" || r.Attempt != 1 {
 		t.Errorf("tgt-3 without a target = %s attempt %d, want pending attempt 1", r.Status, r.Attempt)
 	}
@@ -505,7 +506,7 @@ func TestHold(t *testing.T) {
 	n.waitStatus("wf-free:2", "done", 10*time.Second)
 	// Twenty more sweeps: the held rows must still be untouched.
 	sweeps := n.metric("fairshard_sweep_duration_seconds")
-	eventually(t, 5*time.Second, func() bool { return n.metric("fairshard_sweep_duration_seconds") >= sweeps+20 }, "20 more sweeps")
+	poll.Eventually(t, 5*time.Second, "20 more sweeps", func() (bool, string) { return n.metric("fairshard_sweep_duration_seconds") >= sweeps+20, "" })
 	for _, k := range []string{"wf-held:1", "wf-held:2"} {
 		if v, _ := n.getRow(k); v.Status != "pending" || v.Attempt != 1 || tg.Count(k) != 0 {
 			t.Errorf("held row %s = %s attempt %d, delivered %d times; want pending, attempt 1, never delivered", k, v.Status, v.Attempt, tg.Count(k))

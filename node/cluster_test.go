@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fairshard/fairshard/cluster/clustertest"
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/node"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/replication"
@@ -29,7 +30,7 @@ func wantPlacement(t *testing.T, nodes []*tnode, ns string, keys []string, table
 		want[table[shards.ShardOf(k, 1024)]]++
 	}
 	got := map[string]int{}
-	eventually(t, 15*time.Second, func() bool {
+	poll.Eventually(t, 15*time.Second, "pending rows of "+ns+" per node to match the shard table", func() (bool, string) {
 		sum := 0
 		for _, n := range nodes {
 			got[n.Name()] = n.namespace(ns).Pending
@@ -37,11 +38,11 @@ func wantPlacement(t *testing.T, nodes []*tnode, ns string, keys []string, table
 		}
 		for _, n := range nodes {
 			if got[n.Name()] != want[n.Name()] {
-				return false
+				return false, fmt.Sprintf("got %v, want %v", got, want)
 			}
 		}
-		return sum == len(keys)
-	}, "pending rows of %s per node to match the shard table: got %v, want %v", ns, got, want)
+		return sum == len(keys), fmt.Sprintf("%d pending of %d", sum, len(keys))
+	})
 }
 
 // wantRowsOnOwners requires that a GET through any node finds every row
@@ -160,16 +161,16 @@ func TestClusterPlacementJoinAndLeave(t *testing.T) {
 	if got := sumMetric(nodes, "fairshard_replication_sync_rows_total"); got < float64(moved) {
 		t.Errorf("fairshard_replication_sync_rows_total across nodes = %v, want ≥ %d", got, moved)
 	}
-	eventually(t, 5*time.Second, func() bool {
+	poll.Eventually(t, 5*time.Second, "every node to report no shards pending handoff", func() (bool, string) {
 		for _, n := range nodes {
 			var c clusterView
 			n.mustDo("GET", "/v1/cluster", nil, http.StatusOK, &c)
 			if c.Handoff.ShardsPending != 0 {
-				return false
+				return false, ""
 			}
 		}
-		return true
-	}, "every node to report no shards pending handoff")
+		return true, ""
+	})
 
 	// A graceful stop hands off everything: its file holds no live row.
 	leaving := nodes[1]
@@ -419,7 +420,7 @@ func TestShutdownUnderAppendLoad(t *testing.T) {
 			}
 		})
 	}
-	eventually(t, 5*time.Second, func() bool { return b.namespace("load").Pending > 100 }, "rows to reach %s", b.Name())
+	poll.Eventually(t, 5*time.Second, fmt.Sprintf("rows to reach %s", b.Name()), func() (bool, string) { return b.namespace("load").Pending > 100, "" })
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	err := b.Shutdown(ctx)
@@ -435,8 +436,9 @@ func TestShutdownUnderAppendLoad(t *testing.T) {
 	if st := stats["load"]; st.Pending+st.Claimed != 0 {
 		t.Errorf("%s left %d pending and %d claimed rows on disk after a graceful stop", b.Name(), st.Pending, st.Claimed)
 	}
-	eventually(t, 10*time.Second, func() bool { return a.namespace("load").Pending == len(acked) },
-		"%s to hold all %d acknowledged rows (has %d)", a.Name(), len(acked), a.namespace("load").Pending)
+	poll.Eventually(t, 10*time.Second, fmt.Sprintf("%s to hold all %d acknowledged rows", a.Name(), len(acked)), func() (bool, string) {
+		return a.namespace("load").Pending == len(acked), fmt.Sprintf("has %d", a.namespace("load").Pending)
+	})
 }
 
 // TestLeavingNodeRefusesIntake: a peer with a stale view may still forward
@@ -493,7 +495,7 @@ func TestLeavingNodeRefusesIntake(t *testing.T) {
 			}
 		}
 	})
-	eventually(t, 5*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(acked) > 100 }, "stale intake to start")
+	poll.Eventually(t, 5*time.Second, "stale intake to start", func() (bool, string) { mu.Lock(); defer mu.Unlock(); return len(acked) > 100, "" })
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	err := b.Shutdown(ctx)
@@ -550,9 +552,9 @@ func TestClusterAdminFanOut(t *testing.T) {
 	b.mustDo("PUT", "/v1/workflows/fan-held/hold", nil, http.StatusOK, nil)
 	// Wait until both nodes hold both entries (the target and the hold),
 	// beside the cluster's replication factor.
-	eventually(t, 5*time.Second, func() bool {
-		return a.metric("fairshard_cluster_config_entries") == 3 && b.metric("fairshard_cluster_config_entries") == 3
-	}, "the target and the hold to reach both nodes")
+	poll.Eventually(t, 5*time.Second, "the target and the hold to reach both nodes", func() (bool, string) {
+		return a.metric("fairshard_cluster_config_entries") == 3 && b.metric("fairshard_cluster_config_entries") == 3, ""
+	})
 
 	var keys []string
 	var rows []rowIn
@@ -626,10 +628,10 @@ func TestJoinWhileDelivering(t *testing.T) {
 	tg.SetDelay(150 * time.Millisecond)
 	nodes[0].setTarget("move", "default", tg.URL())
 	nodes[1].mustDo("PUT", "/v1/namespaces/move", map[string]any{"max_in_flight": 8}, http.StatusOK, nil)
-	eventually(t, 5*time.Second, func() bool {
+	poll.Eventually(t, 5*time.Second, "the target and quota to reach both nodes", func() (bool, string) {
 		// The target and the quota, beside the replication factor.
-		return nodes[0].metric("fairshard_cluster_config_entries") == 3 && nodes[1].metric("fairshard_cluster_config_entries") == 3
-	}, "the target and quota to reach both nodes")
+		return nodes[0].metric("fairshard_cluster_config_entries") == 3 && nodes[1].metric("fairshard_cluster_config_entries") == 3, ""
+	})
 
 	var rows []rowIn
 	var keys []string
@@ -639,7 +641,7 @@ func TestJoinWhileDelivering(t *testing.T) {
 		keys = append(keys, k)
 	}
 	nodes[0].appendRows(rows...)
-	eventually(t, 5*time.Second, func() bool { return tg.Delivered() >= 10 }, "deliveries to start")
+	poll.Eventually(t, 5*time.Second, "deliveries to start", func() (bool, string) { return tg.Delivered() >= 10, "" })
 
 	third := startNode(t, func(c *node.Config) { c.Join = []string{nodes[0].GossipAddr()} })
 	nodes = append(nodes, third)
@@ -647,7 +649,7 @@ func TestJoinWhileDelivering(t *testing.T) {
 	if tg.Delivered() >= int64(len(keys)) {
 		t.Log("every row was delivered before the join converged: the test proved less than it should")
 	}
-	eventually(t, 30*time.Second, func() bool { return tg.Distinct() == len(keys) }, "all %d rows to be delivered (got %d)", len(keys), tg.Distinct())
+	poll.Eventually(t, 30*time.Second, fmt.Sprintf("all %d rows to be delivered", len(keys)), func() (bool, string) { return tg.Distinct() == len(keys), fmt.Sprintf("got %d", tg.Distinct()) })
 	if d := tg.Duplicates(); len(d) != 0 {
 		t.Errorf("rows delivered more than once across the join: %v", d)
 	}
@@ -657,9 +659,9 @@ func TestJoinWhileDelivering(t *testing.T) {
 	for i, k := range keys {
 		via := nodes[i%len(nodes)]
 		owner := table[shards.ShardOf(k, 1024)]
-		eventually(t, 5*time.Second, func() bool {
+		poll.Eventually(t, 5*time.Second, fmt.Sprintf("row %s to be done on its owner %s", k, owner), func() (bool, string) {
 			v, ok := via.getRow(k)
-			return ok && v.Status == "done" && v.Node == owner
-		}, "row %s to be done on its owner %s", k, owner)
+			return ok && v.Status == "done" && v.Node == owner, ""
+		})
 	}
 }

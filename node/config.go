@@ -223,8 +223,10 @@ type Config struct {
 	// node reads it again on ReloadGossipKeys (SIGHUP), so keys rotate
 	// without restarts.
 	GossipKeyFile string
-	// GossipProfile picks memberlist timings: "lan" (default) or "fast"
-	// (short probe and push/pull intervals, for tests on loopback).
+	// GossipProfile picks memberlist timings: "lan" (default), "fast"
+	// (short probe and push/pull intervals, for tests and demos on
+	// loopback) or "shared-host" (fast with longer probe timeouts, for
+	// test suites running many nodes on one busy machine).
 	GossipProfile string
 
 	// PollInterval is the dispatcher's sweep interval. Defaults to 20 ms.
@@ -369,7 +371,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.StringVar(&c.GossipKeyFile, "gossip-key-file", "", "file of base64 gossip keys, one a line, primary first; read again on SIGHUP to rotate keys without restarts (instead of --gossip-key)")
-	fs.StringVar(&c.GossipProfile, "gossip-profile", "lan", "memberlist timings: lan or fast (tests on loopback)")
+	fs.StringVar(&c.GossipProfile, "gossip-profile", "lan", "memberlist timings: lan, fast (tests and demos on loopback) or shared-host (fast with probe timeouts a busy machine meets: test suites)")
 	fs.DurationVar(&c.PollInterval, "poll-interval", 20*time.Millisecond, "dispatcher sweep interval")
 	fs.IntVar(&c.BatchSize, "batch-size", 256, "most rows claimed per sweep")
 	fs.DurationVar(&c.DeliveryTimeout, "delivery-timeout", 10*time.Second, "timeout of one delivery attempt")
@@ -533,8 +535,8 @@ func (c *Config) Validate() error {
 			c.GossipKeys = keys
 		}
 	}
-	if c.GossipProfile != "lan" && c.GossipProfile != "fast" {
-		bad("gossip-profile", "%q is not lan or fast", c.GossipProfile)
+	if c.GossipProfile != "lan" && c.GossipProfile != "fast" && c.GossipProfile != "shared-host" {
+		bad("gossip-profile", "%q is not lan, fast or shared-host", c.GossipProfile)
 	}
 	if c.PollInterval <= 0 {
 		bad("poll-interval", "must be positive")

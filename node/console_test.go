@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/node"
 )
 
@@ -59,10 +60,10 @@ func TestReadBack(t *testing.T) {
 		HeaderNames  []string `json:"header_names"`
 		Source       string   `json:"source"`
 	}
-	eventually(t, 5*time.Second, func() bool {
+	poll.Eventually(t, 5*time.Second, fmt.Sprintf("the target to reach %s", b.Name()), func() (bool, string) {
 		st, _ := b.getJSON("/v1/namespaces/rb/task-queues/q/target", &tv)
-		return st == http.StatusOK
-	}, "the target to reach %s", b.Name())
+		return st == http.StatusOK, ""
+	})
 	if strings.Contains(tv.URL, "s3cret") || !strings.Contains(tv.URL, "token=REDACTED") || tv.TimeoutMS != 1500 || tv.Source != "route" ||
 		len(tv.Fingerprints) != 1 || len(tv.Fingerprints[0]) != 8 || len(tv.HeaderNames) != 1 || tv.HeaderNames[0] != "Authorization" {
 		t.Fatalf("target read back: %+v", tv)
@@ -88,10 +89,10 @@ func TestReadBack(t *testing.T) {
 			WorkflowID string `json:"workflow_id"`
 		} `json:"holds"`
 	}
-	eventually(t, 5*time.Second, func() bool {
+	poll.Eventually(t, 5*time.Second, fmt.Sprintf("the hold to list on %s", b.Name()), func() (bool, string) {
 		b.mustDo(http.MethodGet, "/v1/holds", nil, http.StatusOK, &holds)
-		return len(holds.Holds) == 1 && holds.Holds[0].WorkflowID == "wf-rb"
-	}, "the hold to list on %s", b.Name())
+		return len(holds.Holds) == 1 && holds.Holds[0].WorkflowID == "wf-rb", ""
+	})
 
 	// 40 pending rows (the namespace is paused) over both nodes.
 	pause(t, nodes, "rb")
@@ -168,10 +169,10 @@ func TestReadBack(t *testing.T) {
 	}
 	a.appendRows(dlRows...)
 	var ns nsClusterView
-	eventually(t, 15*time.Second, func() bool {
+	poll.Eventually(t, 15*time.Second, "20 dead letters cluster-wide", func() (bool, string) {
 		a.mustDo(http.MethodGet, "/v1/namespaces/dl", nil, http.StatusOK, &ns)
-		return ns.Cluster.DeadLetters == 20
-	}, "20 dead letters cluster-wide (have %+v)", ns.Cluster)
+		return ns.Cluster.DeadLetters == 20, fmt.Sprintf("have %+v", ns.Cluster)
+	})
 	if len(ns.Cluster.Nodes) != 2 || ns.Cluster.Nodes[0].DeadLetters+ns.Cluster.Nodes[1].DeadLetters != 20 ||
 		ns.Cluster.Nodes[0].DeadLetters == 0 || ns.Cluster.Nodes[1].DeadLetters == 0 || ns.DeadLetters == 20 || len(ns.Cluster.UnreachableNodes) != 0 {
 		t.Fatalf("namespace view: node %s has %d, cluster %+v; want both nodes' dead letters summed", ns.Node, ns.DeadLetters, ns.Cluster)
@@ -218,12 +219,12 @@ func TestCancelReachesTheBackups(t *testing.T) {
 	a.appendRows(rowIn{"dispatch_key": "cb-1", "namespace": "cb"})
 	a.mustDo(http.MethodPost, "/v1/rows/cancel", map[string]any{"dispatch_key": "cb-1"}, http.StatusOK, nil)
 	for _, n := range nodes {
-		eventually(t, 10*time.Second, func() bool {
+		poll.Eventually(t, 10*time.Second, fmt.Sprintf("%s's copy of cb-1 to be cancelled", n.Name()), func() (bool, string) {
 			var v struct {
 				Status string `json:"status"`
 			}
 			st, _ := n.getJSON("/internal/v1/rows/cb-1", &v)
-			return st == http.StatusOK && v.Status == "cancelled"
-		}, "%s's copy of cb-1 to be cancelled", n.Name())
+			return st == http.StatusOK && v.Status == "cancelled", ""
+		})
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fairshard/fairshard/boltstore"
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/node"
 	"github.com/fairshard/fairshard/outbox"
 )
@@ -63,7 +64,7 @@ func TestHandoffMovesLargeRows(t *testing.T) {
 	start := time.Now()
 	b := startNode(t, func(c *node.Config) { slow(c); c.Join = []string{a.GossipAddr()} })
 	waitConverged(t, []*tnode{a, b})
-	eventually(t, 2*time.Minute, func() bool { return b.namespace("big").Pending > 0 }, "the join's handoff to start moving rows")
+	poll.Eventually(t, 2*time.Minute, "the join's handoff to start moving rows", func() (bool, string) { return b.namespace("big").Pending > 0, "" })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if err := a.Shutdown(ctx); err != nil {

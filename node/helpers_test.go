@@ -2,26 +2,20 @@ package node_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/goleak"
 
-	"github.com/fairshard/fairshard/cluster/clustertest"
+	"github.com/fairshard/fairshard/internal/poll"
+	"github.com/fairshard/fairshard/internal/testnode"
 	"github.com/fairshard/fairshard/loadgen"
 	"github.com/fairshard/fairshard/node"
 )
@@ -30,41 +24,14 @@ import (
 // connections before goleak looks for leftover goroutines.
 var httpClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone(), Timeout: 30 * time.Second}
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	httpClient.CloseIdleConnections()
-	if code == 0 {
-		// Every node, memberlist, HTTP server, dispatcher and peer client
-		// must be gone after Close/Shutdown; no ignores needed.
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testnode.Main(m, httpClient.CloseIdleConnections) }
 
-var nodeSeq atomic.Int64
-
-// testConfig is a node config for an in-process test node: its own
-// loopback IP with free ports, a fresh data dir, fast gossip, short
-// sweep, handoff and retry intervals.
+// testConfig is a node config for an in-process test node
+// (testnode.Config in a fresh data dir) with one copy per shard, a short
+// repair interval and a short lease.
 func testConfig(t testing.TB) node.Config {
 	t.Helper()
-	cfg := node.DefaultConfig()
-	ip := clustertest.TakeIP()
-	cfg.NodeName = fmt.Sprintf("node-%d", nodeSeq.Add(1))
-	cfg.DataDir = t.TempDir()
-	cfg.HTTPAddr = net.JoinHostPort(ip, "0")
-	cfg.GossipAddr = net.JoinHostPort(ip, "0")
-	cfg.GossipProfile = "fast"
-	cfg.PollInterval = 10 * time.Millisecond
-	cfg.HandoffInterval = 200 * time.Millisecond
-	cfg.RetryBase = 20 * time.Millisecond
-	cfg.RetryCap = 200 * time.Millisecond
-	cfg.DeliveryTimeout = 5 * time.Second
-	cfg.ShutdownGrace = 10 * time.Second
-	cfg.QuotaTTL = 50 * time.Millisecond
+	cfg := testnode.Config(t.TempDir())
 	// One copy per shard: these tests check placement, handoff and the
 	// API per node; the replicated behaviour (R = 2, the default) has its
 	// own tests (replication_test.go) and the e2e scenarios.
@@ -85,26 +52,7 @@ type tnode struct {
 	cfg   node.Config
 	base  string // http://host:port of its real listener
 	token string // bearer token sent by do (the API token)
-	logs  *logBuffer
-}
-
-// logBuffer collects a node's logs; they are printed only when the test
-// failed.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	logs  *testnode.LogBuffer
 }
 
 // startNode builds a node from testConfig (edited by mutate), starts it
@@ -125,35 +73,10 @@ func startConfig(t testing.TB, cfg node.Config) *tnode {
 
 // startWith is startConfig with the constructor to use (node.New, or
 // NewWithStore around another store).
-func startWith(t testing.TB, cfg node.Config, build func(node.Config, *slog.Logger) (*node.Node, error)) *tnode {
+func startWith(t testing.TB, cfg node.Config, build testnode.Constructor) *tnode {
 	t.Helper()
-	logs := &logBuffer{}
-	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	n, err := build(cfg, log.With("node", cfg.NodeName))
-	if err != nil {
-		t.Fatalf("node.New(%s): %v", cfg.NodeName, err)
-	}
-	tn := &tnode{Node: n, t: t, cfg: cfg, token: cfg.APIToken, logs: logs}
-	t.Cleanup(func() {
-		if err := n.Close(); err != nil {
-			t.Errorf("close %s: %v", cfg.NodeName, err)
-		}
-		if t.Failed() {
-			t.Logf("logs of %s:\n%s", cfg.NodeName, logs.String())
-		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := n.Start(ctx); err != nil {
-		t.Fatalf("start %s: %v", cfg.NodeName, err)
-	}
-	// APIAddr is the advertised address; the test talks to the bound one,
-	// which differs only when --advertise-http is set.
-	tn.base = "http://" + n.APIAddr()
-	if cfg.AdvertiseHTTP != "" {
-		tn.base = "http://" + n.ListenAddr()
-	}
-	return tn
+	n := testnode.StartWith(t, cfg, build)
+	return &tnode{Node: n.Node, t: t, cfg: cfg, base: n.URL, token: cfg.APIToken, logs: n.Logs}
 }
 
 // startCluster starts size nodes, each joining the first, and waits until
@@ -180,27 +103,27 @@ func startCluster(t testing.TB, size int, mutate func(i int, cfg *node.Config)) 
 func waitConverged(t testing.TB, nodes []*tnode) map[uint32]string {
 	t.Helper()
 	var table map[uint32]string
-	eventually(t, 15*time.Second, func() bool {
+	poll.Eventually(t, 15*time.Second, fmt.Sprintf("cluster of %d nodes to converge", len(nodes)), func() (bool, string) {
 		table = nil
 		for _, n := range nodes {
 			var c clusterView
 			if st, _ := n.getJSON("/v1/cluster", &c); st != http.StatusOK || len(c.Members) != len(nodes) {
-				return false
+				return false, ""
 			}
 			for _, m := range c.Members {
 				if m.State != "active" {
-					return false
+					return false, ""
 				}
 			}
 			tab := n.shardTable()
 			if table == nil {
 				table = tab
 			} else if !sameTable(table, tab) {
-				return false
+				return false, ""
 			}
 		}
-		return true
-	}, "cluster of %d nodes to converge", len(nodes))
+		return true, ""
+	})
 	return table
 }
 
@@ -214,18 +137,6 @@ func sameTable(a, b map[uint32]string) bool {
 		}
 	}
 	return true
-}
-
-// eventually polls cond every 20 ms until it holds or timeout passes.
-func eventually(t testing.TB, timeout time.Duration, cond func() bool, format string, args ...any) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for "+format, append([]any{timeout}, args...)...)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // ---- HTTP helpers ----
@@ -538,14 +449,14 @@ func gatherSum(t testing.TB, g prometheus.Gatherer, name string) float64 {
 func pause(t testing.TB, nodes []*tnode, ns string) {
 	t.Helper()
 	nodes[0].mustDo(http.MethodPut, "/v1/namespaces/"+ns, map[string]any{"paused": true}, http.StatusOK, nil)
-	eventually(t, 5*time.Second, func() bool {
+	poll.Eventually(t, 5*time.Second, fmt.Sprintf("pause of %s to reach every node", ns), func() (bool, string) {
 		for _, n := range nodes {
 			if !n.namespace(ns).Paused {
-				return false
+				return false, ""
 			}
 		}
-		return true
-	}, "pause of %s to reach every node", ns)
+		return true, ""
+	})
 }
 
 // target is a real delivery target recording deliveries.
@@ -574,11 +485,11 @@ func (n *tnode) setTarget(ns, tq, u string) {
 func (n *tnode) waitStatus(key, status string, timeout time.Duration) rowView {
 	n.t.Helper()
 	var v rowView
-	eventually(n.t, timeout, func() bool {
+	poll.Eventually(n.t, timeout, fmt.Sprintf("row %q to be %s", key, status), func() (bool, string) {
 		var ok bool
 		v, ok = n.getRow(key)
-		return ok && v.Status == status
-	}, "row %q to be %s (last seen %q)", key, status, v.Status)
+		return ok && v.Status == status, fmt.Sprintf("last seen %q", v.Status)
+	})
 	return v
 }
 

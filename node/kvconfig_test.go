@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fairshard/fairshard/boltstore"
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/node"
 )
 
@@ -35,20 +36,20 @@ func TestNamespaceFieldsSetOnTwoNodesBothSurvive(t *testing.T) {
 		wg.Wait()
 		for _, n := range nodes {
 			var v nsView
-			eventually(t, 5*time.Second, func() bool {
+			poll.Eventually(t, 5*time.Second, fmt.Sprintf("%s on %s to be paused with max_in_flight 8", ns, n.Name()), func() (bool, string) {
 				v = n.namespace(ns)
-				return v.Paused && v.MaxInFlight == 8 && !v.MaxInFlightDefault
-			}, "%s on %s to be paused with max_in_flight 8 (last %+v)", ns, n.Name(), v)
+				return v.Paused && v.MaxInFlight == 8 && !v.MaxInFlightDefault, fmt.Sprintf("last %+v", v)
+			})
 		}
 	}
 	// A later write of one field leaves the other alone, on every node.
 	b.mustDo("PUT", "/v1/namespaces/acme-0", map[string]any{"paused": false}, http.StatusOK, nil)
 	for _, n := range nodes {
 		var v nsView
-		eventually(t, 5*time.Second, func() bool {
+		poll.Eventually(t, 5*time.Second, "acme-0 on "+n.Name()+" to be unpaused with max_in_flight still 8", func() (bool, string) {
 			v = n.namespace("acme-0")
-			return !v.Paused && v.MaxInFlight == 8
-		}, "acme-0 on %s to be unpaused with max_in_flight still 8 (last %+v)", n.Name(), v)
+			return !v.Paused && v.MaxInFlight == 8, fmt.Sprintf("last %+v", v)
+		})
 	}
 }
 
@@ -80,10 +81,10 @@ func TestConfigCaps(t *testing.T) {
 	// The refused target is not there: c/q rows wait for a target.
 	n.appendRows(rowIn{"dispatch_key": "caps-1", "namespace": "c", "task_queue": "q"})
 	var v nsView
-	eventually(t, 5*time.Second, func() bool {
+	poll.Eventually(t, 5*time.Second, "route c/q to wait for a target", func() (bool, string) {
 		v = n.namespace("c")
-		return len(v.WaitingRoutes) == 1
-	}, "route c/q to wait for a target (last %+v)", v)
+		return len(v.WaitingRoutes) == 1, fmt.Sprintf("last %+v", v)
+	})
 
 	n.mustDo("PUT", "/v1/namespaces/x", map[string]any{"paused": true}, http.StatusOK, nil)
 	n.mustDo("PUT", "/v1/namespaces/y", map[string]any{"max_in_flight": 3}, http.StatusOK, nil)
@@ -177,8 +178,7 @@ func TestOwnershipViewWhileJoining(t *testing.T) {
 		return resp.StatusCode
 	}
 	var v nsView
-	eventually(t, 2*time.Second, func() bool { return get("/v1/namespaces/acme", &v) == http.StatusOK },
-		"the API to answer while the node joins")
+	poll.Eventually(t, 2*time.Second, "the API to answer while the node joins", func() (bool, string) { return get("/v1/namespaces/acme", &v) == http.StatusOK, "" })
 	if want := 1.0 / 1024; math.Abs(v.OwnedShardFraction-want) > 1e-9 || v.Ceiling != 1 {
 		t.Fatalf("while joining: %+v, want fraction 1/1024 (owning nothing, clamped) and ceiling ceil(64/1024) = 1", v)
 	}

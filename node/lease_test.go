@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/lease"
 	"github.com/fairshard/fairshard/node"
 	"github.com/fairshard/fairshard/shards"
@@ -47,24 +48,24 @@ func TestExactModeAcrossNodes(t *testing.T) {
 	const ns, q, rows = "exact", 3, 90
 	nodes[0].setTarget(ns, "default", tg.URL())
 	nodes[0].mustDo("PUT", "/v1/namespaces/"+ns, map[string]any{"max_in_flight": q}, http.StatusOK, nil)
-	eventually(t, 5*time.Second, func() bool {
+	poll.Eventually(t, 5*time.Second, "the target and quota to reach every node", func() (bool, string) {
 		for _, n := range nodes {
 			// The target and the quota, beside the cluster's replication
 			// factor.
 			if n.metric("fairshard_cluster_config_entries") != 3 {
-				return false
+				return false, ""
 			}
 		}
-		return true
-	}, "the target and quota to reach every node")
+		return true, ""
+	})
 	coordinator := table[shards.ShardOf(ns, 1024)]
 	// Wait for the coordinator's learning period (one lease, 1 s in these
 	// tests) to end, so the drain below measures the steady protocol.
-	eventually(t, 10*time.Second, func() bool {
+	poll.Eventually(t, 10*time.Second, fmt.Sprintf("the coordinator of %s to stop learning", ns), func() (bool, string) {
 		var v leaseNSView
 		nodes[0].mustDo(http.MethodGet, "/v1/namespaces/"+ns, nil, http.StatusOK, &v)
-		return v.Lease != nil && v.Lease.Cluster != nil && !v.Lease.Cluster.Learning
-	}, "the coordinator of %s to stop learning", ns)
+		return v.Lease != nil && v.Lease.Cluster != nil && !v.Lease.Cluster.Learning, ""
+	})
 
 	var in []rowIn
 	for i := range rows {
@@ -73,7 +74,7 @@ func TestExactModeAcrossNodes(t *testing.T) {
 	nodes[1].appendRows(in...)
 	// Midway, every node's view agrees on the coordinator, and the
 	// coordinator's record never holds more than q.
-	eventually(t, 10*time.Second, func() bool { return tg.Delivered() >= rows/3 }, "a third of the rows to be delivered")
+	poll.Eventually(t, 10*time.Second, "a third of the rows to be delivered", func() (bool, string) { return tg.Delivered() >= rows/3, "" })
 	for _, n := range nodes {
 		var v leaseNSView
 		n.mustDo(http.MethodGet, "/v1/namespaces/"+ns, nil, http.StatusOK, &v)
@@ -87,7 +88,7 @@ func TestExactModeAcrossNodes(t *testing.T) {
 			t.Errorf("%s: coordinator's view %+v (error %q): want it, outstanding ≤ %d", n.Name(), c, v.Lease.ClusterError, q)
 		}
 	}
-	eventually(t, 30*time.Second, func() bool { return tg.Distinct() == rows }, "all %d rows to be delivered (got %d)", rows, tg.Distinct())
+	poll.Eventually(t, 30*time.Second, fmt.Sprintf("all %d rows to be delivered", rows), func() (bool, string) { return tg.Distinct() == rows, fmt.Sprintf("got %d", tg.Distinct()) })
 	for _, r := range tg.Namespaces() {
 		if r.Namespace == ns && (r.MaxInFlight > q || r.MaxInFlight < 2) {
 			t.Errorf("the target saw up to %d rows of %s at once, want at most the quota %d (and more than 1: the quota is used)", r.MaxInFlight, ns, q)

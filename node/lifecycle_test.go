@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fairshard/fairshard/boltstore"
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/node"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/shards"
@@ -41,7 +42,7 @@ func TestShutdownDrainsInFlight(t *testing.T) {
 	tg.SetDelay(time.Second)
 	n.setTarget("drain", "default", tg.URL())
 	n.appendRows(rowIn{"dispatch_key": "drain-1", "namespace": "drain"})
-	eventually(t, 5*time.Second, func() bool { return n.namespace("drain").Claimed == 1 }, "drain-1 to be claimed")
+	poll.Eventually(t, 5*time.Second, "drain-1 to be claimed", func() (bool, string) { return n.namespace("drain").Claimed == 1, "" })
 
 	done := make(chan error, 1)
 	start := time.Now()
@@ -50,10 +51,10 @@ func TestShutdownDrainsInFlight(t *testing.T) {
 		defer cancel()
 		done <- n.Shutdown(ctx)
 	}()
-	eventually(t, 2*time.Second, func() bool {
+	poll.Eventually(t, 2*time.Second, "/readyz to answer 503 while draining", func() (bool, string) {
 		st, _ := n.do("GET", "/readyz", nil)
-		return st == http.StatusServiceUnavailable
-	}, "/readyz to answer 503 while draining")
+		return st == http.StatusServiceUnavailable, ""
+	})
 	st, b := n.do("GET", "/readyz", nil)
 	if st == http.StatusServiceUnavailable {
 		wantError(t, st, b, http.StatusServiceUnavailable, node.CodeUnavailable, "")
@@ -135,7 +136,7 @@ func TestRestartKeepsConfigAndRearmsClaims(t *testing.T) {
 	n.setTarget("crash", "default", tg.URL())
 	n.mustDo("PUT", "/v1/namespaces/crash", map[string]any{"max_in_flight": 3}, http.StatusOK, nil)
 	n.appendRows(rowIn{"dispatch_key": "crash-1", "namespace": "crash"})
-	eventually(t, 5*time.Second, func() bool { return n.namespace("crash").Claimed == 1 }, "crash-1 to be claimed")
+	poll.Eventually(t, 5*time.Second, "crash-1 to be claimed", func() (bool, string) { return n.namespace("crash").Claimed == 1, "" })
 	if err := n.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
@@ -289,14 +290,13 @@ func TestShutdownAnnouncesLeavingBeforeDraining(t *testing.T) {
 			_, _, _ = tryRequest("POST", a.base+"/v1/rows", map[string]any{"rows": rows})
 		}
 	})
-	eventually(t, 10*time.Second, func() bool { return bg.Distinct() > 100 }, "background deliveries to flow")
+	poll.Eventually(t, 10*time.Second, "background deliveries to flow", func() (bool, string) { return bg.Distinct() > 100, "" })
 	var rows []rowIn
 	for _, k := range slowKeys {
 		rows = append(rows, rowIn{"dispatch_key": k, "namespace": "slow"})
 	}
 	a.appendRows(rows...)
-	eventually(t, 10*time.Second, func() bool { return b.namespace("slow").Claimed == len(slowKeys) },
-		"%s to have its %d slow deliveries in flight", b.Name(), len(slowKeys))
+	poll.Eventually(t, 10*time.Second, fmt.Sprintf("%s to have its %d slow deliveries in flight", b.Name(), len(slowKeys)), func() (bool, string) { return b.namespace("slow").Claimed == len(slowKeys), "" })
 
 	start := time.Now()
 	done := make(chan error, 1)
@@ -325,7 +325,7 @@ func TestShutdownAnnouncesLeavingBeforeDraining(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	eventually(t, 10*time.Second, func() bool { return probe.Count(probeKey) > 0 }, "probe row %s to be delivered by %s", probeKey, a.Name())
+	poll.Eventually(t, 10*time.Second, fmt.Sprintf("probe row %s to be delivered by %s", probeKey, a.Name()), func() (bool, string) { return probe.Count(probeKey) > 0, "" })
 	claimed := time.Since(start)
 	err := <-done
 	stopped := time.Since(start)

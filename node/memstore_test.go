@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/node"
 	"github.com/fairshard/fairshard/outbox/memstore"
 	"github.com/fairshard/fairshard/shards"
@@ -77,12 +78,11 @@ func TestNodeOnMemstore(t *testing.T) {
 	moved := func() float64 {
 		return b.metric("fairshard_replication_sync_rows_total") + b.metric("fairshard_replication_received_rows_total")
 	}
-	eventually(t, 20*time.Second, func() bool { return moved() >= float64(onB) },
-		"%s to count ≥ %d rows received by shard sync or merge", b.Name(), onB)
+	poll.Eventually(t, 20*time.Second, fmt.Sprintf("%s to count ≥ %d rows received by shard sync or merge", b.Name(), onB), func() (bool, string) { return moved() >= float64(onB), "" })
 
 	// Deliver: every row exactly once, from its owner.
 	b.mustDo(http.MethodPut, "/v1/namespaces/mem", map[string]any{"paused": false}, http.StatusOK, nil)
-	eventually(t, 20*time.Second, func() bool { return tg.Distinct() >= len(keys) }, "all %d rows to be delivered (have %d)", len(keys), tg.Distinct())
+	poll.Eventually(t, 20*time.Second, fmt.Sprintf("all %d rows to be delivered", len(keys)), func() (bool, string) { return tg.Distinct() >= len(keys), fmt.Sprintf("have %d", tg.Distinct()) })
 	for _, k := range keys {
 		if c := tg.Count(k); c != 1 {
 			t.Errorf("row %s delivered %d times, want 1", k, c)
@@ -111,8 +111,9 @@ func TestNodeOnMemstore(t *testing.T) {
 	if err := b.Shutdown(ctx); err != nil {
 		t.Fatalf("Shutdown of %s: %v", b.Name(), err)
 	}
-	eventually(t, 10*time.Second, func() bool { return a.namespace("mem").Pending == len(moreKeys) },
-		"%s to hold all %d new rows after %s stopped (has %d)", a.Name(), len(moreKeys), b.Name(), a.namespace("mem").Pending)
+	poll.Eventually(t, 10*time.Second, fmt.Sprintf("%s to hold all %d new rows after %s stopped", a.Name(), len(moreKeys), b.Name()), func() (bool, string) {
+		return a.namespace("mem").Pending == len(moreKeys), fmt.Sprintf("has %d", a.namespace("mem").Pending)
+	})
 	for _, k := range keys {
 		if table[shards.ShardOf(k, 1024)] != b.Name() {
 			continue

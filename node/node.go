@@ -473,8 +473,11 @@ func openIn(dir string, opts boltstore.Options) (*boltstore.Store, error) {
 func (n *Node) clusterConfig(httpBound *net.TCPAddr) (*cluster.Config, error) {
 	cfg := n.cfg
 	c := cluster.DefaultConfig()
-	if cfg.GossipProfile == "fast" {
+	switch cfg.GossipProfile {
+	case "fast":
 		c = cluster.FastConfig()
+	case "shared-host":
+		c = cluster.SharedHostConfig()
 	}
 	c.Name = cfg.NodeName
 	host, portStr, _ := net.SplitHostPort(cfg.GossipAddr)

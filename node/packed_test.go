@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/node/peer"
 )
 
@@ -39,8 +40,9 @@ func TestFinishedRowsPackedAnswerAsBefore(t *testing.T) {
 	}
 	n.mustDo(http.MethodPost, "/v1/rows/cancel", map[string]any{"dispatch_key": "pkc-0", "reason": "not needed"}, http.StatusOK, nil)
 	n.mustDo(http.MethodPost, "/v1/rows/cancel", map[string]any{"dispatch_key": "pkc-1"}, http.StatusOK, nil)
-	eventually(t, 20*time.Second, func() bool { return n.metric("fairshard_store_tombstones_packed_total") >= 42 },
-		"the node to pack its 42 finished rows (packed: %v)", n.metric("fairshard_store_tombstones_packed_total"))
+	poll.Eventually(t, 20*time.Second, "the node to pack its 42 finished rows", func() (bool, string) {
+		return n.metric("fairshard_store_tombstones_packed_total") >= 42, fmt.Sprintf("packed: %v", n.metric("fairshard_store_tombstones_packed_total"))
+	})
 
 	get := func(k string) peer.RowView {
 		t.Helper()

@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/node"
 )
 
@@ -64,7 +66,7 @@ func TestUnreachableMember(t *testing.T) {
 		}
 		return true, false
 	}
-	eventually(t, 10*time.Second, func() bool { r, _ := reachable(); return !r }, "%s shown unreachable in /v1/cluster", c.Name())
+	poll.Eventually(t, 10*time.Second, fmt.Sprintf("%s shown unreachable in /v1/cluster", c.Name()), func() (bool, string) { r, _ := reachable(); return !r, "" })
 	if _, active := reachable(); !active {
 		t.Errorf("%s is not active: its gossip works, only its API is dead", c.Name())
 	}
@@ -87,7 +89,7 @@ func TestUnreachableMember(t *testing.T) {
 	proxy := &tcpProxy{addr: deadAddr, to: c.ListenAddr()}
 	proxy.up(t)
 	t.Cleanup(proxy.down)
-	eventually(t, 10*time.Second, func() bool { r, _ := reachable(); return r }, "%s reachable again", c.Name())
+	poll.Eventually(t, 10*time.Second, fmt.Sprintf("%s reachable again", c.Name()), func() (bool, string) { r, _ := reachable(); return r, "" })
 	if v := a.metric("fairshard_unreachable_members"); v != 0 {
 		t.Errorf("fairshard_unreachable_members = %v after it answers again, want 0", v)
 	}

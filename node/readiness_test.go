@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fairshard/fairshard/boltstore/diskfault"
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/node"
 )
 
@@ -77,10 +78,10 @@ func TestNotReadyWhileTheDiskIsFull(t *testing.T) {
 		t.Fatalf("fairshard_store_writable %v while the disk is full", v)
 	}
 	free()
-	eventually(t, 30*time.Second, func() bool {
+	poll.Eventually(t, 30*time.Second, "readyz after space was freed", func() (bool, string) {
 		st, _ := n.do(http.MethodGet, "/readyz", nil)
-		return st == http.StatusOK
-	}, "readyz after space was freed")
+		return st == http.StatusOK, ""
+	})
 	n.appendRows(batch("after", 0)...)
 	for _, k := range acked {
 		if v, ok := n.getRow(k); !ok || v.Status != "pending" {

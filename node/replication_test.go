@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/node"
 	"github.com/fairshard/fairshard/shards"
 )
@@ -58,15 +59,15 @@ func TestReplicatedAppendIsOnEveryReplica(t *testing.T) {
 	nodes := startCluster(t, 3, replicated(2, 0))
 	waitConverged(t, nodes)
 	pause(t, nodes, "rep")
-	eventually(t, 15*time.Second, func() bool {
+	poll.Eventually(t, 15*time.Second, "every node to report R = 2, synced", func() (bool, string) {
 		for _, n := range nodes {
 			r := n.replication()
 			if r.Factor != 2 || r.Copies != 2 || r.WriteCopies != 2 || r.SyncingShards != 0 || r.UnderReplicated {
-				return false
+				return false, ""
 			}
 		}
-		return true
-	}, "every node to report R = 2, synced")
+		return true, ""
+	})
 	var rows []rowIn
 	for i := range 200 {
 		rows = append(rows, rowIn{"dispatch_key": fmt.Sprintf("rep-%03d", i), "namespace": "rep"})
@@ -98,10 +99,10 @@ func TestReplicatedAppendIsOnEveryReplica(t *testing.T) {
 	slices.Sort(touched)
 	for _, s := range slices.Compact(touched)[:20] {
 		var v shardOut
-		eventually(t, 10*time.Second, func() bool {
+		poll.Eventually(t, 10*time.Second, fmt.Sprintf("shard %d in sync", s), func() (bool, string) {
 			nodes[2].mustDo(http.MethodGet, "/v1/shards/"+strconv.Itoa(int(s)), nil, http.StatusOK, &v)
-			return v.InSync
-		}, "shard %d in sync: %+v", s, v)
+			return v.InSync, fmt.Sprintf("%+v", v)
+		})
 		if len(v.Replicas) != 2 || v.Replicas[0].Role != "primary" || v.Replicas[0].Rows == 0 || v.Replicas[0].Node != list.Shards[s].Replicas[0] {
 			t.Fatalf("shard %d: %+v", s, v)
 		}
@@ -137,14 +138,14 @@ func TestForwardFollowsTheReplicaSet(t *testing.T) {
 	nodes = append(nodes, c)
 	table := waitConverged(t, nodes)
 	pause(t, nodes, "fw")
-	eventually(t, 15*time.Second, func() bool {
+	poll.Eventually(t, 15*time.Second, "every replica set synced", func() (bool, string) {
 		for _, n := range nodes {
 			if r := n.replication(); r.Copies != 3 || r.SyncingShards != 0 {
-				return false
+				return false, ""
 			}
 		}
-		return true
-	}, "every replica set synced")
+		return true, ""
+	})
 	proxy.down()
 	sets := shards.ReplicaSets([]string{nodes[0].Name(), nodes[1].Name(), c.Name()}, 1024, 3)
 	var rows []rowIn

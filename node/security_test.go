@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/node"
 )
 
@@ -68,8 +69,9 @@ func TestSlowBodyDoesNotHoldShutdown(t *testing.T) {
 	if st := stats["slow"]; st.Pending+st.Claimed != 0 {
 		t.Errorf("a slow client left %d of %d rows on %s after a %v graceful stop", st.Pending+st.Claimed, held, b.Name(), grace)
 	}
-	eventually(t, 10*time.Second, func() bool { return a.namespace("slow").Pending == 1000 },
-		"%s to hold all 1000 rows (has %d)", a.Name(), a.namespace("slow").Pending)
+	poll.Eventually(t, 10*time.Second, fmt.Sprintf("%s to hold all 1000 rows", a.Name()), func() (bool, string) {
+		return a.namespace("slow").Pending == 1000, fmt.Sprintf("has %d", a.namespace("slow").Pending)
+	})
 }
 
 // TestServerLimits: the API server closes a connection whose headers
@@ -169,18 +171,19 @@ func TestNamespaceLabelsBounded(t *testing.T) {
 		}
 	}
 	n.appendRows(rows...)
-	eventually(t, 10*time.Second, func() bool { return n.metric("fairshard_rows_delivered_total") == 60 },
-		"60 deliveries counted (have %v)", n.metric("fairshard_rows_delivered_total"))
+	poll.Eventually(t, 10*time.Second, "60 deliveries counted", func() (bool, string) {
+		return n.metric("fairshard_rows_delivered_total") == 60, fmt.Sprintf("have %v", n.metric("fairshard_rows_delivered_total"))
+	})
 	// The backlog gauges are filled by the 1 s stats loop.
-	eventually(t, 5*time.Second, func() bool {
+	poll.Eventually(t, 5*time.Second, "the backlog gauges to be filled", func() (bool, string) {
 		mfs, _ := n.Registry().Gather()
 		for _, mf := range mfs {
 			if mf.GetName() == "fairshard_pending_rows" && len(mf.GetMetric()) > 0 {
-				return true
+				return true, ""
 			}
 		}
-		return false
-	}, "the backlog gauges to be filled")
+		return false, ""
+	})
 	mfs, err := n.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)

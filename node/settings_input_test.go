@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fairshard/fairshard/boltstore"
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/kv"
 	"github.com/fairshard/fairshard/node"
 	"github.com/fairshard/fairshard/node/settings"
@@ -55,11 +56,11 @@ func TestConfigEntriesValidatedOnRead(t *testing.T) {
 		t.Errorf("namespace good: quota %d, want 7", got.MaxInFlight)
 	}
 	n.appendRows(rowIn{"dispatch_key": "cfg-1", "namespace": "bad", "task_queue": "q"})
-	eventually(t, 5*time.Second, func() bool {
+	poll.Eventually(t, 5*time.Second, "route bad/q to wait for a target (its stored file:// target is ignored)", func() (bool, string) {
 		var v struct {
 			WaitingRoutes []string `json:"waiting_routes"`
 		}
 		n.mustDo("GET", "/v1/namespaces/bad", nil, 200, &v)
-		return len(v.WaitingRoutes) == 1 && v.WaitingRoutes[0] == "q"
-	}, "route bad/q to wait for a target (its stored file:// target is ignored)")
+		return len(v.WaitingRoutes) == 1 && v.WaitingRoutes[0] == "q", ""
+	})
 }

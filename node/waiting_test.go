@@ -1,11 +1,13 @@
 package node_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/node"
 )
 
@@ -44,10 +46,10 @@ func (n *tnode) waiting(key string) waitingView {
 func (n *tnode) waitReason(key, want string) waitingView {
 	n.t.Helper()
 	var v waitingView
-	eventually(n.t, 10*time.Second, func() bool {
+	poll.Eventually(n.t, 10*time.Second, fmt.Sprintf("row %q to wait for %q", key, want), func() (bool, string) {
 		v = n.waiting(key)
-		return v.Waiting != nil && v.Waiting.Reason == want
-	}, "row %q to wait for %q (last: %+v)", key, want, v.Waiting)
+		return v.Waiting != nil && v.Waiting.Reason == want, fmt.Sprintf("last: %+v", v.Waiting)
+	})
 	if v.Waiting.Message == "" || v.Waiting.Node != n.Name() {
 		n.t.Fatalf("row %q: waiting %+v: want a message and node %s", key, v.Waiting, n.Name())
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/replication"
 	"github.com/fairshard/fairshard/transfer"
@@ -37,7 +38,7 @@ func BenchmarkShardSync(b *testing.B) {
 				b.StartTimer()
 				start := time.Now()
 				c.apply()
-				eventually(b, 10*time.Minute, "b synced", func() (bool, string) {
+				poll.Eventually(b, 10*time.Minute, "b synced", func() (bool, string) {
 					st := c.nodes["b"].repl.Status()
 					return st.SyncingShards == 0 && st.ReplicaShards > 0, fmt.Sprint(st)
 				})
@@ -88,7 +89,7 @@ func BenchmarkRoute(b *testing.B) {
 			}
 			c.apply()
 			b.Cleanup(c.close)
-			eventually(b, time.Minute, "synced", c.converged)
+			poll.Eventually(b, time.Minute, "synced", c.converged)
 			b.SetParallelism(benchProducers / 2) // × GOMAXPROCS 2
 			var seq atomicCounter
 			start := time.Now()

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/replication"
 	"github.com/fairshard/fairshard/shards"
@@ -52,7 +53,7 @@ func doneOnB(t *testing.T, c *tcluster, settled []outbox.Row) {
 		t.Fatalf("only %d settled rows on shards a and b share: the test proves little", len(want))
 	}
 	b := c.nodes["b"]
-	eventually(t, 15*time.Second, "a's settles on b", func() (bool, string) {
+	poll.Eventually(t, 15*time.Second, "a's settles on b", func() (bool, string) {
 		stale := 0
 		for _, k := range want {
 			if got, err := b.store.Get(ctx, k); err != nil || got.Status != outbox.StatusDone {
@@ -213,7 +214,7 @@ func TestAShipLostWithItsConnectionIsRetriedSoon(t *testing.T) {
 	back.Version++
 	back.Addrs = real.Addrs
 	a.repl.Apply(&back) // the connection is gone; the address works again
-	eventually(t, 10*time.Second, "the settles on b", func() (bool, string) {
+	poll.Eventually(t, 10*time.Second, "the settles on b", func() (bool, string) {
 		for _, r := range settled {
 			if got, err := b.store.Get(ctx, r.DispatchKey); err != nil || got.Status != outbox.StatusDone {
 				return false, fmt.Sprintf("%s on b: %s %v", r.DispatchKey, got.Status, err)
@@ -322,7 +323,7 @@ func TestFenceHoldsClaimsUntilAHandover(t *testing.T) {
 	}
 	b.refuseStates.Store(false)
 	a.repl.Apply(c.view("a")) // any view change wakes the handover round
-	eventually(t, 10*time.Second, "a's shards back in its scope after the handover", func() (bool, string) {
+	poll.Eventually(t, 10*time.Second, "a's shards back in its scope after the handover", func() (bool, string) {
 		got := a.scopeNow()
 		return slices.Equal(got, before), fmt.Sprintf("scope %v, want %v", got, before)
 	})

@@ -232,22 +232,6 @@ func (c *tcluster) holders(key string) []string {
 	return out
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, msg := cond()
-		if ok {
-			return
-		}
-		last = msg
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("%s: not true after %v: %s", what, timeout, last)
-}
-
 // converged reports whether every shard's replicas are live, synced and
 // agree on the digest, no node holds a copy of a shard it does not
 // replicate, and no primary waits for a handover.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/nodeauth"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/replication"
@@ -35,7 +36,7 @@ func authOnly(h http.Handler) http.Handler { return testAuth.Middleware(h) }
 
 func waitSynced(t *testing.T, c *tcluster) {
 	t.Helper()
-	eventually(t, 20*time.Second, "replica sets synced and agreeing", c.converged)
+	poll.Eventually(t, 20*time.Second, "replica sets synced and agreeing", c.converged)
 }
 
 // Every appended row is durable on each member of its replica set before
@@ -158,7 +159,7 @@ func TestChangedShipsStateToBackups(t *testing.T) {
 	if len(done) != 200 {
 		t.Fatalf("primaries claimed %d rows, want all 200 (each exactly once)", len(done))
 	}
-	eventually(t, 10*time.Second, "every copy done", func() (bool, string) {
+	poll.Eventually(t, 10*time.Second, "every copy done", func() (bool, string) {
 		for key := range done {
 			for _, name := range c.live() {
 				row, err := c.nodes[name].store.Get(ctx, key)
@@ -457,7 +458,7 @@ func TestHandoverWaitsForTheOldPrimarysClaims(t *testing.T) {
 			n.repl.Changed(r.DispatchKey)
 		}
 	}
-	eventually(t, 10*time.Second, "c claims from its shards", func() (bool, string) {
+	poll.Eventually(t, 10*time.Second, "c claims from its shards", func() (bool, string) {
 		sc := c.nodes["c"].scopeNow()
 		return slices.Equal(sc, taken), fmt.Sprintf("scope %v, want %v", sc, taken)
 	})
@@ -534,7 +535,7 @@ func TestShippingIsNotHeldUpByAHangingBackup(t *testing.T) {
 			}
 			a.repl.Changed(r.DispatchKey)
 		}
-		eventually(t, 10*time.Second, "wave settled on b", func() (bool, string) {
+		poll.Eventually(t, 10*time.Second, "wave settled on b", func() (bool, string) {
 			for _, r := range wave {
 				row, err := c.nodes["b"].store.Get(ctx, r.DispatchKey)
 				if err != nil || row.Status != outbox.StatusDone {
@@ -575,7 +576,7 @@ func TestHandoverWaitsUntilEveryViewNamesTheNewPrimary(t *testing.T) {
 	}
 	wantSyncedButHeldBack(t, c, "c", taken, "a and b still see another primary of them")
 	c.applyTo(all, []string{"a", "b"})
-	eventually(t, 10*time.Second, "c claims from its shards once every view names it", func() (bool, string) {
+	poll.Eventually(t, 10*time.Second, "c claims from its shards once every view names it", func() (bool, string) {
 		sc := c.nodes["c"].scopeNow()
 		return slices.Equal(sc, taken), fmt.Sprintf("scope %v, want %v", sc, taken)
 	})
@@ -694,7 +695,7 @@ func TestRejoinedNodeIsNotASyncSource(t *testing.T) {
 func wantSyncedButHeldBack(t *testing.T, c *tcluster, name string, taken []uint32, why string) {
 	t.Helper()
 	n := c.nodes[name]
-	eventually(t, 10*time.Second, name+" synced", func() (bool, string) {
+	poll.Eventually(t, 10*time.Second, name+" synced", func() (bool, string) {
 		for _, s := range taken {
 			if !n.repl.Synced(s) {
 				return false, fmt.Sprintf("shard %d not synced", s)
@@ -748,7 +749,7 @@ func TestDroppedQueueIsUnshippedUntilRepaired(t *testing.T) {
 	// b comes back: the poll repairs its copies, then the marks go.
 	c.add("b")
 	c.apply()
-	eventually(t, 30*time.Second, "the lost marks cleared once b's copies equal a's", func() (bool, string) {
+	poll.Eventually(t, 30*time.Second, "the lost marks cleared once b's copies equal a's", func() (bool, string) {
 		got := unshipped()
 		return len(got) == 0, fmt.Sprintf("unshipped %v", got)
 	})
@@ -795,7 +796,7 @@ func TestHandoverPullsWhatALeftoverSettled(t *testing.T) {
 	if len(bPrimary) == 0 {
 		t.Fatal("b is the primary of no shard: the test proves nothing")
 	}
-	eventually(t, 20*time.Second, "b synced its shards from a", func() (bool, string) {
+	poll.Eventually(t, 20*time.Second, "b synced its shards from a", func() (bool, string) {
 		st := b.repl.Status()
 		return st.SyncingShards == 0 && st.ReplicaShards == len(bPrimary), fmt.Sprint(st)
 	})
@@ -804,7 +805,7 @@ func TestHandoverPullsWhatALeftoverSettled(t *testing.T) {
 		t.Fatal("a settled no row of b's shards: the test proves nothing")
 	}
 	c.applyTo([]string{"a", "b"}, []string{"a"})
-	eventually(t, 20*time.Second, "b's handover released its shards", func() (bool, string) {
+	poll.Eventually(t, 20*time.Second, "b's handover released its shards", func() (bool, string) {
 		b.scopeMu.Lock()
 		defer b.scopeMu.Unlock()
 		return slices.Equal(b.scope, bPrimary), fmt.Sprintf("scope %v, primary of %v", b.scope, bPrimary)
@@ -838,7 +839,7 @@ func TestLostMarkGoesWithTheBackupsCopy(t *testing.T) {
 	if len(left) == 0 {
 		t.Fatal("b left the set of no shard a settled rows of: the test proves nothing")
 	}
-	eventually(t, 20*time.Second, "a's marks for shards b left gone and every handover done, well inside the 1-minute timeout", func() (bool, string) {
+	poll.Eventually(t, 20*time.Second, "a's marks for shards b left gone and every handover done, well inside the 1-minute timeout", func() (bool, string) {
 		rep, err := a.repl.States(ctx, left)
 		if err != nil {
 			return false, err.Error()
@@ -882,14 +883,14 @@ func TestHandoverPullFailureEndsWithTheTimeout(t *testing.T) {
 			bPrimary = append(bPrimary, s)
 		}
 	}
-	eventually(t, 20*time.Second, "b synced its shards from a", func() (bool, string) {
+	poll.Eventually(t, 20*time.Second, "b synced its shards from a", func() (bool, string) {
 		st := b.repl.Status()
 		return st.SyncingShards == 0 && st.ReplicaShards == len(bPrimary), fmt.Sprint(st)
 	})
 	settle(t, a, claimAll(t, a))
 	a.refuseKeys.Store(true) // every pull from a's leftover copy fails
 	c.applyTo([]string{"a", "b"}, []string{"a"})
-	eventually(t, 20*time.Second, "b's handover released by the timeout", func() (bool, string) {
+	poll.Eventually(t, 20*time.Second, "b's handover released by the timeout", func() (bool, string) {
 		b.scopeMu.Lock()
 		defer b.scopeMu.Unlock()
 		return slices.Equal(b.scope, bPrimary), fmt.Sprintf("scope %v, primary of %v", b.scope, bPrimary)
@@ -1005,7 +1006,7 @@ func TestChangesForAMemberGoneAreUnshippedUntilRepaired(t *testing.T) {
 	defer func() { close(stopBusy); <-busy }()
 	b.refuseMerges.Store(false)
 	c.apply() // one more membership change: one more poll
-	eventually(t, 10*time.Second, "b's copy repaired and the mark gone", func() (bool, string) {
+	poll.Eventually(t, 10*time.Second, "b's copy repaired and the mark gone", func() (bool, string) {
 		got, err := b.store.Get(ctx, key)
 		return err == nil && got.Status == outbox.StatusDone && !unshipped(), fmt.Sprintf("b's copy %s (%v), unshipped %v", got.Status, err, unshipped())
 	})

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/replication"
 	"github.com/fairshard/fairshard/shards"
@@ -77,7 +78,7 @@ func TestEveryRowChangeOfTheStoreReachesTheBackups(t *testing.T) {
 		}
 		// The dead letter is on the backup before the change under test,
 		// so that change's own shipping is what the case sees.
-		eventually(t, 10*time.Second, "the dead letter on the backup", func() (bool, string) {
+		poll.Eventually(t, 10*time.Second, "the dead letter on the backup", func() (bool, string) {
 			got, err := b.store.Get(ctx, key)
 			return err == nil && got.Status == outbox.StatusFailed, fmt.Sprintf("%s %v", got.Status, err)
 		})
@@ -150,7 +151,7 @@ func TestEveryRowChangeOfTheStoreReachesTheBackups(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, 10*time.Second, name+" on the backup", func() (bool, string) {
+			poll.Eventually(t, 10*time.Second, name+" on the backup", func() (bool, string) {
 				theirs, err := b.store.Get(ctx, key)
 				if err != nil {
 					return false, err.Error()

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/fairshard/fairshard/cluster"
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/kv"
 	"github.com/fairshard/fairshard/shards"
 	"github.com/prometheus/client_golang/prometheus"
@@ -338,37 +339,13 @@ func (h *Harness) RestartOnNewAddress(i int) string {
 	return nd.Addr()
 }
 
-// Eventually polls cond every 10 ms until it holds or timeout passes, then
-// fails the test with msg. It returns how long it took.
-func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg string, args ...any) time.Duration {
-	t.Helper()
-	return EventuallyWhy(t, timeout, func() (bool, string) { return cond(), "" }, msg, args...)
-}
-
-// EventuallyWhy is Eventually with a condition that explains itself: the
-// last explanation is added to the failure message.
-func EventuallyWhy(t testing.TB, timeout time.Duration, cond func() (bool, string), msg string, args ...any) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for {
-		ok, why := cond()
-		if ok {
-			return time.Since(start)
-		}
-		if time.Since(start) > timeout {
-			t.Fatalf("after %v: %s: %s", timeout, fmt.Sprintf(msg, args...), why)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // WaitConverged waits until every running node sees exactly the running
 // nodes as members (names and states alike) and computed the same table,
 // and returns the snapshot of the first running node. It fails the test
 // after timeout.
 func (h *Harness) WaitConverged(timeout time.Duration) *cluster.OwnershipSnapshot {
 	h.t.Helper()
-	EventuallyWhy(h.t, timeout, h.converged, "cluster did not converge")
+	poll.Eventually(h.t, timeout, "cluster did not converge", h.converged)
 	return h.Running()[0].Cluster.Snapshot()
 }
 
@@ -413,7 +390,7 @@ func (h *Harness) converged() (bool, string) {
 // discrepancy otherwise.
 func (h *Harness) CheckOwnership() {
 	h.t.Helper()
-	EventuallyWhy(h.t, 10*time.Second, h.ownershipPartitioned, "owned shards do not partition the shard space")
+	poll.Eventually(h.t, 10*time.Second, "owned shards do not partition the shard space", h.ownershipPartitioned)
 }
 
 func (h *Harness) ownershipPartitioned() (bool, string) {

@@ -19,13 +19,13 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fairshard/fairshard/boltstore"
 	"github.com/fairshard/fairshard/cluster/clustertest"
+	"github.com/fairshard/fairshard/internal/testnode"
 	"github.com/fairshard/fairshard/loadgen"
 	"github.com/fairshard/fairshard/node"
 	"github.com/fairshard/fairshard/outbox"
@@ -661,7 +661,7 @@ func TestProbe(t *testing.T) {
 
 func TestParseNamespaces(t *testing.T) {
 	got, err := loadgen.ParseNamespaces("a:2:3, b ,c.d:1", node.ValidName)
-	if err != nil || fmt.Sprint(got) != "[{a 2 3} {b 1 1} {c.d 1 1}]" {
+	if err != nil || fmt.Sprint(got) != "[{a 2 3 0} {b 1 1 0} {c.d 1 1 0}]" {
 		t.Errorf("parseNamespaces = %v, %v", got, err)
 	}
 	for _, bad := range []string{"bad name:1", "a:0", "a:x", "a:1:0", "a:1:2:3"} {
@@ -674,22 +674,47 @@ func TestParseNamespaces(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+// startServe runs `fairshard <args>` in-process with environ and waits until
+// base answers /readyz (fairshard probe); what names the command in
+// failures. It returns the exit code's channel and the command's stderr.
+func startServe(t *testing.T, what string, args, environ []string, base string) (chan int, *testnode.LogBuffer) {
+	t.Helper()
+	stderr := &testnode.LogBuffer{}
+	done := make(chan int, 1)
+	go func() { done <- run(args, environ, io.Discard, stderr) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if code, _, _ := runCmd(t, nil, "probe", base+"/readyz"); code == 0 {
+			return done, stderr
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("%s exited %d before it was ready:\n%s", what, code, stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not ready after 10 s:\n%s", what, stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+// stopServe sends this process SIGTERM, which serve's
+// signal.NotifyContext turns into a stop of the node instead of the test
+// binary's end, and expects serve to exit 0 within 15 s.
+func stopServe(t *testing.T, done chan int, stderr *testnode.LogBuffer) {
+	t.Helper()
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("serve exited %d after SIGTERM, want 0:\n%s", code, stderr.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("serve did not stop within 15 s of SIGTERM:\n%s", stderr.String())
+	}
 }
 
 // freeAddr returns a free host:port on a fresh loopback IP.
@@ -712,28 +737,10 @@ func TestServeStartsAndStopsOnSIGTERM(t *testing.T) {
 	gossipIP, _, _ := net.SplitHostPort(freeAddr(t))
 	dir := t.TempDir()
 	environ := []string{"FAIRSHARD_NODE_NAME=env-node", "FAIRSHARD_DATA_DIR=" + dir, "FAIRSHARD_BOGUS=1"}
-	args := []string{"serve", "--http-addr", httpAddr, "--gossip-addr", gossipIP + ":0", "--gossip-profile", "fast",
+	args := []string{"serve", "--http-addr", httpAddr, "--gossip-addr", gossipIP + ":0", "--gossip-profile", testnode.GossipProfile,
 		"--shutdown-grace", "5s", "--log-format", "json"}
-	var stderr syncBuffer
-	done := make(chan int, 1)
-	go func() { done <- run(args, environ, io.Discard, &stderr) }()
-
 	base := "http://" + httpAddr
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if code, _, _ := runCmd(t, nil, "probe", base+"/readyz"); code == 0 {
-			break
-		}
-		select {
-		case code := <-done:
-			t.Fatalf("serve exited %d before it was ready:\n%s", code, stderr.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve not ready after 10 s:\n%s", stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	done, stderr := startServe(t, "serve", args, environ, base)
 	resp, err := http.Get(base + "/v1/cluster")
 	if err != nil {
 		t.Fatal(err)
@@ -750,19 +757,7 @@ func TestServeStartsAndStopsOnSIGTERM(t *testing.T) {
 		t.Errorf("the unknown variable FAIRSHARD_BOGUS was not reported:\n%s", stderr.String())
 	}
 
-	// Registered by serve's signal.NotifyContext: it stops the node
-	// instead of killing the test binary.
-	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Errorf("serve exited %d after SIGTERM, want 0:\n%s", code, stderr.String())
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatalf("serve did not stop within 15 s of SIGTERM:\n%s", stderr.String())
-	}
+	stopServe(t, done, stderr)
 	if !strings.Contains(stderr.String(), "draining") || !strings.Contains(stderr.String(), "stopped gracefully") {
 		t.Errorf("no drain and graceful stop in the log:\n%s", stderr.String())
 	}
@@ -864,30 +859,13 @@ func TestInsecureOnPurpose(t *testing.T) {
 	_, port, _ := net.SplitHostPort(freeAddr(t))
 	gossipIP, _, _ := net.SplitHostPort(freeAddr(t))
 	args := []string{"serve", "--http-addr", "0.0.0.0:" + port, "--advertise-http", "127.0.0.1:" + port,
-		"--gossip-addr", gossipIP + ":0", "--gossip-profile", "fast", "--insecure",
+		"--gossip-addr", gossipIP + ":0", "--gossip-profile", testnode.GossipProfile, "--insecure",
 		"--shutdown-grace", "5s", "--data-dir", t.TempDir(), "--node-name", "insecure-node"}
 	if code, _, stderr := runCmd(t, nil, slices.DeleteFunc(slices.Clone(args), func(a string) bool { return a == "--insecure" })...); code != 2 {
 		t.Fatalf("without --insecure: exit %d, want 2: %s", code, stderr)
 	}
-	var stderr syncBuffer
-	done := make(chan int, 1)
-	go func() { done <- run(args, nil, io.Discard, &stderr) }()
 	base := "http://127.0.0.1:" + port
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if code, _, _ := runCmd(t, nil, "probe", base+"/readyz"); code == 0 {
-			break
-		}
-		select {
-		case code := <-done:
-			t.Fatalf("serve --insecure exited %d before it was ready:\n%s", code, stderr.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve --insecure not ready after 10 s:\n%s", stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	done, stderr := startServe(t, "serve --insecure", args, nil, base)
 	resp, err := http.Get(base + "/v1/cluster")
 	if err != nil {
 		t.Fatal(err)
@@ -916,17 +894,7 @@ func TestInsecureOnPurpose(t *testing.T) {
 	if !strings.Contains(stderr.String(), "INSECURE") {
 		t.Errorf("no INSECURE warning at start:\n%s", stderr.String())
 	}
-	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Errorf("serve exited %d after SIGTERM:\n%s", code, stderr.String())
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatalf("serve did not stop within 15 s of SIGTERM")
-	}
+	stopServe(t, done, stderr)
 }
 
 // TestSecrets: `fairshard secrets --dir` generates a cluster secret, a

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fairshard/fairshard/internal/testnode"
 )
 
 // TestPprofShowsNoSecrets: a profile never shows a secret. Input, the
@@ -55,7 +57,7 @@ func TestPprofShowsNoSecrets(t *testing.T) {
 				"--node-name", "pprof-node", "--shutdown-grace", "5s", "--log-format", "json"}, c.args...)
 			cmd := exec.Command(os.Args[0], args...)
 			cmd.Env = append(append(os.Environ(), runMainEnv+"=1"), c.environ...)
-			var stderr syncBuffer
+			var stderr testnode.LogBuffer
 			cmd.Stderr, cmd.Stdout = &stderr, io.Discard
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fairshard/fairshard/internal/testnode"
 )
 
 // The run's load: namespaces with small and large quotas. Rates are mean
@@ -133,7 +135,9 @@ func newRun(t *testing.T, rs runSettings, p plan) *run {
 		}
 		_ = os.RemoveAll(dir)
 	})
-	bin, err := buildBinary(dir)
+	// A plain build: the race detector instruments this test process,
+	// which runs the target and the load.
+	bin, err := testnode.Build(dir, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +163,7 @@ func newRun(t *testing.T, rs runSettings, p plan) *run {
 	r.c = &cluster{lab: lab, bin: bin, dir: dir, shards: shardCount, tl: r.tl, client: mkClient(4),
 		target: fmt.Sprintf("http://%s:%d/deliver/{namespace}/{task_queue}", hubIP, targetPort)}
 	r.c.onCrash = func(n *node, code int) {
-		r.tl.add(evCrash, []string{n.name}, "exit code %d; log tail:\n%s", code, tailFile(n.logPath, 20))
+		r.tl.add(evCrash, []string{n.name}, "exit code %d; log tail:\n%s", code, testnode.TailFile(n.logPath, 20))
 	}
 	t.Cleanup(func() {
 		for _, n := range r.c.all() {
@@ -828,7 +832,7 @@ func (r *run) stopAndCheckStores() {
 			}
 			n.setState(stateDown)
 			if out.code != 0 && out.second == 0 { // after a second SIGTERM, leave-progress says why
-				r.problem("graceful-stop", "%s exited %d after SIGTERM on a healed, drained cluster (want 0); log:\n%s", n.name, out.code, tailFile(n.logPath, 8))
+				r.problem("graceful-stop", "%s exited %d after SIGTERM on a healed, drained cluster (want 0); log:\n%s", n.name, out.code, testnode.TailFile(n.logPath, 8))
 			}
 		})
 	}
@@ -928,7 +932,7 @@ func (r *run) report() {
 		}
 	}
 	for _, n := range r.c.all() {
-		fmt.Fprintf(&b, "\n---- tail of %s's log (%s) ----\n%s\n", n.name, n.logPath, tailFile(n.logPath, 25))
+		fmt.Fprintf(&b, "\n---- tail of %s's log (%s) ----\n%s\n", n.name, n.logPath, testnode.TailFile(n.logPath, 25))
 	}
 	// Every violation in full, for the post-mortem, beside the node logs.
 	var full strings.Builder

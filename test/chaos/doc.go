@@ -52,8 +52,9 @@
 // Four namespaces with quotas 2, 8, 32 and 256 append at bursty rates
 // through random nodes (down and paused ones included, as a producer with
 // a static node list would), retrying every failed batch on another node
-// until it is acknowledged. The append call lives in append_test.go alone,
-// so the Go client (issue 18) can replace it.
+// until it is acknowledged. It is a paced loadgen.Generator (load_test.go:
+// its config, and its Ledger read as the checkers' rows); the appends go
+// through package client.
 //
 // # Checkers
 //

@@ -4,9 +4,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strconv"
 	"time"
 )
@@ -91,21 +88,4 @@ func (s runSettings) replayCommand() string {
 		cmd += fmt.Sprintf(" -chaos.rate=%v", s.Rate)
 	}
 	return cmd
-}
-
-// buildBinary runs `go build ./cmd/node` from the module root into dir (a
-// plain build: the race detector instruments this test process, which runs
-// the target and the load).
-func buildBinary(dir string) (string, error) {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	out := filepath.Join(dir, "fairshard")
-	cmd := exec.Command(goBin, "build", "-o", out, "./cmd/node")
-	cmd.Dir = filepath.Join("..", "..") // test/chaos → module root
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/node: %v\n%s", err, b)
-	}
-	return out, nil
 }

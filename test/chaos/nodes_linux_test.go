@@ -15,7 +15,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -24,26 +23,20 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/fairshard/fairshard/internal/testnode"
 )
 
-// nodeFlags are the serve flags of every node: fast gossip and short loops,
-// as in test/e2e, so a fault's effects play out in seconds; and the
-// secrets a node listening beyond loopback needs (issue #13 item 1): a
-// cluster secret signing node-to-node calls and a gossip key, fresh per
-// run.
-var nodeFlags = []string{
+// nodeFlags are the serve flags of every node: the test profile
+// (testnode.ServeFlags), as in test/e2e, so a fault's effects play out in
+// seconds; and the secrets a node listening beyond loopback needs (issue
+// #13 item 1): a cluster secret signing node-to-node calls and a gossip
+// key, fresh per run.
+var nodeFlags = append([]string{
 	"--cluster-secret", randomSecret(32),
 	"--gossip-key", base64.StdEncoding.EncodeToString([]byte(randomSecret(16))),
-	"--gossip-profile", "fast",
-	"--poll-interval", "10ms",
-	"--handoff-interval", "500ms",
-	"--delivery-timeout", "5s",
-	"--retry-base", "50ms",
-	"--retry-cap", "1s",
 	"--shutdown-grace", shutdownGrace.String(),
-	"--quota-ttl", "500ms",
-	"--log-level", "info",
-}
+}, testnode.ServeFlags()...)
 
 // randomSecret returns n random bytes as hex characters (n of them).
 func randomSecret(n int) string {
@@ -76,12 +69,10 @@ type node struct {
 	dataDir string
 	logPath string
 
-	mu       sync.Mutex
-	state    nodeState
-	cmd      *exec.Cmd
-	done     chan struct{} // closed when the current process has exited
-	exitCode int
-	starts   int
+	mu     sync.Mutex
+	state  nodeState
+	cur    *testnode.Process // the current (or last) process; nil before the first start
+	starts int
 	// expectExit is set while the harness is stopping the process, so the
 	// exit watcher tells a crash from an exit it caused.
 	expectExit bool
@@ -107,10 +98,10 @@ func (n *node) setState(s nodeState) {
 func (n *node) pid() int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.cmd == nil || n.cmd.Process == nil {
+	if n.cur == nil {
 		return 0
 	}
-	return n.cmd.Process.Pid
+	return n.cur.Pid()
 }
 
 // cluster is a run's node processes, each in its own network namespace of
@@ -234,82 +225,43 @@ func (n *node) launch(join []string) error {
 	if len(join) > 0 {
 		args = append(args, "--join", strings.Join(join, ","))
 	}
-	logf, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.starts++
-	fmt.Fprintf(logf, "=== chaos: start #%d of %s at %s: ip %s\n", n.starts, n.name, time.Now().Format(time.RFC3339Nano), strings.Join(args, " "))
-	cmd := exec.Command("ip", args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = childEnv()
-	// The kernel kills a node if this test process dies (a timeout panic).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		_ = logf.Close()
-		return fmt.Errorf("start %s: %w", n.name, err)
+	cur, err := testnode.Launch(testnode.Spec{Name: n.name, Path: "ip", Args: args, LogPath: n.logPath, Start: n.starts,
+		OnExit: func(code int) {
+			// The exit watcher tells a crash from an exit the harness caused.
+			n.mu.Lock()
+			expected := n.expectExit
+			if !expected {
+				n.state = stateDown
+			}
+			n.mu.Unlock()
+			if !expected && c.onCrash != nil {
+				c.onCrash(n, code)
+			}
+		}})
+	if err != nil {
+		return err
 	}
-	done := make(chan struct{})
-	n.cmd, n.done, n.exitCode, n.state, n.expectExit = cmd, done, -1, stateUp, false
-	c.tl.add(evStart, []string{n.name}, "start #%d, pid %d", n.starts, cmd.Process.Pid)
-	go func() {
-		err := cmd.Wait()
-		code := 0
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			code = ee.ExitCode() // -1 when killed by a signal
-		} else if err != nil {
-			code = -2
-		}
-		_ = logf.Close()
-		n.mu.Lock()
-		n.exitCode = code
-		expected := n.expectExit
-		if !expected {
-			n.state = stateDown
-		}
-		n.mu.Unlock()
-		close(done)
-		if !expected && c.onCrash != nil {
-			c.onCrash(n, code)
-		}
-	}()
+	n.cur, n.state, n.expectExit = cur, stateUp, false
+	c.tl.add(evStart, []string{n.name}, "start #%d, pid %d", n.starts, cur.Pid())
 	return nil
-}
-
-// childEnv is this process's environment without FAIRSHARD_* variables,
-// so a developer's shell settings cannot change the run.
-func childEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "FAIRSHARD_") {
-			env = append(env, kv)
-		}
-	}
-	return env
 }
 
 // signal sends sig to n's running process; it returns the exit channel and
 // whether the process was running.
-func (n *node) signal(sig syscall.Signal, expectExit bool) (chan struct{}, bool) {
+func (n *node) signal(sig syscall.Signal, expectExit bool) (<-chan struct{}, bool) {
 	n.mu.Lock()
-	cmd, done := n.cmd, n.done
+	cur := n.cur
 	if expectExit {
 		n.expectExit = true
 	}
 	n.mu.Unlock()
-	if cmd == nil || done == nil {
+	if cur == nil {
 		return nil, false
 	}
-	select {
-	case <-done:
-		return done, false
-	default:
-	}
-	_ = cmd.Process.Signal(sig)
-	return done, true
+	return cur.Done(), cur.Signal(sig)
 }
 
 // kill sends SIGKILL (a crash: no drain, no leave) and waits for the exit.
@@ -406,9 +358,7 @@ func (n *node) stop() (stopOutcome, error) {
 		}
 	}
 	out.took = time.Since(start)
-	n.mu.Lock()
-	out.code = n.exitCode
-	n.mu.Unlock()
+	out.code = n.process().ExitCode()
 	if out.killed {
 		out.code = -1
 	}
@@ -446,25 +396,14 @@ func (n *node) leave(done <-chan struct{}) (leaveStatus, bool) {
 // waitReady polls /readyz until it answers 200; it fails at once if the
 // process exits, or after timeout.
 func (c *cluster) waitReady(n *node, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		n.mu.Lock()
-		done := n.done
-		n.mu.Unlock()
-		select {
-		case <-done:
-			return fmt.Errorf("%s exited (code %d) before it was ready; log:\n%s", n.name, n.exitCode, tailFile(n.logPath, 30))
-		default:
-		}
-		code, _, err := c.get(n.baseURL() + "/readyz")
-		if err == nil && code == http.StatusOK {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready after %v (HTTP %d, %v); log:\n%s", n.name, timeout, code, err, tailFile(n.logPath, 30))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return n.process().WaitReady(c.client, n.baseURL(), timeout)
+}
+
+// process is n's current (or last) process.
+func (n *node) process() *testnode.Process {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.cur
 }
 
 // get fetches u with the admin client.
@@ -681,21 +620,4 @@ func hexPort(addr string) int {
 		return -1
 	}
 	return int(p)
-}
-
-// tailFile returns the last n lines of the file (at most 64 KiB of it).
-func tailFile(path string, n int) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return "(" + err.Error() + ")"
-	}
-	defer f.Close()
-	st, _ := f.Stat()
-	off := max(st.Size()-64<<10, 0)
-	b, _ := io.ReadAll(io.NewSectionReader(f, off, st.Size()-off))
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -20,7 +18,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/fairshard/fairshard/cluster/clustertest"
+	"github.com/fairshard/fairshard/internal/poll"
+	"github.com/fairshard/fairshard/internal/testnode"
 	"github.com/fairshard/fairshard/loadgen"
 	"github.com/fairshard/fairshard/node"
 	"github.com/fairshard/fairshard/node/webui"
@@ -53,66 +52,21 @@ func browserPath(t *testing.T) string {
 type tnode struct {
 	*node.Node
 	base string
-	logs *syncBuffer
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
+// startNode starts console-<i> (testnode.Config with the API token, three
+// delivery attempts and slower sweeps and retries) joining join.
 func startNode(t *testing.T, i int, join []string) *tnode {
 	t.Helper()
-	cfg := node.DefaultConfig()
-	ip := clustertest.TakeIP()
+	cfg := testnode.Config(t.TempDir())
 	cfg.NodeName = fmt.Sprintf("console-%d", i)
-	cfg.DataDir = t.TempDir()
-	cfg.HTTPAddr = net.JoinHostPort(ip, "0")
-	cfg.GossipAddr = net.JoinHostPort(ip, "0")
-	cfg.GossipProfile = "fast"
 	cfg.PollInterval = 20 * time.Millisecond
-	cfg.HandoffInterval = 200 * time.Millisecond
 	cfg.RetryBase = 50 * time.Millisecond
-	cfg.RetryCap = 200 * time.Millisecond
 	cfg.MaxAttempts = 3
-	cfg.QuotaTTL = 50 * time.Millisecond
-	cfg.DeliveryTimeout = 5 * time.Second
-	cfg.ShutdownGrace = 10 * time.Second
 	cfg.APIToken, cfg.ClusterSecret = token, clusterSecret
 	cfg.Join = join
-	logs := &syncBuffer{}
-	n, err := node.New(cfg, slog.New(slog.NewTextHandler(logs, nil)).With("node", cfg.NodeName))
-	if err != nil {
-		t.Fatalf("node %d: %v", i, err)
-	}
-	tn := &tnode{Node: n, logs: logs}
-	t.Cleanup(func() {
-		if err := n.Close(); err != nil {
-			t.Errorf("close %s: %v", cfg.NodeName, err)
-		}
-		if t.Failed() {
-			t.Logf("logs of %s:\n%s", cfg.NodeName, logs.String())
-		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	if err := n.Start(ctx); err != nil {
-		t.Fatalf("start node %d: %v", i, err)
-	}
-	tn.base = "http://" + n.APIAddr()
-	return tn
+	n := testnode.Start(t, cfg)
+	return &tnode{Node: n.Node, base: n.URL}
 }
 
 var httpc = &http.Client{Timeout: 10 * time.Second}
@@ -144,17 +98,6 @@ func (n *tnode) call(t *testing.T, method, path string, body, out any) {
 	}
 }
 
-func eventually(t *testing.T, timeout time.Duration, cond func() bool, format string, args ...any) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for "+format, append([]any{timeout}, args...)...)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 type rowStatus struct {
 	Status string `json:"status"`
 }
@@ -170,18 +113,18 @@ func TestConsoleInBrowser(t *testing.T) {
 	b := startNode(t, 1, []string{a.GossipAddr()})
 	c := startNode(t, 2, []string{a.GossipAddr()})
 	nodes := []*tnode{a, b, c}
-	eventually(t, 15*time.Second, func() bool {
+	poll.Eventually(t, 15*time.Second, "3 members seen by every node", func() (bool, string) {
 		for _, n := range nodes {
 			var cl struct {
 				Members []struct{ State string } `json:"members"`
 			}
 			n.call(t, http.MethodGet, "/v1/cluster", nil, &cl)
 			if len(cl.Members) != 3 {
-				return false
+				return false, ""
 			}
 		}
-		return true
-	}, "3 members seen by every node")
+		return true, ""
+	})
 
 	shop := loadgen.NewReceiver(0)
 	shopSrv := httptest.NewServer(shop)
@@ -311,13 +254,13 @@ func TestConsoleInBrowser(t *testing.T) {
 	waitText("member state", `#members tbody tr[data-member="`+b.Name()+`"] td.state`, "active")
 
 	// Pause shop from the page and watch delivery stop.
-	eventually(t, 10*time.Second, func() bool { return shop.Delivered() > 10 }, "shop deliveries to flow")
+	poll.Eventually(t, 10*time.Second, "shop deliveries to flow", func() (bool, string) { return shop.Delivered() > 10, "" })
 	run("open namespaces", chromedp.Navigate(a.base+"/ui/#namespaces"))
 	shopRow := `#namespaces tbody tr[data-ns="shop"]`
 	waitText("shop row", shopRow+" td.state", "active")
 	run("pause shop", chromedp.Click(chromedp.CSS(shopRow+" button.pause")))
 	waitText("shop paused", shopRow+" td.state", "paused")
-	eventually(t, 10*time.Second, func() bool {
+	poll.Eventually(t, 10*time.Second, "every node to see shop paused with nothing in flight", func() (bool, string) {
 		for _, n := range nodes {
 			var ns struct {
 				Paused  bool `json:"paused"`
@@ -327,11 +270,11 @@ func TestConsoleInBrowser(t *testing.T) {
 			}
 			n.call(t, http.MethodGet, "/v1/namespaces/shop", nil, &ns)
 			if !ns.Paused || ns.Cluster.Claimed != 0 {
-				return false
+				return false, ""
 			}
 		}
-		return true
-	}, "every node to see shop paused with nothing in flight")
+		return true, ""
+	})
 	stopped := shop.Delivered()
 	producedAtPause := produced.Load()
 	time.Sleep(time.Second)
@@ -345,34 +288,34 @@ func TestConsoleInBrowser(t *testing.T) {
 	t.Logf("paused: %d delivered, page shows %s pending", stopped, pending)
 	run("resume shop", chromedp.Click(chromedp.CSS(shopRow+" button.resume")))
 	waitText("shop active", shopRow+" td.state", "active")
-	eventually(t, 10*time.Second, func() bool { return shop.Delivered() > stopped+5 }, "deliveries to resume")
+	poll.Eventually(t, 10*time.Second, "deliveries to resume", func() (bool, string) { return shop.Delivered() > stopped+5, "" })
 
 	// A quota edit from the page.
 	run("set shop's quota to 7", chromedp.SendKeys(chromedp.CSS(shopRow+" input.quota"), "7"),
 		chromedp.Click(chromedp.CSS(shopRow+" button.save-quota")))
 	waitText("the new quota shows", shopRow+" .quota-now", "7")
-	eventually(t, 10*time.Second, func() bool {
+	poll.Eventually(t, 10*time.Second, fmt.Sprintf("shop's quota, set from the page, to reach %s", c.Name()), func() (bool, string) {
 		var ns struct {
 			MaxInFlight uint32 `json:"max_in_flight"`
 		}
 		c.call(t, http.MethodGet, "/v1/namespaces/shop", nil, &ns)
-		return ns.MaxInFlight == 7
-	}, "shop's quota, set from the page, to reach %s", c.Name())
+		return ns.MaxInFlight == 7, ""
+	})
 
 	// A held row and its reason.
 	a.call(t, http.MethodPut, "/v1/workflows/wf-held/hold", nil, nil)
-	eventually(t, 10*time.Second, func() bool {
+	poll.Eventually(t, 10*time.Second, "the hold to reach every node", func() (bool, string) {
 		for _, n := range nodes {
 			var h struct {
 				Held bool `json:"held"`
 			}
 			n.call(t, http.MethodGet, "/v1/workflows/wf-held/hold", nil, &h)
 			if !h.Held {
-				return false
+				return false, ""
 			}
 		}
-		return true
-	}, "the hold to reach every node")
+		return true, ""
+	})
 	b.call(t, http.MethodPost, "/v1/rows", map[string]any{"rows": []map[string]any{{"workflow_id": "wf-held", "ordinal": 1, "namespace": "held"}}}, nil)
 	run("look up the held row", chromedp.Navigate(a.base+"/ui/#row"),
 		chromedp.SendKeys(chromedp.CSS("#row-key"), "wf-held:1"), chromedp.Click(chromedp.CSS("#row-form button")))
@@ -382,33 +325,33 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	// A dead letter, redriven from the page once the target is fixed.
 	c.call(t, http.MethodPost, "/v1/rows", map[string]any{"rows": []map[string]any{{"dispatch_key": "dl-1", "namespace": "dl"}}}, nil)
-	eventually(t, 15*time.Second, func() bool {
+	poll.Eventually(t, 15*time.Second, "dl-1 to become a dead letter", func() (bool, string) {
 		var r rowStatus
 		a.call(t, http.MethodGet, "/v1/rows/dl-1", nil, &r)
-		return r.Status == "failed"
-	}, "dl-1 to become a dead letter")
+		return r.Status == "failed", ""
+	})
 	dl.SetStatus(0)
 	run("open dead letters", chromedp.Navigate(a.base+"/ui/#dead"),
 		chromedp.SendKeys(chromedp.CSS("#dl-ns"), "dl"), chromedp.Click(chromedp.CSS("#dl-load")))
 	waitText("dead letter listed", `#dead-letters tbody tr[data-key="dl-1"] td.key`, "dl-1")
 	run("redrive dl-1", chromedp.Click(chromedp.CSS(`#dead-letters tbody tr[data-key="dl-1"] button.redrive`)))
 	waitText("redrive result", "#dl-result", "Redriven: 1")
-	eventually(t, 15*time.Second, func() bool {
+	poll.Eventually(t, 15*time.Second, "the redriven dl-1 to be delivered", func() (bool, string) {
 		var r rowStatus
 		a.call(t, http.MethodGet, "/v1/rows/dl-1", nil, &r)
-		return r.Status == "done"
-	}, "the redriven dl-1 to be delivered")
+		return r.Status == "done", ""
+	})
 
 	// Two more dead letters, purged after confirming.
 	dl.SetStatus(http.StatusBadRequest)
 	a.call(t, http.MethodPost, "/v1/rows", map[string]any{"rows": []map[string]any{{"dispatch_key": "dl-2", "namespace": "dl"}, {"dispatch_key": "dl-3", "namespace": "dl"}}}, nil)
-	eventually(t, 15*time.Second, func() bool {
+	poll.Eventually(t, 15*time.Second, "dl-2 and dl-3 to become dead letters", func() (bool, string) {
 		var p struct {
 			Rows []any `json:"rows"`
 		}
 		a.call(t, http.MethodGet, "/v1/namespaces/dl/dead-letters", nil, &p)
-		return len(p.Rows) == 2
-	}, "dl-2 and dl-3 to become dead letters")
+		return len(p.Rows) == 2, ""
+	})
 	run("purge", chromedp.Click(chromedp.CSS("#dl-purge-all")), chromedp.WaitVisible(chromedp.CSS("#dl-confirm")))
 	waitText("purge asks first", "#dl-confirm-text", "Purge every dead letter of dl")
 	run("confirm the purge", chromedp.Click(chromedp.CSS("#dl-confirm-yes")))

@@ -19,6 +19,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/fairshard/fairshard/internal/poll"
+	"github.com/fairshard/fairshard/internal/testnode"
 )
 
 // Issue #16 item 4: a node bound to 0.0.0.0 on a host with two private
@@ -58,7 +61,7 @@ func TestAdvertisedAddressIsTheDefaultRoutesOnTwoInterfaces(t *testing.T) {
 		"adv-b": {"10.231.1.3:7946", "10.231.1.3:8080"},
 	}
 	var tables [2][]string
-	eventually(t, 30*time.Second, "both nodes list both members at their advertised addresses, with one table", func() (bool, string) {
+	poll.Eventually(t, deadline(30*time.Second), "both nodes list both members at their advertised addresses, with one table", func() (bool, string) {
 		for i, p := range []struct {
 			c   *http.Client
 			api string
@@ -66,7 +69,7 @@ func TestAdvertisedAddressIsTheDefaultRoutesOnTwoInterfaces(t *testing.T) {
 		}{{clientA, apiA, a}, {clientB, apiB, b}} {
 			var v clusterView
 			if err := getJSONWith(p.c, p.api+"/v1/cluster", &v); err != nil {
-				return false, fmt.Sprintf("%v; log:\n%s", err, tailFile(p.log, 10))
+				return false, fmt.Sprintf("%v; log:\n%s", err, testnode.TailFile(p.log, 10))
 			}
 			if len(v.Members) != len(wantMembers) {
 				return false, fmt.Sprintf("%s sees %s", v.Node, v.memberSet())
@@ -99,7 +102,7 @@ func TestAdvertisedAddressIsTheDefaultRoutesOnTwoInterfaces(t *testing.T) {
 		return true, ""
 	})
 
-	log := tailFile(a, 400)
+	log := testnode.TailFile(a, 400)
 	var line string
 	for _, l := range strings.Split(log, "\n") {
 		if strings.Contains(l, "several addresses could be advertised") {
@@ -168,29 +171,20 @@ func netnsPair(t *testing.T) (string, string) {
 func startInNetns(t *testing.T, ns, dir, name string, flags ...string) string {
 	t.Helper()
 	logPath := filepath.Join(dir, name+".log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
 	args := append([]string{"netns", "exec", ns, fairshardBin, "serve",
 		"--node-name", name, "--data-dir", filepath.Join(dir, name), "--shards", "64",
 		// Beyond loopback a node needs a gossip key beside the cluster
 		// secret of baseNodeFlags (issue #13 item 1).
 		"--gossip-key", "YWR2ZXJ0aXNlLXRlc3Qta2V5LTMyLWJ5dGVzLi4uLi4="}, baseNodeFlags...)
 	args = append(args, flags...)
-	cmd := exec.Command("ip", args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = childEnv()
-	cmd.SysProcAttr = childProcAttr()
-	if err := cmd.Start(); err != nil {
+	p, err := testnode.Launch(testnode.Spec{Name: name, Path: "ip", Args: args, LogPath: logPath, Start: 1})
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		_ = logf.Close()
+		p.Kill()
 		if t.Failed() {
-			t.Logf("---- tail of %s's log ----\n%s", name, tailFile(logPath, 40))
+			t.Logf("---- tail of %s's log ----\n%s", name, testnode.TailFile(logPath, 40))
 		}
 	})
 	return logPath

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/loadgen"
 )
 
@@ -75,7 +76,7 @@ func TestCrashRestart(t *testing.T) {
 		Namespaces: []loadgen.Namespace{{Name: "crash-a", Weight: 1, TaskQueues: 2}, {Name: "crash-b", Weight: 2, TaskQueues: 2}},
 	})
 	wait := startLoad(t, gen)
-	eventually(t, 15*time.Second, "load under way", func() (bool, string) {
+	poll.Eventually(t, deadline(15*time.Second), "load under way", func() (bool, string) {
 		return recv.Delivered() >= 2_000, fmt.Sprintf("%d delivered", recv.Delivered())
 	})
 	inFlight := 0

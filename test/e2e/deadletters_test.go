@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fairshard/fairshard/internal/poll"
 )
 
 // procStatusKiB reads one "Name: N kB" line of /proc/PID/status.
@@ -126,7 +128,7 @@ func TestDeadLetterPagesAreBounded(t *testing.T) {
 	}
 	// R = 2 (the default) on 2 nodes: each dead letter is held by both;
 	// the pages below list it once, from its shard's primary.
-	eventually(t, 60*time.Second, "200 dead letters, 2 copies each", func() (bool, string) {
+	poll.Eventually(t, deadline(60*time.Second), "200 dead letters, 2 copies each", func() (bool, string) {
 		_, _, dead, err := c.backlog("dl")
 		return err == nil && dead == 2*rows, fmt.Sprintf("%d dead letter copies (%v)", dead, err)
 	})
@@ -143,7 +145,7 @@ func TestDeadLetterPagesAreBounded(t *testing.T) {
 		}
 		return v, len(b)
 	}
-	pid := a.cmd.Process.Pid
+	pid := a.process().Pid()
 	rss0, anon0 := procStatusKiB(t, pid, "VmRSS")>>10, procStatusKiB(t, pid, "RssAnon")>>10
 
 	// The request.

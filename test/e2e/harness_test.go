@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -15,7 +14,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -28,30 +26,25 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/internal/poll"
+	"github.com/fairshard/fairshard/internal/testnode"
 	"github.com/fairshard/fairshard/loadgen"
 )
 
-// Timings every node runs with: fast gossip and short loops, so a scenario
-// takes seconds (DESIGN: tests use shorter timings than the LAN profile);
-// and a cluster secret, so every node-to-node call of the suite is signed
-// both ways (issue #13 item 2; loopback nodes could run without).
-var baseNodeFlags = []string{
+// baseNodeFlags are every node's serve flags: the test profile
+// (testnode.ServeFlags), so a scenario takes seconds (DESIGN: tests use
+// shorter timings than the LAN profile); and a cluster secret, so every
+// node-to-node call of the suite is signed both ways (issue #13 item 2;
+// loopback nodes could run without).
+var baseNodeFlags = append([]string{
 	"--cluster-secret", e2eClusterSecret,
-	"--gossip-profile", "fast",
-	"--poll-interval", "10ms",
-	"--handoff-interval", "500ms",
-	"--delivery-timeout", "5s",
-	"--retry-base", "50ms",
-	"--retry-cap", "1s",
 	"--shutdown-grace", "20s",
-	"--quota-ttl", "500ms",
 	// Exact quota mode (the default): a 2 s lease, so a coordinator that
-	// moves with a join or a crash learns for 2 s, not 10 (fast gossip
-	// detects a crash in about a second).
+	// moves with a join or a crash learns for 2 s, not 10 (the test gossip
+	// profile detects a crash in a second or two).
 	"--lease-length", "2s",
 	"--lease-refresh", "100ms",
-	"--log-level", "info",
-}
+}, testnode.ServeFlags()...)
 
 // e2eClusterSecret is the suite's cluster secret, fresh per run.
 var e2eClusterSecret = func() string {
@@ -106,17 +99,6 @@ func freeTCPPort(t *testing.T, ip string, udpToo bool) int {
 
 // ---- processes ----
 
-// live holds every running node process of the run, so TestMain can kill
-// what a crashed test left behind.
-var live sync.Map // *proc → struct{}
-
-func killLeftovers() {
-	live.Range(func(k, _ any) bool {
-		k.(*proc).kill()
-		return true
-	})
-}
-
 // proc is one fairshard node: its fixed identity (name, addresses, data
 // dir, log) and its current process, if running.
 type proc struct {
@@ -133,36 +115,32 @@ type proc struct {
 	// refused nodes are expected to exit at start-up (see expectRefusal).
 	refused bool
 
-	mu       sync.Mutex
-	cmd      *exec.Cmd
-	done     chan struct{} // closed when the current process has exited
-	exitCode int
-	starts   int
+	mu     sync.Mutex
+	cur    *testnode.Process // the current (or last) process; nil before the first start
+	starts int
 }
 
 // baseURL is the node's API root, e.g. http://127.0.0.3:41234.
 func (p *proc) baseURL() string { return "http://" + p.httpAddr }
 
-func (p *proc) running() bool {
+func (p *proc) process() *testnode.Process {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.done == nil {
-		return false
-	}
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
+	return p.cur
+}
+
+func (p *proc) running() bool {
+	cur := p.process()
+	return cur != nil && cur.Running()
 }
 
 // exitStatus returns the last process's exit code (-1: killed by a
 // signal or still running).
 func (p *proc) exitStatus() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.exitCode
+	if cur := p.process(); cur != nil {
+		return cur.ExitCode()
+	}
+	return -1
 }
 
 // launch starts the process, joining the gossip addresses in join.
@@ -184,78 +162,33 @@ func (p *proc) launch(join []string) error {
 	if len(join) > 0 {
 		args = append(args, "--join", strings.Join(join, ","))
 	}
-	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	p.starts++
-	fmt.Fprintf(logf, "=== e2e: start #%d of %s at %s: fairshard %s\n", p.starts, p.name, time.Now().Format(time.RFC3339Nano), strings.Join(args, " "))
 	bin := fairshardBin
 	if p.c.opts.PlainBuild {
 		bin = fairshardPlainBin
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = childEnv()
-	cmd.SysProcAttr = childProcAttr()
-	if err := cmd.Start(); err != nil {
-		_ = logf.Close()
-		return fmt.Errorf("start %s: %w", p.name, err)
+	p.starts++
+	cur, err := testnode.Launch(testnode.Spec{Name: p.name, Path: bin, Args: args, LogPath: p.logPath, Start: p.starts})
+	if err != nil {
+		return err
 	}
-	done := make(chan struct{})
-	p.cmd, p.done, p.exitCode = cmd, done, -1
-	live.Store(p, struct{}{})
-	go func() {
-		err := cmd.Wait()
-		code := 0
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			code = ee.ExitCode() // -1 when killed by a signal
-		} else if err != nil {
-			code = -2
-		}
-		_ = logf.Close()
-		p.mu.Lock()
-		p.exitCode = code
-		p.mu.Unlock()
-		live.Delete(p)
-		close(done)
-	}()
+	p.cur = cur
 	return nil
 }
 
-// childEnv is this process's environment without FAIRSHARD_* variables,
-// so a developer's shell settings cannot change a scenario.
-func childEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "FAIRSHARD_") {
-			env = append(env, kv)
-		}
-	}
-	return env
-}
-
-func (p *proc) signal(sig syscall.Signal) (chan struct{}, bool) {
-	p.mu.Lock()
-	cmd, done := p.cmd, p.done
-	p.mu.Unlock()
-	if cmd == nil || done == nil {
+// signal sends sig to the running process; it returns the exit channel
+// (nil before the first start) and whether the process was running.
+func (p *proc) signal(sig syscall.Signal) (<-chan struct{}, bool) {
+	cur := p.process()
+	if cur == nil {
 		return nil, false
 	}
-	select {
-	case <-done:
-		return done, false
-	default:
-	}
-	_ = cmd.Process.Signal(sig)
-	return done, true
+	return cur.Done(), cur.Signal(sig)
 }
 
 // kill sends SIGKILL (a crash: no drain, no leave) and waits for the exit.
 func (p *proc) kill() {
-	if done, ok := p.signal(syscall.SIGKILL); ok {
-		<-done
+	if cur := p.process(); cur != nil {
+		cur.Kill()
 	}
 }
 
@@ -264,19 +197,14 @@ func (p *proc) kill() {
 func (p *proc) stop(t *testing.T, timeout time.Duration) int {
 	t.Helper()
 	timeout = deadline(timeout)
-	done, ok := p.signal(syscall.SIGTERM)
-	if done == nil {
+	cur := p.process()
+	if cur == nil {
 		t.Fatalf("stop %s: never started", p.name)
 	}
-	if ok {
-		select {
-		case <-done:
-		case <-time.After(timeout):
-			p.kill()
-			t.Fatalf("stop %s: still running %v after SIGTERM; killed", p.name, timeout)
-		}
+	if !cur.Stop(timeout) {
+		t.Fatalf("stop %s: still running %v after SIGTERM; killed", p.name, timeout)
 	}
-	return p.exitStatus()
+	return cur.ExitCode()
 }
 
 // ---- cluster ----
@@ -380,7 +308,7 @@ func (c *testCluster) cleanup() {
 	}
 	if c.t.Failed() {
 		for _, p := range procs {
-			c.t.Logf("---- tail of %s's log (%s) ----\n%s", p.name, p.logPath, tailFile(p.logPath, 60))
+			c.t.Logf("---- tail of %s's log (%s) ----\n%s", p.name, p.logPath, testnode.TailFile(p.logPath, 60))
 		}
 	}
 	c.target.CloseClientConnections()
@@ -395,23 +323,6 @@ const raceReport = "WARNING: DATA RACE"
 func excerpt(b []byte, n int) string {
 	lines := strings.SplitN(string(b), "\n", n+1)
 	return strings.Join(lines[:min(n, len(lines))], "\n")
-}
-
-// tailFile returns the last n lines of the file (at most 64 KiB of it).
-func tailFile(path string, n int) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return "(" + err.Error() + ")"
-	}
-	defer f.Close()
-	st, _ := f.Stat()
-	off := max(st.Size()-64<<10, 0)
-	b, _ := io.ReadAll(io.NewSectionReader(f, off, st.Size()-off))
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // receiver is the delivery target's current recorder.
@@ -467,7 +378,7 @@ func (c *testCluster) startNode(name string, opts ...nodeOpt) *proc {
 		if err == nil {
 			return p
 		}
-		if try == 3 || !strings.Contains(tailFile(p.logPath, 20), "address already in use") {
+		if try == 3 || !strings.Contains(testnode.TailFile(p.logPath, 20), "address already in use") {
 			c.t.Fatal(err)
 		}
 		c.t.Logf("e2e: %s lost a port race; retrying with new ports", name)
@@ -498,36 +409,12 @@ func (c *testCluster) launch(p *proc) error {
 		return fmt.Errorf("e2e: %w", err)
 	}
 	if p.refused {
-		deadline := time.Now().Add(20 * time.Second)
-		for p.running() {
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%s still running 20s after start; it should have been refused; log:\n%s", p.name, tailFile(p.logPath, 40))
-			}
-			time.Sleep(20 * time.Millisecond)
+		if !p.process().WaitExit(20 * time.Second) {
+			return fmt.Errorf("%s still running 20s after start; it should have been refused; log:\n%s", p.name, testnode.TailFile(p.logPath, 40))
 		}
 		return nil
 	}
-	return c.waitReady(p, 20*time.Second)
-}
-
-// waitReady polls /readyz until it answers 200. It returns an error at
-// once if the process exits, or after timeout.
-func (c *testCluster) waitReady(p *proc, timeout time.Duration) error {
-	timeout = deadline(timeout)
-	deadline := time.Now().Add(timeout)
-	for {
-		if !p.running() {
-			return fmt.Errorf("%s exited (code %d) before it was ready; log:\n%s", p.name, p.exitStatus(), tailFile(p.logPath, 40))
-		}
-		code, body, err := c.do(http.MethodGet, p.baseURL()+"/readyz", nil, nil)
-		if err == nil && code == http.StatusOK {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready after %v: HTTP %d %s %v; log:\n%s", p.name, timeout, code, body, err, tailFile(p.logPath, 40))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return p.process().WaitReady(c.client, p.baseURL(), deadline(20*time.Second))
 }
 
 // members returns the running nodes expected to be members (outsiders
@@ -664,7 +551,7 @@ func (c *testCluster) shardTable(p *proc) ([]string, error) {
 // exact-mode namespace are not held by the cluster's own start-up.
 func (c *testCluster) waitConverged(timeout time.Duration) time.Duration {
 	took := c.waitOwnership(timeout)
-	eventually(c.t, timeout, "lease coordinators to finish learning", func() (bool, string) {
+	poll.Eventually(c.t, deadline(timeout), "lease coordinators to finish learning", func() (bool, string) {
 		for _, p := range c.members() {
 			v, err := c.clusterView(p)
 			if err != nil {
@@ -683,7 +570,7 @@ func (c *testCluster) waitConverged(timeout time.Duration) time.Duration {
 func (c *testCluster) waitOwnership(timeout time.Duration) time.Duration {
 	c.t.Helper()
 	start := time.Now()
-	eventually(c.t, timeout, "membership and ownership converge", func() (bool, string) {
+	poll.Eventually(c.t, deadline(timeout), "membership and ownership converge", func() (bool, string) {
 		ms := c.members()
 		var want []string
 		for _, p := range ms {
@@ -725,7 +612,7 @@ func (c *testCluster) waitOwnership(timeout time.Duration) time.Duration {
 func (c *testCluster) waitMembers(n int, timeout time.Duration) time.Duration {
 	c.t.Helper()
 	start := time.Now()
-	eventually(c.t, timeout, fmt.Sprintf("every member sees %d members", n), func() (bool, string) {
+	poll.Eventually(c.t, deadline(timeout), fmt.Sprintf("every member sees %d members", n), func() (bool, string) {
 		for _, p := range c.members() {
 			v, err := c.clusterView(p)
 			if err != nil {
@@ -807,7 +694,7 @@ func (c *testCluster) setNamespace(ns string, settings map[string]any) {
 	if err != nil || code != http.StatusOK {
 		c.t.Fatalf("PUT /v1/namespaces/%s %v: HTTP %d %s: %v", ns, settings, code, body, err)
 	}
-	eventually(c.t, 10*time.Second, "namespace "+ns+" settings reach every node", func() (bool, string) {
+	poll.Eventually(c.t, deadline(10*time.Second), "namespace "+ns+" settings reach every node", func() (bool, string) {
 		for _, p := range c.members() {
 			v, err := c.namespace(p, ns)
 			if err != nil {
@@ -844,7 +731,7 @@ func (c *testCluster) backlog(ns string) (pending, claimed, dead int, err error)
 // dead letter.
 func (c *testCluster) waitSettled(timeout time.Duration, namespaces ...string) {
 	c.t.Helper()
-	eventually(c.t, timeout, "every row settled", func() (bool, string) {
+	poll.Eventually(c.t, deadline(timeout), "every row settled", func() (bool, string) {
 		for _, ns := range namespaces {
 			pending, claimed, dead, err := c.backlog(ns)
 			if err != nil {
@@ -1201,35 +1088,3 @@ func checkNoStrays(t *testing.T, l *ledger, recv *loadgen.Receiver) map[string]i
 // scaled; what that state must be is not, and a bound on a latency that is
 // itself asserted says which build it holds for (fairness_test.go).
 func deadline(timeout time.Duration) time.Duration { return timeout * slowdown }
-
-// eventually polls cond every 50 ms until it returns true, failing the test
-// with cond's last explanation once timeout (scaled by deadline) has
-// passed.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	timeout = deadline(timeout)
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s: %s", timeout, what, why)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// consistently polls cond every 100 ms for d and fails the test the first
-// time it returns false.
-func consistently(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if ok, why := cond(); !ok {
-			t.Fatalf("%s stopped holding: %s", what, why)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/internal/poll"
+	"github.com/fairshard/fairshard/internal/testnode"
 	"github.com/fairshard/fairshard/loadgen"
 )
 
@@ -72,10 +74,10 @@ func TestWholeClusterStopsTogether(t *testing.T) {
 		}
 	}
 	for _, p := range nodes {
-		log := tailFile(p.logPath, 400)
+		log := testnode.TailFile(p.logPath, 400)
 		for _, bad := range []string{"graceful shutdown incomplete", "leave incomplete after --shutdown-grace"} {
 			if strings.Contains(log, bad) {
-				t.Errorf("%s logged %q:\n%s", p.name, bad, tailFile(p.logPath, 30))
+				t.Errorf("%s logged %q:\n%s", p.name, bad, testnode.TailFile(p.logPath, 30))
 			}
 		}
 	}
@@ -107,17 +109,17 @@ func TestDuplicateNodeNameRefused(t *testing.T) {
 		p.dataDir = filepath.Join(p.c.dir, "dup-1-twin", "data")
 		p.logPath = filepath.Join(p.c.dir, "dup-1-twin.log")
 	})
-	t.Logf("the twin's last words:\n%s", tailFile(twin.logPath, 4))
+	t.Logf("the twin's last words:\n%s", testnode.TailFile(twin.logPath, 4))
 	if code := twin.exitStatus(); code != 1 {
 		t.Errorf("the second dup-1 exited with %d; want 1", code)
 	}
-	log := tailFile(twin.logPath, 60)
+	log := testnode.TailFile(twin.logPath, 60)
 	for _, want := range []string{`node name "dup-1" is already used by a live member`, "--node-name"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("the second dup-1's last words lack %q:\n%s", want, log)
 		}
 	}
-	consistently(t, 2*time.Second, "the cluster's view with the first dup-1 only", func() (bool, string) {
+	poll.Consistently(t, 2*time.Second, "the cluster's view with the first dup-1 only", func() (bool, string) {
 		for _, p := range c.members() {
 			v, err := c.clusterView(p)
 			if err != nil {
@@ -208,7 +210,7 @@ func TestGossipKeyRotationByReload(t *testing.T) {
 			fps = append(fps, fingerprint(t, k))
 		}
 		want := strings.Join(fps, ",")
-		eventually(t, 20*time.Second, "every node lists keys "+want+" for every member", func() (bool, string) {
+		poll.Eventually(t, deadline(20*time.Second), "every node lists keys "+want+" for every member", func() (bool, string) {
 			for _, p := range nodes {
 				v, err := c.clusterView(p)
 				if err != nil {
@@ -247,7 +249,7 @@ func TestGossipKeyRotationByReload(t *testing.T) {
 		if !p.running() {
 			t.Fatalf("%s exited during the rotation (SIGHUP must not stop it): %d", p.name, p.exitStatus())
 		}
-		log := strings.ToLower(tailFile(p.logPath, 2000))
+		log := strings.ToLower(testnode.TailFile(p.logPath, 2000))
 		if n := strings.Count(log, "decrypt"); n > 0 {
 			t.Errorf("%s logged %d decryption failures", p.name, n)
 		}
@@ -260,7 +262,7 @@ func TestGossipKeyRotationByReload(t *testing.T) {
 	if code := stale.exitStatus(); code != 1 {
 		t.Errorf("a node with only the removed key exited %d; want 1", code)
 	}
-	if log := tailFile(stale.logPath, 40); !strings.Contains(log, "could not exchange state") {
+	if log := testnode.TailFile(stale.logPath, 40); !strings.Contains(log, "could not exchange state") {
 		t.Errorf("the node with the removed key does not say why it stopped:\n%s", log)
 	}
 	c.startNode("rot-new", withFlags("--gossip-key", k2))

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/shards"
 )
 
@@ -52,7 +53,7 @@ func (c *testCluster) leaseView(p *proc, ns string) (leaseNSView, error) {
 // protocol and not the start-up of the cluster.
 func (c *testCluster) waitLearned(namespaces ...string) {
 	c.t.Helper()
-	eventually(c.t, 20*time.Second, "the namespaces' coordinators to finish learning", func() (bool, string) {
+	poll.Eventually(c.t, deadline(20*time.Second), "the namespaces' coordinators to finish learning", func() (bool, string) {
 		for _, ns := range namespaces {
 			v, err := c.leaseView(c.members()[0], ns)
 			if err != nil {
@@ -73,7 +74,7 @@ func (c *testCluster) setMode(ns string, settings map[string]any) {
 	c.t.Helper()
 	c.setNamespace(ns, settings)
 	want := settings["mode"].(string)
-	eventually(c.t, 10*time.Second, "mode of "+ns+" on every member", func() (bool, string) {
+	poll.Eventually(c.t, deadline(10*time.Second), "mode of "+ns+" on every member", func() (bool, string) {
 		for _, p := range c.members() {
 			v, err := c.leaseView(p, ns)
 			if err != nil {
@@ -374,7 +375,7 @@ func TestExactQuotaCoordinatorChanges(t *testing.T) {
 		recv := c.resetReceiver()
 		d := &drain{ns: ns, rows: rows, start: time.Now()}
 		c.appendKeysVia(via, ns, keys)
-		eventually(t, 20*time.Second, "a quarter of the rows to be delivered", func() (bool, string) {
+		poll.Eventually(t, deadline(20*time.Second), "a quarter of the rows to be delivered", func() (bool, string) {
 			for _, r := range recv.Namespaces() {
 				if r.Namespace == ns && r.Delivered >= rows/4 {
 					return true, ""
@@ -386,7 +387,7 @@ func TestExactQuotaCoordinatorChanges(t *testing.T) {
 		what := event(coord)
 		if gone {
 			c.appendKeysVia(via, fresh, keysOn(fresh, 20, table, func(o string) bool { return o != coord.name }))
-			eventually(t, 30*time.Second, "the first row of "+fresh, func() (bool, string) {
+			poll.Eventually(t, deadline(30*time.Second), "the first row of "+fresh, func() (bool, string) {
 				for _, r := range recv.Namespaces() {
 					if r.Namespace == fresh && r.Delivered > 0 {
 						return true, ""
@@ -535,7 +536,7 @@ func TestExactQuotaLeaseTraffic(t *testing.T) {
 	// The window: from the end of the appends (every namespace has been
 	// asked for once) while at least half the rows are still to deliver.
 	before, t0 := read(), time.Now()
-	eventually(t, 60*time.Second, "half the rows to be delivered", func() (bool, string) {
+	poll.Eventually(t, deadline(60*time.Second), "half the rows to be delivered", func() (bool, string) {
 		n := c.receiver().Delivered()
 		return n >= namespaces*perNS/2, fmt.Sprintf("%d of %d", n, namespaces*perNS)
 	})
@@ -555,7 +556,7 @@ func TestExactQuotaLeaseTraffic(t *testing.T) {
 			t.Errorf("%s made %.0f lease calls in %v, above one per coordinator node per refresh (%.0f)", p.name, n, window, limit)
 		}
 	}
-	eventually(t, 60*time.Second, "every row to be delivered", func() (bool, string) {
+	poll.Eventually(t, deadline(60*time.Second), "every row to be delivered", func() (bool, string) {
 		n := c.receiver().Distinct()
 		return n >= namespaces*perNS, fmt.Sprintf("%d of %d", n, namespaces*perNS)
 	})

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/loadgen"
 )
 
@@ -27,7 +28,7 @@ func (c *testCluster) killMidSync(receiver, victim *proc, min float64, timeout t
 	c.t.Helper()
 	base := c.syncedRows(receiver)
 	var got float64
-	eventually(c.t, timeout, fmt.Sprintf("%s in the middle of a shard sync", receiver.name), func() (bool, string) {
+	poll.Eventually(c.t, deadline(timeout), fmt.Sprintf("%s in the middle of a shard sync", receiver.name), func() (bool, string) {
 		got = c.syncedRows(receiver) - base
 		return got >= min, fmt.Sprintf("%.0f rows synced", got)
 	})

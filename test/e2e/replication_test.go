@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/loadgen"
 )
 
@@ -73,7 +74,7 @@ func (c *testCluster) waitReplicated(copies int, timeout time.Duration) (int64, 
 	c.t.Helper()
 	start := time.Now()
 	var held int64
-	eventually(c.t, timeout, "every replica set synced and agreeing", func() (bool, string) {
+	poll.Eventually(c.t, deadline(timeout), "every replica set synced and agreeing", func() (bool, string) {
 		for _, p := range c.members() {
 			v, err := c.replication(p)
 			if err != nil {

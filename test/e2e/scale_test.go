@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/loadgen"
 )
 
@@ -47,7 +48,7 @@ func TestScaleOut(t *testing.T) {
 		Namespaces: []loadgen.Namespace{{Name: "live", Weight: 1, TaskQueues: 2}},
 	})
 	waitLive := startLoad(t, live)
-	eventually(t, 10*time.Second, "live load under way", func() (bool, string) {
+	poll.Eventually(t, deadline(10*time.Second), "live load under way", func() (bool, string) {
 		return recv.Delivered() >= liveRate, fmt.Sprintf("%d delivered", recv.Delivered())
 	})
 
@@ -71,7 +72,7 @@ func TestScaleOut(t *testing.T) {
 	// Shard sync: out-c copies its shards; a and b drop what they no
 	// longer replicate.
 	handoff := time.Now()
-	eventually(t, 30*time.Second, "leftover copies dropped on every node", func() (bool, string) {
+	poll.Eventually(t, deadline(30*time.Second), "leftover copies dropped on every node", func() (bool, string) {
 		for _, p := range c.members() {
 			v, err := c.clusterView(p)
 			if err != nil {
@@ -158,7 +159,7 @@ func TestScaleIn(t *testing.T) {
 		Namespaces: []loadgen.Namespace{{Name: "live", Weight: 1}},
 	})
 	waitLive := startLoad(t, live)
-	eventually(t, 10*time.Second, "live load under way", func() (bool, string) {
+	poll.Eventually(t, deadline(10*time.Second), "live load under way", func() (bool, string) {
 		return recv.Delivered() >= 500, fmt.Sprintf("%d delivered", recv.Delivered())
 	})
 	v, err := c.namespace(leaver, "backlog")

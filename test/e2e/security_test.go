@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fairshard/fairshard/internal/poll"
 )
 
 // TestWrongClusterSecret is issue #13 items 2 and 7 with real processes: a
@@ -41,7 +43,7 @@ func TestWrongClusterSecret(t *testing.T) {
 		}
 		return out
 	}
-	eventually(t, deadline(20*time.Second), "every node to see the other side unreachable", func() (bool, string) {
+	poll.Eventually(t, deadline(deadline(20*time.Second)), "every node to see the other side unreachable", func() (bool, string) {
 		ra, rb, rx := reach(a), reach(b), reach(x)
 		ok := ra["sec-b"] && !ra["sec-x"] && rb["sec-a"] && !rb["sec-x"] && !rx["sec-a"] && !rx["sec-b"]
 		return ok, fmt.Sprintf("a sees %v, b sees %v, x sees %v", ra, rb, rx)
@@ -85,7 +87,7 @@ func TestWrongClusterSecret(t *testing.T) {
 	if code := x.stop(t, 30*time.Second); code != 0 {
 		t.Errorf("sec-x exited %d on SIGTERM, want 0", code)
 	}
-	eventually(t, deadline(30*time.Second), "the producer's retry of the batch answered once sec-x left", func() (bool, string) {
+	poll.Eventually(t, deadline(deadline(30*time.Second)), "the producer's retry of the batch answered once sec-x left", func() (bool, string) {
 		code, body, err := c.do(http.MethodPost, a.baseURL()+"/v1/rows", map[string]any{"rows": rows}, &out)
 		return err == nil && code == http.StatusOK, fmt.Sprintf("HTTP %d %.200s %v", code, body, err)
 	})
@@ -95,7 +97,7 @@ func TestWrongClusterSecret(t *testing.T) {
 		}
 	}
 	recv := c.receiver()
-	eventually(t, deadline(30*time.Second), "all 200 rows appended through sec-a delivered once sec-x left", func() (bool, string) {
+	poll.Eventually(t, deadline(deadline(30*time.Second)), "all 200 rows appended through sec-a delivered once sec-x left", func() (bool, string) {
 		missing := 0
 		for i := range 200 {
 			if recv.Count(fmt.Sprintf("sec-%03d", i)) == 0 {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/internal/poll"
+	"github.com/fairshard/fairshard/internal/testnode"
 	"github.com/fairshard/fairshard/loadgen"
 )
 
@@ -42,10 +44,10 @@ func TestShardCountMismatchRefused(t *testing.T) {
 	if code := odd.exitStatus(); code != 1 {
 		t.Errorf("sc-odd exited with %d; want 1", code)
 	}
-	if log := tailFile(odd.logPath, 40); !strings.Contains(log, "--shards 512 differs") {
+	if log := testnode.TailFile(odd.logPath, 40); !strings.Contains(log, "--shards 512 differs") {
 		t.Errorf("sc-odd's last words do not say its --shards differs:\n%s", log)
 	}
-	eventually(t, 10*time.Second, "every member refuses sc-odd", func() (bool, string) {
+	poll.Eventually(t, deadline(10*time.Second), "every member refuses sc-odd", func() (bool, string) {
 		for _, p := range c.members() {
 			n, err := c.metric(p, "fairshard_cluster_refused_members_total", map[string]string{"reason": "shard_count"})
 			if err != nil {
@@ -75,9 +77,9 @@ func TestShardCountMismatchRefused(t *testing.T) {
 		}
 		return true, ""
 	}
-	consistently(t, 2*time.Second, "the cluster's view without sc-odd", unchanged)
-	if !strings.Contains(tailFile(odd.logPath, 200), "shard_count") {
-		t.Errorf("sc-odd's log does not say why it was refused (shard_count):\n%s", tailFile(odd.logPath, 20))
+	poll.Consistently(t, 2*time.Second, "the cluster's view without sc-odd", unchanged)
+	if !strings.Contains(testnode.TailFile(odd.logPath, 200), "shard_count") {
+		t.Errorf("sc-odd's log does not say why it was refused (shard_count):\n%s", testnode.TailFile(odd.logPath, 20))
 	}
 
 	// The cluster still delivers, exactly once.
@@ -96,7 +98,7 @@ func TestShardCountMismatchRefused(t *testing.T) {
 		t.Error(why)
 	}
 	// A suspicion among the three heals: each view is the one before.
-	eventually(t, 20*time.Second, "every member's view is the three before sc-odd", func() (bool, string) {
+	poll.Eventually(t, deadline(20*time.Second), "every member's view is the three before sc-odd", func() (bool, string) {
 		for _, p := range c.members() {
 			v, err := c.clusterView(p)
 			if err != nil {

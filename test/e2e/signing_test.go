@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/loadgen"
 	"github.com/fairshard/fairshard/webhook"
 )
@@ -72,7 +73,7 @@ func TestSignedDeliveriesAcrossTheCluster(t *testing.T) {
 // changes: the write has reached every node.
 func (c *testCluster) waitConfigConverged(timeout time.Duration) {
 	c.t.Helper()
-	eventually(c.t, timeout, "every node to hold the same cluster config", func() (bool, string) {
+	poll.Eventually(c.t, deadline(timeout), "every node to hold the same cluster config", func() (bool, string) {
 		var sizes []float64
 		for _, p := range c.members() {
 			v, err := c.metric(p, "fairshard_cluster_config_state_bytes", nil)

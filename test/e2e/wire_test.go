@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/loadgen"
 )
 
@@ -204,12 +205,12 @@ func TestTargetThrottlingCutsConcurrency(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	eventually(t, 30*time.Second, "every node's limit to reach --max-conns-per-host", every(func(l float64) bool { return l == maxConns }))
+	poll.Eventually(t, deadline(30*time.Second), "every node's limit to reach --max-conns-per-host", every(func(l float64) bool { return l == maxConns }))
 	grown := time.Since(start)
 
 	c.receiver().SetStatus(429)
 	start = time.Now()
-	eventually(t, 30*time.Second, "every node's limit to be cut under 429s", every(func(l float64) bool { return l <= 2 }))
+	poll.Eventually(t, deadline(30*time.Second), "every node's limit to be cut under 429s", every(func(l float64) bool { return l <= 2 }))
 	cut := time.Since(start)
 	for _, p := range c.members() {
 		if n := c.mustMetric(p, "fairshard_target_host_limit_cuts_total", map[string]string{"host": c.target.URL, "reason": "status_429"}); n < 3 {
@@ -219,7 +220,7 @@ func TestTargetThrottlingCutsConcurrency(t *testing.T) {
 
 	c.receiver().SetStatus(0)
 	start = time.Now()
-	eventually(t, 60*time.Second, "every node's limit to recover", every(func(l float64) bool { return l == maxConns }))
+	poll.Eventually(t, deadline(60*time.Second), "every node's limit to recover", every(func(l float64) bool { return l == maxConns }))
 	recovered := time.Since(start)
 	t.Logf("limit grew to %d in %v; cut to ≤ 2 within %v of the first 429s; back to %d within %v of the 429s stopping",
 		maxConns, grown.Round(10*time.Millisecond), cut.Round(10*time.Millisecond), maxConns, recovered.Round(10*time.Millisecond))
@@ -272,7 +273,7 @@ func TestRetryAfterNeverShortensTheBackoff(t *testing.T) {
 		t.Fatalf("POST /v1/rows: HTTP %d %s: %v", code, body, err)
 	}
 	const want = 4 // attempts 1-4: waits of 0.5, 1 and 2 s (±20 %)
-	eventually(t, 30*time.Second, "four attempts of each row", func() (bool, string) {
+	poll.Eventually(t, deadline(30*time.Second), "four attempts of each row", func() (bool, string) {
 		mu.Lock()
 		defer mu.Unlock()
 		for key := range values {

@@ -1,9 +1,9 @@
 //go:build !linux
 
-package e2e
+package testnode
 
 import "syscall"
 
-// childProcAttr: without Pdeathsig, TestMain's killLeftovers is the only
+// childProcAttr: without Pdeathsig, KillAll (in TestMain) is the only
 // guard against a node outliving the run.
 func childProcAttr() *syscall.SysProcAttr { return nil }
