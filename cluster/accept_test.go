@@ -163,14 +163,26 @@ func TestDuplicateNodeNameIsRefusedAtJoin(t *testing.T) {
 
 	dup := h.Add(func(cfg *cluster.Config) { cfg.Name = orig.Name })
 	_, err := dup.Cluster.Join(ctxT(t), h.Node(0).Addr())
-	if !errors.Is(err, cluster.ErrNameConflict) {
-		t.Fatalf("Join of a second %q: err = %v, want ErrNameConflict", orig.Name, err)
-	}
-	t.Logf("the newcomer's error: %v", err)
-	select {
-	case <-dup.Cluster.Refused():
+	switch {
+	case errors.Is(err, cluster.ErrNameConflict):
+		t.Logf("the newcomer's error: %v", err)
+		select {
+		case <-dup.Cluster.Refused():
+		default:
+			t.Fatal("Join returned ErrNameConflict but Refused() is not closed")
+		}
+	case err != nil:
+		t.Fatalf("Join of a second %q: err = %v, want ErrNameConflict or nil", orig.Name, err)
 	default:
-		t.Fatal("Refused() is not closed")
+		// The Join pings the holder of the name once, within memberlist's
+		// probe timeout; a holder not scheduled in time (a loaded host)
+		// leaves the refusal to the accept loop, which must still refuse.
+		t.Logf("Join returned nil: the holder of %q did not answer its ping in time; waiting for the accept loop", orig.Name)
+		select {
+		case <-dup.Cluster.Refused():
+		case <-time.After(15 * time.Second):
+			t.Fatal("Refused() not closed 15 s after the join")
+		}
 	}
 	if !errors.Is(dup.Cluster.RefusedErr(), cluster.ErrNameConflict) {
 		t.Errorf("RefusedErr() = %v", dup.Cluster.RefusedErr())
