@@ -22,7 +22,9 @@ import (
 // Version 4: the ownership function includes the replica sets
 // (shards.ReplicaSets with the gossiped replication factor), and appends
 // are forwarded and replicated through package replication's routes.
-const ProtocolVersion uint8 = 4
+// Version 5: lease requests carry the sender's sequence (lease.Request
+// seq), a field version 4 coordinators refuse.
+const ProtocolVersion uint8 = 5
 
 // metaFormat is the first byte of encoded node meta. A decoder reads the
 // fields it knows and ignores trailing bytes, so a later format may append

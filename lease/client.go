@@ -48,6 +48,7 @@ type Client struct {
 	mu      sync.Mutex
 	ns      map[string]*grantState
 	changes uint64 // coordinator changes seen
+	seq     uint64 // the last Request.Seq built
 	// released: Release was called; the client asks for nothing more.
 	released bool
 }
@@ -72,7 +73,8 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.RefreshInterval <= 0 {
 		cfg.RefreshInterval = DefaultRefreshInterval
 	}
-	return &Client{node: cfg.Node, now: cfg.Now, refresh: cfg.RefreshInterval, ns: map[string]*grantState{}}, nil
+	return &Client{node: cfg.Node, now: cfg.Now, refresh: cfg.RefreshInterval, ns: map[string]*grantState{},
+		seq: uint64(max(cfg.Now().UnixNano(), 0))}, nil
 }
 
 // Demand is one namespace's demand on this node, as the node measures it
@@ -139,6 +141,8 @@ func (c *Client) Calls(epoch uint64, demand []Demand, coordinatorOf func(namespa
 			delete(c.ns, ns) // expired, or never granted, and no demand
 		}
 	}
+	c.seq++
+	seq := c.seq
 	byCoordinator := map[string][]Ask{}
 	for ns, a := range asks {
 		to, ok := coordinatorOf(ns)
@@ -157,7 +161,7 @@ func (c *Client) Calls(epoch uint64, demand []Demand, coordinatorOf func(namespa
 	for to, list := range byCoordinator {
 		slices.SortFunc(list, func(a, b Ask) int { return strings.Compare(a.Namespace, b.Namespace) })
 		for chunk := range slices.Chunk(list, MaxEntries) {
-			calls = append(calls, Call{To: to, SentAt: now, Request: Request{Node: c.node, Epoch: epoch, Asks: chunk}})
+			calls = append(calls, Call{To: to, SentAt: now, Request: Request{Node: c.node, Epoch: epoch, Asks: chunk, Seq: seq}})
 		}
 	}
 	slices.SortFunc(calls, func(a, b Call) int { return strings.Compare(a.To, b.To) })
@@ -283,6 +287,8 @@ func (c *Client) Release(ctx context.Context, epoch uint64, coordinatorOf func(s
 	now := c.now()
 	c.mu.Lock()
 	c.released = true
+	c.seq++
+	seq := c.seq
 	byCoordinator := map[string][]Ask{}
 	for ns, st := range c.ns {
 		if !now.Before(st.expires) {
@@ -298,7 +304,7 @@ func (c *Client) Release(ctx context.Context, epoch uint64, coordinatorOf func(s
 	for to, list := range byCoordinator {
 		slices.SortFunc(list, func(a, b Ask) int { return strings.Compare(a.Namespace, b.Namespace) })
 		for chunk := range slices.Chunk(list, MaxEntries) {
-			calls = append(calls, Call{To: to, SentAt: now, Request: Request{Node: c.node, Epoch: epoch, Asks: chunk}})
+			calls = append(calls, Call{To: to, SentAt: now, Request: Request{Node: c.node, Epoch: epoch, Asks: chunk, Seq: seq}})
 		}
 	}
 	results := make([]CallResult, len(calls))

@@ -73,6 +73,10 @@ func TestClientCallsBatchPerCoordinator(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	firstSeq := calls[0].Request.Seq
+	if firstSeq == 0 {
+		t.Fatal("the first request carries no sequence")
+	}
 
 	demand := []lease.Demand{
 		{Namespace: "d", Wants: 2, Claimed: 1},
@@ -87,8 +91,8 @@ func TestClientCallsBatchPerCoordinator(t *testing.T) {
 		t.Fatal("an invalid namespace in the demand was not reported")
 	}
 	want := []lease.Call{
-		{To: "n1", SentAt: clk.Now(), Request: lease.Request{Node: "me", Epoch: 7, Asks: []lease.Ask{{Namespace: "a", Wants: 3, Has: 1}, {Namespace: "d", Wants: 2, Has: 1}}}},
-		{To: "n2", SentAt: clk.Now(), Request: lease.Request{Node: "me", Epoch: 7, Asks: []lease.Ask{{Namespace: "b", Wants: 1, Has: 4}, {Namespace: "held", Wants: 0, Has: 5}}}},
+		{To: "n1", SentAt: clk.Now(), Request: lease.Request{Node: "me", Epoch: 7, Asks: []lease.Ask{{Namespace: "a", Wants: 3, Has: 1}, {Namespace: "d", Wants: 2, Has: 1}}, Seq: firstSeq + 1}},
+		{To: "n2", SentAt: clk.Now(), Request: lease.Request{Node: "me", Epoch: 7, Asks: []lease.Ask{{Namespace: "b", Wants: 1, Has: 4}, {Namespace: "held", Wants: 0, Has: 5}}, Seq: firstSeq + 1}},
 	}
 	if fmt.Sprint(calls) != fmt.Sprint(want) {
 		t.Fatalf("calls\n%+v\nwant\n%+v", calls, want)

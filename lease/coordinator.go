@@ -137,6 +137,8 @@ func (c *CoordinatorConfig) withDefaults() (CoordinatorConfig, error) {
 //
 // Per request and namespace (Handle):
 //
+//   - Reports apply in the order the node sent them (Request.Seq): one
+//     older than the last applied is answered without changing anything.
 //   - A node's holding is max(grant, has): its grant while unexpired, and
 //     what it last reported holding until Drain after that. Records are
 //     forgotten then.
@@ -184,6 +186,7 @@ type record struct {
 	grant   uint32    // last granted
 	expires time.Time // grant expiry (coordinator clock)
 	forget  time.Time // expires + Drain: the record is dropped then
+	seq     uint64    // the latest Request.Seq applied (0: unordered)
 	// turnSince is when the node began holding a contended row (its grant
 	// above the water level); waitSince when it began wanting one without
 	// holding it. Zero when not so; see Coordinator's turns.
@@ -287,7 +290,7 @@ func (c *Coordinator) Handle(now time.Time, req Request) (Response, error) {
 			resp.NotCoordinator = append(resp.NotCoordinator, a.Namespace)
 			continue
 		}
-		grant, learning, soon := c.decide(now, req.Node, a, in[i].since, in[i].quota)
+		grant, learning, soon := c.decide(now, req.Node, req.Seq, a, in[i].since, in[i].quota)
 		refresh := c.refreshMS
 		if soon {
 			refresh = max(c.refreshMS/handoffRefreshDivisor, 1)
@@ -311,7 +314,7 @@ const handoffRefreshDivisor = 5
 // rows finishing free capacity another node waits for), so a row that
 // changes hands between turns idles about a fifth of a refresh, not one
 // or two. Called with mu held.
-func (c *Coordinator) decide(now time.Time, node string, a Ask, since time.Time, quota uint32) (grant uint32, learning, soon bool) {
+func (c *Coordinator) decide(now time.Time, node string, seq uint64, a Ask, since time.Time, quota uint32) (grant uint32, learning, soon bool) {
 	st := c.ns[a.Namespace]
 	if st == nil || !st.since.Equal(since) {
 		st = &nsState{since: since, created: now}
@@ -323,9 +326,16 @@ func (c *Coordinator) decide(now time.Time, node string, a Ask, since time.Time,
 		st.nodes = slices.Insert(st.nodes, i, record{node: node})
 	}
 	rec := &st.nodes[i]
+	learning = c.cfg.LearningPeriod > 0 && now.Before(since.Add(c.cfg.LearningPeriod))
+	if found && seq != 0 && seq < rec.seq {
+		// An older request than the one the record holds: the node has
+		// asked again since and acts on that answer; this report would
+		// undercount what it holds. Answered, changing nothing.
+		return rec.grant, learning, false
+	}
+	rec.seq = max(rec.seq, seq)
 	rec.wants, rec.has = min(a.Wants, quota), a.Has
 
-	learning = c.cfg.LearningPeriod > 0 && now.Before(since.Add(c.cfg.LearningPeriod))
 	if learning {
 		var others uint64
 		for j := range st.nodes {

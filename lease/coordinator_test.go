@@ -1,6 +1,7 @@
 package lease_test
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -169,6 +170,59 @@ func TestCoordinatorCountsAGrantUntilTheNodeReportsLess(t *testing.T) {
 	wantGrant(t, ask(t, c, clk.Now(), "b", "ns", 6, 0), 0) // a may still act on 6
 	wantGrant(t, ask(t, c, clk.Now(), "a", "ns", 6, 3), 3) // a applied 3
 	wantGrant(t, ask(t, c, clk.Now(), "b", "ns", 6, 0), 3)
+}
+
+// A request that reaches the coordinator after a later one from the same
+// node (its caller timed out and asked again) must not replace the later
+// report: the node acts on the later answer. Reproduces a quota overshoot
+// seen on a loaded host: a's stale report (has 0) lowered its record to a
+// grant of 1 while a acted on 2, and b was granted the row a still held.
+func TestCoordinatorIgnoresAReportOlderThanTheLastApplied(t *testing.T) {
+	clk, w := newClock(), newWorld()
+	w.coordinate("ns", clk.Now().Add(-time.Hour), 2)
+	c := mustCoordinator(t, w.config())
+	a, err := lease.NewClient(lease.ClientConfig{Node: "a", Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	coordinatorOf := func(string) (string, bool) { return "c", true }
+	demand := []lease.Demand{{Namespace: "ns", Wants: 2}}
+	ctx := context.Background()
+
+	var held []lease.Request // requests the network holds up
+	stall := func(_ context.Context, _ string, req lease.Request) (lease.Response, error) {
+		held = append(held, req)
+		return lease.Response{}, context.DeadlineExceeded
+	}
+	through := func(_ context.Context, _ string, req lease.Request) (lease.Response, error) {
+		return c.Handle(clk.Now(), req)
+	}
+	if _, err := a.Refresh(ctx, 0, demand, coordinatorOf, stall); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(testRefresh)
+	if _, err := a.Refresh(ctx, 0, demand, coordinatorOf, through); err != nil {
+		t.Fatal(err)
+	}
+	if rows, _, ok := a.Grant("ns", clk.Now()); !ok || rows != 2 {
+		t.Fatalf("a's grant after its second refresh: %d (ok %v), want 2", rows, ok)
+	}
+	wantGrant(t, ask(t, c, clk.Now(), "b", "ns", 2, 0), 0) // a holds both
+	if len(held) != 1 {
+		t.Fatalf("%d held requests, want 1", len(held))
+	}
+	if _, err := c.Handle(clk.Now(), held[0]); err != nil { // the first request arrives late
+		t.Fatal(err)
+	}
+	aRows, _, _ := a.Grant("ns", clk.Now())
+	b := ask(t, c, clk.Now(), "b", "ns", 2, 0)
+	if aRows+b.Grant > 2 {
+		t.Fatalf("a acts on %d and b is granted %d: %d rows against a quota of 2", aRows, b.Grant, aRows+b.Grant)
+	}
+	st, _ := c.Status(clk.Now(), "ns")
+	if st.Outstanding > 2 {
+		t.Fatalf("the coordinator counts %d outstanding against a quota of 2", st.Outstanding)
+	}
 }
 
 // After a failover the new coordinator learns for one learning period: it

@@ -41,6 +41,13 @@ type Request struct {
 	Epoch uint64 `json:"epoch"`
 	// Asks has one entry per namespace, each namespace at most once.
 	Asks []Ask `json:"namespaces"`
+	// Seq orders the sender's requests: larger is later (Client starts it
+	// at its creation's Unix time in ns and adds one per request built).
+	// A coordinator ignores the report of a request older than the last
+	// it applied from that node: a request held up in transit (its caller
+	// gave up on it and asked again) would otherwise replace the newer
+	// report its grant was computed from. 0 means unordered.
+	Seq uint64 `json:"seq,omitempty"`
 }
 
 // Ask is one namespace's report in a Request (Doorman's wants and has).
