@@ -227,7 +227,7 @@ func TestErrorCodesAreListed(t *testing.T) {
 			t.Errorf("ErrorCode's description in api/openapi.yaml does not explain %q: add a row to its table", code)
 		}
 	}
-	for _, dir := range []string{"../node/httpapi", "../client"} {
+	for _, dir := range []string{"../internal/httpapi", "../client"} {
 		consts := codeConstants(t, dir)
 		if len(consts) == 0 {
 			t.Fatalf("found no Code* constants in %s: the API's error codes moved? Point this test at them", dir)

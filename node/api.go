@@ -1,7 +1,7 @@
 package node
 
 import (
-	"github.com/fairshard/fairshard/node/httpapi"
+	"github.com/fairshard/fairshard/internal/httpapi"
 	"github.com/fairshard/fairshard/replication"
 )
 

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/internal/peer"
 	"github.com/fairshard/fairshard/lease"
-	"github.com/fairshard/fairshard/node/peer"
 )
 
 // BenchmarkShutdownHandoff measures a graceful stop of one node of two

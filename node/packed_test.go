@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/internal/peer"
 	"github.com/fairshard/fairshard/internal/poll"
-	"github.com/fairshard/fairshard/node/peer"
 )
 
 // TestFinishedRowsPackedAnswerAsBefore: a node packs its finished rows

@@ -12,7 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/fairshard/fairshard/node/httpapi"
+	"github.com/fairshard/fairshard/internal/httpapi"
 )
 
 // HTTP server limits against slow and idle clients; the read and idle

@@ -8,9 +8,9 @@ import (
 
 	"github.com/fairshard/fairshard/boltstore"
 	"github.com/fairshard/fairshard/internal/poll"
+	"github.com/fairshard/fairshard/internal/settings"
 	"github.com/fairshard/fairshard/kv"
 	"github.com/fairshard/fairshard/node"
-	"github.com/fairshard/fairshard/node/settings"
 )
 
 // TestConfigEntriesValidatedOnRead is issue #13 item 3 for the config:

@@ -20,9 +20,9 @@ import (
 
 	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/internal/testnode"
+	"github.com/fairshard/fairshard/internal/webui"
 	"github.com/fairshard/fairshard/loadgen"
 	"github.com/fairshard/fairshard/node"
-	"github.com/fairshard/fairshard/node/webui"
 )
 
 const token = "console-test-token"

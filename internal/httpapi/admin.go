@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/fairshard/fairshard/cluster"
-	"github.com/fairshard/fairshard/node/peer"
-	"github.com/fairshard/fairshard/node/settings"
+	"github.com/fairshard/fairshard/internal/peer"
+	"github.com/fairshard/fairshard/internal/settings"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/quota"
 	"github.com/fairshard/fairshard/replication"

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fairshard/fairshard/node/peer"
+	"github.com/fairshard/fairshard/internal/peer"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/replication"
 	"github.com/fairshard/fairshard/shards"

@@ -6,8 +6,8 @@ import (
 
 	"github.com/fairshard/fairshard/backpressure"
 
-	"github.com/fairshard/fairshard/node/peer"
-	"github.com/fairshard/fairshard/node/waiting"
+	"github.com/fairshard/fairshard/internal/peer"
+	"github.com/fairshard/fairshard/internal/waiting"
 	"github.com/fairshard/fairshard/outbox"
 )
 

@@ -4,7 +4,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/fairshard/fairshard/node/peer"
+	"github.com/fairshard/fairshard/internal/peer"
 )
 
 func TestRedactURL(t *testing.T) {

@@ -8,8 +8,8 @@ import (
 	"slices"
 
 	"github.com/fairshard/fairshard/dispatch"
+	"github.com/fairshard/fairshard/internal/settings"
 	"github.com/fairshard/fairshard/kv"
-	"github.com/fairshard/fairshard/node/settings"
 	"github.com/fairshard/fairshard/webhook"
 )
 

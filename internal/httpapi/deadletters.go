@@ -12,7 +12,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/fairshard/fairshard/node/peer"
+	"github.com/fairshard/fairshard/internal/peer"
 	"github.com/fairshard/fairshard/outbox"
 )
 

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fairshard/fairshard/node/waiting"
+	"github.com/fairshard/fairshard/internal/waiting"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/shards"
 )

@@ -17,8 +17,8 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/fairshard/fairshard/node/peer"
-	"github.com/fairshard/fairshard/node/settings"
+	"github.com/fairshard/fairshard/internal/peer"
+	"github.com/fairshard/fairshard/internal/settings"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/shards"
 )

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fairshard/fairshard/internal/peer"
 	"github.com/fairshard/fairshard/lease"
-	"github.com/fairshard/fairshard/node/peer"
 )
 
 // Leases is the node's lease service as the API serves and shows it

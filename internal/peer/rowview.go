@@ -3,7 +3,7 @@ package peer
 import (
 	"time"
 
-	"github.com/fairshard/fairshard/node/waiting"
+	"github.com/fairshard/fairshard/internal/waiting"
 	"github.com/fairshard/fairshard/outbox"
 )
 
