@@ -127,9 +127,7 @@ func highWater(t testing.TB, s *Store) int64 {
 // its half-empty leaf: about 700. Done rows answer Get without their
 // payload.
 func TestTombstonesGiveBackTheirPages(t *testing.T) {
-	if testing.Short() {
-		t.Skip("fill-and-drain cycles skipped under -short")
-	}
+	volumeTest(t)
 	t.Parallel()
 	const rows, perRow, perPacked = 20_000, 120, 40
 	s, b := newTestStore(t, func(o *Options) { o.ShardCount = 1024; o.Now = time.Now })

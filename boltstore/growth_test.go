@@ -19,9 +19,7 @@ import (
 // pages are not reused (a leaked read transaction, a missing delete, an
 // index that keeps growing).
 func TestFileGrowthUnderChurn(t *testing.T) {
-	if testing.Short() {
-		t.Skip("growth test skipped under -short")
-	}
+	volumeTest(t)
 	t.Parallel()
 	const total, round, completers = 200_000, 2_000, 512
 	s, b := newTestStore(t, func(o *Options) { o.TombstoneRetention = time.Minute; o.ShardCount = 256 })
