@@ -73,6 +73,11 @@ func TestCrashRestart(t *testing.T) {
 	recv := c.receiver()
 	gen := c.generator(l, loadgen.Config{
 		Rows: rows, Rate: rate, BatchSize: 50, Concurrency: 3, KeyPrefix: "crash-",
+		// A producer retries until acknowledged: while the cluster has not
+		// yet declared the victim dead, a batch with a row of its replica
+		// sets is refused (insufficient_copies) on every attempt of one
+		// Append.
+		KeepTrying: true,
 		Namespaces: []loadgen.Namespace{{Name: "crash-a", Weight: 1, TaskQueues: 2}, {Name: "crash-b", Weight: 2, TaskQueues: 2}},
 	})
 	wait := startLoad(t, gen)
