@@ -11,8 +11,9 @@
 // added to the node without an entry here fails that test, saying what to
 // add.
 //
-// The package has no dependencies and no state; it is imported by node (to
-// serve the document) and by nothing else of the server.
+// It also holds the wire types the server and the Go client share (the
+// error codes and Waiting, wire.go), so the client imports no server
+// package. The package has no dependencies and no state.
 package api
 
 import _ "embed"

@@ -179,6 +179,13 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // codeConstants returns the string constants named Code* declared in the
 // non-test Go files of dir.
+// aliasPrefix marks, in codeConstants' result, a constant defined as
+// package api's constant of the name that follows.
+const aliasPrefix = "api."
+
+// codeConstants returns the Code* string constants declared in dir's
+// non-test files: name → value, or aliasPrefix + the name of package
+// api's constant it is defined as.
 func codeConstants(t *testing.T, dir string) map[string]string {
 	t.Helper()
 	fset := token.NewFileSet()
@@ -203,9 +210,15 @@ func codeConstants(t *testing.T, dir string) map[string]string {
 					if !strings.HasPrefix(name.Name, "Code") || i >= len(vs.Values) {
 						continue
 					}
-					if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
-						v, _ := strconv.Unquote(lit.Value)
-						out[name.Name] = v
+					switch v := vs.Values[i].(type) {
+					case *ast.BasicLit:
+						if v.Kind == token.STRING {
+							out[name.Name], _ = strconv.Unquote(v.Value)
+						}
+					case *ast.SelectorExpr: // api.CodeX: package api's value
+						if x, ok := v.X.(*ast.Ident); ok && x.Name == "api" {
+							out[name.Name] = aliasPrefix + v.Sel.Name
+						}
 					}
 				}
 			}
@@ -227,13 +240,20 @@ func TestErrorCodesAreListed(t *testing.T) {
 			t.Errorf("ErrorCode's description in api/openapi.yaml does not explain %q: add a row to its table", code)
 		}
 	}
-	for _, dir := range []string{"../internal/httpapi", "../client"} {
+	own := codeConstants(t, ".") // the server answers with these; the client aliases them
+	for _, dir := range []string{".", "../client"} {
 		consts := codeConstants(t, dir)
 		if len(consts) == 0 {
 			t.Fatalf("found no Code* constants in %s: the API's error codes moved? Point this test at them", dir)
 		}
 		var codes []string
 		for name, v := range consts {
+			if alias, ok := strings.CutPrefix(v, aliasPrefix); ok {
+				if v, ok = own[alias]; !ok {
+					t.Errorf("%s declares %s = api.%s, which package api does not declare", dir, name, alias)
+					continue
+				}
+			}
 			codes = append(codes, v)
 			if !slices.Contains(enum, v) {
 				t.Errorf("%s declares %s = %q, which api/openapi.yaml does not list: add it to components.schemas.ErrorCode (enum and table)", dir, name, v)

@@ -4,52 +4,26 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/fairshard/fairshard/api"
 )
 
-// Error codes of the API's JSON errors ({"error":{"code","field","message"}}),
-// as listed in api/openapi.yaml (components/schemas/ErrorCode).
+// Error codes of the API's JSON errors: package api's, under the names
+// this package has always used.
 const (
-	// CodeInvalidJSON: the body (or a row of it) is not the JSON the call
-	// takes: bad syntax, a value of the wrong type or an unknown field.
-	CodeInvalidJSON = "invalid_json"
-	// CodeInvalidField: a field's value breaks a rule; Error.Field names it,
-	// e.g. "rows[3].namespace".
-	CodeInvalidField = "invalid_field"
-	// CodeTooLarge: the body, the batch or a payload is over its limit
-	// (HTTP 413).
-	CodeTooLarge = "too_large"
-	// CodeUnauthorized: the node runs with --api-token and the call did not
-	// carry it (HTTP 401).
-	CodeUnauthorized = "unauthorized"
-	// CodeNotFound: no such row (GET /v1/rows/{key}) or no such endpoint.
-	CodeNotFound = "not_found"
-	// CodeMethodNotAllowed: the path exists but not with this method (405).
-	CodeMethodNotAllowed = "method_not_allowed"
-	// CodeLimitExceeded: the write would pass a documented cap of the
-	// gossiped config (--max-namespaces, --max-targets, --max-holds, or its
-	// total size); Error.Field names what is capped ("namespace", "target",
-	// "hold", "config"). Nothing changed (HTTP 409); not retried.
-	CodeLimitExceeded = "limit_exceeded"
-	// CodeUnavailable: the node cannot take the call now (draining, store
-	// failure); another node, or a retry, may (HTTP 503).
-	CodeUnavailable = "unavailable"
-	// CodeInsufficientCopies: an append some row of which could not be made
-	// durable on the write-copies minimum of its replicas (a replica is
-	// down); nothing is reported stored (HTTP 503 with Retry-After):
-	// retried like any 503.
-	CodeInsufficientCopies = "insufficient_copies"
-	// CodeInternal: the node failed (HTTP 500).
-	CodeInternal = "internal"
-	// CodeUnsupportedMediaType: a POST, PUT or PATCH without Content-Type
-	// application/json (HTTP 415); the client always sends it.
-	CodeUnsupportedMediaType = "unsupported_media_type"
-	// CodeCrossSite: a write a browser sent for a page of another site
-	// (HTTP 403); not sent by this client.
-	CodeCrossSite = "cross_site"
-	// CodeMisdirected: a node without --api-token refused the Host the
-	// request named (HTTP 421): reach it by a loopback name, one of its
-	// addresses, or a name in its --allow-host.
-	CodeMisdirected = "misdirected"
+	CodeInvalidJSON          = api.CodeInvalidJSON
+	CodeInvalidField         = api.CodeInvalidField
+	CodeTooLarge             = api.CodeTooLarge
+	CodeUnauthorized         = api.CodeUnauthorized
+	CodeNotFound             = api.CodeNotFound
+	CodeMethodNotAllowed     = api.CodeMethodNotAllowed
+	CodeLimitExceeded        = api.CodeLimitExceeded
+	CodeUnavailable          = api.CodeUnavailable
+	CodeInsufficientCopies   = api.CodeInsufficientCopies
+	CodeInternal             = api.CodeInternal
+	CodeUnsupportedMediaType = api.CodeUnsupportedMediaType
+	CodeCrossSite            = api.CodeCrossSite
+	CodeMisdirected          = api.CodeMisdirected
 )
 
 // Error is an API answer other than 2xx. Safe to share; never modified after

@@ -1,34 +1,35 @@
 package node
 
 import (
+	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/internal/httpapi"
 	"github.com/fairshard/fairshard/replication"
 )
 
-// The public API's error codes and request limits, as package httpapi
-// defines and enforces them, under the names callers and tests have used
+// The public API's error codes (package api) and request limits (as
+// package httpapi enforces them), under the names callers and tests have used
 // since they lived here.
 const (
-	CodeInvalidJSON      = httpapi.CodeInvalidJSON
-	CodeInvalidField     = httpapi.CodeInvalidField
-	CodeTooLarge         = httpapi.CodeTooLarge
-	CodeUnauthorized     = httpapi.CodeUnauthorized
-	CodeNotFound         = httpapi.CodeNotFound
-	CodeMethodNotAllowed = httpapi.CodeMethodNotAllowed
-	CodeLimitExceeded    = httpapi.CodeLimitExceeded
-	CodeUnavailable      = httpapi.CodeUnavailable
-	CodeInternal         = httpapi.CodeInternal
+	CodeInvalidJSON      = api.CodeInvalidJSON
+	CodeInvalidField     = api.CodeInvalidField
+	CodeTooLarge         = api.CodeTooLarge
+	CodeUnauthorized     = api.CodeUnauthorized
+	CodeNotFound         = api.CodeNotFound
+	CodeMethodNotAllowed = api.CodeMethodNotAllowed
+	CodeLimitExceeded    = api.CodeLimitExceeded
+	CodeUnavailable      = api.CodeUnavailable
+	CodeInternal         = api.CodeInternal
 	// CodeInsufficientCopies: an append refused for want of replicas
 	// (503 with Retry-After).
-	CodeInsufficientCopies = httpapi.CodeInsufficientCopies
+	CodeInsufficientCopies = api.CodeInsufficientCopies
 	// CodeUnsupportedMediaType: a /v1 write without Content-Type
 	// application/json (415).
-	CodeUnsupportedMediaType = httpapi.CodeUnsupportedMediaType
+	CodeUnsupportedMediaType = api.CodeUnsupportedMediaType
 	// CodeCrossSite: a write a browser sent for another site (403).
-	CodeCrossSite = httpapi.CodeCrossSite
+	CodeCrossSite = api.CodeCrossSite
 	// CodeMisdirected: a Host that is not this node's, without an API
 	// token (421).
-	CodeMisdirected = httpapi.CodeMisdirected
+	CodeMisdirected = api.CodeMisdirected
 
 	MaxBatchRows       = httpapi.MaxBatchRows
 	MaxRequestBytes    = httpapi.MaxRequestBytes

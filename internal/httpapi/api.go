@@ -225,7 +225,7 @@ func (a *API) routes() http.Handler {
 	pub("POST /v1/rows", a.handleAppend)
 	pub("GET /v1/rows/{key...}", a.handleGetRow)
 	pub("GET /v1/rows", func(w http.ResponseWriter, _ *http.Request) {
-		writeError(w, &APIError{Status: http.StatusNotFound, Code: CodeNotFound, Field: "dispatch_key",
+		writeError(w, &APIError{Status: http.StatusNotFound, Code: api.CodeNotFound, Field: "dispatch_key",
 			Message: "dispatch_key: missing; GET /v1/rows/{dispatch_key}"})
 	})
 	pub("GET /v1/namespaces", a.handleListNamespacesCluster)
@@ -272,7 +272,7 @@ func (a *API) routes() http.Handler {
 					msg = "not ready: the store cannot write: " + err.Error()
 				}
 			}
-			writeError(w, &APIError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: msg})
+			writeError(w, &APIError{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, Message: msg})
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
@@ -328,11 +328,11 @@ func (m *muxErrorWriter) WriteHeader(status int) {
 	switch status {
 	case http.StatusNotFound:
 		m.skipped = true
-		writeError(m.ResponseWriter, &APIError{Status: status, Code: CodeNotFound, Message: "no such endpoint: " + m.r.URL.Path})
+		writeError(m.ResponseWriter, &APIError{Status: status, Code: api.CodeNotFound, Message: "no such endpoint: " + m.r.URL.Path})
 	case http.StatusMethodNotAllowed:
 		m.skipped = true
 		m.ResponseWriter.Header().Del("Content-Type")
-		writeError(m.ResponseWriter, &APIError{Status: status, Code: CodeMethodNotAllowed,
+		writeError(m.ResponseWriter, &APIError{Status: status, Code: api.CodeMethodNotAllowed,
 			Message: fmt.Sprintf("method %s not allowed on %s (allowed: %s)", m.r.Method, m.r.URL.Path, m.ResponseWriter.Header().Get("Allow"))})
 	default:
 		m.ResponseWriter.WriteHeader(status)
@@ -357,7 +357,7 @@ func auth(token string, h http.HandlerFunc) http.Handler {
 		scheme, cred, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(strings.TrimLeft(cred, " ")), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="fairshard"`)
-			writeError(w, &APIError{Status: http.StatusUnauthorized, Code: CodeUnauthorized, Message: "missing or wrong bearer token"})
+			writeError(w, &APIError{Status: http.StatusUnauthorized, Code: api.CodeUnauthorized, Message: "missing or wrong bearer token"})
 			return
 		}
 		h(w, r)
@@ -370,10 +370,10 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return &APIError{Status: http.StatusBadRequest, Code: CodeInvalidJSON, Field: "body", Message: "body: " + err.Error()}
+		return &APIError{Status: http.StatusBadRequest, Code: api.CodeInvalidJSON, Field: "body", Message: "body: " + err.Error()}
 	}
 	if dec.More() {
-		return &APIError{Status: http.StatusBadRequest, Code: CodeInvalidJSON, Field: "body", Message: "body: unexpected data after the JSON value"}
+		return &APIError{Status: http.StatusBadRequest, Code: api.CodeInvalidJSON, Field: "body", Message: "body: unexpected data after the JSON value"}
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/internal/settings"
 	"github.com/fairshard/fairshard/outbox"
 )
@@ -70,7 +71,7 @@ func decodeAppend(w http.ResponseWriter, r *http.Request, now time.Time) ([]outb
 		if errors.As(err, &mbe) {
 			return nil, tooLarge("body", "request body exceeds %d bytes", MaxRequestBytes)
 		}
-		return nil, &APIError{Status: http.StatusBadRequest, Code: CodeInvalidJSON, Field: "body", Message: "body: " + err.Error()}
+		return nil, &APIError{Status: http.StatusBadRequest, Code: api.CodeInvalidJSON, Field: "body", Message: "body: " + err.Error()}
 	}
 	var req appendRequest
 	if err := strictUnmarshal(body, &req); err != nil {
@@ -114,7 +115,7 @@ func jsonError(prefix, whole string, err error) *APIError {
 			field = prefix + name
 		}
 	}
-	return &APIError{Status: http.StatusBadRequest, Code: CodeInvalidJSON, Field: field, Message: field + ": " + err.Error()}
+	return &APIError{Status: http.StatusBadRequest, Code: api.CodeInvalidJSON, Field: field, Message: field + ": " + err.Error()}
 }
 
 // unknownFieldPrefix starts encoding/json's DisallowUnknownFields error

@@ -10,6 +10,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/nodeauth"
 )
 
@@ -76,7 +77,7 @@ func browserGuard(p BrowserPolicy, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if p.HostAllowed != nil {
 			if host := RequestHost(r.Host); !loopbackName(host) && !p.HostAllowed(host) {
-				writeError(w, &APIError{Status: http.StatusMisdirectedRequest, Code: CodeMisdirected, Field: "Host",
+				writeError(w, &APIError{Status: http.StatusMisdirectedRequest, Code: api.CodeMisdirected, Field: "Host",
 					Message: fmt.Sprintf("Host: %.100q is not a name of this node: without --api-token it serves only loopback names, its own addresses and --allow-host (a page reaching it through DNS rebinding sends its own name)", host)})
 				return
 			}
@@ -107,7 +108,7 @@ func crossSite(r *http.Request, allowed map[string]bool) *APIError {
 	}
 	switch site := r.Header.Get("Sec-Fetch-Site"); site {
 	case "cross-site", "same-site":
-		return &APIError{Status: http.StatusForbidden, Code: CodeCrossSite, Field: "Sec-Fetch-Site",
+		return &APIError{Status: http.StatusForbidden, Code: api.CodeCrossSite, Field: "Sec-Fetch-Site",
 			Message: fmt.Sprintf("Sec-Fetch-Site: %s: a write sent by a web page of another site is refused (allow its origin with --allow-origin)", site)}
 	}
 	if origin == "" {
@@ -117,7 +118,7 @@ func crossSite(r *http.Request, allowed map[string]bool) *APIError {
 		u.Path == "" && sameHost(stripDefaultPort(u.Scheme, u.Host), r.Host) {
 		return nil
 	}
-	return &APIError{Status: http.StatusForbidden, Code: CodeCrossSite, Field: "Origin",
+	return &APIError{Status: http.StatusForbidden, Code: api.CodeCrossSite, Field: "Origin",
 		Message: fmt.Sprintf("Origin: %.100q is not this node (Host %.100q): a write sent by a web page of another site is refused (allow its origin with --allow-origin)", origin, r.Host)}
 }
 
@@ -150,12 +151,12 @@ func checkContentType(r *http.Request) *APIError {
 	switch p := path.Clean("/" + r.URL.Path); {
 	case nodeauth.Guarded(r.URL.Path):
 		if ct == "" || err != nil || corsSafelisted[mt] {
-			return &APIError{Status: http.StatusUnsupportedMediaType, Code: CodeUnsupportedMediaType, Field: "Content-Type",
+			return &APIError{Status: http.StatusUnsupportedMediaType, Code: api.CodeUnsupportedMediaType, Field: "Content-Type",
 				Message: fmt.Sprintf("Content-Type: %.100q: a node-to-node write carries application/json or application/x-fairshard-rows", ct)}
 		}
 	case p == "/v1" || strings.HasPrefix(p, "/v1/"):
 		if needsJSON(r.Method) && (err != nil || mt != "application/json") {
-			return &APIError{Status: http.StatusUnsupportedMediaType, Code: CodeUnsupportedMediaType, Field: "Content-Type",
+			return &APIError{Status: http.StatusUnsupportedMediaType, Code: api.CodeUnsupportedMediaType, Field: "Content-Type",
 				Message: fmt.Sprintf("Content-Type: %.100q: every %s on /v1 must be application/json, with or without a body (a type a web page cannot send without a preflight)", ct, r.Method)}
 		}
 	}

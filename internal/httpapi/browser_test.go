@@ -6,6 +6,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/fairshard/fairshard/api"
 )
 
 // TestBrowserGuard: what a page can make a browser send is refused before
@@ -37,24 +39,24 @@ func TestBrowserGuard(t *testing.T) {
 	}
 	cases := []tc{
 		{"reproducer: text/plain POST from evil.example", noToken, "POST", "127.0.0.1:8080", "/v1/rows",
-			map[string]string{"Content-Type": "text/plain", "Origin": "http://evil.example"}, 403, CodeCrossSite, "Origin"},
+			map[string]string{"Content-Type": "text/plain", "Origin": "http://evil.example"}, 403, api.CodeCrossSite, "Origin"},
 		{"text/plain POST, no Origin", noToken, "POST", "127.0.0.1:8080", "/v1/rows",
-			map[string]string{"Content-Type": "text/plain"}, 415, CodeUnsupportedMediaType, "Content-Type"},
+			map[string]string{"Content-Type": "text/plain"}, 415, api.CodeUnsupportedMediaType, "Content-Type"},
 		{"form POST", noToken, "POST", "127.0.0.1:8080", "/v1/namespaces/a/dead-letters/purge",
-			map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, 415, CodeUnsupportedMediaType, "Content-Type"},
+			map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, 415, api.CodeUnsupportedMediaType, "Content-Type"},
 		{"bodiless POST without a type (no-cors fetch)", noToken, "POST", "127.0.0.1:8080", "/v1/namespaces/a/dead-letters/purge",
-			nil, 415, CodeUnsupportedMediaType, "Content-Type"},
-		{"PUT without a type", noToken, "PUT", "127.0.0.1:8080", "/v1/workflows/w/hold", nil, 415, CodeUnsupportedMediaType, "Content-Type"},
+			nil, 415, api.CodeUnsupportedMediaType, "Content-Type"},
+		{"PUT without a type", noToken, "PUT", "127.0.0.1:8080", "/v1/workflows/w/hold", nil, 415, api.CodeUnsupportedMediaType, "Content-Type"},
 		{"Sec-Fetch-Site cross-site", noToken, "POST", "127.0.0.1:8080", "/v1/rows",
-			with(map[string]string{"Sec-Fetch-Site": "cross-site"}), 403, CodeCrossSite, "Sec-Fetch-Site"},
+			with(map[string]string{"Sec-Fetch-Site": "cross-site"}), 403, api.CodeCrossSite, "Sec-Fetch-Site"},
 		{"Sec-Fetch-Site same-site (another port)", noToken, "POST", "127.0.0.1:8080", "/v1/rows",
-			with(map[string]string{"Sec-Fetch-Site": "same-site", "Origin": "http://127.0.0.1:3000"}), 403, CodeCrossSite, "Sec-Fetch-Site"},
+			with(map[string]string{"Sec-Fetch-Site": "same-site", "Origin": "http://127.0.0.1:3000"}), 403, api.CodeCrossSite, "Sec-Fetch-Site"},
 		{"Origin null", noToken, "DELETE", "127.0.0.1:8080", "/v1/workflows/w/hold",
-			map[string]string{"Origin": "null"}, 403, CodeCrossSite, "Origin"},
-		{"reproducer: Host evil.example (DNS rebinding)", noToken, "GET", "evil.example:8080", "/v1/rows/k", nil, 421, CodeMisdirected, "Host"},
-		{"rebinding to an internal route", noToken, "GET", "evil.example:8080", "/internal/v1/rows/k", nil, 421, CodeMisdirected, "Host"},
+			map[string]string{"Origin": "null"}, 403, api.CodeCrossSite, "Origin"},
+		{"reproducer: Host evil.example (DNS rebinding)", noToken, "GET", "evil.example:8080", "/v1/rows/k", nil, 421, api.CodeMisdirected, "Host"},
+		{"rebinding to an internal route", noToken, "GET", "evil.example:8080", "/internal/v1/rows/k", nil, 421, api.CodeMisdirected, "Host"},
 		{"internal write as text/plain", noToken, "POST", "127.0.0.1:8080", "/internal/v1/rows/cancel",
-			map[string]string{"Content-Type": "text/plain"}, 415, CodeUnsupportedMediaType, "Content-Type"},
+			map[string]string{"Content-Type": "text/plain"}, 415, api.CodeUnsupportedMediaType, "Content-Type"},
 		// Passing.
 		{"curl with JSON", noToken, "POST", "127.0.0.1:8080", "/v1/rows", jsonType, 200, "", ""},
 		{"JSON with charset", noToken, "POST", "localhost:8080", "/v1/rows", map[string]string{"Content-Type": "application/json; charset=utf-8"}, 200, "", ""},
@@ -69,7 +71,7 @@ func TestBrowserGuard(t *testing.T) {
 			map[string]string{"Content-Type": "application/x-fairshard-rows"}, 200, "", ""},
 		{"with a token any Host", withToken, "GET", "evil.example:8080", "/v1/cluster", nil, 200, "", ""},
 		{"with a token still no cross-site writes", withToken, "POST", "127.0.0.1:8080", "/v1/rows",
-			with(map[string]string{"Origin": "http://evil.example"}), 403, CodeCrossSite, "Origin"},
+			with(map[string]string{"Origin": "http://evil.example"}), 403, api.CodeCrossSite, "Origin"},
 	}
 	for _, c := range cases {
 		served = 0

@@ -17,6 +17,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/internal/peer"
 	"github.com/fairshard/fairshard/internal/settings"
 	"github.com/fairshard/fairshard/outbox"
@@ -123,7 +124,7 @@ func (a *API) handleGetTarget(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, targetReadView{Namespace: ns, TaskQueue: tq, URL: RedactURL(d), Source: "default"})
 		return
 	}
-	writeError(w, &APIError{Status: http.StatusNotFound, Code: CodeNotFound,
+	writeError(w, &APIError{Status: http.StatusNotFound, Code: api.CodeNotFound,
 		Message: fmt.Sprintf("route %s/%s has no target and the node no --default-target: its rows wait", ns, tq)})
 }
 
@@ -394,7 +395,7 @@ func (a *API) handleInternalCancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !res.Found {
-		writeError(w, &APIError{Status: http.StatusNotFound, Code: CodeNotFound, Message: "not here"})
+		writeError(w, &APIError{Status: http.StatusNotFound, Code: api.CodeNotFound, Message: "not here"})
 		return
 	}
 	writeJSON(w, http.StatusOK, res)
@@ -447,7 +448,7 @@ func (a *API) handleCancel(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	writeError(w, &APIError{Status: http.StatusNotFound, Code: CodeNotFound, Message: fmt.Sprintf("no row with dispatch_key %q on any node", req.DispatchKey)})
+	writeError(w, &APIError{Status: http.StatusNotFound, Code: api.CodeNotFound, Message: fmt.Sprintf("no row with dispatch_key %q on any node", req.DispatchKey)})
 }
 
 // ---- dead-letter purge (fanned out) ----

@@ -6,35 +6,8 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/kv"
-)
-
-// Error codes of the public API's JSON errors ({"error":{"code","message"}}).
-const (
-	CodeInvalidJSON      = "invalid_json"
-	CodeInvalidField     = "invalid_field"
-	CodeTooLarge         = "too_large"
-	CodeUnauthorized     = "unauthorized"
-	CodeNotFound         = "not_found"
-	CodeMethodNotAllowed = "method_not_allowed"
-	CodeLimitExceeded    = "limit_exceeded"
-	CodeUnavailable      = "unavailable"
-	// CodeInsufficientCopies: an append some row of which could not be
-	// made durable on the write-copies minimum of replicas (503, with
-	// Retry-After; nothing is reported stored, the batch may be retried).
-	CodeInsufficientCopies = "insufficient_copies"
-	CodeInternal           = "internal"
-	// CodeUnsupportedMediaType: a write on /v1 without Content-Type
-	// application/json (415, field Content-Type): what a web page sends
-	// cross-site without a preflight.
-	CodeUnsupportedMediaType = "unsupported_media_type"
-	// CodeCrossSite: a write a browser sent for a page of another site
-	// (403, field Origin or Sec-Fetch-Site); --allow-origin admits one.
-	CodeCrossSite = "cross_site"
-	// CodeMisdirected: without an API token, a request whose Host is not
-	// a loopback name, the node's own address or --allow-host (421, field
-	// Host): what DNS rebinding sends.
-	CodeMisdirected = "misdirected"
 )
 
 // APIError is an error the HTTP layer turns into a JSON body and a status.
@@ -51,19 +24,19 @@ type APIError struct {
 func (e *APIError) Error() string { return e.Message }
 
 func fieldError(field, format string, args ...any) *APIError {
-	return &APIError{Status: http.StatusBadRequest, Code: CodeInvalidField, Field: field,
+	return &APIError{Status: http.StatusBadRequest, Code: api.CodeInvalidField, Field: field,
 		Message: field + ": " + fmt.Sprintf(format, args...)}
 }
 
 func tooLarge(field, format string, args ...any) *APIError {
-	return &APIError{Status: http.StatusRequestEntityTooLarge, Code: CodeTooLarge, Field: field,
+	return &APIError{Status: http.StatusRequestEntityTooLarge, Code: api.CodeTooLarge, Field: field,
 		Message: field + ": " + fmt.Sprintf(format, args...)}
 }
 
 // limitExceeded is a write refused at a documented cap (409): it names
 // the thing capped in Field and the cap in Message.
 func limitExceeded(field, format string, args ...any) *APIError {
-	return &APIError{Status: http.StatusConflict, Code: CodeLimitExceeded, Field: field,
+	return &APIError{Status: http.StatusConflict, Code: api.CodeLimitExceeded, Field: field,
 		Message: field + ": " + fmt.Sprintf(format, args...)}
 }
 
@@ -83,14 +56,14 @@ func writeError(w http.ResponseWriter, err error) {
 	case errors.Is(err, kv.ErrInvalidEntry):
 		// A value the gossiped config refuses (size, encoding) is the
 		// caller's input, not a server fault.
-		ae = &APIError{Status: http.StatusBadRequest, Code: CodeInvalidField, Message: err.Error()}
+		ae = &APIError{Status: http.StatusBadRequest, Code: api.CodeInvalidField, Message: err.Error()}
 	case errors.As(err, &le):
 		// The whole config is at a cap of the kv store (entries or bytes),
 		// which bounds the state every push/pull sends.
 		ae = limitExceeded("config", "%v", le)
 	}
 	if ae == nil {
-		ae = &APIError{Status: http.StatusInternalServerError, Code: CodeInternal, Message: err.Error()}
+		ae = &APIError{Status: http.StatusInternalServerError, Code: api.CodeInternal, Message: err.Error()}
 	}
 	writeJSON(w, ae.Status, map[string]*APIError{"error": ae})
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/shards"
 )
@@ -155,7 +156,7 @@ func readInternalBody(w http.ResponseWriter, r *http.Request, limit int64) ([]by
 		if errors.As(err, &mbe) {
 			return nil, tooLarge("body", "exceeds %d bytes", limit)
 		}
-		return nil, &APIError{Status: http.StatusBadRequest, Code: CodeInvalidJSON, Field: "body", Message: "body: " + err.Error()}
+		return nil, &APIError{Status: http.StatusBadRequest, Code: api.CodeInvalidJSON, Field: "body", Message: "body: " + err.Error()}
 	}
 	return body, nil
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/internal/peer"
 	"github.com/fairshard/fairshard/lease"
 )
@@ -90,7 +91,7 @@ func (a *API) leaseView(ctx context.Context, ns string, cluster bool) *leaseView
 // and changes nothing.
 func (a *API) handleInternalLease(w http.ResponseWriter, r *http.Request) {
 	if a.cfg.Leases == nil {
-		writeError(w, &APIError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "this node serves no leases"})
+		writeError(w, &APIError{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, Message: "this node serves no leases"})
 		return
 	}
 	req, err := lease.DecodeRequest(http.MaxBytesReader(w, r.Body, lease.MaxRequestBytes+1))
@@ -132,6 +133,6 @@ func (a *API) handleInternalLeaseStatus(w http.ResponseWriter, r *http.Request) 
 			return
 		}
 	}
-	writeError(w, &APIError{Status: http.StatusNotFound, Code: CodeNotFound, Field: "namespace",
+	writeError(w, &APIError{Status: http.StatusNotFound, Code: api.CodeNotFound, Field: "namespace",
 		Message: "namespace: this node holds no lease state for " + ns})
 }

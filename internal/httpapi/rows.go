@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/internal/peer"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/replication"
@@ -37,7 +38,7 @@ func (a *API) handleAppend(w http.ResponseWriter, r *http.Request) {
 	defer func() { a.m.appendRequests.WithLabelValues(strconv.Itoa(code)).Inc() }()
 	if a.Draining() {
 		code = http.StatusServiceUnavailable
-		writeError(w, &APIError{Status: code, Code: CodeUnavailable, Message: "node is draining; append through another node"})
+		writeError(w, &APIError{Status: code, Code: api.CodeUnavailable, Message: "node is draining; append through another node"})
 		return
 	}
 	// The body is read and validated before the request is admitted as a
@@ -51,7 +52,7 @@ func (a *API) handleAppend(w http.ResponseWriter, r *http.Request) {
 	}
 	if a.Draining() || !a.intake.enter() {
 		code = http.StatusServiceUnavailable
-		writeError(w, &APIError{Status: code, Code: CodeUnavailable, Message: "node is draining; append through another node"})
+		writeError(w, &APIError{Status: code, Code: api.CodeUnavailable, Message: "node is draining; append through another node"})
 		return
 	}
 	defer a.intake.exit()
@@ -60,9 +61,9 @@ func (a *API) handleAppend(w http.ResponseWriter, r *http.Request) {
 		code = http.StatusServiceUnavailable
 		// Retryable: nothing is reported stored, appends are idempotent.
 		w.Header().Set("Retry-After", "1")
-		ae := &APIError{Status: code, Code: CodeUnavailable, Message: "append failed; retrying the same batch is safe: " + err.Error()}
+		ae := &APIError{Status: code, Code: api.CodeUnavailable, Message: "append failed; retrying the same batch is safe: " + err.Error()}
 		if errors.Is(err, replication.ErrInsufficientCopies) {
-			ae.Code = CodeInsufficientCopies
+			ae.Code = api.CodeInsufficientCopies
 			ae.Message = "fewer replicas than the write-copies minimum made a row durable; nothing is reported stored, retrying the same batch is safe: " + err.Error()
 		}
 		writeError(w, ae)
@@ -134,11 +135,11 @@ func (a *API) handleGetRow(w http.ResponseWriter, r *http.Request) {
 	if len(unanswered) > 0 {
 		// Not "no such row": a member that did not answer may hold it.
 		w.Header().Set("Retry-After", "1")
-		writeError(w, &APIError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+		writeError(w, &APIError{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable,
 			Message: fmt.Sprintf("no row with dispatch_key %q on the nodes that answered; %s did not answer: retry", key, strings.Join(unanswered, ", "))})
 		return
 	}
-	writeError(w, &APIError{Status: http.StatusNotFound, Code: CodeNotFound, Message: fmt.Sprintf("no row with dispatch_key %q on any node", key)})
+	writeError(w, &APIError{Status: http.StatusNotFound, Code: api.CodeNotFound, Message: fmt.Sprintf("no row with dispatch_key %q on any node", key)})
 }
 
 func (a *API) handleInternalGetRow(w http.ResponseWriter, r *http.Request) {
@@ -149,7 +150,7 @@ func (a *API) handleInternalGetRow(w http.ResponseWriter, r *http.Request) {
 	}
 	row, err := a.cfg.Store.Get(r.Context(), key)
 	if errors.Is(err, outbox.ErrNotFound) {
-		writeError(w, &APIError{Status: http.StatusNotFound, Code: CodeNotFound, Message: "not here"})
+		writeError(w, &APIError{Status: http.StatusNotFound, Code: api.CodeNotFound, Message: "not here"})
 		return
 	}
 	if err != nil {

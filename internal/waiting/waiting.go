@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/shards"
 )
@@ -109,43 +110,11 @@ type Facts struct {
 	HostNamespaceInFlight, HostAllowance int
 }
 
-// Waiting explains why a live row has not been delivered yet. It is the
-// `waiting` object of GET /v1/rows/{dispatch_key}.
-type Waiting struct {
-	// Reason is the first cause Explain found (see Reason's constants);
-	// Also lists the other causes that hold too, in check order (a paused
-	// namespace's row may also be in retry backoff), or is empty.
-	Reason Reason   `json:"reason"`
-	Also   []Reason `json:"also,omitempty"`
-	// Message is one plain sentence saying the same, with the numbers.
-	Message string `json:"message"`
-	// Node is the node holding the row, whose facts these are; Owner is
-	// the owner of the row's shard in Node's view.
-	Node  string `json:"node"`
-	Owner string `json:"owner,omitempty"`
-	// Attempt and LastError are the row's.
-	Attempt   uint32 `json:"attempt"`
-	LastError string `json:"last_error,omitempty"`
-	// VisibleAfter is when the row may be claimed (the next attempt's
-	// time for a retry); set while it is in the future.
-	VisibleAfter *time.Time `json:"visible_after,omitempty"`
-	// ClaimedAt is when a claimed row was claimed.
-	ClaimedAt *time.Time `json:"claimed_at,omitempty"`
-	// Claimed and Ceiling are the namespace's claimed rows on Node and its
-	// per-node ceiling (rows); Quota is the cluster-wide quota (rows) and
-	// OwnedShardFraction Node's owned/total in [0,1]. Set for pending rows
-	// of an owned shard.
-	Claimed            *int     `json:"claimed,omitempty"`
-	Ceiling            *uint32  `json:"ceiling,omitempty"`
-	Quota              *uint32  `json:"quota,omitempty"`
-	OwnedShardFraction *float64 `json:"owned_shard_fraction,omitempty"`
-	// Host is the route's target host; HostLimit and HostInFlight its
-	// concurrency limit and rows in flight to it on Node (rows). Set when
-	// the node applies a host ceiling to the route.
-	Host         string `json:"host,omitempty"`
-	HostLimit    *int   `json:"host_limit,omitempty"`
-	HostInFlight *int   `json:"host_in_flight,omitempty"`
-}
+// Waiting explains why a live row has not been delivered yet: the
+// `waiting` object of GET /v1/rows/{dispatch_key}, package api's type.
+// Its Reason is the first cause Explain found (one of Reason's constants),
+// Also the other causes that hold too, in check order.
+type Waiting = api.Waiting
 
 // Explain returns why f.Row waits, or nil for a terminal row (done,
 // failed, cancelled). The checks run in Reason's order, which is the order
@@ -159,7 +128,7 @@ func Explain(f Facts) *Waiting {
 	}
 	w := &Waiting{Node: f.Node, Owner: f.Owner, Attempt: r.Attempt, LastError: r.LastError}
 	if r.Status == outbox.StatusClaimed {
-		w.Reason = Claimed
+		w.Reason = string(Claimed)
 		w.ClaimedAt = optTime(r.ClaimedAt)
 		w.Message = fmt.Sprintf("Attempt %d was claimed by %s at %s and is being delivered; it settles when the target answers.",
 			r.Attempt, f.Node, stamp(r.ClaimedAt))
@@ -199,11 +168,11 @@ func Explain(f Facts) *Waiting {
 	if len(reasons) == 0 {
 		reasons = []Reason{Claimable}
 	}
-	w.Reason, w.Also = reasons[0], reasons[1:]
-	if len(w.Also) == 0 {
-		w.Also = nil
+	w.Reason = string(reasons[0])
+	for _, rs := range reasons[1:] {
+		w.Also = append(w.Also, string(rs))
 	}
-	w.Message = message(w.Reason, f, ceiling)
+	w.Message = message(reasons[0], f, ceiling)
 	return w
 }
 

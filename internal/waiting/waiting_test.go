@@ -97,7 +97,11 @@ func TestExplain(t *testing.T) {
 			if w == nil {
 				t.Fatal("Explain = nil for a live row")
 			}
-			if w.Reason != tc.want || !slices.Equal(w.Also, tc.also) {
+			var also []string
+			for _, rs := range tc.also {
+				also = append(also, string(rs))
+			}
+			if w.Reason != string(tc.want) || !slices.Equal(w.Also, also) {
 				t.Fatalf("reason %q also %v, want %q also %v (message %q)", w.Reason, w.Also, tc.want, tc.also, w.Message)
 			}
 			if !strings.Contains(w.Message, tc.contains) || !strings.HasSuffix(w.Message, ".") {
