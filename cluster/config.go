@@ -187,6 +187,19 @@ func SharedHostConfig() *Config {
 	return c
 }
 
+// MinFailureDetection is the shortest time from a node's stop to its
+// peers declaring it dead under c's memberlist timings: one probe timeout
+// plus the smallest suspicion timeout, SuspicionMult × ProbeInterval
+// (memberlist scales it by log10 of the cluster size, at least 1, and
+// lengthens it while few peers confirm). A process paused for less cannot
+// have been replaced. 0 without a memberlist config.
+func (c *Config) MinFailureDetection() time.Duration {
+	if c.Config == nil {
+		return 0
+	}
+	return c.Config.ProbeTimeout + time.Duration(c.Config.SuspicionMult)*c.Config.ProbeInterval
+}
+
 // withDefaults returns a copy of c with zero fields filled in, plus a private
 // copy of the memberlist config (memberlist writes to its config: BindPort,
 // Keyring), so the caller's Config can build another node after a restart.

@@ -472,13 +472,7 @@ func openIn(dir string, opts boltstore.Options) (*boltstore.Store, error) {
 // in node meta, the persisted config entries and their persistence hook.
 func (n *Node) clusterConfig(httpBound *net.TCPAddr) (*cluster.Config, error) {
 	cfg := n.cfg
-	c := cluster.DefaultConfig()
-	switch cfg.GossipProfile {
-	case "fast":
-		c = cluster.FastConfig()
-	case "shared-host":
-		c = cluster.SharedHostConfig()
-	}
+	c := gossipProfile(cfg.GossipProfile)
 	c.Name = cfg.NodeName
 	host, portStr, _ := net.SplitHostPort(cfg.GossipAddr)
 	port, err := strconv.Atoi(portStr)
@@ -641,15 +635,26 @@ func (n *Node) onPause(gap time.Duration) {
 }
 
 // pauseThreshold is the gap in the node's own ticks that counts as a
-// pause: well below the failure detection of the gossip profile (about
-// 5 s with "lan", 1 s with the test profiles), so a pause long enough for
-// the others to declare this node dead is always noticed, and above the
-// scheduling delays of a loaded host.
+// pause: four fifths of the shortest time the gossip profile's peers take
+// to declare a stopped node dead (cluster.Config.MinFailureDetection), at
+// most 2 s. So a pause long enough for the others to take this node's
+// shards is always noticed, while a scheduling delay well below failure
+// detection (a loaded host) is not taken for one: "lan" 2 s, "shared-host"
+// 880 ms, "fast" 304 ms.
 func pauseThreshold(profile string) time.Duration {
-	if profile == "lan" || profile == "" {
-		return 2 * time.Second
+	return min(2*time.Second, gossipProfile(profile).MinFailureDetection()*4/5)
+}
+
+// gossipProfile returns the cluster config of a --gossip-profile
+// ("lan", "fast" or "shared-host"; Config.Validate checks the name).
+func gossipProfile(name string) *cluster.Config {
+	switch name {
+	case "fast":
+		return cluster.FastConfig()
+	case "shared-host":
+		return cluster.SharedHostConfig()
 	}
-	return 500 * time.Millisecond
+	return cluster.DefaultConfig()
 }
 
 // latestTerm returns the latest term start among the shards this node is
