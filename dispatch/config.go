@@ -167,6 +167,10 @@ type Config struct {
 	// through Planner over this store, settles rows on it and re-arms
 	// stale claims with RearmStale.
 	Store Store
+	// Claiming, when set, is called before each sweep reads its ceilings;
+	// the sweep calls the returned done once its claims are committed
+	// (lease.Service.Claiming: grants change only between sweeps).
+	Claiming func() (done func())
 	// AfterSweep, when set, is called with every sweep's outcome once it
 	// has been reported (the node's lease service asks for capacity for a
 	// namespace new here).

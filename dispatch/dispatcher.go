@@ -329,7 +329,12 @@ func (d *Dispatcher) SweepOnce(ctx context.Context) (backpressure.Sweep, error) 
 		held = d.cfg.Held()
 	}
 	start := time.Now()
+	done := func() {}
+	if d.cfg.Claiming != nil {
+		done = d.cfg.Claiming()
+	}
 	sw, err := d.cfg.Planner.Sweep(ctx, d.store, backpressure.SweepRequest{Batch: budget, Held: held, Eligible: d.Eligible})
+	done()
 	d.m.sweepDur.Observe(time.Since(start).Seconds())
 	d.report(sw, budget) // first: a delivery may end before launch returns, and its answer wakes a short sweep
 	if d.cfg.AfterSweep != nil {

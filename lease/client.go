@@ -40,10 +40,18 @@ type ClientConfig struct {
 //     applied a lower grant, the coordinator keeps counting the higher one.
 //   - Only the answer to the latest request that asked about a namespace
 //     is applied; a late answer to an older one is ignored.
+//   - Answers are applied between sweeps (Claiming), so no claim made
+//     under a grant lands after a lower one was reported.
 type Client struct {
 	node    string
 	now     func() time.Time
 	refresh time.Duration
+
+	// claimMu orders claims against refreshes: a sweep holds it shared
+	// from reading its ceilings until its claims are committed
+	// (Claiming); RefreshMeasured's demand reading, Apply and Release take
+	// it exclusively. Taken before mu.
+	claimMu sync.RWMutex
 
 	mu      sync.Mutex
 	ns      map[string]*grantState
@@ -168,6 +176,20 @@ func (c *Client) Calls(epoch uint64, demand []Demand, coordinatorOf func(namespa
 	return calls, errors.Join(errs...)
 }
 
+// Claiming marks a sweep in progress, from before it reads its ceilings
+// (Grant) until its claims are committed to the store: call done then.
+// Answers are applied, and RefreshMeasured reads the demand, between
+// sweeps. Without it a sweep that read a grant of 3 could commit its
+// claims after a refresh applied a grant of 2 and the next one reported
+// the store's count from before the commit: the coordinator would count 2
+// rows where 3 run, and grant the third to another node (DESIGN.md "Exact
+// cluster-wide quota": Has is never below what the node may hold). Sweeps
+// do not exclude each other here; done must be called exactly once.
+func (c *Client) Claiming() (done func()) {
+	c.claimMu.RLock()
+	return c.claimMu.RUnlock
+}
+
 // Apply applies a coordinator's response to call. The response is
 // validated against the request first; an invalid one changes nothing and
 // its *FieldError is returned. Namespaces answered NotCoordinator keep
@@ -177,6 +199,8 @@ func (c *Client) Apply(call Call, resp Response) error {
 	if err := resp.Validate(call.Request); err != nil {
 		return fmt.Errorf("lease: response of %s: %w", call.To, err)
 	}
+	c.claimMu.Lock()
+	defer c.claimMu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, l := range resp.Leases {
@@ -285,6 +309,7 @@ type CallResult struct {
 // build no call.
 func (c *Client) Release(ctx context.Context, epoch uint64, coordinatorOf func(string) (string, bool), transport Transport) []CallResult {
 	now := c.now()
+	c.claimMu.Lock()
 	c.mu.Lock()
 	c.released = true
 	c.seq++
@@ -300,6 +325,7 @@ func (c *Client) Release(ctx context.Context, epoch uint64, coordinatorOf func(s
 		}
 	}
 	c.mu.Unlock()
+	c.claimMu.Unlock()
 	var calls []Call
 	for to, list := range byCoordinator {
 		slices.SortFunc(list, func(a, b Ask) int { return strings.Compare(a.Namespace, b.Namespace) })
@@ -329,7 +355,23 @@ func (c *Client) Release(ctx context.Context, epoch uint64, coordinatorOf func(s
 // failed call changes nothing: grants stay until they expire. Demand
 // errors (invalid namespaces) are returned beside the results.
 func (c *Client) Refresh(ctx context.Context, epoch uint64, demand []Demand, coordinatorOf func(string) (string, bool), transport Transport) ([]CallResult, error) {
+	return c.RefreshMeasured(ctx, epoch, func() ([]Demand, error) { return demand, nil }, coordinatorOf, transport)
+}
+
+// RefreshMeasured is Refresh with the demand read by measure while no
+// sweep is in progress (it waits for those under way, see Claiming), so
+// the Claimed counts it reports include every claim made under any grant
+// this node acted on, and Has is never below what the node may hold. An
+// error of measure is returned as is and nothing is sent.
+func (c *Client) RefreshMeasured(ctx context.Context, epoch uint64, measure func() ([]Demand, error), coordinatorOf func(string) (string, bool), transport Transport) ([]CallResult, error) {
+	c.claimMu.Lock()
+	demand, err := measure()
+	if err != nil {
+		c.claimMu.Unlock()
+		return nil, err
+	}
 	calls, derr := c.Calls(epoch, demand, coordinatorOf)
+	c.claimMu.Unlock()
 	results := make([]CallResult, len(calls))
 	var wg sync.WaitGroup
 	for i, call := range calls {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -286,5 +287,72 @@ func TestClientRefreshAgainstACoordinator(t *testing.T) {
 	}
 	if !slices.Equal(grants, []uint32{2, 2, 2}) {
 		t.Fatalf("grants %v, want 2 each", grants)
+	}
+}
+
+// A refresh measures the node's demand only between sweeps: a sweep that
+// read a grant of 3 and has not committed its claims yet holds the
+// measurement off, so the report that follows counts those claims. The
+// case: the coordinator lowered the node's grant from 3 to 2 while a sweep
+// under 3 was claiming its third row; a report of the store's count from
+// before that commit (2) would let the coordinator hand the third row to
+// another node while it runs here.
+func TestRefreshMeasuresBetweenSweeps(t *testing.T) {
+	clk := newClock()
+	c := mustClient(t, "me", clk)
+	coord := byName(map[string]string{"ns": "n1"})
+	ctx := context.Background()
+	grant := func(g uint32) lease.Transport {
+		return func(_ context.Context, _ string, req lease.Request) (lease.Response, error) {
+			return lease.Response{Leases: []lease.Lease{{Namespace: "ns", Grant: g, ExpiryMS: 60_000, RefreshMS: 100}}}, nil
+		}
+	}
+	if _, err := c.Refresh(ctx, 0, []lease.Demand{{Namespace: "ns", Wants: 3}}, coord, grant(3)); err != nil {
+		t.Fatal(err)
+	}
+
+	var committed atomic.Int32 // the store's claimed count
+	committed.Store(2)
+	done := c.Claiming() // a sweep read the grant of 3 and claims its third row
+	if rows, _, _ := c.Grant("ns", clk.Now()); rows != 3 {
+		t.Fatalf("grant %d, want 3", rows)
+	}
+	var sent atomic.Uint32 // the Has of the refresh's request
+	measured := make(chan struct{})
+	finished := make(chan error, 1)
+	go func() {
+		_, err := c.RefreshMeasured(ctx, 0, func() ([]lease.Demand, error) {
+			close(measured)
+			return []lease.Demand{{Namespace: "ns", Wants: 3, Claimed: uint32(committed.Load())}}, nil
+		}, coord, func(ctx context.Context, to string, req lease.Request) (lease.Response, error) {
+			sent.Store(req.Asks[0].Has)
+			return grant(2)(ctx, to, req)
+		})
+		finished <- err
+	}()
+	select {
+	case <-measured:
+		t.Fatal("the refresh measured demand while a sweep was claiming")
+	case <-time.After(100 * time.Millisecond):
+	}
+	committed.Store(3) // the sweep's claim is committed
+	done()
+	if err := <-finished; err != nil {
+		t.Fatal(err)
+	}
+	if has := sent.Load(); has < 3 {
+		t.Fatalf("the refresh reported has %d with 3 rows claimed", has)
+	}
+	// A later refresh reports the committed count, not the lowered grant.
+	if _, err := c.RefreshMeasured(ctx, 0, func() ([]lease.Demand, error) {
+		return []lease.Demand{{Namespace: "ns", Wants: 3, Claimed: uint32(committed.Load())}}, nil
+	}, coord, func(ctx context.Context, to string, req lease.Request) (lease.Response, error) {
+		sent.Store(req.Asks[0].Has)
+		return grant(2)(ctx, to, req)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if has := sent.Load(); has != 3 {
+		t.Fatalf("after the grant was lowered to 2 the refresh reported has %d with 3 rows claimed, want 3", has)
 	}
 }

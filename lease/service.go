@@ -149,6 +149,10 @@ func (l *Service) coordinatorOf(ns string) (string, bool) {
 // Grants is the client as quota.Leased reads it.
 func (l *Service) Grants() quota.Grants { return l.client }
 
+// Claiming marks a sweep in progress until done is called: see
+// Client.Claiming (dispatch.Config.Claiming).
+func (l *Service) Claiming() (done func()) { return l.client.Claiming() }
+
 // Poke asks for a refresh soon (a namespace new on this node wants
 // capacity, see leasePoker). It never blocks.
 func (l *Service) Poke() {
@@ -265,10 +269,16 @@ func (l *Service) demand(ctx context.Context) ([]Demand, error) {
 // refresh runs one refresh: demand, one batched call per coordinator, and
 // a sweep if a grant now leaves room for more claims.
 func (l *Service) refresh(ctx context.Context) {
-	demand, err := l.demand(ctx)
-	if err != nil {
+	var demand []Demand
+	var measureErr error
+	measure := func() ([]Demand, error) {
+		demand, measureErr = l.demand(ctx)
+		return demand, measureErr
+	}
+	results, derr := l.client.RefreshMeasured(ctx, 0, measure, l.coordinatorOf, l.transport)
+	if measureErr != nil {
 		if ctx.Err() == nil {
-			l.log.Warn("lease refresh skipped: cannot measure demand", "error", err)
+			l.log.Warn("lease refresh skipped: cannot measure demand", "error", measureErr)
 		}
 		return
 	}
@@ -279,8 +289,6 @@ func (l *Service) refresh(ctx context.Context) {
 	l.wantsMu.Lock()
 	l.wants = wants
 	l.wantsMu.Unlock()
-
-	results, derr := l.client.Refresh(ctx, 0, demand, l.coordinatorOf, l.transport)
 	if derr != nil {
 		l.log.Warn("lease refresh: demand left out", "error", derr)
 	}

@@ -355,6 +355,7 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 	n.disp, err = dispatch.New(dispatch.Config{
 		Store:             rows,
 		Planner:           planner,
+		Claiming:          n.leases.Claiming,
 		AfterSweep:        n.leases.AfterSweep,
 		Writable:          n.storeWritable,
 		Fence:             n.pause,
