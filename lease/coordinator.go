@@ -329,9 +329,11 @@ func (c *Coordinator) decide(now time.Time, node string, seq uint64, a Ask, sinc
 	learning = c.cfg.LearningPeriod > 0 && now.Before(since.Add(c.cfg.LearningPeriod))
 	if found && seq != 0 && seq < rec.seq {
 		// An older request than the one the record holds: the node has
-		// asked again since and acts on that answer; this report would
-		// undercount what it holds. Answered, changing nothing.
-		return rec.grant, learning, false
+		// asked again since and acts on that answer (this one it ignores);
+		// this report would undercount what it holds. Answered with no
+		// grant, changing nothing: a restarted node whose clock stepped
+		// back gets nothing until its old record is forgotten.
+		return 0, learning, false
 	}
 	rec.seq = max(rec.seq, seq)
 	rec.wants, rec.has = min(a.Wants, quota), a.Has
