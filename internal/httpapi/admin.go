@@ -438,7 +438,7 @@ func (a *API) handleRedrive(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var mu sync.Mutex
-	unreachable := a.fanOut(r.Context(), func(ctx context.Context, m peerRef) error {
+	unreachable := a.fanOut(r.Context(), peerCallTimeout, func(ctx context.Context, m peerRef) error {
 		redriven, err := a.cfg.Peers.Redrive(ctx, m.addr, ns, req)
 		if err != nil {
 			return err
@@ -467,18 +467,24 @@ func validateRedriveKeys(keys []string) error {
 
 type peerRef struct{ name, addr string }
 
-// peerCallTimeout bounds one peer's part of a fanned-out admin call.
+// peerCallTimeout bounds one peer's part of a fanned-out admin call that
+// changes rows (redrive, purge) or reads pages of them (dead letters).
 const peerCallTimeout = 5 * time.Second
 
+// peerReadTimeout bounds one peer's part of a fanned-out read-back (row
+// listings, namespace totals): a paused or partitioned member is named in
+// unreachable_nodes after it, and the answer comes without it.
+const peerReadTimeout = 2 * time.Second
+
 // fanOut calls fn for every other member concurrently, each bounded by
-// peerCallTimeout, and returns the names of the members whose call failed,
+// timeout, and returns the names of the members whose call failed,
 // sorted.
-func (a *API) fanOut(ctx context.Context, fn func(ctx context.Context, m peerRef) error) []string {
-	return a.fanOutTo(ctx, a.peerMembers(), fn)
+func (a *API) fanOut(ctx context.Context, timeout time.Duration, fn func(ctx context.Context, m peerRef) error) []string {
+	return a.fanOutTo(ctx, a.peerMembers(), timeout, fn)
 }
 
 // fanOutTo is fanOut to the given members.
-func (a *API) fanOutTo(ctx context.Context, peers []peerRef, fn func(ctx context.Context, m peerRef) error) []string {
+func (a *API) fanOutTo(ctx context.Context, peers []peerRef, timeout time.Duration, fn func(ctx context.Context, m peerRef) error) []string {
 	var (
 		mu          sync.Mutex
 		wg          sync.WaitGroup
@@ -486,7 +492,7 @@ func (a *API) fanOutTo(ctx context.Context, peers []peerRef, fn func(ctx context
 	)
 	for _, m := range peers {
 		wg.Go(func() {
-			cctx, cancel := context.WithTimeout(ctx, peerCallTimeout)
+			cctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
 			if err := fn(cctx, m); err != nil {
 				a.log.Warn("peer call failed", "peer", m.name, "err", err)

@@ -272,7 +272,7 @@ func (a *API) handleListRows(w http.ResponseWriter, r *http.Request) {
 	pages := []rowsPage{local}
 	var mu sync.Mutex
 	path := pathInternalRows(url.PathEscape(q.Namespace)) + "?" + r.URL.RawQuery
-	unreachable := a.fanOut(r.Context(), func(ctx context.Context, m peerRef) error {
+	unreachable := a.fanOut(r.Context(), peerReadTimeout, func(ctx context.Context, m peerRef) error {
 		var p rowsPage
 		if err := a.cfg.Peers.Call(ctx, http.MethodGet, m.addr, path, nil, &p); err != nil {
 			return err
@@ -506,7 +506,7 @@ func (a *API) handlePurge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var mu sync.Mutex
-	unreachable := a.fanOut(r.Context(), func(ctx context.Context, m peerRef) error {
+	unreachable := a.fanOut(r.Context(), peerCallTimeout, func(ctx context.Context, m peerRef) error {
 		var out struct {
 			Purged int `json:"purged"`
 		}
@@ -673,7 +673,7 @@ func (a *API) clusterStats(ctx context.Context) ([]statsResponse, map[string]out
 	}
 	all := []statsResponse{local}
 	var mu sync.Mutex
-	unreachable := a.fanOut(ctx, func(ctx context.Context, m peerRef) error {
+	unreachable := a.fanOut(ctx, peerReadTimeout, func(ctx context.Context, m peerRef) error {
 		var s statsResponse
 		if err := a.cfg.Peers.Call(ctx, http.MethodGet, m.addr, pathInternalStats, nil, &s); err != nil {
 			return err

@@ -171,7 +171,7 @@ func (a *API) deadLetterParts(ctx context.Context, ns string, q peer.DeadLetterQ
 		mu.Unlock()
 		return nil
 	}
-	return parts, a.fanOutTo(ctx, peers, call), nil
+	return parts, a.fanOutTo(ctx, peers, peerCallTimeout, call), nil
 }
 
 // fullJSONBytes estimates a row's JSON size with its payload from its size
