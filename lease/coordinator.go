@@ -138,7 +138,8 @@ func (c *CoordinatorConfig) withDefaults() (CoordinatorConfig, error) {
 // Per request and namespace (Handle):
 //
 //   - Reports apply in the order the node sent them (Request.Seq): one
-//     older than the last applied is answered without changing anything.
+//     older than the last applied is answered with no grant and changes
+//     nothing.
 //   - A node's holding is max(grant, has): its grant while unexpired, and
 //     what it last reported holding until Drain after that. Records are
 //     forgotten then.
