@@ -21,6 +21,10 @@ import (
 func ledgerNode(t *testing.T, status *atomic.Int32, requests *atomic.Int64) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The answer is decided before the request is counted: a test that
+		// changes status once it has counted n requests knows those n
+		// were answered with the old one.
+		s := status.Load()
 		requests.Add(1)
 		var req struct {
 			Rows []struct {
@@ -31,7 +35,7 @@ func ledgerNode(t *testing.T, status *atomic.Int32, requests *atomic.Int64) *htt
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		if s := status.Load(); s != 0 {
+		if s != 0 {
 			http.Error(w, `{"error":{"code":"unavailable","message":"refused on purpose"}}`, int(s))
 			return
 		}
