@@ -311,7 +311,7 @@ func (n *Node) reportLateLeave(done <-chan struct{}) {
 			st = &replication.LeaveStatus{}
 		}
 		n.log.Warn("leave incomplete after --shutdown-grace: still handing off the rows held here; the node keeps serving until every one is held elsewhere (a second signal exits now and keeps them on disk)",
-			"shards_left", st.ShardsLeft, "last_error", st.LastError, "stranded_rows", st.StrandedRows)
+			"shards_left", st.ShardsLeft, "rows_handed_off", st.RowsHandedOff, "last_error", st.LastError, "stranded_rows", st.StrandedRows)
 		t.Reset(lateLeaveEvery)
 	}
 }

@@ -45,6 +45,12 @@ func (r *Replicator) bulkCopy(ctx context.Context, v *View, peer string, shards 
 		queue := slices.Clone(shards)
 		cursors := map[uint32][]byte{}
 		for len(queue) > 0 {
+			// Shards this node stopped replicating while the stream ran (a
+			// view change; all of them once it is leaving) are not read.
+			queue = slices.DeleteFunc(queue, func(s uint32) bool { return !r.replicatesNow(s) })
+			if len(queue) == 0 {
+				return
+			}
 			reads := make([]outbox.ShardRead, 0, min(len(queue), bulkReadShards))
 			for _, s := range queue[:min(len(queue), bulkReadShards)] {
 				reads = append(reads, outbox.ShardRead{Shard: s, After: cursors[s]})
@@ -82,7 +88,7 @@ func (r *Replicator) bulkCopy(ctx context.Context, v *View, peer string, shards 
 	synced := 0
 	flush := func() error {
 		if len(acc) > 0 {
-			if _, err := (localSink{r}).Merge(ctx, acc); err != nil {
+			if _, err := (pullSink{r}).Merge(ctx, acc); err != nil {
 				return fmt.Errorf("merge %d rows copied from %s: %w", len(acc), peer, err)
 			}
 			r.m.syncRows.WithLabelValues("bulk").Add(float64(len(acc)))

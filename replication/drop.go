@@ -138,12 +138,12 @@ func (r *Replicator) dropRound(ctx context.Context, drain bool) (int, error) {
 	}
 	deleted, sent := 0, 0
 	if len(same) > 0 {
-		st, err := r.confirmed.Move(ctx, transfer.SinkFunc(heldAlready), same)
+		st, err := r.confirmed.Move(ctx, r.leave.counting(drain, transfer.SinkFunc(heldAlready)), same)
 		deleted += st.Deleted
 		errs = append(errs, err)
 	}
 	if len(differ) > 0 {
-		st, err := r.mover.Move(ctx, dropSink{r: r, v: v}, differ)
+		st, err := r.mover.Move(ctx, r.leave.counting(drain, dropSink{r: r, v: v}), differ)
 		deleted, sent = deleted+st.Deleted, st.Rows
 		errs = append(errs, err)
 	}
@@ -219,6 +219,11 @@ func (r *Replicator) Drain(ctx context.Context) error {
 	for {
 		v := r.view.Load()
 		left, err := r.Leftovers(ctx)
+		if err == nil && v != nil && v.Leaving {
+			// Counted here too, not only when a drop round ends: a round
+			// handing off tens of thousands of rows runs for many seconds.
+			r.leave.setLeft(len(left))
+		}
 		if err == nil && len(left) == 0 {
 			if r.mover.Stranded() == 0 {
 				r.leave.record(0, 0, nil)
@@ -249,6 +254,26 @@ type leaveProgress struct {
 	lastErr string    // the last pass's error ("" when it succeeded)
 	at      time.Time // when the last pass ended
 	strand  int       // rows left marked in transfer (transfer.Mover.Stranded)
+	handed  int64     // rows confirmed held by their sets so far
+}
+
+// counting wraps the sink of a drain pass so that every batch the sets
+// acknowledged counts as progress at once (LeaveStatus.RowsHandedOff);
+// other passes' sinks are returned as they are.
+func (p *leaveProgress) counting(drain bool, sink transfer.Sink) transfer.Sink {
+	if !drain {
+		return sink
+	}
+	return transfer.SinkFunc(func(ctx context.Context, rows []outbox.Row) (outbox.MergeResult, error) {
+		res, err := sink.Merge(ctx, rows)
+		if err == nil {
+			p.mu.Lock()
+			p.handed += int64(len(rows))
+			p.at = time.Now()
+			p.mu.Unlock()
+		}
+		return res, err
+	})
 }
 
 func (p *leaveProgress) begin() {
@@ -293,6 +318,10 @@ type LeaveStatus struct {
 	// StrandedRows are rows still marked in transfer whose release failed
 	// (retried before anything else).
 	StrandedRows int `json:"stranded_rows"`
+	// RowsHandedOff counts the rows (pending and terminal) this leave has
+	// confirmed held by their shards' replica sets so far, batch by batch:
+	// it rises while a long pass runs, before ShardsLeft falls.
+	RowsHandedOff int64 `json:"rows_handed_off"`
 }
 
 // leaveStatus returns the leave's progress (nil when not leaving).
@@ -303,7 +332,7 @@ func (r *Replicator) leaveStatus(v *View) *LeaveStatus {
 	p := &r.leave
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return &LeaveStatus{Since: p.since, ShardsLeft: p.left, At: p.at, LastError: p.lastErr, StrandedRows: p.strand}
+	return &LeaveStatus{Since: p.since, ShardsLeft: p.left, At: p.at, LastError: p.lastErr, StrandedRows: p.strand, RowsHandedOff: p.handed}
 }
 
 // anyReplica reports whether some shard has a replica other than this

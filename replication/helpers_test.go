@@ -53,6 +53,11 @@ type tnode struct {
 	// refuseStates makes it answer 503 to States calls (a member the
 	// handover cannot hear from).
 	refuseStates atomic.Bool
+	// holdReads, when set, holds every shard read (a sync's bulk copy)
+	// served by this node until the channel closes; heldReads counts the
+	// reads that reached the hold.
+	holdReads atomic.Pointer[chan struct{}]
+	heldReads atomic.Int32
 }
 
 type tcluster struct {
@@ -129,6 +134,10 @@ func (c *tcluster) start(n *tnode) {
 			(n.refuseStates.Load() && req.URL.Path == replication.PathPrefix+"states") {
 			http.Error(w, "refused by the test", http.StatusServiceUnavailable)
 			return
+		}
+		if hold := n.holdReads.Load(); hold != nil && req.URL.Path == replication.PathPrefix+"read" {
+			n.heldReads.Add(1)
+			<-*hold
 		}
 		h.ServeHTTP(w, req)
 	})))

@@ -120,6 +120,12 @@ func (r *Replicator) syncRound(ctx context.Context) bool {
 		if gctx.Err() != nil {
 			break
 		}
+		if !r.replicatesNow(s) {
+			// The view changed under the round (a rebalance, or this node
+			// turned leaving): not pulled, the next round decides.
+			failed++
+			continue
+		}
 		g.Go(func() error {
 			if err := r.syncShard(gctx, v, s, mine[s], states); err != nil {
 				mu.Lock()
@@ -336,7 +342,7 @@ func (r *Replicator) pull(ctx context.Context, v *View, shard uint32, peer strin
 		r.mu.Lock()
 		from := r.tokens[key]
 		r.mu.Unlock()
-		next, st, err := transfer.Copy(ctx, remoteReader{r: r, addr: addr}, localSink{r}, shard, from, r.cfg.Limits)
+		next, st, err := transfer.Copy(ctx, remoteReader{r: r, addr: addr}, pullSink{r}, shard, from, r.cfg.Limits)
 		r.m.syncRows.WithLabelValues("bulk").Add(float64(st.Rows))
 		r.m.syncBytes.WithLabelValues("bulk").Add(float64(st.Bytes))
 		r.mu.Lock()
@@ -404,6 +410,53 @@ func (ls localSink) Merge(ctx context.Context, rows []outbox.Row) (outbox.MergeR
 	if err == nil && res.Created+res.Updated > 0 && ls.r.cfg.Wake != nil {
 		ls.r.cfg.Wake()
 	}
+	return res, err
+}
+
+// errNoLongerReplica ends a pull (a sync, a repair, a handover's pull)
+// once this node's current view no longer names it a replica of the
+// shard, or names it leaving.
+var errNoLongerReplica = errors.New("this node no longer replicates the shard by its current view (the view changed)")
+
+// replicatesNow reports whether this node's current view names it a
+// replica of shard and not leaving.
+func (r *Replicator) replicatesNow(shard uint32) bool {
+	cur := r.view.Load()
+	return cur != nil && !cur.Leaving && cur.inSet(cur.Self, shard)
+}
+
+// pullSink merges rows this node pulled from a peer (a sync, a repair, a
+// handover's pull) into the local store: only those of shards its current
+// view still names it a replica of. The view may change while a pull is
+// in flight, and a pull that went on would take copies this node no
+// longer holds for anyone: a node that turned leaving would fill its disk
+// with rows its drain must hand back, and never finish leaving. Rows of
+// other shards are skipped (counted Skipped); a leaving node refuses the
+// whole page with errNoLongerReplica, which ends the pull.
+type pullSink struct{ r *Replicator }
+
+func (ps pullSink) Merge(ctx context.Context, rows []outbox.Row) (outbox.MergeResult, error) {
+	cur := ps.r.view.Load()
+	if cur == nil || cur.Leaving {
+		return outbox.MergeResult{}, errNoLongerReplica
+	}
+	keep := rows
+	for i := range rows {
+		if !cur.inSet(cur.Self, rows[i].Shard) {
+			keep = make([]outbox.Row, 0, len(rows))
+			for j := range rows {
+				if cur.inSet(cur.Self, rows[j].Shard) {
+					keep = append(keep, rows[j])
+				}
+			}
+			break
+		}
+	}
+	if len(keep) == 0 {
+		return outbox.MergeResult{Skipped: len(rows)}, nil
+	}
+	res, err := localSink(ps).Merge(ctx, keep)
+	res.Skipped += len(rows) - len(keep)
 	return res, err
 }
 
@@ -533,7 +586,10 @@ func (r *Replicator) exchange(ctx context.Context, addr string, shard uint32, pu
 		if len(rows) == 0 {
 			continue
 		}
-		if _, err := (localSink{r}).Merge(ctx, rows); err != nil {
+		if !r.replicatesNow(shard) {
+			return pulledKeys, pushed, fmt.Errorf("shard %d: %w", shard, errNoLongerReplica)
+		}
+		if _, err := (pullSink{r}).Merge(ctx, rows); err != nil {
 			return pulledKeys, pushed, fmt.Errorf("merge %d rows: %w", len(rows), err)
 		}
 		r.m.syncRows.WithLabelValues("diff").Add(float64(len(rows)))

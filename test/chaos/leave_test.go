@@ -29,9 +29,10 @@ const (
 
 // leaveStatus is replication.leave of a leaving node's GET /v1/cluster.
 type leaveStatus struct {
-	ShardsLeft   int    `json:"shards_left"`
-	LastError    string `json:"last_error"`
-	StrandedRows int    `json:"stranded_rows"`
+	ShardsLeft    int    `json:"shards_left"`
+	RowsHandedOff int64  `json:"rows_handed_off"`
+	LastError     string `json:"last_error"`
+	StrandedRows  int    `json:"stranded_rows"`
 }
 
 func (s leaveStatus) String() string {
@@ -39,18 +40,21 @@ func (s leaveStatus) String() string {
 	if e == "" {
 		e = "none"
 	}
-	return fmt.Sprintf("shards_left %d, stranded_rows %d, last_error: %s", s.ShardsLeft, s.StrandedRows, e)
+	return fmt.Sprintf("shards_left %d, rows_handed_off %d, stranded_rows %d, last_error: %s", s.ShardsLeft, s.RowsHandedOff, s.StrandedRows, e)
 }
 
 // leaveWatch applies the wait rule to the polls of one graceful stop, all
 // on the clock of the SIGTERM (offsets from it): keep waiting while the
-// grace has not passed, or shards_left fell below its lowest value so far
-// within the last stall; give up after a stall without progress, or after
-// the limit in all. A poll the node did not answer, or answered with no
-// leave in progress, is no progress.
+// grace has not passed, or within the last stall shards_left fell below
+// its lowest value so far or rows_handed_off rose above its highest (a
+// pass handing off many rows ends long after its first batch); give up
+// after a stall without progress, or after the limit in all. A poll the
+// node did not answer, or answered with no leave in progress, is no
+// progress.
 type leaveWatch struct {
 	grace, stall, limit time.Duration
 
+	handed   int64         // highest rows_handed_off seen
 	lowest   int           // lowest shards_left seen; -1: none yet
 	progress time.Duration // the last progress (the SIGTERM at 0)
 	last     leaveStatus   // the last status read
@@ -68,6 +72,9 @@ func (w *leaveWatch) observe(at time.Duration, st leaveStatus, ok bool) {
 		return
 	}
 	w.last, w.seen = st, true
+	if st.RowsHandedOff > w.handed {
+		w.handed, w.progress = st.RowsHandedOff, at
+	}
 	if w.lowest < 0 || st.ShardsLeft < w.lowest {
 		if w.lowest >= 0 {
 			w.progress = at

@@ -774,6 +774,18 @@ func TestLeaveWatch(t *testing.T) {
 			t.Fatalf("still waiting 60 s after the last progress")
 		}
 	})
+	t.Run("rows handed off count as progress while shards_left stands", func(t *testing.T) {
+		w := newLeaveWatch(20*s, 60*s, 5*time.Minute)
+		w.observe(s, leaveStatus{ShardsLeft: 800, RowsHandedOff: 0}, true)
+		w.observe(50*s, leaveStatus{ShardsLeft: 800, RowsHandedOff: 9000}, true) // a long pass, mid-way
+		w.observe(70*s, leaveStatus{ShardsLeft: 800, RowsHandedOff: 9000}, true)
+		if why := w.giveUp(109 * s); why != "" {
+			t.Fatalf("gave up 59 s after rows were handed off: %s", why)
+		}
+		if why := w.giveUp(110 * s); !strings.Contains(why, "rows_handed_off 9000") {
+			t.Fatalf("at 110 s: %q", why)
+		}
+	})
 	t.Run("a grace longer than a stall", func(t *testing.T) {
 		w := newLeaveWatch(90*s, 60*s, 5*time.Minute)
 		if why := w.giveUp(80 * s); why != "" {
