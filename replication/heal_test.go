@@ -99,6 +99,28 @@ func TestSettlesMadeWhileABackupWasGoneReachItWhenItIsBack(t *testing.T) {
 	doneOnB(t, c, settled)
 }
 
+// TestSettlesMadeWhileABackupWasAwayShipWhenItIsBack: the same, with b
+// refusing key lists, so no repair diff with it can succeed (as a busy
+// peer's time out under load): only what a ships reaches b. a's queue for
+// b takes every change of a's shards while b is away from its view, and
+// ships what b's sets need on its return. Before, those settles waited
+// for repairs by digest, a few shards per poll: a soak's node settled rows
+// under packet loss, was killed and wiped 16 s later, and the stale
+// copies on the backup that had been away were delivered again.
+func TestSettlesMadeWhileABackupWasAwayShipWhenItIsBack(t *testing.T) {
+	c := healCluster(t)
+	a, b := c.nodes["a"], c.nodes["b"]
+	c.applyTo([]string{"a", "c"}, []string{"a", "c"}) // b cut off: a and c see each other
+	settled := claimAll(t, a)
+	settle(t, a, settled)
+	b.refuseKeys.Store(true)
+	c.apply() // the partition heals
+	doneOnB(t, c, settled)
+	if n := metric(t, a, "fairshard_replication_repaired_shards_total", ""); n != 0 {
+		t.Errorf("%v shards repaired by a: b's keys were refused, every settle should have shipped", n)
+	}
+}
+
 // TestDrainWaitsUntilTheSetHoldsTheRows: a leave completes or does not
 // happen. While a member of the sets refuses what the leaving node sends
 // (as a node in trouble would), Drain does not return, and LeaveStatus

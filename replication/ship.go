@@ -19,9 +19,11 @@ import (
 // bounded by Config.MaxPending; past it the queue is dropped and the
 // backup's shards are repaired by digest comparison instead. A backup that
 // leaves the view (failed, or across a partition) keeps its queue for up
-// to parkedQueueTTL: when it is back the queue ships at once, so a settle
-// made while a partition cut the backup off reaches it as soon as the
-// partition heals, not when a repair poll finds the copies differ. The lag
+// to parkedQueueTTL, and the queue takes every change of the shards this
+// node replicates meanwhile: when it is back the queue ships at once what
+// its sets need, so a settle made while a partition cut the backup off
+// reaches it as soon as the partition heals, not when a repair poll finds
+// the copies differ (polls repair a few shards each). The lag
 // from Changed to a backup's acknowledgement is exported
 // (fairshard_replication_lag_seconds).
 func (r *Replicator) Changed(keys ...string) {
@@ -111,6 +113,14 @@ type shipQueue struct {
 	// parked is when the member left the view (zero while it is in it):
 	// the queue waits for its return, parkedQueueTTL at most.
 	parked time.Time
+	// away: while parked, the queue also takes every change of a shard
+	// this node replicates (the view names no set for the member, so
+	// which of them it will replicate again is not known); on its return
+	// those of shards outside its set are dropped unshipped. A queue kept
+	// whole since its member left holds every change the member lacks
+	// from this node, so its return ships them at once instead of
+	// marking every shared shard for a repair by digest.
+	away bool
 	// busy: a batch to this backup is in flight. Each backup's batches
 	// run on their own, so an unreachable backup (a call waiting out its
 	// timeout) never delays the others' state changes.
@@ -118,7 +128,10 @@ type shipQueue struct {
 }
 
 type shipEntry struct {
-	shard    uint32
+	shard uint32
+	// away: queued while the member was away from the view (see
+	// shipQueue.away).
+	away     bool
 	since    time.Time // first change not yet acknowledged
 	gen      uint64    // bumped on every change
 	inflight uint64    // gen being shipped (0: none)
@@ -135,6 +148,12 @@ func (s *shipper) add(v *View, keys []string) {
 	now := time.Now()
 	full := false
 	s.mu.Lock()
+	var away []string // members away from the view whose queues take every change
+	for m, q := range s.queues {
+		if q.away {
+			away = append(away, m)
+		}
+	}
 	for _, key := range keys {
 		shard := s.r.shardOf(key)
 		for _, m := range v.set(shard) {
@@ -146,29 +165,13 @@ func (s *shipper) add(v *View, keys []string) {
 				q = &shipQueue{entries: map[string]*shipEntry{}}
 				s.queues[m] = q
 			}
-			e := q.entries[key]
-			switch {
-			case e == nil:
-				q.entries[key] = &shipEntry{shard: shard, since: now, gen: 1}
-				q.order = append(q.order, key)
-				s.total++
-			case e.inflight != 0 && e.redirty.IsZero():
-				e.redirty = now
-				e.gen++
-			default:
-				e.gen++
-			}
-			if len(q.entries) > s.r.cfg.MaxPending {
-				// Bounded memory: drop the queue, repair the backup by digest.
-				s.r.m.shipDropped.Add(float64(len(q.entries)))
-				s.total -= len(q.entries)
-				s.markLostLocked(m, q.entries)
-				delete(s.queues, m)
-				s.r.markFullRepair(m)
-				s.r.log.Warn("backup's change queue over its bound: dropped; its shards will be repaired by digest",
-					"member", m, "max_pending", s.r.cfg.MaxPending)
-			} else if len(q.entries) >= s.r.cfg.ShipBatch {
-				full = true
+			full = s.enqueueLocked(m, q, key, shard, now, false) || full
+		}
+		if len(away) > 0 && v.inSet(v.Self, shard) {
+			for _, m := range away {
+				if q := s.queues[m]; q != nil {
+					s.enqueueLocked(m, q, key, shard, now, true)
+				}
 			}
 		}
 	}
@@ -177,6 +180,37 @@ func (s *shipper) add(v *View, keys []string) {
 	if full {
 		wake(s.wakeCh)
 	}
+}
+
+// enqueueLocked queues a change of key (of shard) for member m's queue q
+// (away: m is away from the view; see shipQueue.away). Past MaxPending the
+// queue is dropped and m's shards are repaired by digest instead. It
+// reports whether q holds a full batch. s.mu held.
+func (s *shipper) enqueueLocked(m string, q *shipQueue, key string, shard uint32, now time.Time, away bool) bool {
+	e := q.entries[key]
+	switch {
+	case e == nil:
+		q.entries[key] = &shipEntry{shard: shard, since: now, gen: 1, away: away}
+		q.order = append(q.order, key)
+		s.total++
+	case e.inflight != 0 && e.redirty.IsZero():
+		e.redirty = now
+		e.gen++
+	default:
+		e.gen++
+	}
+	if len(q.entries) > s.r.cfg.MaxPending {
+		// Bounded memory: drop the queue, repair the backup by digest.
+		s.r.m.shipDropped.Add(float64(len(q.entries)))
+		s.total -= len(q.entries)
+		s.markLostLocked(m, q.entries)
+		delete(s.queues, m)
+		s.r.markFullRepair(m)
+		s.r.log.Warn("backup's change queue over its bound: dropped; its shards will be repaired by digest",
+			"member", m, "max_pending", s.r.cfg.MaxPending)
+		return false
+	}
+	return len(q.entries) >= s.r.cfg.ShipBatch
 }
 
 func (s *shipper) pending() int {
@@ -202,14 +236,30 @@ func (s *shipper) retarget(prev, v *View) {
 		for m := range prev.Addrs {
 			if _, in := v.Addrs[m]; !in && m != v.Self {
 				s.departed[m] = now
+				// From now on its queue takes every change it will lack.
+				q := s.queues[m]
+				if q == nil {
+					q = &shipQueue{entries: map[string]*shipEntry{}}
+					s.queues[m] = q
+				}
+				if q.parked.IsZero() {
+					q.parked = now
+				}
+				q.away = true
 			}
 		}
 	}
 	var returned []string
 	for m, since := range s.departed {
 		if _, in := v.Addrs[m]; in {
-			returned = append(returned, m)
 			delete(s.departed, m)
+			if q := s.queues[m]; q != nil && q.away {
+				// Its queue holds every change made here while it was away:
+				// shipped at once below, no shard marked for a repair.
+				q.away = false
+				continue
+			}
+			returned = append(returned, m)
 		} else if now.Sub(since) > lostMarkTTL {
 			delete(s.departed, m)
 		}
@@ -447,7 +497,10 @@ func (s *shipper) round(ctx context.Context, flush bool) {
 				continue
 			}
 			if !v.inSet(m, e.shard) {
-				s.markLostLocked(m, map[string]*shipEntry{key: e})
+				if !e.away {
+					// It had this change owed as a replica of the shard.
+					s.markLostLocked(m, map[string]*shipEntry{key: e})
+				}
 				delete(q.entries, key)
 				s.total--
 				continue
