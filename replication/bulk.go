@@ -86,16 +86,17 @@ func (r *Replicator) bulkCopy(ctx context.Context, v *View, peer string, shards 
 	accBytes := 0
 	var complete []uint32 // shards whose last page is in acc
 	synced := 0
+	sink := pullSink{r: r, skipped: map[uint32]bool{}} // shards with a hole: not synced
 	flush := func() error {
 		if len(acc) > 0 {
-			if _, err := (pullSink{r}).Merge(ctx, acc); err != nil {
+			if _, err := sink.Merge(ctx, acc); err != nil {
 				return fmt.Errorf("merge %d rows copied from %s: %w", len(acc), peer, err)
 			}
 			r.m.syncRows.WithLabelValues("bulk").Add(float64(len(acc)))
 			r.m.syncBytes.WithLabelValues("bulk").Add(float64(accBytes))
 		}
 		for _, s := range complete {
-			if r.markSynced(v, s) {
+			if !sink.skipped[s] && r.markSynced(v, s) {
 				synced++
 			}
 		}

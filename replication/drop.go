@@ -222,7 +222,7 @@ func (r *Replicator) Drain(ctx context.Context) error {
 		if err == nil && v != nil && v.Leaving {
 			// Counted here too, not only when a drop round ends: a round
 			// handing off tens of thousands of rows runs for many seconds.
-			r.leave.setLeft(len(left))
+			r.leave.countLeft(len(left))
 		}
 		if err == nil && len(left) == 0 {
 			if r.mover.Stranded() == 0 {
@@ -299,6 +299,14 @@ func (p *leaveProgress) setLeft(left int) {
 	p.left, p.at = left, time.Now()
 }
 
+// countLeft records a count of leftover shards made between passes
+// (At stays the last pass's end).
+func (p *leaveProgress) countLeft(left int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.left = left
+}
+
 func (p *leaveProgress) lastLeft() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -319,8 +327,9 @@ type LeaveStatus struct {
 	// (retried before anything else).
 	StrandedRows int `json:"stranded_rows"`
 	// RowsHandedOff counts the rows (pending and terminal) this leave has
-	// confirmed held by their shards' replica sets so far, batch by batch:
-	// it rises while a long pass runs, before ShardsLeft falls.
+	// had confirmed held by their shards' replica sets so far, batch by
+	// batch (a row sent again after a failed pass counts again): it rises
+	// while a long pass runs, before ShardsLeft falls.
 	RowsHandedOff int64 `json:"rows_handed_off"`
 }
 

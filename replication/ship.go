@@ -23,7 +23,8 @@ import (
 // node replicates meanwhile: when it is back the queue ships at once what
 // its sets need, so a settle made while a partition cut the backup off
 // reaches it as soon as the partition heals, not when a repair poll finds
-// the copies differ (polls repair a few shards each). The lag
+// the copies differ (polls repair a few shards each; its shards are still
+// marked for them, for what no queue here holds). The lag
 // from Changed to a backup's acknowledgement is exported
 // (fairshard_replication_lag_seconds).
 func (r *Replicator) Changed(keys ...string) {
@@ -98,8 +99,12 @@ type shipper struct {
 	// (lostMarkTTL at most): one back in a shard's set may lack changes
 	// made while it was gone, so retarget marks those shards lost for it.
 	departed map[string]time.Time
-	wakeCh   chan struct{}
-	total    int
+	// active holds the members named in some replica set of the last view
+	// retarget saw (a departing one gets an away queue).
+	active        map[string]bool
+	activeVersion uint64 // that view's Version
+	wakeCh        chan struct{}
+	total         int
 	// jobs tracks the batches in flight (one per backup at most), so the
 	// final flush can wait for them.
 	jobs sync.WaitGroup
@@ -148,6 +153,16 @@ func (s *shipper) add(v *View, keys []string) {
 	now := time.Now()
 	full := false
 	s.mu.Lock()
+	// v newer than the last view retarget saw: Apply stored it and has
+	// not retargeted yet. A member of that last view v lacks is away
+	// already; a change in between would otherwise be queued for nobody.
+	if v.Version > s.activeVersion {
+		for m := range s.active {
+			if _, in := v.Addrs[m]; !in && m != v.Self {
+				s.awayQueueLocked(m, now)
+			}
+		}
+	}
 	var away []string // members away from the view whose queues take every change
 	for m, q := range s.queues {
 		if q.away {
@@ -182,6 +197,31 @@ func (s *shipper) add(v *View, keys []string) {
 	}
 }
 
+// awayQueueLocked makes m's queue (created if need be) an away queue,
+// parked since now unless it was already (see shipQueue.away). s.mu held.
+func (s *shipper) awayQueueLocked(m string, now time.Time) {
+	q := s.queues[m]
+	if q == nil {
+		q = &shipQueue{entries: map[string]*shipEntry{}}
+		s.queues[m] = q
+	}
+	if q.parked.IsZero() {
+		q.parked = now
+	}
+	q.away = true
+}
+
+// activeMembers returns the members named in some replica set of v.
+func activeMembers(v *View) map[string]bool {
+	out := map[string]bool{}
+	for _, set := range v.Sets {
+		for _, m := range set {
+			out[m] = true
+		}
+	}
+	return out
+}
+
 // enqueueLocked queues a change of key (of shard) for member m's queue q
 // (away: m is away from the view; see shipQueue.away). Past MaxPending the
 // queue is dropped and m's shards are repaired by digest instead. It
@@ -196,8 +236,10 @@ func (s *shipper) enqueueLocked(m string, q *shipQueue, key string, shard uint32
 	case e.inflight != 0 && e.redirty.IsZero():
 		e.redirty = now
 		e.gen++
+		e.away = e.away && away
 	default:
 		e.gen++
+		e.away = e.away && away
 	}
 	if len(q.entries) > s.r.cfg.MaxPending {
 		// Bounded memory: drop the queue, repair the backup by digest.
@@ -206,8 +248,12 @@ func (s *shipper) enqueueLocked(m string, q *shipQueue, key string, shard uint32
 		s.markLostLocked(m, q.entries)
 		delete(s.queues, m)
 		s.r.markFullRepair(m)
-		s.r.log.Warn("backup's change queue over its bound: dropped; its shards will be repaired by digest",
-			"member", m, "max_pending", s.r.cfg.MaxPending)
+		log := s.r.log.Warn
+		if q.away {
+			log = s.r.log.Info // a member away long, or gone for good
+		}
+		log("backup's change queue over its bound: dropped; its shards will be repaired by digest",
+			"member", m, "max_pending", s.r.cfg.MaxPending, "away", q.away)
 		return false
 	}
 	return len(q.entries) >= s.r.cfg.ShipBatch
@@ -236,28 +282,26 @@ func (s *shipper) retarget(prev, v *View) {
 		for m := range prev.Addrs {
 			if _, in := v.Addrs[m]; !in && m != v.Self {
 				s.departed[m] = now
-				// From now on its queue takes every change it will lack.
-				q := s.queues[m]
-				if q == nil {
-					q = &shipQueue{entries: map[string]*shipEntry{}}
-					s.queues[m] = q
+				if s.active[m] {
+					// From now on its queue takes every change it will lack
+					// (a member that was leaving replicated nothing: none).
+					s.awayQueueLocked(m, now)
 				}
-				if q.parked.IsZero() {
-					q.parked = now
-				}
-				q.away = true
 			}
 		}
 	}
+	s.active, s.activeVersion = activeMembers(v), v.Version
 	var returned []string
 	for m, since := range s.departed {
 		if _, in := v.Addrs[m]; in {
 			delete(s.departed, m)
-			if q := s.queues[m]; q != nil && q.away {
-				// Its queue holds every change made here while it was away:
-				// shipped at once below, no shard marked for a repair.
+			if q := s.queues[m]; q != nil {
+				// Its queue holds the changes made here while it was away:
+				// shipped at once below. The marks stay, for what it lacks
+				// that no queue here holds (rows others shipped here, rows
+				// appended meanwhile): cleared by the first poll whose
+				// digests agree, or a repair.
 				q.away = false
-				continue
 			}
 			returned = append(returned, m)
 		} else if now.Sub(since) > lostMarkTTL {

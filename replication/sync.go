@@ -342,7 +342,7 @@ func (r *Replicator) pull(ctx context.Context, v *View, shard uint32, peer strin
 		r.mu.Lock()
 		from := r.tokens[key]
 		r.mu.Unlock()
-		next, st, err := transfer.Copy(ctx, remoteReader{r: r, addr: addr}, pullSink{r}, shard, from, r.cfg.Limits)
+		next, st, err := transfer.Copy(ctx, remoteReader{r: r, addr: addr}, pullSink{r: r}, shard, from, r.cfg.Limits)
 		r.m.syncRows.WithLabelValues("bulk").Add(float64(st.Rows))
 		r.m.syncBytes.WithLabelValues("bulk").Add(float64(st.Bytes))
 		r.mu.Lock()
@@ -430,10 +430,17 @@ func (r *Replicator) replicatesNow(shard uint32) bool {
 // view still names it a replica of. The view may change while a pull is
 // in flight, and a pull that went on would take copies this node no
 // longer holds for anyone: a node that turned leaving would fill its disk
-// with rows its drain must hand back, and never finish leaving. Rows of
-// other shards are skipped (counted Skipped); a leaving node refuses the
-// whole page with errNoLongerReplica, which ends the pull.
-type pullSink struct{ r *Replicator }
+// with rows its drain must hand back, and never finish leaving. A
+// leaving node refuses the whole page with errNoLongerReplica, which ends
+// the pull. With skipped set (a bulk copy of many shards), rows of other
+// shards are skipped (counted Skipped) and their shards recorded there:
+// such a shard has a hole and must not be marked synced from this copy
+// (a later view may name this node again). Without it (one shard's pull),
+// any such row refuses the page.
+type pullSink struct {
+	r       *Replicator
+	skipped map[uint32]bool
+}
 
 func (ps pullSink) Merge(ctx context.Context, rows []outbox.Row) (outbox.MergeResult, error) {
 	cur := ps.r.view.Load()
@@ -443,10 +450,15 @@ func (ps pullSink) Merge(ctx context.Context, rows []outbox.Row) (outbox.MergeRe
 	keep := rows
 	for i := range rows {
 		if !cur.inSet(cur.Self, rows[i].Shard) {
+			if ps.skipped == nil {
+				return outbox.MergeResult{}, fmt.Errorf("shard %d: %w", rows[i].Shard, errNoLongerReplica)
+			}
 			keep = make([]outbox.Row, 0, len(rows))
 			for j := range rows {
 				if cur.inSet(cur.Self, rows[j].Shard) {
 					keep = append(keep, rows[j])
+				} else {
+					ps.skipped[rows[j].Shard] = true
 				}
 			}
 			break
@@ -455,7 +467,7 @@ func (ps pullSink) Merge(ctx context.Context, rows []outbox.Row) (outbox.MergeRe
 	if len(keep) == 0 {
 		return outbox.MergeResult{Skipped: len(rows)}, nil
 	}
-	res, err := localSink(ps).Merge(ctx, keep)
+	res, err := localSink{ps.r}.Merge(ctx, keep)
 	res.Skipped += len(rows) - len(keep)
 	return res, err
 }
@@ -589,7 +601,7 @@ func (r *Replicator) exchange(ctx context.Context, addr string, shard uint32, pu
 		if !r.replicatesNow(shard) {
 			return pulledKeys, pushed, fmt.Errorf("shard %d: %w", shard, errNoLongerReplica)
 		}
-		if _, err := (pullSink{r}).Merge(ctx, rows); err != nil {
+		if _, err := (pullSink{r: r}).Merge(ctx, rows); err != nil {
 			return pulledKeys, pushed, fmt.Errorf("merge %d rows: %w", len(rows), err)
 		}
 		r.m.syncRows.WithLabelValues("diff").Add(float64(len(rows)))
