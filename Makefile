@@ -18,7 +18,7 @@ VOLUME := ^(TestFileGrowthUnderChurn|TestTombstonesGiveBackTheirPages)$$
 ## test: the gate. Every package with the race detector, the e2e suite
 ## included and listed first (go test starts packages in the order given:
 ## the longest one then overlaps the others instead of running alone after
-## them); boltstore again without -race, for its volume tests (file
+## them; its node processes plain-built, see CONTRIBUTING.md); boltstore again without -race, for its volume tests (file
 ## growth over 200,000 rows: under -race they run only in test-long);
 ## every benchmark once (-benchtime=1x, -short) so their checks
 ## cannot rot; the compose end-to-end test; the docker-compose.yml check;
@@ -33,11 +33,13 @@ test:
 
 ## test-long: the volume scenarios (boltstore's under -race, a million pending rows synced on a
 ## join, 1 MiB rows, 200 MiB of dead letters, a kill in the middle of a
-## shard sync, a 60 s partition) and the 12-minute soak. Run it before
+## shard sync, a 60 s partition), the e2e suite with race-built node
+## processes (FAIRSHARD_RACE_NODES=1) and the 12-minute soak. Run it before
 ## resolving anything that touches what they cover; their figures are in
 ## docs/BENCHMARKS.md.
 test-long:
 	FAIRSHARD_LONG=1 $(GO) test -race -count=1 -timeout 20m -run '$(VOLUME)' ./boltstore
+	FAIRSHARD_RACE_NODES=1 $(GO) test -race -count=1 -timeout 30m ./test/e2e
 	FAIRSHARD_LONG=1 $(GO) test -race -count=1 -timeout 40m -run 'TestReplication|TestDeadLetter' ./test/e2e
 	FAIRSHARD_LONG=1 $(GO) test -race -count=1 -timeout 15m -run TestReplicationPartition ./test/chaos
 	CHAOS_DURATION=$${CHAOS_DURATION:-12m} $(GO) test -race -count=1 -timeout $${CHAOS_TIMEOUT:-60m} -v -run 'TestChaos$$' ./test/chaos

@@ -39,14 +39,26 @@ func Build(dir string, race bool) (string, error) {
 	return out, nil
 }
 
+// RaceNodesEnv names the environment variable that asks BuildForRace for
+// race-built node processes: "1" (and a test binary built with -race).
+const RaceNodesEnv = "FAIRSHARD_RACE_NODES"
+
+// RaceNodes reports whether BuildForRace builds race-built nodes: this
+// test binary has the race detector (Race) and RaceNodesEnv is "1". The
+// gate (make test) runs node processes plain-built, as users run them,
+// the race detector covering the same code in every package's in-process
+// tests (node's run whole nodes in one process); make test-long runs the
+// multi-process scenarios again with race-built nodes.
+func RaceNodes() bool { return Race && os.Getenv(RaceNodesEnv) == "1" }
+
 // BuildForRace builds the binaries of a test binary's node processes into
-// dir: bin is race-built when this test binary is (Race), so the nodes are
-// checked for data races as well as the test process; plain is a build
-// without -race, for scenarios that measure time, memory or volume (the
-// same file as bin when Race is false).
+// dir: bin is race-built when RaceNodes, so the nodes are checked for data
+// races as well as the test process; plain is a build without -race, for
+// scenarios that measure time, memory or volume (the same file as bin
+// when RaceNodes is false).
 func BuildForRace(dir string) (bin, plain string, err error) {
-	bin, err = Build(dir, Race)
-	if err != nil || !Race {
+	bin, err = Build(dir, RaceNodes())
+	if err != nil || !RaceNodes() {
 		return bin, bin, err
 	}
 	plain, err = Build(dir, false)

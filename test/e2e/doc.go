@@ -26,10 +26,12 @@
 // # Running
 //
 // `go test ./test/e2e` (part of `go test -race ./...`, the README's test
-// command). `-short` skips the package. Under -race the node binary is
-// built with -race too, and a data race any node reports (in its log) fails
-// the scenario; scenarios that assert time, throughput or memory bounds, or
-// move 10⁵-10⁶ rows, run nodes from a second, plain build
+// command). `-short` skips the package. The node processes are plain-built
+// in the gate; with FAIRSHARD_RACE_NODES=1 under -race (make test-long)
+// they are built with -race too (testnode.RaceNodes), and a data race any
+// node reports (in its log) fails the scenario; scenarios that assert
+// time, throughput or memory bounds, or move 10⁵-10⁶ rows, run nodes from
+// a second, plain build even then
 // (clusterOpts.PlainBuild): a race-built node's timing and RSS measure the
 // detector, and its volume scenarios took most of the package's CI budget
 // (200,000 rows interrupted twice: 6.5 minutes; 200 MiB of dead letters:

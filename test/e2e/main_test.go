@@ -18,7 +18,7 @@ var fairshardBin string
 var fairshardPlainBin string
 
 // TestMain builds the fairshard binary once for every scenario (with -race
-// when this test binary has it, so the nodes are checked for data races as
+// when testnode.RaceNodes, so the nodes are checked for data races as
 // well as the test process; then also a plain build for the scenarios
 // that ask for one), runs the tests and kills any node process a test left
 // behind.
