@@ -664,6 +664,15 @@ func (a *API) handleInternalStats(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// readBackBudget bounds the peer calls of a namespace read-back (GET
+// /v1/namespaces and GET /v1/namespaces/{ns}) as a whole: the members'
+// stats and the coordinator's lease status are asked at once, and those
+// that have not answered when it runs out are named (unreachable_nodes,
+// lease.cluster_error), so the answer comes within it plus this node's
+// own work even while a member is paused or cut off (DESIGN.md "Fencing
+// paused processes": a paused member must not hold up the others).
+const readBackBudget = 1500 * time.Millisecond
+
 // clusterStats gathers every member's stats: this node's, then the peers'
 // (fanned out), and the members that did not answer.
 func (a *API) clusterStats(ctx context.Context) ([]statsResponse, map[string]outbox.NamespaceStats, []string, error) {
@@ -671,6 +680,13 @@ func (a *API) clusterStats(ctx context.Context) ([]statsResponse, map[string]out
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	all, unreachable := a.peerStats(ctx, local)
+	return all, st, unreachable, nil
+}
+
+// peerStats fans out for the peers' stats; it returns them with local,
+// sorted by node, and the members that did not answer.
+func (a *API) peerStats(ctx context.Context, local statsResponse) ([]statsResponse, []string) {
 	all := []statsResponse{local}
 	var mu sync.Mutex
 	unreachable := a.fanOut(ctx, peerReadTimeout, func(ctx context.Context, m peerRef) error {
@@ -684,7 +700,7 @@ func (a *API) clusterStats(ctx context.Context) ([]statsResponse, map[string]out
 		return nil
 	})
 	slices.SortFunc(all, func(x, y statsResponse) int { return strings.Compare(x.Node, y.Node) })
-	return all, st, unreachable, nil
+	return all, unreachable
 }
 
 func totalsOf(ns string, all []statsResponse, unreachable []string) clusterTotals {
@@ -707,16 +723,27 @@ func (a *API) handleGetNamespaceCluster(w http.ResponseWriter, r *http.Request) 
 		writeError(w, err)
 		return
 	}
-	all, st, unreachable, err := a.clusterStats(r.Context())
+	ctx, cancel := context.WithTimeout(r.Context(), readBackBudget)
+	defer cancel()
+	local, st, err := a.localStats(ctx)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, namespaceClusterView{namespaceView: a.namespaceView(r.Context(), ns, st[ns], true), Cluster: totalsOf(ns, all, unreachable)})
+	// The coordinator's lease status and the peers' stats at once, under
+	// one budget.
+	var nv namespaceView
+	var wg sync.WaitGroup
+	wg.Go(func() { nv = a.namespaceView(ctx, ns, st[ns], true) })
+	all, unreachable := a.peerStats(ctx, local)
+	wg.Wait()
+	writeJSON(w, http.StatusOK, namespaceClusterView{namespaceView: nv, Cluster: totalsOf(ns, all, unreachable)})
 }
 
 func (a *API) handleListNamespacesCluster(w http.ResponseWriter, r *http.Request) {
-	all, st, unreachable, err := a.clusterStats(r.Context())
+	ctx, cancel := context.WithTimeout(r.Context(), readBackBudget)
+	defer cancel()
+	all, st, unreachable, err := a.clusterStats(ctx)
 	if err != nil {
 		writeError(w, err)
 		return
