@@ -143,6 +143,10 @@ func (c *CoordinatorConfig) withDefaults() (CoordinatorConfig, error) {
 //   - A node's holding is max(grant, has): its grant while unexpired, and
 //     what it last reported holding until Drain after that. Records are
 //     forgotten then.
+//   - A new term starts from the records the previous coordinator shipped
+//     here as its successor (Inherit, handoff.go): a node that does not
+//     report in the new term (the old coordinator itself, stopped or
+//     dead) keeps counting until its record is forgotten.
 //   - Learning (for LearningPeriod after since): the node is granted what
 //     it reports it has, minus whatever would put the holdings over the
 //     quota. Nothing new is handed out: grants of a previous coordinator
@@ -166,10 +170,14 @@ type Coordinator struct {
 	leaseMS   uint32
 	refreshMS uint32
 
-	mu      sync.Mutex
-	ns      map[string]*nsState
-	demands []backpressure.NodeDemand // scratch, under mu
-	grants  []uint32                  // scratch, under mu
+	mu sync.Mutex
+	ns map[string]*nsState
+	// inherited holds, per namespace, the latest records a coordinator
+	// shipped here as its successor (handoff.go): a new term starts from
+	// them.
+	inherited map[string]inherited
+	demands   []backpressure.NodeDemand // scratch, under mu
+	grants    []uint32                  // scratch, under mu
 }
 
 // nsState is one namespace's state for one coordination term.
@@ -319,6 +327,7 @@ func (c *Coordinator) decide(now time.Time, node string, seq uint64, a Ask, sinc
 	st := c.ns[a.Namespace]
 	if st == nil || !st.since.Equal(since) {
 		st = &nsState{since: since, created: now}
+		c.seedLocked(now, a.Namespace, st)
 		c.ns[a.Namespace] = st
 	}
 	st.prune(now)
@@ -385,6 +394,11 @@ func (c *Coordinator) decide(now time.Time, node string, seq uint64, a Ask, sinc
 	return grant, learning, soon
 }
 
+// sortRecords sorts records by node name, as nsState keeps them.
+func sortRecords(rs []record) {
+	slices.SortFunc(rs, func(a, b record) int { return strings.Compare(a.node, b.node) })
+}
+
 // prune drops records past their forget time.
 func (st *nsState) prune(now time.Time) {
 	st.nodes = slices.DeleteFunc(st.nodes, func(r record) bool { return !now.Before(r.forget) })
@@ -412,6 +426,7 @@ func (c *Coordinator) Expire(now time.Time) int {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.pruneInheritedLocked(now)
 	dropped := 0
 	for ns, st := range c.ns {
 		// A state Handle started in a new term meanwhile has another since.

@@ -47,6 +47,9 @@ type ServiceConfig struct {
 	// Call makes one lease call to the coordinator at apiAddr (an
 	// authenticated POST of PathLeases on another node).
 	Call func(ctx context.Context, apiAddr string, req Request) (Response, error)
+	// Handoff ships a coordinator's records to the successor at apiAddr
+	// (handoff.go); nil: nothing is shipped.
+	Handoff func(ctx context.Context, apiAddr string, h Handoff) error
 	// Wake asks the dispatcher for a sweep (a grant grew).
 	Wake func()
 	// Claims is the claim rule (quota.Claims): what this node reports it
@@ -193,12 +196,24 @@ const minPokeGap = 20 * time.Millisecond
 // and expires the coordinator's stale state about once a lease, until ctx
 // ends.
 func (l *Service) Run(ctx context.Context) error {
-	lastExpire := time.Now()
+	lastExpire, lastShip := time.Now(), time.Time{}
+	var shipping sync.WaitGroup
+	defer shipping.Wait()
+	var busy atomic.Bool
 	for {
 		l.refresh(ctx)
 		if now := time.Now(); now.Sub(lastExpire) >= l.cfg.LeaseLength {
 			l.coord.Expire(now)
 			lastExpire = now
+		}
+		if now := time.Now(); now.Sub(lastShip) >= l.cfg.Refresh && busy.CompareAndSwap(false, true) {
+			// In the background: a successor that does not answer (stopped,
+			// cut off) must not hold up this node's own refreshes.
+			lastShip = now
+			shipping.Go(func() {
+				defer busy.Store(false)
+				l.shipHandoffs(ctx)
+			})
 		}
 		l.m.coordinated.Set(float64(l.coord.Namespaces()))
 		timer := time.NewTimer(l.client.NextRefresh())
@@ -369,6 +384,52 @@ func (l *Service) transport(ctx context.Context, to string, req Request) (Respon
 	cctx, cancel := context.WithTimeout(ctx, l.leaseCallTimeout())
 	defer cancel()
 	return l.cfg.Call(cctx, addr, req)
+}
+
+// shipHandoffs ships the coordinator's records of every namespace it
+// coordinates to the namespace's successor (handoff.go): the next member
+// of its coordinator shard's replica set, with R ≥ 2 (with R = 1 no
+// member is known to take over, and nothing is shipped). One call per
+// successor, concurrently, each bounded like a lease call; a failure is
+// logged at debug and the next round ships again.
+func (l *Service) shipHandoffs(ctx context.Context) {
+	if l.cfg.Handoff == nil {
+		return
+	}
+	view := l.cfg.Ownership()
+	if view == nil {
+		return
+	}
+	successor := func(ns string) (string, bool) {
+		rs := view.ReplicaSet(CoordinatorShard(ns, l.cfg.ShardCount)).Replicas
+		if len(rs) < 2 || rs[0] != l.cfg.Self {
+			return "", false
+		}
+		return rs[1], true
+	}
+	var wg sync.WaitGroup
+	for to, h := range l.coord.Handoff(time.Now(), l.cfg.Self, successor) {
+		m, ok := view.Member(to)
+		if !ok || m.APIAddr == "" {
+			continue
+		}
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, l.leaseCallTimeout())
+			defer cancel()
+			if err := l.cfg.Handoff(cctx, m.APIAddr, h); err != nil && ctx.Err() == nil {
+				l.log.Debug("coordinator hand-off to the successor failed; the next round ships again",
+					"successor", to, "namespaces", len(h.Namespaces), "err", err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// HandleHandoff serves the node's API: a coordinator's records shipped
+// to this node as the successor of their namespaces (handoff.go). It
+// returns how many namespaces it kept.
+func (l *Service) HandleHandoff(h Handoff) int {
+	return l.coord.Inherit(time.Now(), h)
 }
 
 // HandleLease serves the node's API: the coordinator's answer to

@@ -315,7 +315,7 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 	n.leases, err = lease.NewService(lease.ServiceConfig{
 		Self: n.name, ShardCount: cfg.Shards, LeaseLength: cfg.LeaseLength, Refresh: cfg.LeaseRefresh,
 		Drain: cfg.DeliveryTimeout, Policies: policies, Ownership: n.ownership, Terms: n.termStart, LatestTerm: n.latestTerm,
-		Store: store, Eligible: func(r outbox.ClaimScope) bool { return n.disp.Eligible(r) }, Call: n.peers.Lease,
+		Store: store, Eligible: func(r outbox.ClaimScope) bool { return n.disp.Eligible(r) }, Call: n.peers.Lease, Handoff: n.peers.LeaseHandoff,
 		Wake: func() { n.disp.Wake() }, Claims: n.claims(store),
 		Label: n.nsLabels.Label, Registerer: reg, Logger: log,
 	})

@@ -256,6 +256,7 @@ func (a *API) routes() http.Handler {
 	internal("GET /internal/v1/namespaces/{ns}/dead-letters", a.handleInternalDeadLetters)
 	internal("POST /internal/v1/namespaces/{ns}/dead-letters/redrive", a.handleInternalRedrive)
 	internal("POST "+peer.PathLeases, a.handleInternalLease)
+	internal("POST "+peer.PathLeaseHandoff, a.handleInternalLeaseHandoff)
 	internal("GET "+peer.PathLeases+"/{ns}", a.handleInternalLeaseStatus)
 
 	mux.Handle("GET "+webui.Prefix, webui.Handler())

@@ -18,6 +18,10 @@ type Leases interface {
 	// HandleLease answers one batched lease call from another node
 	// (lease.Coordinator.Handle); a *lease.FieldError is a bad request.
 	HandleLease(req lease.Request) (lease.Response, error)
+	// HandleHandoff keeps a coordinator's records shipped to this node as
+	// the successor of their namespaces (lease.Coordinator.Inherit); it
+	// returns how many namespaces it kept.
+	HandleHandoff(h lease.Handoff) int
 	// CoordinatorStatus is this node's coordinator state of ns, if any.
 	CoordinatorStatus(ns string) (lease.NamespaceStatus, bool)
 	// NodeLease is this node's side of ns's lease.
@@ -110,6 +114,29 @@ func (a *API) handleInternalLease(w http.ResponseWriter, r *http.Request) {
 	}
 	var fe *lease.FieldError
 	switch {
+	case errors.As(err, &fe) && fe.Field == "body" && strings.HasPrefix(fe.Reason, "exceeds"):
+		writeError(w, tooLarge("body", "%s", fe.Reason))
+	case errors.As(err, &fe):
+		writeError(w, fieldError(fe.Field, "%s", fe.Reason))
+	default:
+		writeError(w, err)
+	}
+}
+
+// handleInternalLeaseHandoff is POST /internal/v1/lease-handoff: a
+// coordinator's records for the namespaces this node would coordinate
+// should it fail (lease/handoff.go). A malformed body is a 400 naming the
+// field and changes nothing; the answer is {"kept": n}.
+func (a *API) handleInternalLeaseHandoff(w http.ResponseWriter, r *http.Request) {
+	if a.cfg.Leases == nil {
+		writeError(w, &APIError{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, Message: "this node serves no leases"})
+		return
+	}
+	h, err := lease.DecodeHandoff(http.MaxBytesReader(w, r.Body, lease.MaxHandoffBytes+1))
+	var fe *lease.FieldError
+	switch {
+	case err == nil:
+		writeJSON(w, http.StatusOK, map[string]int{"kept": a.cfg.Leases.HandleHandoff(h)})
 	case errors.As(err, &fe) && fe.Field == "body" && strings.HasPrefix(fe.Reason, "exceeds"):
 		writeError(w, tooLarge("body", "%s", fe.Reason))
 	case errors.As(err, &fe):

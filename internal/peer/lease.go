@@ -40,6 +40,26 @@ func (c *Client) Lease(ctx context.Context, apiAddr string, req lease.Request) (
 	return resp, nil
 }
 
+// PathLeaseHandoff is the successor's route for a coordinator's records
+// (lease/handoff.go).
+const PathLeaseHandoff = "/internal/v1/lease-handoff"
+
+// LeaseHandoff ships a coordinator's records to the successor at apiAddr
+// (validated first: lease.Handoff.Validate). Errors name the peer.
+func (c *Client) LeaseHandoff(ctx context.Context, apiAddr string, h lease.Handoff) error {
+	if err := h.Validate(); err != nil {
+		return fmt.Errorf("peer lease hand-off to %s: %w", apiAddr, err)
+	}
+	if h.Namespaces == nil {
+		h.Namespaces = []lease.HandoffNamespace{}
+	}
+	body, err := json.Marshal(h)
+	if err != nil {
+		return fmt.Errorf("peer lease hand-off to %s: %w", apiAddr, err)
+	}
+	return c.CallBody(ctx, http.MethodPost, apiAddr, PathLeaseHandoff, "application/json", body, nil)
+}
+
 // LeaseStatus returns the coordinator state of namespace ns held by the
 // node at apiAddr; an error wrapping ErrNotFound when it holds none (it
 // does not coordinate ns, or no node has asked about ns).

@@ -202,3 +202,81 @@ func TestPausedProcesses(t *testing.T) {
 	})
 	phase("both", func(coord *proc, _ []*proc) (*proc, bool) { return coord, true })
 }
+
+// TestPausedHolderWithASlowTarget: the namespace's coordinator, which is
+// also the primary claiming its one row allowed at once (quota 1), stops
+// (SIGSTOP) while that row's request is at a target holding each request
+// slowHold; the delivery timeout is longer than the hold, so the request
+// may run its course. The others declare it dead and a successor takes
+// over its namespaces, learning for a lease length: it must not grant the
+// quota's slot while the stopped node's request is still at the target.
+// It does not: the old coordinator shipped its records (its own node's
+// holding among them) to the successor, which counts that holding until
+// the lease and the delivery timeout have passed, or until the node is
+// back and reports. Without the hand-off the target held 2 rows at once.
+func TestPausedHolderWithASlowTarget(t *testing.T) {
+	const slowHold = 8 * time.Second
+	c := newCluster(t, clusterOpts{TargetDelay: slowHold, Shards: quotaShards, PlainBuild: true,
+		Flags: []string{"--delivery-timeout", "15s"}})
+	for i := range 3 {
+		c.startNode(fmt.Sprintf("xs-%d", i))
+	}
+	c.waitConverged(30 * time.Second)
+	const ns = "xs-slow"
+	c.setNamespace(ns, map[string]any{"max_in_flight": 1})
+	c.waitLearned(ns)
+	v, err := c.leaseView(c.members()[0], ns)
+	if err != nil || v.Lease == nil {
+		t.Fatalf("lease view: %+v: %v", v, err)
+	}
+	var coord *proc
+	var live []*proc
+	for _, p := range c.members() {
+		if p.name == v.Lease.Coordinator {
+			coord = p
+		} else {
+			live = append(live, p)
+		}
+	}
+	if coord == nil {
+		t.Fatalf("coordinator %q is not a member", v.Lease.Coordinator)
+	}
+	table, err := c.shardTable(c.members()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := keysOn(ns+"-held", 1, table, func(o string) bool { return o == coord.name })
+	rest := keysOn(ns+"-waiting", 2, table, func(o string) bool { return o != coord.name })
+	recv := c.resetReceiver()
+	c.appendKeysVia(live, ns, first)
+	poll.Eventually(t, deadline(10*time.Second), "the coordinator's row at the target", func() (bool, string) {
+		for _, r := range recv.Namespaces() {
+			if r.Namespace == ns && r.InFlight == 1 {
+				return true, ""
+			}
+		}
+		return false, "not yet"
+	})
+	c.appendKeysVia(live, ns, rest)    // they wait for the slot
+	time.Sleep(500 * time.Millisecond) // past one refresh: the coordinator shipped its records
+	if _, ok := coord.signal(syscall.SIGSTOP); !ok {
+		t.Fatalf("SIGSTOP %s: not running", coord.name)
+	}
+	time.Sleep(6 * time.Second) // detection, a successor, its learning
+	if _, ok := coord.signal(syscall.SIGCONT); !ok {
+		t.Fatalf("SIGCONT %s: not running", coord.name)
+	}
+	l := newLedger()
+	for _, k := range append(first, rest...) {
+		l.onAppended(k, ns, "created")
+	}
+	c.waitDelivered(l, recv, 90*time.Second)
+	for _, r := range recv.Namespaces() {
+		if r.Namespace == ns {
+			t.Logf("stopped coordinator %s for 6 s with its row at the target: max in flight %d (quota 1)", coord.name, r.MaxInFlight)
+			if r.MaxInFlight > 1 {
+				t.Errorf("the target held %d rows of %s at once, above the quota 1: the successor granted the stopped holder's slot", r.MaxInFlight, ns)
+			}
+		}
+	}
+}
