@@ -123,7 +123,9 @@ func (r *Replicator) syncRound(ctx context.Context) bool {
 		if !r.replicatesNow(s) {
 			// The view changed under the round (a rebalance, or this node
 			// turned leaving): not pulled, the next round decides.
+			mu.Lock()
 			failed++
+			mu.Unlock()
 			continue
 		}
 		g.Go(func() error {
