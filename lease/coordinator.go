@@ -175,9 +175,13 @@ type Coordinator struct {
 	// inherited holds, per namespace, the latest records a coordinator
 	// shipped here as its successor (handoff.go): a new term starts from
 	// them.
-	inherited map[string]inherited
-	demands   []backpressure.NodeDemand // scratch, under mu
-	grants    []uint32                  // scratch, under mu
+	inherited map[string]map[string]inherited // namespace → sender ("": this node's own past terms)
+	// terms is the since of the last term each namespace's state was
+	// started for: a state dropped while idle and started again in the
+	// same term is not seeded again.
+	terms   map[string]time.Time
+	demands []backpressure.NodeDemand // scratch, under mu
+	grants  []uint32                  // scratch, under mu
 }
 
 // nsState is one namespace's state for one coordination term.
@@ -326,8 +330,18 @@ const handoffRefreshDivisor = 5
 func (c *Coordinator) decide(now time.Time, node string, seq uint64, a Ask, since time.Time, quota uint32) (grant uint32, learning, soon bool) {
 	st := c.ns[a.Namespace]
 	if st == nil || !st.since.Equal(since) {
+		if st != nil {
+			c.stashLocked(now, a.Namespace, st)
+		}
+		newTerm := st != nil || !c.terms[a.Namespace].Equal(since)
 		st = &nsState{since: since, created: now}
-		c.seedLocked(now, a.Namespace, st)
+		if newTerm {
+			c.seedLocked(now, a.Namespace, st)
+			if c.terms == nil {
+				c.terms = map[string]time.Time{}
+			}
+			c.terms[a.Namespace] = since
+		}
 		c.ns[a.Namespace] = st
 	}
 	st.prune(now)
@@ -427,11 +441,18 @@ func (c *Coordinator) Expire(now time.Time) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.pruneInheritedLocked(now)
+	for ns, since := range c.terms {
+		if _, live := c.ns[ns]; !live && !now.Before(since.Add(time.Hour)) {
+			delete(c.terms, ns) // bounded: a term idle an hour seeds nothing (its records are long forgotten)
+		}
+	}
 	dropped := 0
 	for ns, st := range c.ns {
 		// A state Handle started in a new term meanwhile has another since.
 		if ended[ns] && st.since.Equal(terms[ns]) {
+			c.stashLocked(now, ns, st)
 			delete(c.ns, ns)
+			delete(c.terms, ns)
 			dropped++
 			continue
 		}

@@ -26,12 +26,23 @@ const (
 	MaxHandoffRecords = 1024
 	// MaxHandoffBytes bounds an encoded Handoff (bytes).
 	MaxHandoffBytes = 8 << 20
+	// MaxHandoffShipRecords bounds the records the shipper puts in one
+	// Handoff (at most ~100 bytes each encoded: well within
+	// MaxHandoffBytes); more go in further calls.
+	MaxHandoffShipRecords = 40_000
+	// MaxForgetMS bounds a record's forget_ms: a day (a lease plus a
+	// delivery timeout longer than that is not supported).
+	MaxForgetMS = 24 * 60 * 60 * 1000
 )
 
 // Handoff is one coordinator's shipment to one successor.
 type Handoff struct {
 	// From is the shipping coordinator's node name.
 	From string `json:"from"`
+	// Seq orders one sender's shipments (its clock's Unix time in ns when
+	// it built the shipment): an older one than the last kept from From
+	// for a namespace is ignored (a call held up in transit). 0: unordered.
+	Seq uint64 `json:"seq,omitempty"`
 	// Namespaces has one entry per namespace, each at most once.
 	Namespaces []HandoffNamespace `json:"namespaces"`
 }
@@ -52,7 +63,7 @@ type HandoffRecord struct {
 	Holding uint32 `json:"holding"`
 	// ExpiresMS is when the node's grant expires; ForgetMS when its last
 	// holding stops counting (the expiry plus the delivery timeout). ms,
-	// ExpiresMS ≤ ForgetMS ≤ 2 × MaxLeaseMS.
+	// ExpiresMS ≤ ForgetMS ≤ MaxForgetMS.
 	ExpiresMS uint32 `json:"expires_ms"`
 	ForgetMS  uint32 `json:"forget_ms"`
 }
@@ -91,8 +102,8 @@ func (h Handoff) Validate() error {
 				return fieldErr(rat+".node", "%q appears twice", r.Node)
 			}
 			nodes[r.Node] = true
-			if r.ExpiresMS > r.ForgetMS || r.ForgetMS > 2*MaxLeaseMS {
-				return fieldErr(rat+".forget_ms", "want expires_ms ≤ forget_ms ≤ %d", 2*MaxLeaseMS)
+			if r.ExpiresMS > r.ForgetMS || r.ForgetMS > MaxForgetMS {
+				return fieldErr(rat+".forget_ms", "want expires_ms ≤ forget_ms ≤ %d", MaxForgetMS)
 			}
 		}
 	}
@@ -117,25 +128,25 @@ func DecodeHandoff(r io.Reader) (Handoff, error) {
 	return h, nil
 }
 
-// inherited is a successor's latest shipment for one namespace, on its
-// own clock.
+// inherited is what one sender last shipped for one namespace, on this
+// node's clock.
 type inherited struct {
-	from    string
+	seq     uint64
 	records []record // holding in grant and has; expires and forget set
 }
 
 // Handoff returns, as of now, what the coordinator holds on record for
-// each namespace whose successor(namespace) names a node: one Handoff per
-// successor (From is self). Namespaces with nothing held are left out.
-func (c *Coordinator) Handoff(now time.Time, self string, successor func(namespace string) (string, bool)) map[string]Handoff {
+// each namespace, addressed to every node successors(namespace) names
+// (other than self): the Handoffs per node, each within MaxEntries
+// namespaces and MaxHandoffShipRecords records (From is self, Seq now).
+// Namespaces with nothing held are left out.
+func (c *Coordinator) Handoff(now time.Time, self string, successors func(namespace string) []string) map[string][]Handoff {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := map[string]Handoff{}
+	out := map[string][]Handoff{}
+	counts := map[string]int{} // records in each node's last Handoff
+	seq := uint64(now.UnixNano())
 	for ns, st := range c.ns {
-		to, ok := successor(ns)
-		if !ok || to == self {
-			continue
-		}
 		var recs []HandoffRecord
 		for i := range st.nodes {
 			r := &st.nodes[i]
@@ -147,58 +158,115 @@ func (c *Coordinator) Handoff(now time.Time, self string, successor func(namespa
 		if len(recs) == 0 {
 			continue
 		}
-		h := out[to]
-		if len(h.Namespaces) >= MaxEntries {
-			continue
+		for _, to := range successors(ns) {
+			if to == self {
+				continue
+			}
+			hs := out[to]
+			if n := len(hs); n == 0 || len(hs[n-1].Namespaces) >= MaxEntries || counts[to]+len(recs) > MaxHandoffShipRecords {
+				hs = append(hs, Handoff{From: self, Seq: seq})
+				counts[to] = 0
+			}
+			last := &hs[len(hs)-1]
+			last.Namespaces = append(last.Namespaces, HandoffNamespace{Namespace: ns, Records: recs})
+			counts[to] += len(recs)
+			out[to] = hs
 		}
-		h.From = self
-		h.Namespaces = append(h.Namespaces, HandoffNamespace{Namespace: ns, Records: recs})
-		out[to] = h
 	}
 	return out
 }
 
-// msUntil is t − now in ms, in [0, 2 × MaxLeaseMS].
+// msUntil is t − now in ms, in [0, MaxForgetMS].
 func msUntil(now, t time.Time) uint32 {
 	d := t.Sub(now).Milliseconds()
-	return uint32(min(max(d, 0), 2*MaxLeaseMS))
+	return uint32(min(max(d, 0), MaxForgetMS))
 }
 
 // Inherit keeps h's records, as of now, for the namespaces this node
-// would coordinate should h.From fail (replacing an earlier shipment of
-// each); a new term of one of them starts from them. It returns how many
+// would coordinate should h.From fail, replacing what h.From shipped of
+// each before (unless h is older: Handoff.Seq); a new term of one of them
+// starts from every sender's records still counting. It returns how many
 // namespaces it kept.
 func (c *Coordinator) Inherit(now time.Time, h Handoff) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.inherited == nil {
-		c.inherited = map[string]inherited{}
-	}
+	kept := 0
 	for _, ns := range h.Namespaces {
-		in := inherited{from: h.From, records: make([]record, 0, len(ns.Records))}
+		bySender := c.inherited[ns.Namespace]
+		if prev, ok := bySender[h.From]; ok && h.Seq != 0 && h.Seq < prev.seq {
+			continue
+		}
+		in := inherited{seq: h.Seq, records: make([]record, 0, len(ns.Records))}
 		for _, r := range ns.Records {
 			in.records = append(in.records, record{node: r.Node, grant: r.Holding, has: r.Holding,
 				expires: now.Add(time.Duration(r.ExpiresMS) * time.Millisecond),
 				forget:  now.Add(time.Duration(r.ForgetMS) * time.Millisecond)})
 		}
-		c.inherited[ns.Namespace] = in
+		c.keepLocked(ns.Namespace, h.From, in)
+		kept++
 	}
-	return len(h.Namespaces)
+	return kept
 }
 
-// seedLocked starts a new term's state of namespace from its inherited
-// records still counting at now (sorted by node, as nsState keeps them),
-// and drops them. c.mu held.
-func (c *Coordinator) seedLocked(now time.Time, namespace string, st *nsState) {
-	in, ok := c.inherited[namespace]
-	if !ok {
-		return
+// keepLocked stores in as what from holds on record for namespace. c.mu
+// held.
+func (c *Coordinator) keepLocked(namespace, from string, in inherited) {
+	if c.inherited == nil {
+		c.inherited = map[string]map[string]inherited{}
 	}
-	delete(c.inherited, namespace)
-	for _, r := range in.records {
-		if now.Before(r.forget) {
-			st.nodes = append(st.nodes, r)
+	bySender := c.inherited[namespace]
+	if bySender == nil {
+		bySender = map[string]inherited{}
+		c.inherited[namespace] = bySender
+	}
+	bySender[from] = in
+}
+
+// stashLocked keeps the records of a term of namespace that ends here (a
+// new term starts, or this node no longer coordinates it) as inherited
+// from this node: a holder that stays silent still counts if this node
+// coordinates the namespace again before its record is forgotten. c.mu
+// held.
+func (c *Coordinator) stashLocked(now time.Time, namespace string, st *nsState) {
+	var keep []record
+	for _, r := range st.nodes {
+		if now.Before(r.forget) && r.holding() > 0 {
+			keep = append(keep, record{node: r.node, grant: r.holding(), has: r.holding(), expires: r.expires, forget: r.forget})
 		}
+	}
+	if len(keep) > 0 {
+		c.keepLocked(namespace, "", inherited{seq: uint64(now.UnixNano()), records: keep})
+	}
+}
+
+// seedLocked starts a new term's state of namespace from the records
+// every sender shipped of it, still counting at now: per node the largest
+// holding and the latest forget time (sorted by node, as nsState keeps
+// them). c.mu held.
+func (c *Coordinator) seedLocked(now time.Time, namespace string, st *nsState) {
+	byNode := map[string]record{}
+	for _, in := range c.inherited[namespace] {
+		for _, r := range in.records {
+			if !now.Before(r.forget) {
+				continue
+			}
+			cur, ok := byNode[r.node]
+			if !ok {
+				byNode[r.node] = r
+				continue
+			}
+			cur.grant, cur.has = max(cur.grant, r.grant), max(cur.has, r.has)
+			if r.expires.After(cur.expires) {
+				cur.expires = r.expires
+			}
+			if r.forget.After(cur.forget) {
+				cur.forget = r.forget
+			}
+			byNode[r.node] = cur
+		}
+	}
+	for _, r := range byNode {
+		st.nodes = append(st.nodes, r)
 	}
 	sortRecords(st.nodes)
 }
@@ -206,18 +274,23 @@ func (c *Coordinator) seedLocked(now time.Time, namespace string, st *nsState) {
 // pruneInheritedLocked drops inherited records past their forget time.
 // c.mu held.
 func (c *Coordinator) pruneInheritedLocked(now time.Time) {
-	for ns, in := range c.inherited {
-		keep := in.records[:0]
-		for _, r := range in.records {
-			if now.Before(r.forget) {
-				keep = append(keep, r)
+	for ns, bySender := range c.inherited {
+		for from, in := range bySender {
+			keep := in.records[:0]
+			for _, r := range in.records {
+				if now.Before(r.forget) {
+					keep = append(keep, r)
+				}
 			}
+			if len(keep) == 0 {
+				delete(bySender, from)
+				continue
+			}
+			in.records = keep
+			bySender[from] = in
 		}
-		if len(keep) == 0 {
+		if len(bySender) == 0 {
 			delete(c.inherited, ns)
-			continue
 		}
-		in.records = keep
-		c.inherited[ns] = in
 	}
 }

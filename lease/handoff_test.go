@@ -25,9 +25,12 @@ func TestSuccessorCountsTheOldCoordinatorsSilentHolders(t *testing.T) {
 	a := mustCoordinator(t, cfg)
 	wantGrant(t, ask(t, a, clk.Now(), "a", "ns", 2, 2), 2) // a's own node holds 2
 	wantGrant(t, ask(t, a, clk.Now(), "x", "ns", 3, 0), 1)
-	ship := a.Handoff(clk.Now(), "a", func(string) (string, bool) { return "b", true })
-	h, ok := ship["b"]
-	if !ok || h.From != "a" || len(h.Namespaces) != 1 || len(h.Namespaces[0].Records) != 2 {
+	ship := a.Handoff(clk.Now(), "a", func(string) []string { return []string{"b"} })
+	if len(ship["b"]) != 1 {
+		t.Fatalf("hand-off %+v, want one for b", ship)
+	}
+	h := ship["b"][0]
+	if h.From != "a" || len(h.Namespaces) != 1 || len(h.Namespaces[0].Records) != 2 {
 		t.Fatalf("hand-off %+v, want a's two holders for b", ship)
 	}
 	if err := h.Validate(); err != nil {
@@ -87,5 +90,39 @@ func TestHandoffValidation(t *testing.T) {
 	}
 	if _, err := lease.DecodeHandoff(strings.NewReader(`{"from":"a","namespaces":[],"extra":1}`)); err == nil {
 		t.Error("an unknown field was accepted")
+	}
+}
+
+// Inherited records seed a new term only: a state dropped while idle and
+// started again in the same term starts empty; a shipment older than the
+// last kept from its sender is ignored; records of two senders merge, per
+// node the larger holding.
+func TestInheritedRecordsSeedOnlyANewTerm(t *testing.T) {
+	clk, w := newClock(), newWorld()
+	w.coordinate("ns", clk.Now(), 4)
+	cfg := w.config()
+	cfg.Drain = 5 * time.Second
+	b := mustCoordinator(t, cfg)
+	rec := func(node string, holding uint32) lease.HandoffRecord {
+		return lease.HandoffRecord{Node: node, Holding: holding, ExpiresMS: 60_000, ForgetMS: 65_000}
+	}
+	ship := func(from string, seq uint64, recs ...lease.HandoffRecord) {
+		b.Inherit(clk.Now(), lease.Handoff{From: from, Seq: seq, Namespaces: []lease.HandoffNamespace{{Namespace: "ns", Records: recs}}})
+	}
+	ship("a", 2, rec("a", 1), rec("x", 1))
+	ship("a", 1, rec("a", 3))                              // older: ignored
+	ship("c", 5, rec("x", 2))                              // another sender: x's larger holding wins
+	wantGrant(t, ask(t, b, clk.Now(), "y", "ns", 4, 0), 0) // learning
+	st, _ := b.Status(clk.Now(), "ns")
+	if st.Outstanding != 3 {
+		t.Fatalf("outstanding %d, want 3 (a 1, x 2): %+v", st.Outstanding, st)
+	}
+	// Past the records' forget time the state empties and is dropped; a
+	// shipment arriving now does not seed the same term again.
+	clk.Advance(66 * time.Second)
+	b.Expire(clk.Now())
+	ship("a", 3, rec("a", 4))
+	if l := ask(t, b, clk.Now(), "y", "ns", 4, 0); l.Grant == 0 {
+		t.Fatalf("same term, state started again: %+v, want a grant (no seeding)", l)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/fairshard/fairshard/cluster"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/quota"
+	"github.com/fairshard/fairshard/shards"
 )
 
 // DemandStore is what the lease service reads of the node's store to
@@ -79,6 +80,15 @@ type Service struct {
 	log    *slog.Logger
 	wake   chan struct{}
 
+	// shipping tracks the hand-off calls in flight (Run waits for them);
+	// shipBusy names the successors with one in flight; failover is the
+	// table of owners without this node for the view failoverOf.
+	shipping   sync.WaitGroup
+	shipMu     sync.Mutex
+	shipBusy   map[string]bool
+	failover   *shards.Table
+	failoverOf *cluster.OwnershipSnapshot
+
 	// wants is this node's last measured demand per namespace (rows), for
 	// the namespace view.
 	wantsMu sync.Mutex
@@ -88,7 +98,7 @@ type Service struct {
 }
 
 func NewService(cfg ServiceConfig) (*Service, error) {
-	l := &Service{cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1), wants: map[string]uint32{}}
+	l := &Service{cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1), wants: map[string]uint32{}, shipBusy: map[string]bool{}}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
@@ -197,23 +207,19 @@ const minPokeGap = 20 * time.Millisecond
 // ends.
 func (l *Service) Run(ctx context.Context) error {
 	lastExpire, lastShip := time.Now(), time.Time{}
-	var shipping sync.WaitGroup
-	defer shipping.Wait()
-	var busy atomic.Bool
+	defer l.shipping.Wait()
 	for {
 		l.refresh(ctx)
 		if now := time.Now(); now.Sub(lastExpire) >= l.cfg.LeaseLength {
 			l.coord.Expire(now)
 			lastExpire = now
 		}
-		if now := time.Now(); now.Sub(lastShip) >= l.cfg.Refresh && busy.CompareAndSwap(false, true) {
-			// In the background: a successor that does not answer (stopped,
-			// cut off) must not hold up this node's own refreshes.
+		if now := time.Now(); now.Sub(lastShip) >= l.cfg.Refresh {
+			// The calls run in the background: a successor that does not
+			// answer (stopped, cut off) must not hold up this node's own
+			// refreshes.
 			lastShip = now
-			shipping.Go(func() {
-				defer busy.Store(false)
-				l.shipHandoffs(ctx)
-			})
+			l.shipHandoffs(ctx)
 		}
 		l.m.coordinated.Set(float64(l.coord.Namespaces()))
 		timer := time.NewTimer(l.client.NextRefresh())
@@ -387,42 +393,83 @@ func (l *Service) transport(ctx context.Context, to string, req Request) (Respon
 }
 
 // shipHandoffs ships the coordinator's records of every namespace it
-// coordinates to the namespace's successor (handoff.go): the next member
-// of its coordinator shard's replica set, with R ≥ 2 (with R = 1 no
-// member is known to take over, and nothing is shipped). One call per
-// successor, concurrently, each bounded like a lease call; a failure is
+// coordinates to the namespace's successors (handoff.go): the second
+// member of its coordinator shard's replica set, and the member that
+// would own the shard without this node if that is another one (the
+// replica order follows the failover owner only where the load cap allows
+// it). With no other active member nothing is shipped. One call per
+// successor and batch, each successor on its own (one that does not
+// answer delays nobody else's), bounded like a lease call; a failure is
 // logged at debug and the next round ships again.
 func (l *Service) shipHandoffs(ctx context.Context) {
 	if l.cfg.Handoff == nil {
 		return
 	}
 	view := l.cfg.Ownership()
-	if view == nil {
+	if view == nil || len(view.Owned) == 0 {
 		return
 	}
-	successor := func(ns string) (string, bool) {
-		rs := view.ReplicaSet(CoordinatorShard(ns, l.cfg.ShardCount)).Replicas
-		if len(rs) < 2 || rs[0] != l.cfg.Self {
-			return "", false
+	var others []string
+	for _, m := range view.Members {
+		if m.State == cluster.MemberActive && m.Name != l.cfg.Self {
+			others = append(others, m.Name)
 		}
-		return rs[1], true
 	}
-	var wg sync.WaitGroup
-	for to, h := range l.coord.Handoff(time.Now(), l.cfg.Self, successor) {
+	if len(others) == 0 {
+		return
+	}
+	l.shipMu.Lock()
+	if l.failover == nil || l.failoverOf != view {
+		l.failover, l.failoverOf = shards.Assign(others, l.cfg.ShardCount), view
+	}
+	failover := l.failover
+	l.shipMu.Unlock()
+	successors := func(ns string) []string {
+		shard := CoordinatorShard(ns, l.cfg.ShardCount)
+		if !view.Owns(shard) {
+			return nil
+		}
+		var out []string
+		if rs := view.ReplicaSet(shard).Replicas; len(rs) >= 2 {
+			out = append(out, rs[1])
+		}
+		if o := failover.Owner(shard); o != "" && (len(out) == 0 || out[0] != o) {
+			out = append(out, o)
+		}
+		return out
+	}
+	for to, hs := range l.coord.Handoff(time.Now(), l.cfg.Self, successors) {
 		m, ok := view.Member(to)
 		if !ok || m.APIAddr == "" {
 			continue
 		}
-		wg.Go(func() {
-			cctx, cancel := context.WithTimeout(ctx, l.leaseCallTimeout())
-			defer cancel()
-			if err := l.cfg.Handoff(cctx, m.APIAddr, h); err != nil && ctx.Err() == nil {
-				l.log.Debug("coordinator hand-off to the successor failed; the next round ships again",
-					"successor", to, "namespaces", len(h.Namespaces), "err", err)
+		l.shipMu.Lock()
+		if l.shipBusy[to] {
+			l.shipMu.Unlock()
+			continue // its last shipment is still in flight
+		}
+		l.shipBusy[to] = true
+		l.shipMu.Unlock()
+		l.shipping.Go(func() {
+			defer func() {
+				l.shipMu.Lock()
+				delete(l.shipBusy, to)
+				l.shipMu.Unlock()
+			}()
+			for _, h := range hs {
+				cctx, cancel := context.WithTimeout(ctx, l.leaseCallTimeout())
+				err := l.cfg.Handoff(cctx, m.APIAddr, h)
+				cancel()
+				if err != nil {
+					if ctx.Err() == nil {
+						l.log.Debug("coordinator hand-off to the successor failed; the next round ships again",
+							"successor", to, "namespaces", len(h.Namespaces), "err", err)
+					}
+					return
+				}
 			}
 		})
 	}
-	wg.Wait()
 }
 
 // HandleHandoff serves the node's API: a coordinator's records shipped
