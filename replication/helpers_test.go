@@ -216,6 +216,22 @@ func (c *tcluster) applyTo(members, on []string) {
 
 func (c *tcluster) view(name string) *replication.View { return c.nodes[name].repl.View() }
 
+// leave applies, on the others, the view of members without name, and on
+// name that view marked leaving (with every address, its own included):
+// name drains.
+func (c *tcluster) leave(name string, members []string) *replication.Replicator {
+	c.t.Helper()
+	c.applyTo(members, members)
+	v := *c.view(members[0])
+	v.Self, v.Leaving = name, true
+	v.Addrs = map[string]string{name: strings.TrimPrefix(c.nodes[name].srv.URL, "http://")}
+	for _, m := range members {
+		v.Addrs[m] = c.view(members[0]).Addrs[m]
+	}
+	c.nodes[name].repl.Apply(&v)
+	return c.nodes[name].repl
+}
+
 // rowsFor makes n rows with keys prefix-i.
 func rowsFor(prefix string, n int, now time.Time) []outbox.Row {
 	rows := make([]outbox.Row, n)

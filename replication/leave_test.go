@@ -65,12 +65,7 @@ func TestANodeThatTurnsLeavingMidSyncTakesNoMoreRows(t *testing.T) {
 	})
 
 	// c leaves while its reads are held: the others' view has no c.
-	members := []string{"a", "b"}
-	c.applyTo(members, members)
-	v := *c.view("a")
-	v.Self, v.Leaving = "c", true
-	v.Addrs = map[string]string{"a": v.Addrs["a"], "b": v.Addrs["b"], "c": strings.TrimPrefix(newcomer.srv.URL, "http://")}
-	newcomer.repl.Apply(&v)
+	c.leave("c", []string{"a", "b"})
 	close(hold)
 
 	poll.Eventually(t, 10*time.Second, "c's sync round ends", func() (bool, string) {
@@ -112,13 +107,7 @@ func TestDrainCountsRowsHandedOff(t *testing.T) {
 	if onC == 0 {
 		t.Fatal("c holds no rows to hand off")
 	}
-	members := []string{"a", "b"}
-	c.applyTo(members, members)
-	v := *c.view("a")
-	v.Self, v.Leaving = "c", true
-	v.Addrs = map[string]string{"a": v.Addrs["a"], "b": v.Addrs["b"], "c": strings.TrimPrefix(c.nodes["c"].srv.URL, "http://")}
-	leaver := c.nodes["c"].repl
-	leaver.Apply(&v)
+	leaver := c.leave("c", []string{"a", "b"})
 	dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	if err := leaver.Drain(dctx); err != nil {

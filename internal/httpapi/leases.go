@@ -112,6 +112,13 @@ func (a *API) handleInternalLease(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	writeLeaseError(w, err)
+}
+
+// writeLeaseError answers a lease message the node refused: a
+// *lease.FieldError is a 400 naming the field (413 for an oversized
+// body), anything else as writeError does.
+func writeLeaseError(w http.ResponseWriter, err error) {
 	var fe *lease.FieldError
 	switch {
 	case errors.As(err, &fe) && fe.Field == "body" && strings.HasPrefix(fe.Reason, "exceeds"):
@@ -133,17 +140,11 @@ func (a *API) handleInternalLeaseHandoff(w http.ResponseWriter, r *http.Request)
 		return
 	}
 	h, err := lease.DecodeHandoff(http.MaxBytesReader(w, r.Body, lease.MaxHandoffBytes+1))
-	var fe *lease.FieldError
-	switch {
-	case err == nil:
-		writeJSON(w, http.StatusOK, map[string]int{"kept": a.cfg.Leases.HandleHandoff(h)})
-	case errors.As(err, &fe) && fe.Field == "body" && strings.HasPrefix(fe.Reason, "exceeds"):
-		writeError(w, tooLarge("body", "%s", fe.Reason))
-	case errors.As(err, &fe):
-		writeError(w, fieldError(fe.Field, "%s", fe.Reason))
-	default:
-		writeError(w, err)
+	if err != nil {
+		writeLeaseError(w, err)
+		return
 	}
+	writeJSON(w, http.StatusOK, map[string]int{"kept": a.cfg.Leases.HandleHandoff(h)})
 }
 
 // handleInternalLeaseStatus is GET /internal/v1/leases/{ns}: this node's
