@@ -103,10 +103,10 @@ func TestSettlesMadeWhileABackupWasGoneReachItWhenItIsBack(t *testing.T) {
 // refusing key lists, so no repair diff with it can succeed (as a busy
 // peer's time out under load): only what a ships reaches b. a's queue for
 // b takes every change of a's shards while b is away from its view, and
-// ships what b's sets need on its return. Before, those settles waited
-// for repairs by digest, a few shards per poll: a soak's node settled rows
-// under packet loss, was killed and wiped 16 s later, and the stale
-// copies on the backup that had been away were delivered again.
+// ships what b's sets need on its return: a settle reaches a backup back
+// from a partition without waiting for a repair by digest (a few shards
+// per poll), during which a wipe of the node that settled would leave the
+// backup's stale copy as the one to deliver.
 func TestSettlesMadeWhileABackupWasAwayShipWhenItIsBack(t *testing.T) {
 	c := healCluster(t)
 	a, b := c.nodes["a"], c.nodes["b"]

@@ -40,10 +40,8 @@ func (l *recordedLog) saw(prefix string) bool {
 }
 
 // A node that turns leaving while it syncs takes no more rows: the pages
-// of a copy it asked for before the leave are not merged. A soak's node,
-// SIGTERM'd right after a restart, went on pulling hundreds of shards its
-// sync had planned, so its leave had more to hand off the longer it ran
-// and never finished.
+// of a copy it asked for before the leave are not merged, so a leave
+// never has more to hand off the longer it runs.
 func TestANodeThatTurnsLeavingMidSyncTakesNoMoreRows(t *testing.T) {
 	c := newTCluster(t, 32, 2, "a", "b")
 	waitSynced(t, c)
