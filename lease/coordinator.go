@@ -176,6 +176,9 @@ type Coordinator struct {
 	// shipped here as its successor (handoff.go): a new term starts from
 	// them.
 	inherited map[string]map[string]inherited // namespace → sender ("": this node's own past terms)
+	// grown names the namespaces where a node holds more than the last
+	// shipment to the successor said (handoff.go).
+	grown map[string]bool
 	// terms is the since of the last term each namespace's state was
 	// started for: a state dropped while idle and started again in the
 	// same term is not seeded again.
@@ -200,6 +203,8 @@ type record struct {
 	expires time.Time // grant expiry (coordinator clock)
 	forget  time.Time // expires + Drain: the record is dropped then
 	seq     uint64    // the latest Request.Seq applied (0: unordered)
+	// shipped is the holding the last hand-off shipment carried.
+	shipped uint32
 	// turnSince is when the node began holding a contended row (its grant
 	// above the water level); waitSince when it began wanting one without
 	// holding it. Zero when not so; see Coordinator's turns.
@@ -400,6 +405,14 @@ func (c *Coordinator) decide(now time.Time, node string, seq uint64, a Ask, sinc
 			delete(c.ns, a.Namespace)
 		}
 		return 0, learning, false
+	}
+	if max(grant, rec.has) > rec.shipped {
+		// More held than the successor was last told: shipped at the next
+		// round, not only with the periodic full shipment (handoff.go).
+		if c.grown == nil {
+			c.grown = map[string]bool{}
+		}
+		c.grown[a.Namespace] = true
 	}
 	rec.grant = grant
 	rec.expires = now.Add(c.cfg.LeaseLength)

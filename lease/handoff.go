@@ -17,7 +17,8 @@ import (
 // lease and the delivery timeout have passed (DESIGN.md "Fencing paused
 // processes"). A node that reports replaces its inherited record. What
 // the old coordinator granted after its last shipment (one refresh
-// interval at most) is not known to the successor.
+// interval, or a quarter lease when that shipment failed) is not known to
+// the successor.
 
 // Handoff limits.
 const (
@@ -139,14 +140,22 @@ type inherited struct {
 // each namespace, addressed to every node successors(namespace) names
 // (other than self): the Handoffs per node, each within MaxEntries
 // namespaces and MaxHandoffShipRecords records (From is self, Seq now).
-// Namespaces with nothing held are left out.
-func (c *Coordinator) Handoff(now time.Time, self string, successors func(namespace string) []string) map[string][]Handoff {
+// Namespaces with nothing held are left out. With all false, only the
+// namespaces where a node holds more than the last shipment said: the
+// service ships those every refresh and all of them every quarter lease
+// (a shipment's expiries then stay ahead of the next one; a holding that
+// shrank meanwhile is only counted longer, never shorter).
+func (c *Coordinator) Handoff(now time.Time, self string, successors func(namespace string) []string, all bool) map[string][]Handoff {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := map[string][]Handoff{}
 	counts := map[string]int{} // records in each node's last Handoff
 	seq := uint64(now.UnixNano())
 	for ns, st := range c.ns {
+		if !all && !c.grown[ns] {
+			continue
+		}
+		delete(c.grown, ns)
 		var recs []HandoffRecord
 		for i := range st.nodes {
 			r := &st.nodes[i]
@@ -154,6 +163,7 @@ func (c *Coordinator) Handoff(now time.Time, self string, successors func(namesp
 				recs = append(recs, HandoffRecord{Node: r.node, Holding: h,
 					ExpiresMS: msUntil(now, r.expires), ForgetMS: msUntil(now, r.forget)})
 			}
+			r.shipped = r.holding()
 		}
 		if len(recs) == 0 {
 			continue

@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +26,7 @@ func TestSuccessorCountsTheOldCoordinatorsSilentHolders(t *testing.T) {
 	a := mustCoordinator(t, cfg)
 	wantGrant(t, ask(t, a, clk.Now(), "a", "ns", 2, 2), 2) // a's own node holds 2
 	wantGrant(t, ask(t, a, clk.Now(), "x", "ns", 3, 0), 1)
-	ship := a.Handoff(clk.Now(), "a", func(string) []string { return []string{"b"} })
+	ship := a.Handoff(clk.Now(), "a", func(string) []string { return []string{"b"} }, true)
 	if len(ship["b"]) != 1 {
 		t.Fatalf("hand-off %+v, want one for b", ship)
 	}
@@ -124,5 +125,38 @@ func TestInheritedRecordsSeedOnlyANewTerm(t *testing.T) {
 	ship("a", 3, rec("a", 4))
 	if l := ask(t, b, clk.Now(), "y", "ns", 4, 0); l.Grant == 0 {
 		t.Fatalf("same term, state started again: %+v, want a grant (no seeding)", l)
+	}
+}
+
+// Between full shipments only the namespaces where a node came to hold
+// more than the last shipment said are shipped again.
+func TestHandoffShipsGrownHoldingsBetweenFullRounds(t *testing.T) {
+	clk, w := newClock(), newWorld()
+	w.coordinate("one", clk.Now().Add(-time.Hour), 4)
+	w.coordinate("two", clk.Now().Add(-time.Hour), 4)
+	c := mustCoordinator(t, w.config())
+	wantGrant(t, ask(t, c, clk.Now(), "x", "one", 1, 0), 1)
+	wantGrant(t, ask(t, c, clk.Now(), "x", "two", 1, 0), 1)
+	to := func(string) []string { return []string{"s"} }
+	names := func(all bool) []string {
+		var out []string
+		for _, h := range c.Handoff(clk.Now(), "self", to, all)["s"] {
+			for _, ns := range h.Namespaces {
+				out = append(out, ns.Namespace)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got := names(true); !slices.Equal(got, []string{"one", "two"}) {
+		t.Fatalf("full shipment %v", got)
+	}
+	if got := names(false); len(got) != 0 {
+		t.Fatalf("nothing grew, yet %v shipped", got)
+	}
+	wantGrant(t, ask(t, c, clk.Now(), "x", "two", 1, 1), 1) // the same holding: not grown
+	wantGrant(t, ask(t, c, clk.Now(), "x", "one", 3, 1), 3) // grown
+	if got := names(false); !slices.Equal(got, []string{"one"}) {
+		t.Fatalf("between full rounds %v shipped, want [one]", got)
 	}
 }

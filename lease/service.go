@@ -206,7 +206,7 @@ const minPokeGap = 20 * time.Millisecond
 // and expires the coordinator's stale state about once a lease, until ctx
 // ends.
 func (l *Service) Run(ctx context.Context) error {
-	lastExpire, lastShip := time.Now(), time.Time{}
+	lastExpire, lastShip, lastFull := time.Now(), time.Time{}, time.Time{}
 	defer l.shipping.Wait()
 	for {
 		l.refresh(ctx)
@@ -219,7 +219,11 @@ func (l *Service) Run(ctx context.Context) error {
 			// answer (stopped, cut off) must not hold up this node's own
 			// refreshes.
 			lastShip = now
-			l.shipHandoffs(ctx)
+			full := now.Sub(lastFull) >= l.cfg.LeaseLength/4
+			if full {
+				lastFull = now
+			}
+			l.shipHandoffs(ctx, full)
 		}
 		l.m.coordinated.Set(float64(l.coord.Namespaces()))
 		timer := time.NewTimer(l.client.NextRefresh())
@@ -393,7 +397,8 @@ func (l *Service) transport(ctx context.Context, to string, req Request) (Respon
 }
 
 // shipHandoffs ships the coordinator's records of every namespace it
-// coordinates to the namespace's successors (handoff.go): the second
+// coordinates (all), or of those where a node holds more than the last
+// shipment said, to the namespace's successors (handoff.go): the second
 // member of its coordinator shard's replica set, and the member that
 // would own the shard without this node if that is another one (the
 // replica order follows the failover owner only where the load cap allows
@@ -401,7 +406,7 @@ func (l *Service) transport(ctx context.Context, to string, req Request) (Respon
 // successor and batch, each successor on its own (one that does not
 // answer delays nobody else's), bounded like a lease call; a failure is
 // logged at debug and the next round ships again.
-func (l *Service) shipHandoffs(ctx context.Context) {
+func (l *Service) shipHandoffs(ctx context.Context, all bool) {
 	if l.cfg.Handoff == nil {
 		return
 	}
@@ -438,7 +443,7 @@ func (l *Service) shipHandoffs(ctx context.Context) {
 		}
 		return out
 	}
-	for to, hs := range l.coord.Handoff(time.Now(), l.cfg.Self, successors) {
+	for to, hs := range l.coord.Handoff(time.Now(), l.cfg.Self, successors, all) {
 		m, ok := view.Member(to)
 		if !ok || m.APIAddr == "" {
 			continue
