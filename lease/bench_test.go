@@ -18,21 +18,7 @@ import (
 // minus the network).
 func BenchmarkCoordinatorBatch(b *testing.B) {
 	const namespaces, nodes, quota = 10_000, 5, 64
-	clk, w := newClock(), newWorld()
-	for i := range namespaces {
-		w.coordinate(nsName(i), clk.Now().Add(-time.Hour), quota)
-	}
-	c := mustCoordinator(b, w.config())
-	reqs := make([]lease.Request, nodes)
-	for n := range reqs {
-		reqs[n] = lease.Request{Node: fmt.Sprintf("node-%d", n), Epoch: 1, Asks: make([]lease.Ask, namespaces)}
-		for i := range namespaces {
-			reqs[n].Asks[i] = lease.Ask{Namespace: nsName(i), Wants: uint32(8 + (i+n)%32), Has: uint32((i * n) % 12)}
-		}
-		if _, err := c.Handle(clk.Now(), reqs[n]); err != nil {
-			b.Fatal(err)
-		}
-	}
+	clk, _, c, reqs := busyCoordinator(b, namespaces, nodes, quota)
 	body, err := lease.EncodeRequest(reqs[0])
 	if err != nil {
 		b.Fatal(err)
@@ -124,20 +110,7 @@ func BenchmarkClientBatch(b *testing.B) {
 // successor's decoding and Inherit.
 func BenchmarkCoordinatorHandoff(b *testing.B) {
 	const namespaces, nodes, quota = 10_000, 5, 64
-	clk, w := newClock(), newWorld()
-	for i := range namespaces {
-		w.coordinate(nsName(i), clk.Now().Add(-time.Hour), quota)
-	}
-	c := mustCoordinator(b, w.config())
-	for n := range nodes {
-		req := lease.Request{Node: fmt.Sprintf("node-%d", n), Asks: make([]lease.Ask, namespaces)}
-		for i := range namespaces {
-			req.Asks[i] = lease.Ask{Namespace: nsName(i), Wants: uint32(8 + (i+n)%32), Has: uint32((i * n) % 12)}
-		}
-		if _, err := c.Handle(clk.Now(), req); err != nil {
-			b.Fatal(err)
-		}
-	}
+	clk, w, c, _ := busyCoordinator(b, namespaces, nodes, quota)
 	to := func(string) []string { return []string{"successor"} }
 	b.Run(fmt.Sprintf("namespaces=%d/nodes=%d/build", namespaces, nodes), func(b *testing.B) {
 		b.ReportAllocs()
@@ -166,4 +139,27 @@ func BenchmarkCoordinatorHandoff(b *testing.B) {
 			}
 		}
 	})
+}
+
+// busyCoordinator returns a coordinator of namespaces namespaces (quota
+// each, learning over) with nodes nodes on record in every one, each
+// having sent the returned request once.
+func busyCoordinator(b *testing.B, namespaces, nodes int, quota uint32) (*clock, *world, *lease.Coordinator, []lease.Request) {
+	b.Helper()
+	clk, w := newClock(), newWorld()
+	for i := range namespaces {
+		w.coordinate(nsName(i), clk.Now().Add(-time.Hour), quota)
+	}
+	c := mustCoordinator(b, w.config())
+	reqs := make([]lease.Request, nodes)
+	for n := range reqs {
+		reqs[n] = lease.Request{Node: fmt.Sprintf("node-%d", n), Epoch: 1, Asks: make([]lease.Ask, namespaces)}
+		for i := range namespaces {
+			reqs[n].Asks[i] = lease.Ask{Namespace: nsName(i), Wants: uint32(8 + (i+n)%32), Has: uint32((i * n) % 12)}
+		}
+		if _, err := c.Handle(clk.Now(), reqs[n]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return clk, w, c, reqs
 }
