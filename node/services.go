@@ -227,11 +227,10 @@ func (n *Node) configLoop(ctx context.Context) error {
 // graceful stop, the node announces that it is leaving and applies the
 // view in which it owns nothing: peers take its shards as soon as the
 // announcement reaches them (a gossip round), and this node claims no more
-// rows. Issue #16 item 11: before, it drained its in-flight deliveries
-// first (up to half the grace), and its shards stayed owned but unclaimed
-// meanwhile, which stalled them on every rolling restart. The handoff
-// loop, woken by the new view, starts moving the rows held here while the
-// dispatcher drains.
+// rows. The announcement comes before the in-flight deliveries drain, so
+// the shards are never owned but unclaimed during a rolling restart. The
+// handoff loop, woken by the new view, starts moving the rows held here
+// while the dispatcher drains.
 func (n *Node) announceLeaving(ctx context.Context) error {
 	n.api.RefuseAppends()
 	if ctx.Err() != nil {

@@ -3,8 +3,7 @@ package outbox
 // DeadLetterQuery asks a store for one page of a namespace's dead letters
 // (failed rows), in dispatch_key order, bounded in rows and in bytes, with
 // or without payloads: what a node's dead-letter listing reads, so a
-// request holds about its byte budget whatever the payload sizes (issue
-// #16 item 2).
+// request holds about its byte budget whatever the payload sizes.
 type DeadLetterQuery struct {
 	// After is the dispatch_key the page starts after ("" from the first).
 	After string

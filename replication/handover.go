@@ -26,7 +26,7 @@ import (
 // holder's copy (the old primary outside the new set) is no digest test,
 // so the rows it holds newer are pulled from it first (handoverRound). The digest condition matters when the new
 // primary synced from a backup the old primary had not yet shipped a
-// settle to (a chaos run saw that backup just back from a partition). The wait is bounded by Config.HandoverTimeout (a stuck delivery
+// settle to (a backup just back from a partition). The wait is bounded by Config.HandoverTimeout (a stuck delivery
 // or an unreachable member then costs a possible duplicate, never a
 // loss). A failover does not wait: the dead primary is not in the view,
 // and the backups hold no claims, so the first round releases the shard.

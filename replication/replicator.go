@@ -166,8 +166,8 @@ func (r *Replicator) Apply(v *View) {
 	// survivor of failures) holds every shard as synced, yet the others
 	// may have changed rows meanwhile. When it sees peers again it counts
 	// as a copy, serves as a sync source and claims only after syncing
-	// again (pulling what the others hold): a chaos run had a new primary
-	// copy such a node's stale copy and deliver a row a second time.
+	// again (pulling what the others hold), so a new primary never copies
+	// such a node's stale copy and delivers a row a second time.
 	rejoined := !alone && prev != nil && r.aloneAfterPeersLocked(prev)
 	for s := range r.cfg.ShardCount {
 		in := v.inSet(v.Self, s) && !v.Leaving

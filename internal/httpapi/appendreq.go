@@ -21,8 +21,8 @@ import (
 	"github.com/fairshard/fairshard/outbox"
 )
 
-// Append request limits (issue: 1,000 rows and 10 MiB per request, 1 MiB
-// per payload).
+// Append request limits: 1,000 rows and 10 MiB per request, 1 MiB per
+// payload, 512 bytes per dispatch_key, 256 bytes per label.
 const (
 	MaxBatchRows    = 1000
 	MaxRequestBytes = 10 << 20

@@ -20,10 +20,9 @@ import (
 
 // Keys of the gossiped cluster config (package kv, hosted by cluster).
 // Values are JSON. A namespace's settings are one key per field, so
-// fields written on different nodes at the same time all survive (issue
-// #16 item 8: with one document per namespace, each write carried the
-// whole document as read locally and the last one undid the other's
-// field).
+// fields written on different nodes at the same time all survive (one
+// document per namespace would carry the whole document as read locally,
+// and the last write would undo the other's field).
 //
 //	ns/{namespace}/max_in_flight      → uint32 (deleted: the node default)
 //	ns/{namespace}/paused             → bool
