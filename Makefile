@@ -9,6 +9,9 @@ GO ?= go
 # module: compose-go stays out of the product's dependencies) and the
 # soak (it loads both cores; beside the others it would make them and
 # itself slower than they measure).
+# Each gate step prints its duration (scripts/timed.sh).
+TIMED := ./scripts/timed.sh
+
 SOLO := -e '/test/compose$$' -e '/test/chaos$$'
 
 # boltstore's volume tests (volumeTest in boltstore/volume_test.go): the
@@ -24,12 +27,12 @@ VOLUME := ^(TestFileGrowthUnderChurn|TestTombstonesGiveBackTheirPages)$$
 ## cannot rot; the compose end-to-end test; the docker-compose.yml check;
 ## the 2-minute soak. Volume scenarios are skipped (make test-long).
 test:
-	$(GO) test -race -count=1 -timeout 20m ./test/e2e $$($(GO) list ./... | grep -v -e '/test/e2e$$' $(SOLO))
-	$(GO) test -count=1 -timeout 10m -run '$(VOLUME)' ./boltstore
-	$(GO) test -short -count=1 -timeout 10m -run '^$$' -bench . -benchtime=1x ./...
-	$(GO) test -race -count=1 -timeout 15m ./test/compose
+	$(TIMED) packages $(GO) test -race -count=1 -timeout 20m ./test/e2e $$($(GO) list ./... | grep -v -e '/test/e2e$$' $(SOLO))
+	$(TIMED) volume $(GO) test -count=1 -timeout 10m -run '$(VOLUME)' ./boltstore
+	$(TIMED) benchmarks $(GO) test -short -count=1 -timeout 10m -run '^$$' -bench . -benchtime=1x ./...
+	$(TIMED) compose $(GO) test -race -count=1 -timeout 15m ./test/compose
 	cd deploy/composecheck && $(GO) test -count=1 ./...
-	$(GO) test -race -count=1 -timeout 15m ./test/chaos
+	$(TIMED) chaos $(GO) test -race -count=1 -timeout 15m ./test/chaos
 
 ## test-long: the volume scenarios (boltstore's under -race, a million pending rows synced on a
 ## join, 1 MiB rows, 200 MiB of dead letters, a kill in the middle of a
