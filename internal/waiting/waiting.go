@@ -90,7 +90,8 @@ type Facts struct {
 	Fraction shards.OwnedShardFraction
 	// Ceiling, when HasCeiling, is this node's ceiling for the namespace as
 	// the planner's quota.Source gives it (exact mode: the lease grant,
-	// DESIGN.md "Exact cluster-wide quota"); otherwise ceil(Quota × Fraction) is used.
+	// DESIGN.md "Exact cluster-wide quota"); otherwise
+	// ceil(Quota × Fraction) is used.
 	Ceiling    uint32
 	HasCeiling bool
 	// ClaimedHeld is the namespace's claimed rows held on Node, every shard
