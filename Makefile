@@ -24,12 +24,15 @@ VOLUME := ^(TestFileGrowthUnderChurn|TestTombstonesGiveBackTheirPages)$$
 ## them; its node processes plain-built, see CONTRIBUTING.md); boltstore again without -race, for its volume tests (file
 ## growth over 200,000 rows: under -race they run only in test-long);
 ## every benchmark once (-benchtime=1x, -short) so their checks
-## cannot rot; the compose end-to-end test; the docker-compose.yml check;
+## cannot rot; the compose end-to-end test (after FAIRSHARD_BEFORE_COMPOSE,
+## if set: .ci/run waits there for the Compose plugin it builds in the
+## background); the docker-compose.yml check;
 ## the 2-minute soak. Volume scenarios are skipped (make test-long).
 test:
 	$(TIMED) packages $(GO) test -race -count=1 -timeout 20m ./test/e2e $$($(GO) list ./... | grep -v -e '/test/e2e$$' $(SOLO))
 	$(TIMED) volume $(GO) test -count=1 -timeout 10m -run '$(VOLUME)' ./boltstore
 	$(TIMED) benchmarks $(GO) test -short -count=1 -timeout 10m -run '^$$' -bench . -benchtime=1x ./...
+	$(TIMED) compose-plugin $${FAIRSHARD_BEFORE_COMPOSE:-true}
 	$(TIMED) compose $(GO) test -race -count=1 -timeout 15m ./test/compose
 	cd deploy/composecheck && $(GO) test -count=1 ./...
 	$(TIMED) chaos $(GO) test -race -count=1 -timeout 15m ./test/chaos
