@@ -190,17 +190,23 @@ func logBucketBytes(t testing.TB, s *Store) float64 {
 	return perRow
 }
 
-// BenchmarkFillAndDrainFileSize is issue #16's reproducer at the store:
+// BenchmarkFillAndDrainFileSize is the file-growth reproducer at the store:
 // three cycles of 100,000 rows of ~200-byte payloads appended and fully
 // delivered (tombstones kept: the default 24 h retention). One op = the
 // three cycles; run it with -benchtime 1x. It reports the file size and the
-// high-water mark after the first and the third cycle, in MiB.
+// high-water mark after the first and the third cycle, in MiB. Under -short
+// (make test runs every benchmark once, for its checks) a cycle is 10,000
+// rows: 100,000 took ~50 s of the gate.
 func BenchmarkFillAndDrainFileSize(b *testing.B) {
+	rows := 100_000
+	if testing.Short() {
+		rows = 10_000
+	}
 	for range b.N {
 		s, tb := newTestStore(b, func(o *Options) { o.ShardCount = 1024; o.Now = time.Now })
 		var size, hw [3]float64
 		for c := range 3 {
-			fillAndDrain(b, s, tb, c+1, 100_000, 200)
+			fillAndDrain(b, s, tb, c+1, rows, 200)
 			fi, err := os.Stat(tb.path)
 			must(b, err)
 			size[c], hw[c] = float64(fi.Size())/(1<<20), float64(highWater(b, s))/(1<<20)
