@@ -52,8 +52,12 @@ type NodeDemand struct {
 //     nodes hold. If the targets need more than B above the holdings, B is
 //     water-filled from the bottom: grant_i = min(target_i,
 //     max(Has_i, λ)) for the largest level λ that fits, plus one row each
-//     for the rows left over, in index order. The nodes holding least (the
-//     ones starved so far) are lifted first. Nodes whose target is at or
+//     for the rows left over, to nodes lifted to λ and short of their
+//     targets in step 1's order: the larger Rank first, then the larger
+//     Has, ties to the lower index. So a row that comes free while several
+//     nodes wait goes to the one the coordinator ranks first (the longest
+//     waiter), whichever of them asks. The nodes holding least (the ones
+//     starved so far) are lifted first. Nodes whose target is at or
 //     below Has get their target: their grant shrinks, their claimed rows
 //     drain, and the capacity comes free as they report lower Has.
 //
@@ -98,7 +102,13 @@ func FairShare(quota uint32, nodes []NodeDemand, grants []uint32) []uint32 {
 		if left := q - used; left > 0 {
 			// left is smaller than the number of nodes that want more
 			// than the level, or level+1 would have fitted.
-			giveLeftovers(nodes, grants, q, level, left)
+			short := func(i int) bool { return min(uint64(nodes[i].Wants), q) > level }
+			cut := newLeftoverCut(nodes, left, short)
+			for i, n := range nodes {
+				if short(i) && cut.take(n) {
+					grants[i]++
+				}
+			}
 		}
 	}
 
@@ -118,16 +128,25 @@ func FairShare(quota uint32, nodes []NodeDemand, grants []uint32) []uint32 {
 		return grants
 	}
 	lambda, used := fillLevel(budget, q, nodes, grants)
+	// The nodes lifted exactly to λ and short of their targets share the
+	// rows left over, in step 1's order. eligible reads the target, so each
+	// node is tested before its grant is overwritten below.
+	eligible := func(i int) bool { return uint64(grants[i]) > lambda && uint64(nodes[i].Has) <= lambda }
 	left := budget - used
+	var cut leftoverCut
+	if left > 0 {
+		// left is smaller than the number of eligible nodes: each adds
+		// exactly one row at λ+1, which did not fit.
+		cut = newLeftoverCut(nodes, left, eligible)
+	}
 	for i, n := range nodes {
 		t, h := uint64(grants[i]), uint64(n.Has)
 		if t <= h {
 			continue // target at or below its holding: the grant shrinks to it
 		}
 		g := max(h, min(t, lambda))
-		if left > 0 && g < t && g == lambda {
+		if left > 0 && eligible(i) && cut.take(n) {
 			g++
-			left--
 		}
 		grants[i] = uint32(g)
 	}
@@ -155,29 +174,37 @@ func targetLevel(q uint64, nodes []NodeDemand) uint64 {
 	return lo
 }
 
-// giveLeftovers adds one row to the targets of `left` nodes among those
-// whose wants (capped at q) exceed level, in the order of the key (Rank,
+// leftoverCut chooses which of a set of eligible nodes get the rows left
+// over at a water level: `left` of them, in the order of the key (Rank,
 // Has), largest first, ties to the lower index. It finds the key threshold
 // by two binary searches (Rank, then Has among the nodes at the threshold
 // Rank) instead of sorting, so it allocates nothing: O(N·(64 + log max
-// Has)).
-func giveLeftovers(nodes []NodeDemand, grants []uint32, q, level, left uint64) {
-	short := func(n NodeDemand) bool { return min(uint64(n.Wants), q) > level }
-	// rankAtLeast(r): how many short nodes have Rank ≥ r.
+// Has)). Build it with newLeftoverCut, then call take for every eligible
+// node in index order.
+type leftoverCut struct {
+	rank, has uint64 // the threshold key
+	ties      uint64 // rows left for the nodes exactly at the threshold key
+}
+
+// newLeftoverCut returns the cut giving left rows to the nodes for which
+// eligible(i) holds. left must be smaller than the number of eligible
+// nodes.
+func newLeftoverCut(nodes []NodeDemand, left uint64, eligible func(i int) bool) leftoverCut {
+	// rankAtLeast(r): how many eligible nodes have Rank ≥ r.
 	rankAtLeast := func(r uint64) uint64 {
 		var c uint64
-		for _, n := range nodes {
-			if short(n) && n.Rank >= r {
+		for i, n := range nodes {
+			if eligible(i) && n.Rank >= r {
 				c++
 			}
 		}
 		return c
 	}
-	// The largest Rank threshold r with rankAtLeast(r) ≥ left (every short
-	// node has Rank ≥ 0, and there are more of them than left).
+	// The largest Rank threshold r with rankAtLeast(r) ≥ left (every
+	// eligible node has Rank ≥ 0, and there are more of them than left).
 	var lo, hi uint64
-	for _, n := range nodes {
-		if short(n) {
+	for i, n := range nodes {
+		if eligible(i) {
 			hi = max(hi, n.Rank)
 		}
 	}
@@ -190,24 +217,25 @@ func giveLeftovers(nodes []NodeDemand, grants []uint32, q, level, left uint64) {
 		}
 	}
 	rank := lo
-	var above uint64 // short nodes ranked above the threshold: each gets one
+	var above uint64 // eligible nodes ranked above the threshold: each gets one
 	if rank < math.MaxUint64 {
 		above = rankAtLeast(rank + 1)
 	}
 	need := left - above // rows for the nodes exactly at the threshold Rank
-	// hasAtLeast(h): how many short nodes at the threshold Rank have Has ≥ h.
+	// hasAtLeast(h): how many eligible nodes at the threshold Rank have
+	// Has ≥ h.
 	hasAtLeast := func(h uint64) uint64 {
 		var c uint64
-		for _, n := range nodes {
-			if short(n) && n.Rank == rank && uint64(n.Has) >= h {
+		for i, n := range nodes {
+			if eligible(i) && n.Rank == rank && uint64(n.Has) >= h {
 				c++
 			}
 		}
 		return c
 	}
 	var hlo, hhi uint64
-	for _, n := range nodes {
-		if short(n) && n.Rank == rank {
+	for i, n := range nodes {
+		if eligible(i) && n.Rank == rank {
 			hhi = max(hhi, uint64(n.Has))
 		}
 	}
@@ -219,19 +247,20 @@ func giveLeftovers(nodes []NodeDemand, grants []uint32, q, level, left uint64) {
 			hhi = mid - 1
 		}
 	}
-	atThreshold := need - hasAtLeast(hlo+1)
-	for i, n := range nodes {
-		if !short(n) {
-			continue
-		}
-		switch h := uint64(n.Has); {
-		case n.Rank > rank, n.Rank == rank && h > hlo:
-			grants[i]++
-		case n.Rank == rank && h == hlo && atThreshold > 0:
-			grants[i]++
-			atThreshold--
-		}
+	return leftoverCut{rank: rank, has: hlo, ties: need - hasAtLeast(hlo+1)}
+}
+
+// take reports whether the eligible node n gets a row left over. Called
+// once per eligible node, in index order.
+func (c *leftoverCut) take(n NodeDemand) bool {
+	switch h := uint64(n.Has); {
+	case n.Rank > c.rank, n.Rank == c.rank && h > c.has:
+		return true
+	case n.Rank == c.rank && h == c.has && c.ties > 0:
+		c.ties--
+		return true
 	}
+	return false
 }
 
 // Level returns the water level L of FairShare's step 1 for these nodes:

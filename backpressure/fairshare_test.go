@@ -42,6 +42,14 @@ func TestFairShareTable(t *testing.T) {
 		// The quota was lowered to 3 while A holds 5: nobody gets new rows
 		// until A drains below its target.
 		{"quota lowered below what is held", 3, []nd{{Wants: 3, Has: 5}, {Wants: 3}}, []uint32{2, 0}},
+		// A holds the one row it no longer gets; the row free beside it
+		// goes to C, ranked first (the longest waiter), not to B for its
+		// lower index.
+		{"a free row goes to the highest rank, not the lowest index", 2, []nd{{Wants: 1, Has: 1}, {Wants: 1, Rank: 5}, {Wants: 1, Rank: 9}}, []uint32{0, 0, 1}},
+		// X drains 3 rows; 2 are free. A, B and C are lifted to 1 and the
+		// row left over goes by (Rank, Has) like step 1's: to B, which
+		// holds a row and whose target got the row left over there.
+		{"a row left over after lifting follows step 1's order", 7, []nd{{Has: 3}, {Wants: 9}, {Wants: 9, Has: 1}, {Wants: 9, Has: 1}}, []uint32{0, 1, 2, 1}},
 		{"a node that no longer wants releases its grant", 4, []nd{{Has: 2}, {Wants: 4}}, []uint32{0, 2}},
 		{"largest quota does not overflow", math.MaxUint32, []nd{{Wants: math.MaxUint32}, {Wants: math.MaxUint32}}, []uint32{1 << 31, 1<<31 - 1}},
 		{"largest quota, one node", math.MaxUint32, []nd{{Wants: math.MaxUint32, Has: math.MaxUint32}}, []uint32{math.MaxUint32}},

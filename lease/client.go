@@ -40,6 +40,14 @@ type ClientConfig struct {
 //     applied a lower grant, the coordinator keeps counting the higher one.
 //   - Only the answer to the latest request that asked about a namespace
 //     is applied; a late answer to an older one is ignored.
+//   - An ask that wanted or held rows and got no answer (the call failed)
+//     may still have been recorded: the coordinator may count a grant the
+//     node never heard of, against the other nodes. Until an answer to a
+//     later ask is applied, the namespace is asked about at every refresh
+//     (with wants and has 0 when the node has no demand and no grant, so
+//     the coordinator can drop the record), for up to MaxLeaseMS after
+//     the unanswered ask, the longest any grant lasts. Release gives such
+//     grants back too.
 //   - Answers are applied between sweeps (Claiming), so no claim made
 //     under a grant lands after a lower one was reported.
 type Client struct {
@@ -68,6 +76,19 @@ type grantState struct {
 	coordinator string // who granted it
 	learning    bool
 	lastSent    time.Time // send time of the latest request asking about it
+	// unanswered is the send time of the latest ask with wants or has
+	// above 0 whose answer has not been applied (zero: none). The
+	// coordinator may hold a grant for it until unanswered + MaxLeaseMS.
+	unanswered time.Time
+}
+
+// maxLease is the longest a coordinator's grant can last (MaxLeaseMS).
+const maxLease = MaxLeaseMS * time.Millisecond
+
+// mayBeGranted reports whether the coordinator may, as of now, count a
+// grant this node has not heard of (an unanswered ask).
+func (st *grantState) mayBeGranted(now time.Time) bool {
+	return !st.unanswered.IsZero() && now.Before(st.unanswered.Add(maxLease))
 }
 
 // NewClient builds a Client; it fails on an invalid node name.
@@ -107,12 +128,16 @@ type Call struct {
 
 // Calls builds this refresh's calls: one per coordinator (more only past
 // MaxEntries namespaces), asking about every namespace of demand with
-// wants or claimed rows, and every namespace this node holds an unexpired
+// wants or claimed rows, every namespace this node holds an unexpired
 // grant of (with wants 0 if it has no demand, so the coordinator can take
-// the grant back). coordinatorOf names a namespace's coordinator under the
-// node's ownership view (CoordinatorOf); a namespace without one is left
-// out and keeps its grant until it expires. A call To this node is for
-// the node's own Coordinator. epoch is the node's ownership epoch.
+// the grant back), and every namespace whose last ask with wants or has
+// got no answer, for up to MaxLeaseMS after it (with wants and has 0 if
+// the node has neither demand nor grant: the coordinator may have
+// recorded a grant for that ask). coordinatorOf names a namespace's
+// coordinator under the node's ownership view (CoordinatorOf); a
+// namespace without one is left out and keeps its grant until it expires.
+// A call To this node is for the node's own Coordinator. epoch is the
+// node's ownership epoch.
 //
 // Calls also forgets expired grants of namespaces with no demand. Demand
 // entries with an invalid namespace are left out and reported in the
@@ -145,6 +170,8 @@ func (c *Client) Calls(epoch uint64, demand []Demand, coordinatorOf func(namespa
 		case live:
 			a.Namespace, a.Has = ns, max(a.Has, st.rows)
 			asks[ns] = a
+		case !wanted && st.mayBeGranted(now):
+			asks[ns] = Ask{Namespace: ns} // give back a grant it never heard of
 		case !wanted:
 			delete(c.ns, ns) // expired, or never granted, and no demand
 		}
@@ -164,6 +191,9 @@ func (c *Client) Calls(epoch uint64, demand []Demand, coordinatorOf func(namespa
 			c.ns[ns] = st
 		}
 		st.lastSent = now
+		if a.Wants > 0 || a.Has > 0 {
+			st.unanswered = now // until an answer is applied (Apply)
+		}
 	}
 	calls := make([]Call, 0, len(byCoordinator))
 	for to, list := range byCoordinator {
@@ -217,6 +247,9 @@ func (c *Client) Apply(call Call, resp Response) error {
 		}
 		st.rows, st.expires = l.Grant, call.SentAt.Add(l.Expiry())
 		st.refresh, st.coordinator, st.learning = l.Refresh(), call.To, l.Learning
+		// This answer is to the latest ask (lastSent ≥ unanswered): it
+		// supersedes whatever the coordinator recorded for earlier ones.
+		st.unanswered = time.Time{}
 	}
 	return nil
 }
@@ -299,7 +332,8 @@ type CallResult struct {
 	Err error
 }
 
-// Release gives every unexpired grant back: the node stops claiming for
+// Release gives every unexpired grant back, and every grant a coordinator
+// may hold for an unanswered ask (see Client): the node stops claiming for
 // good (a graceful stop, once its deliveries have finished), so it drops
 // its grants at once and tells each coordinator it wants and holds
 // nothing, which frees the capacity for the other nodes now rather than
@@ -316,10 +350,10 @@ func (c *Client) Release(ctx context.Context, epoch uint64, coordinatorOf func(s
 	seq := c.seq
 	byCoordinator := map[string][]Ask{}
 	for ns, st := range c.ns {
-		if !now.Before(st.expires) {
+		if !now.Before(st.expires) && !st.mayBeGranted(now) {
 			continue
 		}
-		st.rows, st.expires = 0, now
+		st.rows, st.expires, st.unanswered = 0, now, time.Time{}
 		if to, ok := coordinatorOf(ns); ok && ValidNodeName(to) {
 			byCoordinator[to] = append(byCoordinator[to], Ask{Namespace: ns})
 		}

@@ -252,6 +252,8 @@ func TestClientForgetsExpiredIdleNamespaces(t *testing.T) {
 	if len(calls) != 1 || calls[0].Request.Asks[0] != (lease.Ask{Namespace: "ns", Wants: 0, Has: 1}) {
 		t.Fatalf("calls %+v, want ns with wants 0, has 1", calls)
 	}
+	// Answered (an unanswered ask would be asked about again).
+	_ = c.Apply(calls[0], answer(calls[0], time.Second, map[string]uint32{"ns": 0}))
 	clk.Advance(time.Second)
 	if calls, _ = c.Calls(0, nil, coord); len(calls) != 0 {
 		t.Fatalf("calls %+v after expiry with no demand, want none", calls)
@@ -354,5 +356,85 @@ func TestRefreshMeasuresBetweenSweeps(t *testing.T) {
 	}
 	if has := sent.Load(); has != 3 {
 		t.Fatalf("after the grant was lowered to 2 the refresh reported has %d with 3 rows claimed, want 3", has)
+	}
+}
+
+// TestClientAsksAgainAfterALostAnswer: the coordinator recorded a grant
+// but its answer never reached the node. The node, whose demand has ended
+// meanwhile, asks again at its next refresh (wants and has 0) instead of
+// staying silent while the coordinator counts the grant against the
+// others until it expires; Release covers such a grant too; and after
+// MaxLeaseMS, the longest a grant can last, the node stops asking.
+func TestClientAsksAgainAfterALostAnswer(t *testing.T) {
+	clk, w := newClock(), newWorld()
+	w.coordinate("ns", clk.Now().Add(-time.Hour), 1)
+	coord := mustCoordinator(t, w.config())
+	var lose atomic.Bool
+	transport := func(_ context.Context, _ string, req lease.Request) (lease.Response, error) {
+		resp, err := coord.Handle(clk.Now(), req)
+		if err == nil && lose.Load() {
+			return lease.Response{}, errors.New("answer lost")
+		}
+		return resp, err
+	}
+	route := func(string) (string, bool) { return "n0", true }
+	refresh := func(c *lease.Client, wants uint32) []lease.CallResult {
+		t.Helper()
+		res, err := c.Refresh(context.Background(), 0, []lease.Demand{{Namespace: "ns", Wants: wants}}, route, transport)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	// a wants a row; the coordinator grants it, the answer is lost.
+	a, b := mustClient(t, "a", clk), mustClient(t, "b", clk)
+	lose.Store(true)
+	if res := refresh(a, 1); len(res) != 1 || res[0].Err == nil {
+		t.Fatalf("results %+v, want one failed call", res)
+	}
+	lose.Store(false)
+	if g := grantOf(a, "ns", clk.Now()); g != 0 {
+		t.Fatalf("a acts on %d rows it never heard of", g)
+	}
+	clk.Advance(testRefresh)
+	// a's demand has ended: it still asks, so the coordinator drops a's
+	// grant and b gets the row.
+	if res := refresh(a, 0); len(res) != 1 || res[0].Err != nil {
+		t.Fatalf("a after the lost answer: results %+v, want one call asking again", res)
+	}
+	if refresh(b, 1); grantOf(b, "ns", clk.Now()) != 1 {
+		t.Fatalf("b got %d while a holds nothing, want the row", grantOf(b, "ns", clk.Now()))
+	}
+
+	// Release gives back a grant whose answer was lost. (b first gives its
+	// row back: a report of wants 0 still holding it, then one of has 0.)
+	c, d := mustClient(t, "c", clk), mustClient(t, "d", clk)
+	clk.Advance(testRefresh)
+	refresh(b, 0)
+	refresh(b, 0)
+	lose.Store(true)
+	refresh(c, 1)
+	lose.Store(false)
+	if res := c.Release(context.Background(), 0, route, transport); len(res) != 1 || res[0].Err != nil {
+		t.Fatalf("c's Release: results %+v, want one call giving the unheard grant back", res)
+	}
+	if refresh(d, 1); grantOf(d, "ns", clk.Now()) != 1 {
+		t.Fatalf("d got %d after c released, want the row", grantOf(d, "ns", clk.Now()))
+	}
+
+	// An unanswered ask is asked about again for MaxLeaseMS, then dropped.
+	e := mustClient(t, "e", clk)
+	coordOf := byName(map[string]string{"ns": "n0"})
+	calls, _ := e.Calls(0, []lease.Demand{{Namespace: "ns", Wants: 1}}, coordOf)
+	if len(calls) != 1 {
+		t.Fatalf("calls %+v, want one", calls)
+	}
+	clk.Advance(lease.MaxLeaseMS*time.Millisecond - time.Millisecond)
+	if calls, _ := e.Calls(0, nil, coordOf); len(calls) != 1 || calls[0].Request.Asks[0] != (lease.Ask{Namespace: "ns"}) {
+		t.Fatalf("calls %+v within MaxLeaseMS of the unanswered ask, want ns with wants and has 0", calls)
+	}
+	clk.Advance(time.Millisecond)
+	if calls, _ := e.Calls(0, nil, coordOf); len(calls) != 0 {
+		t.Fatalf("calls %+v MaxLeaseMS after the unanswered ask, want none", calls)
 	}
 }

@@ -190,3 +190,53 @@ func TestHandoffRefreshesSooner(t *testing.T) {
 		t.Fatalf("a at the end of its turn: %+v, want grant 0 and refresh_ms %d", l, fast)
 	}
 }
+
+// TestFreedRowGoesToTheLongestWaiter: quota 2 is held by a and b; z has
+// waited for a row since before c. When a's row finishes and b still runs
+// its own, the one free row is z's: c, asking first, gets nothing, and z
+// gets the row at its own refresh. Node names put c before z, so an order
+// by index would hand the row to c and leave z waiting behind a later
+// arrival.
+func TestFreedRowGoesToTheLongestWaiter(t *testing.T) {
+	clk := newClock()
+	w := newWorld()
+	w.coordinate("ns", clk.Now().Add(-time.Hour), 2)
+	coord, err := lease.NewCoordinator(w.config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ask := func(node string, wants, has uint32) uint32 {
+		t.Helper()
+		resp, err := coord.Handle(clk.Now(), lease.Request{Node: node, Asks: []lease.Ask{{Namespace: "ns", Wants: wants, Has: has}}})
+		if err != nil || len(resp.Leases) != 1 {
+			t.Fatalf("Handle: %+v %v", resp, err)
+		}
+		return resp.Leases[0].Grant
+	}
+	if ga, gb := ask("a", 1, 0), ask("b", 1, 0); ga != 1 || gb != 1 {
+		t.Fatalf("a and b got %d and %d, want the quota split 1 and 1", ga, gb)
+	}
+	if g := ask("z", 1, 0); g != 0 {
+		t.Fatalf("z got %d while a and b hold the quota", g)
+	}
+	clk.Advance(testRefresh)
+	if g := ask("c", 1, 0); g != 0 {
+		t.Fatalf("c got %d while a and b hold the quota", g)
+	}
+	clk.Advance(testRefresh)
+	// a and b still run their rows: their grants go to the waiters, the
+	// rows are not pre-empted.
+	if ga, gb := ask("a", 1, 1), ask("b", 1, 1); ga != 0 || gb != 0 {
+		t.Fatalf("a and b kept %d and %d, want 0 each: z and c wait longer", ga, gb)
+	}
+	clk.Advance(testRefresh)
+	if g := ask("a", 1, 0); g != 0 { // a's row finished: one row is free
+		t.Fatalf("a got %d back, want 0", g)
+	}
+	if g := ask("c", 1, 0); g != 0 {
+		t.Fatalf("c got the free row (%d) although z has waited longer", g)
+	}
+	if g := ask("z", 1, 0); g != 1 {
+		t.Fatalf("z got %d, want the free row", g)
+	}
+}
