@@ -350,3 +350,105 @@ func TestFenceHoldsClaimsUntilAHandover(t *testing.T) {
 		return slices.Equal(got, before), fmt.Sprintf("scope %v, want %v", got, before)
 	})
 }
+
+// settleAloneThenHeal runs the split of the leftover tests on a
+// healCluster: b and c see each other and a sees only itself (it owns
+// every shard), b and c sync every shard between them, so b holds copies
+// of shards it does not replicate once the split heals; a claims and
+// settles every row while alone; then a and c start refusing States
+// calls (b's drop loop cannot confirm that the sets hold synced copies,
+// so b keeps its leftover copies, as a loaded cluster keeps them for
+// seconds) and the split heals. It returns the settled rows and the keys
+// of those b holds a leftover copy of the shard of.
+func settleAloneThenHeal(t *testing.T, c *tcluster) (settled []outbox.Row, leftover []string) {
+	t.Helper()
+	ctx := context.Background()
+	a, b, cn := c.nodes["a"], c.nodes["b"], c.nodes["c"]
+	c.applyTo([]string{"b", "c"}, []string{"b", "c"})
+	c.applyTo([]string{"a"}, []string{"a"})
+	poll.Eventually(t, 20*time.Second, "b and c synced on every shard", func() (bool, string) {
+		for s := range c.shards {
+			if !b.repl.Synced(s) || !cn.repl.Synced(s) {
+				return false, fmt.Sprintf("shard %d: b synced %v, c synced %v", s, b.repl.Synced(s), cn.repl.Synced(s))
+			}
+			db, errB := b.store.ShardDigest(ctx, s)
+			dc, errC := cn.store.ShardDigest(ctx, s)
+			if errB != nil || errC != nil || db != dc {
+				return false, fmt.Sprintf("shard %d: b %+v (%v), c %+v (%v)", s, db, errB, dc, errC)
+			}
+		}
+		return true, ""
+	})
+	settled = claimAll(t, a)
+	settle(t, a, settled)
+	a.refuseStates.Store(true)
+	cn.refuseStates.Store(true)
+	c.apply() // the split heals
+	v := c.view("a")
+	for _, r := range settled {
+		if v.Sets[r.Shard] == nil || slices.Contains(v.Sets[r.Shard], "b") {
+			continue
+		}
+		if d, err := b.store.ShardDigest(ctx, r.Shard); err == nil && d.Rows > 0 {
+			leftover = append(leftover, r.DispatchKey)
+		}
+	}
+	if len(leftover) < 20 {
+		t.Fatalf("only %d settled rows on shards b holds a leftover copy of: the test proves little", len(leftover))
+	}
+	return settled, leftover
+}
+
+// TestSettlesMadeAloneReachALeftoverCopyWhenThePartitionHeals: a split
+// cuts a off alone from b and c, and a delivers and settles every row.
+// When the split heals, b still holds copies of shards it no longer
+// replicates (leftovers), and a leftover copy is the one a new member of
+// the set syncs from if the copy that settled is wiped: a chaos soak
+// delivered rows a second time that way. a asks b which of those shards
+// it holds and ships it their settles too, not only those of the shards b
+// replicates.
+func TestSettlesMadeAloneReachALeftoverCopyWhenThePartitionHeals(t *testing.T) {
+	c := healCluster(t)
+	ctx := context.Background()
+	b := c.nodes["b"]
+	_, want := settleAloneThenHeal(t, c)
+	took := poll.Eventually(t, 15*time.Second, "a's settles on b's leftover copies", func() (bool, string) {
+		stale := 0
+		for _, k := range want {
+			if got, err := b.store.Get(ctx, k); err != nil || got.Status != outbox.StatusDone {
+				stale++
+			}
+		}
+		return stale == 0, fmt.Sprintf("%d of %d rows still not done on b's leftover copies", stale, len(want))
+	})
+	t.Logf("%d settles reached b's leftover copies %v after the heal", len(want), took.Round(time.Millisecond))
+}
+
+// TestSettlesForALeftoverCopyAreGivenUpAfterBoundedTries: with b refusing
+// every merge after the heal, the settles a owes b's leftover copies are
+// given up after a bounded number of tries (a leftover copy is no
+// replica: nothing waits for it), while those of the shards b replicates
+// stay queued for it.
+func TestSettlesForALeftoverCopyAreGivenUpAfterBoundedTries(t *testing.T) {
+	c := healCluster(t)
+	a, b := c.nodes["a"], c.nodes["b"]
+	b.refuseMerges.Store(true)
+	settled, leftover := settleAloneThenHeal(t, c)
+	v := c.view("a")
+	owed := 0 // settles of shards b replicates: queued for b until it takes them
+	for _, r := range settled {
+		if slices.Contains(v.Sets[r.Shard], "b") {
+			owed++
+		}
+	}
+	took := poll.Eventually(t, 30*time.Second, "a's changes for b's leftover copies given up", func() (bool, string) {
+		n := a.repl.PendingChanges()
+		return n == owed, fmt.Sprintf("%d changes pending on a, want the %d of shards b replicates (%d for its leftover copies)", n, owed, len(leftover))
+	})
+	// The tries' backoff alone (50 ms doubling, 2 s at most, between 8
+	// tries) is over 5 s: given up sooner, they were not retried.
+	if took < 4*time.Second {
+		t.Fatalf("changes for b's leftover copies given up %v after the heal: not retried", took)
+	}
+	t.Logf("changes for b's leftover copies given up %v after the heal", took.Round(time.Millisecond))
+}

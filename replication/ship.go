@@ -3,6 +3,8 @@ package replication
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -24,8 +26,10 @@ import (
 // its sets need, so a settle made while a partition cut the backup off
 // reaches it as soon as the partition heals, not when a repair poll finds
 // the copies differ (polls repair a few shards each; its shards are still
-// marked for them, for what no queue here holds). The lag
-// from Changed to a backup's acknowledgement is exported
+// marked for them, for what no queue here holds). The changes such a
+// queue holds for shards outside the member's sets on its return go to
+// the leftover copies of them it still holds, if any (see outsideQueue).
+// The lag from Changed to a backup's acknowledgement is exported
 // (fairshard_replication_lag_seconds).
 func (r *Replicator) Changed(keys ...string) {
 	v := r.view.Load()
@@ -121,16 +125,52 @@ type shipQueue struct {
 	// away: while parked, the queue also takes every change of a shard
 	// this node replicates (the view names no set for the member, so
 	// which of them it will replicate again is not known); on its return
-	// those of shards outside its set are dropped unshipped. A queue kept
+	// those of shards outside its set move to outside. A queue kept
 	// whole since its member left holds every change the member lacks
 	// from this node, so its return ships them at once instead of
 	// marking every shared shard for a repair by digest.
 	away bool
+	// outside holds the changes queued while the member was away for
+	// shards outside its replica sets now that it is back (nil: none).
+	outside *outsideQueue
 	// busy: a batch to this backup is in flight. Each backup's batches
 	// run on their own, so an unreachable backup (a call waiting out its
 	// timeout) never delays the others' state changes.
 	busy bool
 }
+
+// outsideQueue holds the changes a member back in the view was owed while
+// it was away, for shards outside its replica sets. It may still hold a
+// copy of such a shard (a leftover: its drop waits until the shard's set
+// answers as synced copies), and a leftover copy is the one a new member
+// of the set syncs from when the copies that took the change are lost, so
+// a settle it lacks is delivered again. The member is asked which of the
+// shards it holds rows of (States); the changes of those are shipped to
+// it once the changes of its own shards (the queue's entries) are, and
+// the rest are dropped. Failed tries (the question or a batch) back off
+// like a backup's; after outsideTries of them every change left is given
+// up. Neither a wait nor a give-up marks a shard Unshipped or lost: the
+// member is no replica of it, so a handover does not wait for its copy,
+// and the repair by digest does not compare it.
+type outsideQueue struct {
+	entries map[string]*shipEntry
+	order   []string // keys in the order they moved here; stale keys are skipped
+	// held answers, per shard asked, whether the member holds rows of it;
+	// unasked holds the shards of entries not asked yet.
+	held    map[uint32]bool
+	unasked map[uint32]bool
+	asking  bool // the question is in flight
+	tries   int
+	backoff time.Duration
+	next    time.Time // no try before
+}
+
+// outsideTries is how many failed tries (the question, a batch) the
+// changes of an outsideQueue get before they are given up. The backoff
+// between tries (50 ms doubling, 2 s at most; a batch also waits out its
+// queue's own backoff) spreads them over 5 to 7 s plus the calls' own
+// durations.
+const outsideTries = 8
 
 type shipEntry struct {
 	shard uint32
@@ -164,9 +204,13 @@ func (s *shipper) add(v *View, keys []string) {
 		}
 	}
 	var away []string // members away from the view whose queues take every change
+	var outside []*outsideQueue
 	for m, q := range s.queues {
 		if q.away {
 			away = append(away, m)
+		}
+		if q.outside != nil {
+			outside = append(outside, q.outside)
 		}
 	}
 	for _, key := range keys {
@@ -187,6 +231,11 @@ func (s *shipper) add(v *View, keys []string) {
 				if q := s.queues[m]; q != nil {
 					s.enqueueLocked(m, q, key, shard, now, true)
 				}
+			}
+		}
+		for _, o := range outside {
+			if e := o.entries[key]; e != nil {
+				e.changed(now)
 			}
 		}
 	}
@@ -233,20 +282,14 @@ func (s *shipper) enqueueLocked(m string, q *shipQueue, key string, shard uint32
 		q.entries[key] = &shipEntry{shard: shard, since: now, gen: 1, away: away}
 		q.order = append(q.order, key)
 		s.total++
-	case e.inflight != 0 && e.redirty.IsZero():
-		e.redirty = now
-		e.gen++
-		e.away = e.away && away
 	default:
-		e.gen++
+		e.changed(now)
 		e.away = e.away && away
 	}
 	if len(q.entries) > s.r.cfg.MaxPending {
 		// Bounded memory: drop the queue, repair the backup by digest.
 		s.r.m.shipDropped.Add(float64(len(q.entries)))
-		s.total -= len(q.entries)
-		s.markLostLocked(m, q.entries)
-		delete(s.queues, m)
+		s.dropQueueLocked(m, q)
 		s.r.markFullRepair(m)
 		log := s.r.log.Warn
 		if q.away {
@@ -259,6 +302,49 @@ func (s *shipper) enqueueLocked(m string, q *shipQueue, key string, shard uint32
 	return len(q.entries) >= s.r.cfg.ShipBatch
 }
 
+// changed records one more change of e's key.
+func (e *shipEntry) changed(now time.Time) {
+	if e.inflight != 0 && e.redirty.IsZero() {
+		e.redirty = now
+	}
+	e.gen++
+}
+
+// dropQueueLocked drops member m's queue q: its entries become lost
+// marks, its outside changes are given up. s.mu held.
+func (s *shipper) dropQueueLocked(m string, q *shipQueue) {
+	s.total -= len(q.entries)
+	if q.outside != nil {
+		s.total -= len(q.outside.entries)
+	}
+	s.markLostLocked(m, q.entries)
+	delete(s.queues, m)
+}
+
+// moveOutsideLocked moves e, the entry of key in q queued while its
+// member was away, to q.outside (its shard is outside the member's sets).
+// s.mu held.
+func (s *shipper) moveOutsideLocked(q *shipQueue, key string, e *shipEntry, now time.Time) {
+	delete(q.entries, key)
+	o := q.outside
+	if o == nil {
+		o = &outsideQueue{entries: map[string]*shipEntry{}, held: map[uint32]bool{}, unasked: map[uint32]bool{}}
+		q.outside = o
+	}
+	if prev := o.entries[key]; prev != nil {
+		// Moved before and changed again since: shipped once, in its
+		// latest state.
+		prev.changed(now)
+		s.total--
+		return
+	}
+	o.entries[key] = e
+	o.order = append(o.order, key)
+	if _, asked := o.held[e.shard]; !asked {
+		o.unasked[e.shard] = true
+	}
+}
+
 func (s *shipper) pending() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -268,12 +354,14 @@ func (s *shipper) pending() int {
 // retarget parks the queues of members that left the view (they ship
 // again once the member is back) and drops, as lost marks, those parked
 // for longer than parkedQueueTTL; entries whose shard's set no longer
-// includes their member are dropped, as lost marks, when taken. A member
-// back in the view after it left (a partition healed, a restart) gets a
-// lost mark for every shard both it and this node replicate: while it was
-// gone, changes of those shards went to other members, or nowhere, and
-// the mark has the repair poll compare the copies at once (prev is the
-// view before v; nil for the first).
+// includes their member are dropped, as lost marks, when taken (those
+// queued while it was away move to its leftover copies' changes instead:
+// shipQueue.outside). A member back in the view after it left (a
+// partition healed, a restart) gets a lost mark for every shard both it
+// and this node replicate: while it was gone, changes of those shards
+// went to other members, or nowhere, and the mark has the repair poll
+// compare the copies at once (prev is the view before v; nil for the
+// first).
 func (s *shipper) retarget(prev, v *View) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -333,14 +421,19 @@ func (s *shipper) retarget(prev, v *View) {
 		switch {
 		case in && !q.parked.IsZero():
 			q.parked, q.backoff, q.next = time.Time{}, 0, time.Time{}
+			if o := q.outside; o != nil {
+				// Back again: what it holds is asked anew.
+				clear(o.held)
+				for _, e := range o.entries {
+					o.unasked[e.shard] = true
+				}
+			}
 			back = true
 		case in:
 		case q.parked.IsZero():
 			q.parked = now
 		case now.Sub(q.parked) > parkedQueueTTL && !q.busy:
-			s.total -= len(q.entries)
-			s.markLostLocked(m, q.entries)
-			delete(s.queues, m)
+			s.dropQueueLocked(m, q)
 		}
 	}
 	if back {
@@ -504,7 +597,10 @@ func (s *shipper) run(ctx context.Context) error {
 // round starts one batch to every backup with changes due (all with
 // changes when flush: the final try ignores the retry backoff) and no
 // batch in flight; each runs on its own (done wakes the loop again when
-// its queue still holds a full batch).
+// its queue still holds a full batch). A batch takes the changes of the
+// member's own shards first and fills what room is left with those of
+// its leftover copies (shipQueue.outside), once the member has answered
+// which shards it holds; the question runs beside the batches.
 func (s *shipper) round(ctx context.Context, flush bool) {
 	v := s.r.view.Load()
 	if v == nil {
@@ -516,61 +612,187 @@ func (s *shipper) round(ctx context.Context, flush bool) {
 		q      *shipQueue
 		keys   []string
 		gens   []uint64
+		// okeys and ogens: the batch's changes of q.outside.
+		okeys []string
+		ogens []uint64
+		// ask: the job asks which of these shards the member holds rows of.
+		ask []uint32
 	}
 	var jobs []job
 	s.mu.Lock()
 	for m, q := range s.queues {
 		if !q.parked.IsZero() && !q.busy && now.Sub(q.parked) > parkedQueueTTL {
-			s.total -= len(q.entries)
-			s.markLostLocked(m, q.entries)
-			delete(s.queues, m)
+			s.dropQueueLocked(m, q)
 			continue
 		}
-		if q.busy || len(q.entries) == 0 || !q.parked.IsZero() || (!flush && now.Before(q.next)) {
+		if !q.parked.IsZero() {
 			continue
 		}
 		if _, in := v.Addrs[m]; !in {
 			continue // parked by the next retarget; its entries wait for m
 		}
-		j := job{member: m, q: q}
-		for len(q.order) > 0 && len(j.keys) < s.r.cfg.ShipBatch {
-			key := q.order[0]
-			q.order = q.order[1:]
-			e := q.entries[key]
-			if e == nil || e.inflight != 0 {
-				continue
-			}
-			if !v.inSet(m, e.shard) {
-				if !e.away {
+		if !q.busy && (len(q.entries) > 0 || q.outside != nil) && (flush || !now.Before(q.next)) {
+			j := job{member: m, q: q}
+			for len(q.order) > 0 && len(j.keys) < s.r.cfg.ShipBatch {
+				key := q.order[0]
+				q.order = q.order[1:]
+				e := q.entries[key]
+				if e == nil || e.inflight != 0 {
+					continue
+				}
+				if !v.inSet(m, e.shard) {
+					if e.away {
+						// Owed while it was away: it may hold a leftover copy.
+						s.moveOutsideLocked(q, key, e, now)
+						continue
+					}
 					// It had this change owed as a replica of the shard.
 					s.markLostLocked(m, map[string]*shipEntry{key: e})
+					delete(q.entries, key)
+					s.total--
+					continue
 				}
-				delete(q.entries, key)
-				s.total--
-				continue
+				e.inflight = e.gen
+				j.keys = append(j.keys, key)
+				j.gens = append(j.gens, e.gen)
 			}
-			e.inflight = e.gen
-			j.keys = append(j.keys, key)
-			j.gens = append(j.gens, e.gen)
+			if len(q.order) == 0 {
+				q.order = nil
+			}
+			if room := s.r.cfg.ShipBatch - len(j.keys); room > 0 && q.outside != nil {
+				j.okeys, j.ogens = s.outsideBatchLocked(q, room, flush, now)
+			}
+			if len(j.keys) > 0 || len(j.okeys) > 0 {
+				q.busy = true
+				jobs = append(jobs, j)
+			}
 		}
-		if len(q.order) == 0 {
-			q.order = nil
-		}
-		if len(j.keys) > 0 {
-			q.busy = true
-			jobs = append(jobs, j)
+		if o := q.outside; o != nil && !o.asking && len(o.unasked) > 0 && (flush || !now.Before(o.next)) {
+			o.asking = true
+			jobs = append(jobs, job{member: m, q: q, ask: slices.Sorted(maps.Keys(o.unasked))})
+			clear(o.unasked)
 		}
 	}
 	s.r.m.pending.Set(float64(s.total))
 	s.mu.Unlock()
 	for _, j := range jobs {
 		s.jobs.Go(func() {
-			err := s.ship(ctx, v, j.member, j.keys)
-			if s.done(j.member, j.q, j.keys, j.gens, err) {
+			var more bool
+			if len(j.ask) > 0 {
+				held, err := s.askHeld(ctx, v, j.member, j.ask)
+				more = s.asked(j.member, j.q, j.ask, held, err)
+			} else {
+				err := s.ship(ctx, v, j.member, slices.Concat(j.keys, j.okeys))
+				more = s.done(j.member, j.q, j.keys, j.gens, j.okeys, j.ogens, err)
+			}
+			if more {
 				wake(s.wakeCh)
 			}
 		})
 	}
+}
+
+// outsideBatchLocked takes up to room changes of q.outside due now (all
+// when flush) for a batch, marked in flight: none while the member has
+// shards left to answer about. Changes of shards it holds no rows of are
+// dropped. s.mu held.
+func (s *shipper) outsideBatchLocked(q *shipQueue, room int, flush bool, now time.Time) (keys []string, gens []uint64) {
+	o := q.outside
+	if o.asking || len(o.unasked) > 0 || (!flush && now.Before(o.next)) {
+		return nil, nil
+	}
+	for len(o.order) > 0 && len(keys) < room {
+		key := o.order[0]
+		o.order = o.order[1:]
+		e := o.entries[key]
+		if e == nil || e.inflight != 0 {
+			continue
+		}
+		if !o.held[e.shard] {
+			delete(o.entries, key)
+			s.total--
+			continue
+		}
+		e.inflight = e.gen
+		keys = append(keys, key)
+		gens = append(gens, e.gen)
+	}
+	if len(o.order) == 0 {
+		o.order = nil
+	}
+	if len(o.entries) == 0 {
+		q.outside = nil
+	}
+	return keys, gens
+}
+
+// askHeld asks member which of shards it holds rows of (States).
+func (s *shipper) askHeld(ctx context.Context, v *View, member string, shards []uint32) (map[uint32]bool, error) {
+	addr := v.Addrs[member]
+	if addr == "" {
+		return nil, fmt.Errorf("ask member %s which of %d shards it holds: it has no API address", member, len(shards))
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.r.cfg.ShipTimeout)
+	defer cancel()
+	rep, err := s.r.cfg.Peers.States(cctx, addr, shards)
+	if err != nil {
+		return nil, fmt.Errorf("ask member %s which of %d shards it holds: %w", member, len(shards), err)
+	}
+	held := make(map[uint32]bool, len(shards))
+	for _, st := range rep.States {
+		if st.Rows > 0 {
+			held[st.Shard] = true
+		}
+	}
+	return held, nil
+}
+
+// asked records member's answer (held, or err) to the question which of
+// shards it holds rows of. It reports whether changes of the queue's
+// outside are due now.
+func (s *shipper) asked(member string, jq *shipQueue, shards []uint32, held map[uint32]bool, err error) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := jq.outside
+	if o == nil {
+		return false
+	}
+	o.asking = false
+	if s.queues[member] != jq {
+		return false
+	}
+	if err != nil {
+		for _, sh := range shards {
+			if _, ok := o.held[sh]; !ok {
+				o.unasked[sh] = true
+			}
+		}
+		s.outsideFailedLocked(member, jq, err)
+		return false
+	}
+	for _, sh := range shards {
+		o.held[sh] = held[sh]
+	}
+	o.backoff, o.next = 0, time.Time{}
+	return !jq.busy
+}
+
+// outsideFailedLocked counts a failed try of q.outside's work (err): it
+// backs off, or past outsideTries gives every change left up. s.mu held.
+func (s *shipper) outsideFailedLocked(member string, q *shipQueue, err error) {
+	o := q.outside
+	o.tries++
+	if o.tries >= outsideTries {
+		s.total -= len(o.entries)
+		q.outside = nil
+		s.r.log.Info("state changes for a member's leftover copies given up: it is no replica of their shards",
+			"member", member, "rows", len(o.entries), "tries", o.tries, "err", err)
+		return
+	}
+	o.backoff = min(max(2*o.backoff, 50*time.Millisecond), 2*time.Second)
+	o.next = time.Now().Add(o.backoff)
+	s.r.log.Debug("state changes for a member's leftover copies not shipped; retrying",
+		"member", member, "tries", o.tries, "err", err)
 }
 
 // ship reads the current copies of keys and merges them on member, in
@@ -616,9 +838,12 @@ func (s *shipper) ship(ctx context.Context, v *View, member string, keys []strin
 }
 
 // done settles a shipped batch: acknowledged entries not changed since
-// are removed (their lag observed); the others go back in the queue. It
-// reports whether the backup's queue holds a full batch due now.
-func (s *shipper) done(member string, jq *shipQueue, keys []string, gens []uint64, err error) bool {
+// are removed (their lag observed); the others go back in the queue. okeys
+// and ogens are the batch's changes of jq.outside, settled alike (no lag
+// observed: the member is no replica of their shards), a failure counted
+// as one of their tries. It reports whether the backup's queue holds a
+// full batch due now.
+func (s *shipper) done(member string, jq *shipQueue, keys []string, gens []uint64, okeys []string, ogens []uint64, err error) bool {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -631,7 +856,7 @@ func (s *shipper) done(member string, jq *shipQueue, keys []string, gens []uint6
 		s.r.m.shipFailures.Inc()
 		q.backoff = min(max(2*q.backoff, 50*time.Millisecond), 2*time.Second)
 		q.next = now.Add(q.backoff)
-		s.r.log.Debug("shipping state changes to backup failed; retrying", "member", member, "rows", len(keys), "err", err)
+		s.r.log.Debug("shipping state changes to backup failed; retrying", "member", member, "rows", len(keys)+len(okeys), "err", err)
 	} else {
 		q.backoff, q.next = 0, time.Time{}
 	}
@@ -656,8 +881,33 @@ func (s *shipper) done(member string, jq *shipQueue, keys []string, gens []uint6
 			q.order = append(q.order, key)
 		}
 	}
+	if o := jq.outside; o != nil && q == jq && len(okeys) > 0 {
+		for i, key := range okeys {
+			e := o.entries[key]
+			if e == nil || e.inflight != ogens[i] {
+				continue
+			}
+			e.inflight = 0
+			if err == nil && e.gen == ogens[i] {
+				delete(o.entries, key)
+				s.total--
+				continue
+			}
+			e.redirty = time.Time{}
+			o.order = append(o.order, key)
+		}
+		if err != nil {
+			s.outsideFailedLocked(member, q, err)
+		} else {
+			o.backoff, o.next = 0, time.Time{}
+		}
+		if q.outside != nil && len(q.outside.entries) == 0 {
+			q.outside = nil
+		}
+	}
 	s.r.m.pending.Set(float64(s.total))
-	return !q.busy && len(q.order) >= s.r.cfg.ShipBatch && !now.Before(q.next)
+	due := len(q.order) >= s.r.cfg.ShipBatch || (err == nil && q.outside != nil && len(q.outside.order) > 0)
+	return !q.busy && due && !now.Before(q.next)
 }
 
 // updateOldest sets the oldest-change gauge (a scan; run a few times a
