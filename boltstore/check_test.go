@@ -20,27 +20,6 @@ import (
 // their expiry index, and undecodable or unaccounted counters and digests:
 // each damage is reported as ErrCorrupt with its own message.
 func TestCheckFindsTamperingOfPackedRowsMarksAndCounters(t *testing.T) {
-	// firstBundle returns the first bundle holding at least min rows.
-	firstBundle := func(tx *bolt.Tx, min int) (bk, bv []byte, rows []outbox.Row, err error) {
-		c := tx.Bucket(bucketBundles).Cursor()
-		for k, v := c.First(); k != nil; k, v = c.Next() {
-			br, err := openBundle(k, v)
-			if err != nil {
-				return nil, nil, nil, err
-			}
-			if rows, err = br.all(); err != nil {
-				return nil, nil, nil, err
-			}
-			if len(rows) >= min {
-				return append([]byte(nil), k...), append([]byte(nil), v...), rows, nil
-			}
-		}
-		return nil, nil, nil, fmt.Errorf("no bundle of %d rows", min)
-	}
-	firstKey := func(tx *bolt.Tx, b []byte) []byte {
-		k, _ := tx.Bucket(b).Cursor().First()
-		return append([]byte(nil), k...)
-	}
 	var claimedKey string
 	cases := []struct {
 		name   string
@@ -112,22 +91,10 @@ func TestCheckFindsTamperingOfPackedRowsMarksAndCounters(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			s, b := newTestStore(t)
-			var rows []outbox.Row
-			for i := range 64 {
-				rows = append(rows, row(fmt.Sprintf("p-%02d", i), "ns", "q"))
-			}
-			mustAppend(t, s, rows...)
-			completeAndPack(t, s, b, len(rows))
-			mustAppend(t, s, row("a", "ns", "q"), row("b", "ns", "q"))
-			got, err := s.Claim(ctx, outbox.ClaimParams{Limit: 1, Now: b.clock.Now()})
-			if err != nil || len(got) != 1 {
-				t.Fatalf("claim: %v %v", got, err)
-			}
-			claimedKey = got[0].DispatchKey
-			mustCheck(t, s)
+			var s *Store
+			s, claimedKey = newPackedCheckStore(t)
 			must(t, s.submit(context.Background(), "tamper", 1, func(w *wtx) error { return tc.tamper(w.tx) }))
-			err = s.Check(ctx)
+			err := s.Check(ctx)
 			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("check: %v, want ErrCorrupt mentioning %q", err, tc.want)
 			}
@@ -136,4 +103,48 @@ func TestCheckFindsTamperingOfPackedRowsMarksAndCounters(t *testing.T) {
 			must(t, s.Close())
 		})
 	}
+}
+
+// newPackedCheckStore returns a checked store holding 64 packed rows, a
+// pending row and a claimed one, whose key it returns.
+func newPackedCheckStore(t *testing.T) (*Store, string) {
+	t.Helper()
+	s, b := newTestStore(t)
+	var rows []outbox.Row
+	for i := range 64 {
+		rows = append(rows, row(fmt.Sprintf("p-%02d", i), "ns", "q"))
+	}
+	mustAppend(t, s, rows...)
+	completeAndPack(t, s, b, len(rows))
+	mustAppend(t, s, row("a", "ns", "q"), row("b", "ns", "q"))
+	got, err := s.Claim(ctx, outbox.ClaimParams{Limit: 1, Now: b.clock.Now()})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("claim: %v %v", got, err)
+	}
+	mustCheck(t, s)
+	return s, got[0].DispatchKey
+}
+
+// firstBundle returns the first bundle holding at least min rows.
+func firstBundle(tx *bolt.Tx, min int) (bk, bv []byte, rows []outbox.Row, err error) {
+	c := tx.Bucket(bucketBundles).Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		br, err := openBundle(k, v)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if rows, err = br.all(); err != nil {
+			return nil, nil, nil, err
+		}
+		if len(rows) >= min {
+			return append([]byte(nil), k...), append([]byte(nil), v...), rows, nil
+		}
+	}
+	return nil, nil, nil, fmt.Errorf("no bundle of %d rows", min)
+}
+
+// firstKey returns a copy of the first key of bucket b.
+func firstKey(tx *bolt.Tx, b []byte) []byte {
+	k, _ := tx.Bucket(b).Cursor().First()
+	return append([]byte(nil), k...)
 }
