@@ -213,83 +213,128 @@ var bundlePhase = bytes.Repeat([]byte{0xFF}, timeKeyLen)
 // bundlePhase ‖ dispatch_key). With p.Mark it steps over claimed rows and
 // rows xferOf says are marked. It returns the page and its rows' keys.
 func scanShard(b buckets, p outbox.ShardRead, xferOf func(rk []byte) bool) (outbox.ShardPage, [][]byte, error) {
-	page := outbox.ShardPage{Next: p.After, Done: true}
-	var rks [][]byte
+	sc := &shardScan{p: p, xferOf: xferOf, page: outbox.ShardPage{Next: p.After, Done: true}}
 	group := byShardGroup(p.Shard)
 	phase := append(slices.Clone(group), bundlePhase...)
-	want := appendShard(nil, p.Shard)
-	size := 0
-	// add appends row unless the page is full; false: stop here.
-	add := func(rk []byte, row *outbox.Row, token []byte) bool {
-		if len(page.Rows) >= p.MaxRows {
-			page.Done = false
-			return false
-		}
-		n := outbox.RowBytes(row)
-		if p.MaxBytes > 0 && len(page.Rows) > 0 && size+n > p.MaxBytes {
-			page.Done = false
-			return false
-		}
-		size += n
-		page.Rows = append(page.Rows, *row)
-		page.Next = token
-		rks = append(rks, rk)
-		return true
-	}
 	afterPacked := ""
 	if bytes.HasPrefix(p.After, phase) {
 		afterPacked = string(p.After[len(phase):])
 	} else {
-		c := b.byShard.Cursor()
-		k, v := c.Seek(group)
-		if len(p.After) > 0 {
-			k, v = c.Seek(p.After)
-			if bytes.Equal(k, p.After) {
-				k, v = c.Next()
-			}
+		more, err := sc.rowsEntries(b, group)
+		if err != nil {
+			return sc.page, nil, err
 		}
-		for ; k != nil && bytes.HasPrefix(k, group); k, v = c.Next() {
-			if len(k) < len(group)+timeKeyLen {
-				return page, nil, fmt.Errorf("%w: byshard key %x", ErrCorrupt, k)
-			}
-			if !bytes.Equal(v, want) {
-				continue
-			}
-			rk := rowKey(string(k[len(group)+timeKeyLen:]))
-			if p.Mark && xferOf(rk) {
-				if len(page.Rows) >= p.MaxRows {
-					page.Done = false
-					return page, rks, nil
-				}
-				page.Next = append(page.Next[:0:0], k...)
-				continue
-			}
-			val := b.rows.Get(rk)
-			if val == nil {
-				return page, nil, fmt.Errorf("%w: byshard entry for %q without a row", ErrCorrupt, rk)
-			}
-			row, err := decodeRow(rk, val)
-			if err != nil {
-				return page, nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
-			}
-			if p.Mark && row.Status == outbox.StatusClaimed {
-				if len(page.Rows) >= p.MaxRows {
-					page.Done = false
-					return page, rks, nil
-				}
-				page.Next = append(page.Next[:0:0], k...)
-				continue
-			}
-			if !add(rk, &row, append([]byte(nil), k...)) {
-				return page, rks, nil
-			}
+		if !more {
+			return sc.page, sc.rks, nil
 		}
 	}
-	// The shard's packed rows, from the bundle holding afterPacked.
+	if err := sc.packedRows(b, phase, afterPacked); err != nil {
+		return sc.page, nil, err
+	}
+	return sc.page, sc.rks, nil
+}
+
+// shardScan is one scanShard call's page as it fills: the page, its rows'
+// keys and their size as outbox.RowBytes counts it.
+type shardScan struct {
+	p      outbox.ShardRead
+	xferOf func(rk []byte) bool
+	page   outbox.ShardPage
+	rks    [][]byte
+	size   int
+}
+
+// add appends row (key rk, resume token token) unless the page is full:
+// p.MaxRows rows, or, past its first row, p.MaxBytes bytes. False: the
+// page is full and not done; stop here.
+func (sc *shardScan) add(rk []byte, row *outbox.Row, token []byte) bool {
+	if len(sc.page.Rows) >= sc.p.MaxRows {
+		sc.page.Done = false
+		return false
+	}
+	n := outbox.RowBytes(row)
+	if sc.p.MaxBytes > 0 && len(sc.page.Rows) > 0 && sc.size+n > sc.p.MaxBytes {
+		sc.page.Done = false
+		return false
+	}
+	sc.size += n
+	sc.page.Rows = append(sc.page.Rows, *row)
+	sc.page.Next = token
+	sc.rks = append(sc.rks, rk)
+	return true
+}
+
+// stepOver moves the page's token past a row a marking read does not
+// offer (claimed or already marked), unless the page already holds
+// p.MaxRows rows: then it is not done and its token stays at its last row,
+// where the next read resumes. False: stop here.
+func (sc *shardScan) stepOver(token []byte) bool {
+	if len(sc.page.Rows) >= sc.p.MaxRows {
+		sc.page.Done = false
+		return false
+	}
+	sc.page.Next = token
+	return true
+}
+
+// rowsEntries pages through the shard's entries of its byshard group
+// after p.After, stepping over the other shards' entries of the group.
+// False: the page is full; the packed rows are not reached.
+func (sc *shardScan) rowsEntries(b buckets, group []byte) (bool, error) {
+	want := appendShard(nil, sc.p.Shard)
+	c := b.byShard.Cursor()
+	k, v := c.Seek(group)
+	if len(sc.p.After) > 0 {
+		k, v = c.Seek(sc.p.After)
+		if bytes.Equal(k, sc.p.After) {
+			k, v = c.Next()
+		}
+	}
+	for ; k != nil && bytes.HasPrefix(k, group); k, v = c.Next() {
+		if len(k) < len(group)+timeKeyLen {
+			return false, fmt.Errorf("%w: byshard key %x", ErrCorrupt, k)
+		}
+		if !bytes.Equal(v, want) {
+			continue
+		}
+		rk := rowKey(string(k[len(group)+timeKeyLen:]))
+		if sc.p.Mark && sc.xferOf(rk) {
+			if !sc.stepOver(append([]byte(nil), k...)) {
+				return false, nil
+			}
+			continue
+		}
+		val := b.rows.Get(rk)
+		if val == nil {
+			return false, fmt.Errorf("%w: byshard entry for %q without a row", ErrCorrupt, rk)
+		}
+		row, err := decodeRow(rk, val)
+		if err != nil {
+			return false, fmt.Errorf("%w: %w", ErrCorrupt, err)
+		}
+		if sc.p.Mark && row.Status == outbox.StatusClaimed {
+			if !sc.stepOver(append([]byte(nil), k...)) {
+				return false, nil
+			}
+			continue
+		}
+		if !sc.add(rk, &row, append([]byte(nil), k...)) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// packedRows pages through the shard's packed rows after afterPacked (""
+// for all), from the bundle holding it; a row's token is phase ‖ its row
+// key. Packed rows are never claimed: a marking read steps over the
+// marked ones only.
+func (sc *shardScan) packedRows(b buckets, phase []byte, afterPacked string) error {
+	want := appendShard(nil, sc.p.Shard)
 	c := b.bundles.Cursor()
 	var bk, bv []byte
 	if afterPacked != "" {
-		if bk, _ = findBundle(c, p.Shard, afterPacked); bk != nil {
+		if bk, _ = findBundle(c, sc.p.Shard, afterPacked); bk != nil {
 			bk, bv = c.Seek(bk)
 		}
 	}
@@ -299,11 +344,11 @@ func scanShard(b buckets, p outbox.ShardRead, xferOf func(rk []byte) bool) (outb
 	for ; bk != nil && bytes.HasPrefix(bk, want); bk, bv = c.Next() {
 		br, err := openBundle(bk, bv)
 		if err != nil {
-			return page, nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+			return fmt.Errorf("%w: %w", ErrCorrupt, err)
 		}
 		rows, err := br.all()
 		if err != nil {
-			return page, nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+			return fmt.Errorf("%w: %w", ErrCorrupt, err)
 		}
 		for i := range rows {
 			if rows[i].DispatchKey <= afterPacked {
@@ -311,20 +356,18 @@ func scanShard(b buckets, p outbox.ShardRead, xferOf func(rk []byte) bool) (outb
 			}
 			rk := rowKey(rows[i].DispatchKey)
 			token := append(slices.Clone(phase), rk...)
-			if p.Mark && xferOf(rk) {
-				if len(page.Rows) >= p.MaxRows {
-					page.Done = false
-					return page, rks, nil
+			if sc.p.Mark && sc.xferOf(rk) {
+				if !sc.stepOver(token) {
+					return nil
 				}
-				page.Next = token
 				continue
 			}
-			if !add(rk, &rows[i], token) {
-				return page, rks, nil
+			if !sc.add(rk, &rows[i], token) {
+				return nil
 			}
 		}
 	}
-	return page, rks, nil
+	return nil
 }
 
 // CompleteTransfer deletes the rows of keys that are still marked

@@ -138,60 +138,14 @@ func Open(path string, opts Options) (*Store, error) {
 func (s *Store) initFile() (int, error) {
 	var unmarked int
 	err := s.db.Update(func(tx *bolt.Tx) error {
-		fresh := tx.Bucket(bucketMeta) == nil
-		if fresh {
-			if err := tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
-				return fmt.Errorf("%s: %w: not a boltstore file (bucket %q but no %q)", s.path, ErrCorrupt, name, bucketMeta)
-			}); err != nil {
-				return err
-			}
-			for _, name := range allBuckets {
-				if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-					return fmt.Errorf("create bucket %q: %w", name, err)
-				}
-			}
-			meta := tx.Bucket(bucketMeta)
-			if err := meta.Put(metaFormat, binary.AppendUvarint(nil, formatVersion)); err != nil {
-				return err
-			}
-			if err := meta.Put(metaShardCount, binary.BigEndian.AppendUint32(nil, s.opts.ShardCount)); err != nil {
+		if tx.Bucket(bucketMeta) == nil {
+			if err := s.createFile(tx); err != nil {
 				return err
 			}
 		}
-		meta := tx.Bucket(bucketMeta)
-		if meta == nil {
-			return fmt.Errorf("%s: %w: bucket %q missing", s.path, ErrCorrupt, bucketMeta)
-		}
-		v := meta.Get(metaFormat)
-		if v == nil {
-			return fmt.Errorf("%s: %w: no format version", s.path, ErrCorrupt)
-		}
-		format, n := binary.Uvarint(v)
-		switch {
-		case n <= 0:
-			return fmt.Errorf("%s: %w: unreadable format version %x", s.path, ErrCorrupt, v)
-		case format == formatV1:
-			// Written before row versions: add the digests (below).
-			if _, err := tx.CreateBucket(bucketDigests); err != nil {
-				return fmt.Errorf("%s: upgrade from format 1: create bucket %q: %w", s.path, bucketDigests, err)
-			}
-		case format != formatVersion && format != formatV2:
-			return fmt.Errorf("%s: %w: format version %d, this build reads %d to %d", s.path, ErrCorrupt, format, formatV1, formatVersion)
-		}
-		if format == formatV1 || format == formatV2 {
-			// Written before bundles: add their buckets; the pack pass packs
-			// the file's slim tombstones from then on.
-			for _, name := range [][]byte{bucketBundles, bucketBExp} {
-				if _, err := tx.CreateBucket(name); err != nil {
-					return fmt.Errorf("%s: upgrade from format %d: create bucket %q: %w", s.path, format, name, err)
-				}
-			}
-			if format == formatV2 {
-				if err := meta.Put(metaFormat, binary.AppendUvarint(nil, formatVersion)); err != nil {
-					return err
-				}
-				s.log.Info("upgraded the data file from format 2 to 3 (bundles of finished rows)")
-			}
+		format, err := s.upgradeLayout(tx)
+		if err != nil {
+			return err
 		}
 		w, err := newWtx(tx, s.opts.ShardCount)
 		if err != nil {
@@ -205,53 +159,142 @@ func (s *Store) initFile() (int, error) {
 				return fmt.Errorf("%s: upgrade from format 1: %w", s.path, err)
 			}
 		}
-		v = w.b.meta.Get(metaShardCount)
-		if len(v) != 4 {
-			return fmt.Errorf("%s: %w: no shard_count", s.path, ErrCorrupt)
+		if err := s.checkShardCount(w); err != nil {
+			return err
 		}
-		if sc := binary.BigEndian.Uint32(v); sc != s.opts.ShardCount {
-			return fmt.Errorf("%s: %w: file has %d, options say %d", s.path, ErrShardCountMismatch, sc, s.opts.ShardCount)
+		if unmarked, err = s.clearTransferMarks(w); err != nil {
+			return err
 		}
-		// Unmark rows of a handoff that never completed.
-		var keys [][]byte
-		c := w.b.transfer.Cursor()
-		for k, _ := c.First(); k != nil; k, _ = c.Next() {
-			keys = append(keys, append([]byte(nil), k...))
-		}
-		for _, rk := range keys {
-			row, xfer, ok, _, err := w.getAny(rk)
-			if err != nil {
-				return err
-			}
-			if !ok || !xfer {
-				return fmt.Errorf("%s: %w: transfer mark %x without a row", s.path, ErrCorrupt, rk)
-			}
-			if err := w.write(rk, &row, true, &row, false, nil); err != nil {
-				return err
-			}
-		}
-		unmarked = len(keys)
 		if err := w.flush(); err != nil {
 			return err
 		}
-		// Load the status totals for the rows gauge.
-		var tot [nsCountsLen]int64
-		err = w.b.ns.ForEach(func(k, v []byte) error {
-			c, err := decodeCounts(v, nsCountsLen)
-			if err != nil {
-				return fmt.Errorf("%s: %w: namespace %q counters", s.path, ErrCorrupt, k)
-			}
-			for i := range tot {
-				tot[i] += c[i]
-			}
-			return nil
-		})
-		for i := range tot {
-			s.totals[i].Store(tot[i])
-		}
-		return err
+		return s.loadTotals(w)
 	})
 	return unmarked, err
+}
+
+// createFile lays out an empty file: every bucket, the current format
+// version and the options' shard count. A file that holds buckets but no
+// meta bucket is not ours and is refused with ErrCorrupt.
+func (s *Store) createFile(tx *bolt.Tx) error {
+	if err := tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
+		return fmt.Errorf("%s: %w: not a boltstore file (bucket %q but no %q)", s.path, ErrCorrupt, name, bucketMeta)
+	}); err != nil {
+		return err
+	}
+	for _, name := range allBuckets {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return fmt.Errorf("create bucket %q: %w", name, err)
+		}
+	}
+	meta := tx.Bucket(bucketMeta)
+	if err := meta.Put(metaFormat, binary.AppendUvarint(nil, formatVersion)); err != nil {
+		return err
+	}
+	return meta.Put(metaShardCount, binary.BigEndian.AppendUint32(nil, s.opts.ShardCount))
+}
+
+// upgradeLayout reads the file's format version and returns it, after
+// adding the buckets a format 1 or 2 file lacks: the digests (format 1;
+// the caller computes them with upgradeV1) and the bundles with their
+// expiry index (formats 1 and 2). A format 2 file is then marked current;
+// a format 1 file keeps its version until upgradeV1 has run. Any other
+// version than 1 to formatVersion is ErrCorrupt.
+func (s *Store) upgradeLayout(tx *bolt.Tx) (uint64, error) {
+	meta := tx.Bucket(bucketMeta)
+	if meta == nil {
+		return 0, fmt.Errorf("%s: %w: bucket %q missing", s.path, ErrCorrupt, bucketMeta)
+	}
+	v := meta.Get(metaFormat)
+	if v == nil {
+		return 0, fmt.Errorf("%s: %w: no format version", s.path, ErrCorrupt)
+	}
+	format, n := binary.Uvarint(v)
+	switch {
+	case n <= 0:
+		return 0, fmt.Errorf("%s: %w: unreadable format version %x", s.path, ErrCorrupt, v)
+	case format == formatV1:
+		// Written before row versions: add the digests (upgradeV1).
+		if _, err := tx.CreateBucket(bucketDigests); err != nil {
+			return 0, fmt.Errorf("%s: upgrade from format 1: create bucket %q: %w", s.path, bucketDigests, err)
+		}
+	case format != formatVersion && format != formatV2:
+		return 0, fmt.Errorf("%s: %w: format version %d, this build reads %d to %d", s.path, ErrCorrupt, format, formatV1, formatVersion)
+	}
+	if format == formatV1 || format == formatV2 {
+		// Written before bundles: add their buckets; the pack pass packs
+		// the file's slim tombstones from then on.
+		for _, name := range [][]byte{bucketBundles, bucketBExp} {
+			if _, err := tx.CreateBucket(name); err != nil {
+				return 0, fmt.Errorf("%s: upgrade from format %d: create bucket %q: %w", s.path, format, name, err)
+			}
+		}
+		if format == formatV2 {
+			if err := meta.Put(metaFormat, binary.AppendUvarint(nil, formatVersion)); err != nil {
+				return 0, err
+			}
+			s.log.Info("upgraded the data file from format 2 to 3 (bundles of finished rows)")
+		}
+	}
+	return format, nil
+}
+
+// checkShardCount requires the file's shard_count to be the options' one:
+// rows are placed by it, so a different count is ErrShardCountMismatch.
+func (s *Store) checkShardCount(w *wtx) error {
+	v := w.b.meta.Get(metaShardCount)
+	if len(v) != 4 {
+		return fmt.Errorf("%s: %w: no shard_count", s.path, ErrCorrupt)
+	}
+	if sc := binary.BigEndian.Uint32(v); sc != s.opts.ShardCount {
+		return fmt.Errorf("%s: %w: file has %d, options say %d", s.path, ErrShardCountMismatch, sc, s.opts.ShardCount)
+	}
+	return nil
+}
+
+// clearTransferMarks unmarks every row a handoff marked and never
+// completed (the sender crashed: resending is harmless) and returns how
+// many. A mark without its row is ErrCorrupt.
+func (s *Store) clearTransferMarks(w *wtx) (int, error) {
+	var keys [][]byte
+	c := w.b.transfer.Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		keys = append(keys, append([]byte(nil), k...))
+	}
+	for _, rk := range keys {
+		row, xfer, ok, _, err := w.getAny(rk)
+		if err != nil {
+			return 0, err
+		}
+		if !ok || !xfer {
+			return 0, fmt.Errorf("%s: %w: transfer mark %x without a row", s.path, ErrCorrupt, rk)
+		}
+		if err := w.write(rk, &row, true, &row, false, nil); err != nil {
+			return 0, err
+		}
+	}
+	return len(keys), nil
+}
+
+// loadTotals sums the namespace counters into the status totals the rows
+// gauge reports. Undecodable counters are ErrCorrupt; the totals are set
+// from the counters summed before them.
+func (s *Store) loadTotals(w *wtx) error {
+	var tot [nsCountsLen]int64
+	err := w.b.ns.ForEach(func(k, v []byte) error {
+		c, err := decodeCounts(v, nsCountsLen)
+		if err != nil {
+			return fmt.Errorf("%s: %w: namespace %q counters", s.path, ErrCorrupt, k)
+		}
+		for i := range tot {
+			tot[i] += c[i]
+		}
+		return nil
+	})
+	for i := range tot {
+		s.totals[i].Store(tot[i])
+	}
+	return err
 }
 
 // Close stops the writer (queued operations fail with outbox.ErrClosed),

@@ -291,129 +291,198 @@ func (mv *Mover) Move(ctx context.Context, dst Sink, shards []uint32) (Stats, er
 	if err := mv.retryStrandedLocked(ctx); err != nil {
 		return st, err
 	}
-	lim := mv.cfg.Limits
-	queue := append([]uint32(nil), shards...)
-	var firstErr error
-	for len(queue) > 0 {
+	r := &moveRun{mv: mv, queue: append([]uint32(nil), shards...)}
+	for len(r.queue) > 0 {
 		if err := ctx.Err(); err != nil {
-			return st, errors.Join(firstErr, err)
+			return st, errors.Join(r.firstErr, err)
 		}
-		var batch []outbox.Row
-		size := 0
-		next := map[uint32][]byte{} // resume tokens once this batch is acked
-		done := map[uint32]bool{}
-		var touched []uint32
-		multi, useMulti := mv.src.(ShardsReader)
-		for useMulti && len(queue) > 0 && len(batch) < lim.MaxRows && size < lim.MaxBytes {
-			// One transaction for the next shards of the queue, from their
-			// resume tokens, against what is left of the batch's budget.
-			chunk := queue[:min(len(queue), maxShardsPerRead)]
-			reads := make([]outbox.ShardRead, len(chunk))
-			for i, shard := range chunk {
-				reads[i] = outbox.ShardRead{Shard: shard, After: mv.cursors[shard], Mark: true}
-			}
-			pages, err := multi.ReadShards(ctx, reads, lim.MaxRows-len(batch), lim.MaxBytes-size)
-			if err != nil {
-				if ctx.Err() != nil {
-					return st, errors.Join(firstErr, ctx.Err())
-				}
-				// One shard at a time for the rest of this batch, so one bad
-				// shard (a bad token) does not hold the others back.
-				firstErr = cmpErr(firstErr, fmt.Errorf("mark rows of %d shards for transfer: %w", len(reads), err))
-				useMulti = false
-				break
-			}
-			if len(pages) == 0 {
-				break // the budget was spent
-			}
-			for i, page := range pages {
-				shard := reads[i].Shard
-				touched = append(touched, shard)
-				next[shard] = page.Next
-				batch = append(batch, page.Rows...)
-				size += bytesOf(page.Rows)
-				if page.Done || len(page.Rows) == 0 {
-					done[shard] = true
-				}
-			}
-			// Shards read to their end leave the queue; the last one read
-			// may have more (the budget ran out in it), and so may the
-			// shards not reached: they stay, in order.
-			kept := queue[:0]
-			for _, shard := range queue {
-				if !done[shard] {
-					kept = append(kept, shard)
-				}
-			}
-			queue = kept
+		b, err := r.readBatch(ctx)
+		if err != nil {
+			return st, errors.Join(r.firstErr, err)
 		}
-		for !useMulti && len(queue) > 0 && len(batch) < lim.MaxRows && size < lim.MaxBytes {
-			shard := queue[0]
-			after, seen := next[shard]
-			if !seen {
-				after = mv.cursors[shard]
-			}
-			page, err := mv.src.ReadShard(ctx, outbox.ShardRead{Shard: shard, After: after,
-				MaxRows: lim.MaxRows - len(batch), MaxBytes: lim.MaxBytes - size, Mark: true})
-			if err != nil {
-				queue = queue[1:]
-				if errors.Is(err, outbox.ErrShardOwned) {
-					delete(mv.cursors, shard) // ours again: nothing to send
-					continue
-				}
-				if ctx.Err() == nil {
-					firstErr = cmpErr(firstErr, fmt.Errorf("shard %d: mark rows for transfer: %w", shard, err))
-				}
-				continue
-			}
-			if !seen {
-				touched = append(touched, shard)
-			}
-			next[shard] = page.Next
-			batch = append(batch, page.Rows...)
-			size += bytesOf(page.Rows)
-			if page.Done || len(page.Rows) == 0 {
-				done[shard] = true
-				queue = queue[1:]
-			}
-		}
-		if len(batch) == 0 {
-			mv.commitCursors(touched, next, done)
+		if len(b.rows) == 0 {
+			mv.commitCursors(b)
 			continue
 		}
-		keys := make([]string, len(batch))
-		for i := range batch {
-			keys[i] = batch[i].DispatchKey
-		}
-		res, err := dst.Merge(ctx, batch)
-		if err != nil {
-			mv.m.batches.WithLabelValues("failed").Inc()
-			_, rerr := mv.releaseLocked(ctx, release{keys: keys})
-			return st, errors.Join(cmpErr(firstErr, fmt.Errorf("send %d rows of %d shards: %w", len(batch), len(touched), err)), rerr)
-		}
-		mv.m.batches.WithLabelValues("ok").Inc()
-		mv.m.rows.Add(float64(len(batch)))
-		mv.m.bytes.Add(float64(size))
-		st.add(batch, res)
-		mv.commitCursors(touched, next, done)
-		n, err := mv.releaseLocked(ctx, release{keys: keys, del: true})
-		st.Deleted += n
-		if err != nil {
-			return st, cmpErr(firstErr, err)
+		if err := r.send(ctx, dst, b, &st); err != nil {
+			return st, err
 		}
 	}
-	return st, firstErr
+	return st, r.firstErr
+}
+
+// moveRun is one Move call: the shards still to read, in order, and the
+// first failure of a shard, which Move returns once the others are moved.
+type moveRun struct {
+	mv       *Mover
+	queue    []uint32
+	firstErr error
+}
+
+// moveBatch is one batch being gathered: its rows and their bytes, the
+// shards it read (touched, in order), each one's resume token once the
+// batch is acknowledged, and which were read to their end.
+type moveBatch struct {
+	rows    []outbox.Row
+	size    int
+	next    map[uint32][]byte
+	done    map[uint32]bool
+	touched []uint32
+}
+
+// room reports whether the batch is below both of lim's bounds.
+func (b *moveBatch) room(lim Limits) bool {
+	return len(b.rows) < lim.MaxRows && b.size < lim.MaxBytes
+}
+
+// add adds shard's page to the batch; a page that is Done or empty reads
+// the shard to its end. It returns whether it did.
+func (b *moveBatch) add(shard uint32, page outbox.ShardPage) bool {
+	b.next[shard] = page.Next
+	b.rows = append(b.rows, page.Rows...)
+	b.size += bytesOf(page.Rows)
+	if page.Done || len(page.Rows) == 0 {
+		b.done[shard] = true
+	}
+	return b.done[shard]
+}
+
+// readBatch marks and reads the next batch from the queue's shards, with
+// ReadShards when the source has it, else (or, for the rest of the batch,
+// once a ReadShards call failed) one shard at a time. Shard failures go to
+// firstErr; the error returned is the context's, which ends the Move.
+func (r *moveRun) readBatch(ctx context.Context) (*moveBatch, error) {
+	b := &moveBatch{next: map[uint32][]byte{}, done: map[uint32]bool{}}
+	multi, useMulti := r.mv.src.(ShardsReader)
+	if useMulti {
+		fellBack, err := r.readMany(ctx, multi, b)
+		if err != nil {
+			return nil, err
+		}
+		useMulti = !fellBack
+	}
+	if !useMulti {
+		r.readEach(ctx, b)
+	}
+	return b, nil
+}
+
+// readMany fills b with ReadShards calls, each over the next shards of
+// the queue from their resume tokens against what is left of the batch's
+// budget. Shards read to their end leave the queue; the last one read may
+// have more (the budget ran out in it), and so may the shards not
+// reached: they stay, in order. A failed call makes the rest of the batch
+// go one shard at a time (fellBack), so one bad shard (a bad token) does
+// not hold the others back.
+func (r *moveRun) readMany(ctx context.Context, multi ShardsReader, b *moveBatch) (fellBack bool, err error) {
+	lim := r.mv.cfg.Limits
+	for len(r.queue) > 0 && b.room(lim) {
+		chunk := r.queue[:min(len(r.queue), maxShardsPerRead)]
+		reads := make([]outbox.ShardRead, len(chunk))
+		for i, shard := range chunk {
+			reads[i] = outbox.ShardRead{Shard: shard, After: r.mv.cursors[shard], Mark: true}
+		}
+		pages, err := multi.ReadShards(ctx, reads, lim.MaxRows-len(b.rows), lim.MaxBytes-b.size)
+		if err != nil {
+			if ctx.Err() != nil {
+				return false, ctx.Err()
+			}
+			r.firstErr = cmpErr(r.firstErr, fmt.Errorf("mark rows of %d shards for transfer: %w", len(reads), err))
+			return true, nil
+		}
+		if len(pages) == 0 {
+			return false, nil // the budget was spent
+		}
+		for i, page := range pages {
+			b.touched = append(b.touched, reads[i].Shard)
+			b.add(reads[i].Shard, page)
+		}
+		kept := r.queue[:0]
+		for _, shard := range r.queue {
+			if !b.done[shard] {
+				kept = append(kept, shard)
+			}
+		}
+		r.queue = kept
+	}
+	return false, nil
+}
+
+// readEach fills b one shard at a time from the head of the queue, each
+// from its token in this batch or else its resume token; a shard leaves
+// the queue once read to its end or when its read fails. A shard the
+// source owns again (outbox.ErrShardOwned) has nothing to send and loses
+// its resume token; any other failure goes to firstErr unless the context
+// ended.
+func (r *moveRun) readEach(ctx context.Context, b *moveBatch) {
+	lim := r.mv.cfg.Limits
+	for len(r.queue) > 0 && b.room(lim) {
+		shard := r.queue[0]
+		after, seen := b.next[shard]
+		if !seen {
+			after = r.mv.cursors[shard]
+		}
+		page, err := r.mv.src.ReadShard(ctx, outbox.ShardRead{Shard: shard, After: after,
+			MaxRows: lim.MaxRows - len(b.rows), MaxBytes: lim.MaxBytes - b.size, Mark: true})
+		if err != nil {
+			r.queue = r.queue[1:]
+			if errors.Is(err, outbox.ErrShardOwned) {
+				delete(r.mv.cursors, shard)
+				continue
+			}
+			if ctx.Err() == nil {
+				r.firstErr = cmpErr(r.firstErr, fmt.Errorf("shard %d: mark rows for transfer: %w", shard, err))
+			}
+			continue
+		}
+		if !seen {
+			b.touched = append(b.touched, shard)
+		}
+		if b.add(shard, page) {
+			r.queue = r.queue[1:]
+		}
+	}
+}
+
+// send merges batch b into dst and counts it into st. Acknowledged, its
+// shards' resume tokens advance and its rows are deleted at the source
+// (CompleteTransfer); failed, its rows are unmarked (AbortTransfer) and
+// the error, naming the rows and shards, ends the Move, as does a failed
+// delete.
+func (r *moveRun) send(ctx context.Context, dst Sink, b *moveBatch, st *Stats) error {
+	mv := r.mv
+	keys := make([]string, len(b.rows))
+	for i := range b.rows {
+		keys[i] = b.rows[i].DispatchKey
+	}
+	res, err := dst.Merge(ctx, b.rows)
+	if err != nil {
+		mv.m.batches.WithLabelValues("failed").Inc()
+		_, rerr := mv.releaseLocked(ctx, release{keys: keys})
+		return errors.Join(cmpErr(r.firstErr, fmt.Errorf("send %d rows of %d shards: %w", len(b.rows), len(b.touched), err)), rerr)
+	}
+	mv.m.batches.WithLabelValues("ok").Inc()
+	mv.m.rows.Add(float64(len(b.rows)))
+	mv.m.bytes.Add(float64(b.size))
+	st.add(b.rows, res)
+	mv.commitCursors(b)
+	n, err := mv.releaseLocked(ctx, release{keys: keys, del: true})
+	st.Deleted += n
+	if err != nil {
+		return cmpErr(r.firstErr, err)
+	}
+	return nil
 }
 
 // commitCursors records the resume tokens of an acknowledged (or empty)
 // batch; a shard read to its end starts from the beginning next time, so a
 // later call sees rows unmarked or settled behind the token.
-func (mv *Mover) commitCursors(touched []uint32, next map[uint32][]byte, done map[uint32]bool) {
-	for _, shard := range touched {
-		if done[shard] {
+func (mv *Mover) commitCursors(b *moveBatch) {
+	for _, shard := range b.touched {
+		if b.done[shard] {
 			delete(mv.cursors, shard)
 		} else {
-			mv.cursors[shard] = next[shard]
+			mv.cursors[shard] = b.next[shard]
 		}
 	}
 }

@@ -207,6 +207,59 @@ func target(args []string, stdout, stderr io.Writer) int {
 
 // load generates load against a running cluster and prints a report.
 func load(args []string, stdout, stderr io.Writer) int {
+	lc, code, ok := parseLoadFlags(args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	var recv *loadgen.Receiver
+	if lc.recvAddr != "" {
+		recv = loadgen.NewReceiver(lc.recvDelay)
+		srv := &http.Server{Addr: lc.recvAddr, Handler: recv, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = srv.ListenAndServe() }()
+		defer srv.Close()
+	}
+	g, err := loadgen.NewGenerator(lc.gen)
+	if err != nil {
+		fmt.Fprintf(stderr, "fairshard load: %v\n", err)
+		return 2
+	}
+	done := make(chan struct{})
+	go printLoadProgress(stdout, g, recv, done)
+	start := time.Now()
+	rep, _ := g.Run(ctx)
+	if recv != nil {
+		deadline := time.Now().Add(lc.wait)
+		for int64(recv.Distinct()) < rep.Appended && time.Now().Before(deadline) && ctx.Err() == nil {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	close(done)
+	printLoadReport(stdout, g, rep)
+	if recv != nil {
+		printDeliveryReport(stdout, recv, start)
+	}
+	if rep.Appended == 0 {
+		return 1
+	}
+	return 0
+}
+
+// loadConfig is a parsed `fairshard load` command line: the generator's
+// configuration and the built-in delivery target's settings.
+type loadConfig struct {
+	gen       loadgen.Config
+	recvAddr  string        // built-in target's address; "" runs none
+	recvDelay time.Duration // built-in target's per-delivery latency
+	wait      time.Duration // how long to wait for deliveries after appending
+}
+
+// parseLoadFlags parses load's command line. The token comes from
+// --api-token-file when set, else --api-token; either --rows or
+// --duration must be non-zero. On a usage error it prints it and returns
+// ok false with the exit code (2; 0 for -h).
+func parseLoadFlags(args []string, stdout, stderr io.Writer) (lc loadConfig, code int, ok bool) {
 	fs := flag.NewFlagSet("fairshard load", flag.ContinueOnError)
 	nodes := fs.String("nodes", "http://127.0.0.1:8080", "comma-separated node base URLs")
 	token := fs.String("api-token", os.Getenv("FAIRSHARD_API_TOKEN"), "bearer token (default: $FAIRSHARD_API_TOKEN)")
@@ -218,76 +271,62 @@ func load(args []string, stdout, stderr io.Writer) int {
 	batch := fs.Int("batch", 100, "rows per request")
 	payload := fs.Int("payload-bytes", 64, "approximate payload size (bytes)")
 	conc := fs.Int("concurrency", 4, "concurrent appenders")
-	recvAddr := fs.String("target-addr", "", "also run a built-in delivery target on this address and report deliveries (point the cluster's targets at it)")
-	recvDelay := fs.Duration("target-delay", 0, "built-in target's per-delivery latency")
-	wait := fs.Duration("wait", 30*time.Second, "with --target-addr: how long to wait for deliveries after appending")
+	fs.StringVar(&lc.recvAddr, "target-addr", "", "also run a built-in delivery target on this address and report deliveries (point the cluster's targets at it)")
+	fs.DurationVar(&lc.recvDelay, "target-delay", 0, "built-in target's per-delivery latency")
+	fs.DurationVar(&lc.wait, "wait", 30*time.Second, "with --target-addr: how long to wait for deliveries after appending")
 	if code, ok := parseFlags(fs, "load", args, stdout, stderr); !ok {
-		return code
+		return lc, code, false
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "fairshard load: unexpected arguments %q\n", fs.Args())
-		return 2
+		return lc, 2, false
 	}
 	if *tokenFile != "" {
 		b, err := os.ReadFile(*tokenFile)
 		if err != nil {
 			fmt.Fprintf(stderr, "fairshard load: --api-token-file: %v\n", err)
-			return 2
+			return lc, 2, false
 		}
 		*token = strings.TrimSpace(string(b))
 	}
 	nss, err := loadgen.ParseNamespaces(*nsFlag, node.ValidName)
 	if err != nil {
 		fmt.Fprintf(stderr, "fairshard load: --namespaces: %v\n", err)
-		return 2
+		return lc, 2, false
 	}
 	if *rows == 0 && *duration == 0 {
 		fmt.Fprintln(stderr, "fairshard load: set --rows or --duration")
-		return 2
+		return lc, 2, false
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	var recv *loadgen.Receiver
-	if *recvAddr != "" {
-		recv = loadgen.NewReceiver(*recvDelay)
-		srv := &http.Server{Addr: *recvAddr, Handler: recv, ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = srv.ListenAndServe() }()
-		defer srv.Close()
-	}
-	g, err := loadgen.NewGenerator(loadgen.Config{
+	lc.gen = loadgen.Config{
 		Nodes: strings.Split(*nodes, ","), Token: *token, Namespaces: nss, Rate: *rate, Rows: *rows,
 		Duration: *duration, BatchSize: *batch, PayloadBytes: *payload, Concurrency: *conc,
-	})
-	if err != nil {
-		fmt.Fprintf(stderr, "fairshard load: %v\n", err)
-		return 2
 	}
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				line := fmt.Sprintf("appended=%d errors=%d", g.Appended(), g.Errors())
-				if recv != nil {
-					line += fmt.Sprintf(" delivered=%d", recv.Delivered())
-				}
-				fmt.Fprintln(stdout, line)
+	return lc, 0, true
+}
+
+// printLoadProgress prints the running totals once a second (appended and
+// failed requests, and deliveries when recv is set) until done is closed.
+func printLoadProgress(stdout io.Writer, g *loadgen.Generator, recv *loadgen.Receiver, done <-chan struct{}) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+			line := fmt.Sprintf("appended=%d errors=%d", g.Appended(), g.Errors())
+			if recv != nil {
+				line += fmt.Sprintf(" delivered=%d", recv.Delivered())
 			}
-		}
-	}()
-	start := time.Now()
-	rep, _ := g.Run(ctx)
-	if recv != nil {
-		deadline := time.Now().Add(*wait)
-		for int64(recv.Distinct()) < rep.Appended && time.Now().Before(deadline) && ctx.Err() == nil {
-			time.Sleep(100 * time.Millisecond)
+			fmt.Fprintln(stdout, line)
 		}
 	}
-	close(done)
+}
+
+// printLoadReport prints the append side of a finished run: throughput,
+// request errors by status, latency percentiles and the last error.
+func printLoadReport(stdout io.Writer, g *loadgen.Generator, rep loadgen.Report) {
 	fmt.Fprintf(stdout, "appended %d rows in %v: %.0f rows/s, %d request errors, by status %v\n",
 		rep.Appended, rep.Elapsed.Round(time.Millisecond), rep.RowsPerSec, rep.Errors, rep.ByStatus)
 	fmt.Fprintf(stdout, "append request latency ms: p50 %.1f p90 %.1f p99 %.1f max %.1f\n",
@@ -295,24 +334,25 @@ func load(args []string, stdout, stderr io.Writer) int {
 	if last := g.LastError(); last != "" {
 		fmt.Fprintf(stdout, "last error: %s\n", last)
 	}
-	if recv != nil {
-		var took time.Duration
-		if last := recv.LastDelivery(); !last.IsZero() {
-			took = last.Sub(start)
-		}
-		rate := 0.0
-		if took > 0 {
-			rate = float64(recv.Distinct()) / took.Seconds()
-		}
-		fmt.Fprintf(stdout, "delivered %d (distinct %d, duplicates %d) in %v from the first append: %.0f rows/s\n",
-			recv.Delivered(), recv.Distinct(), len(recv.Duplicates()), took.Round(time.Millisecond), rate)
-		for _, ns := range recv.Namespaces() {
-			fmt.Fprintf(stdout, "  %-12s delivered %-8d max concurrent %-5d append→delivery ms p50 %.1f p99 %.1f\n",
-				ns.Namespace, ns.Delivered, ns.MaxInFlight, ns.Latency.P50, ns.Latency.P99)
-		}
+}
+
+// printDeliveryReport prints what the built-in target received: totals,
+// duplicates and the delivery rate measured from start (the first append)
+// to the last delivery, then each namespace's deliveries, peak concurrency
+// and append→delivery latency.
+func printDeliveryReport(stdout io.Writer, recv *loadgen.Receiver, start time.Time) {
+	var took time.Duration
+	if last := recv.LastDelivery(); !last.IsZero() {
+		took = last.Sub(start)
 	}
-	if rep.Appended == 0 {
-		return 1
+	rate := 0.0
+	if took > 0 {
+		rate = float64(recv.Distinct()) / took.Seconds()
 	}
-	return 0
+	fmt.Fprintf(stdout, "delivered %d (distinct %d, duplicates %d) in %v from the first append: %.0f rows/s\n",
+		recv.Delivered(), recv.Distinct(), len(recv.Duplicates()), took.Round(time.Millisecond), rate)
+	for _, ns := range recv.Namespaces() {
+		fmt.Fprintf(stdout, "  %-12s delivered %-8d max concurrent %-5d append→delivery ms p50 %.1f p99 %.1f\n",
+			ns.Namespace, ns.Delivered, ns.MaxInFlight, ns.Latency.P50, ns.Latency.P99)
+	}
 }

@@ -1126,8 +1126,32 @@ func testMergeRedrive(t *testing.T, s outbox.Store) {
 // by any change), CompleteTransfer and AbortTransfer.
 func testShardRead(t *testing.T, s outbox.Store) {
 	sr := need[ShardReader](t, s, "ReadShard, CompleteTransfer, AbortTransfer, ForeignShards and ShardCount (transfer source)")
-	// Ten rows on one shard with increasing CreatedAt (two share T0 and
-	// sort by key), plus rows on other shards that must not show.
+	shard, keys := appendShardReadRows(t, s, sr)
+	checkCopyPages(t, sr, shard, keys)
+	checkShardReadByteBound(t, s, sr, shard, keys[0])
+
+	// A move. Marking an owned shard fails.
+	if _, err := sr.ReadShard(ctx, outbox.ShardRead{Shard: shard, MaxRows: 10, Mark: true}); !errors.Is(err, outbox.ErrShardOwned) {
+		t.Fatalf("marking read of an owned shard: %v, want ErrShardOwned", err)
+	}
+	scope := outbox.ClaimScope{Namespace: "ns", TaskQueue: "q"}
+	first, second := markAllButClaimed(t, s, sr, shard, keys, scope)
+	// Marked rows are not claimable, even when the shard is owned again.
+	sr.SetOwnedShards(nil)
+	if rows := claimedOfShard(t, s, shard, scope); len(rows) != 0 {
+		t.Fatalf("claimed marked rows: %v", rows)
+	}
+	sr.SetOwnedShards([]uint32{})
+	changed := checkCompleteKeepsChanged(t, s, sr, first)
+	checkAbortUnmarks(t, s, sr, shard, scope, changed, second)
+}
+
+// appendShardReadRows appends ten rows on one shard with increasing
+// CreatedAt (the first two share T0 and sort by key), plus rows on other
+// shards that a read of it must not show. It returns the shard and its
+// keys in read order.
+func appendShardReadRows(t *testing.T, s outbox.Store, sr ShardReader) (uint32, []string) {
+	t.Helper()
 	shard := shards.ShardOf("r000", sr.ShardCount())
 	var keys []string
 	for i := 0; len(keys) < 10; i++ {
@@ -1141,8 +1165,13 @@ func testShardRead(t *testing.T, s outbox.Store) {
 		}
 		mustAppend(t, s, r)
 	}
+	return shard, keys
+}
 
-	// A copy read: every row, pages of 3, tokens resume.
+// checkCopyPages requires a copy read in pages of 3 to return every row of
+// shard, in order, each page resuming from the previous page's token.
+func checkCopyPages(t *testing.T, sr ShardReader, shard uint32, keys []string) {
+	t.Helper()
 	var got []string
 	var after []byte
 	for range 10 {
@@ -1162,8 +1191,13 @@ func testShardRead(t *testing.T, s outbox.Store) {
 	if !slices.Equal(got, keys) {
 		t.Fatalf("copy read %v, want %v", got, keys)
 	}
-	// Byte bound: at least one row, then within MaxBytes.
-	one := outbox.RowBytes(ptr(mustGet(t, s, keys[0])))
+}
+
+// checkShardReadByteBound requires a page to hold at least one row, then
+// stay within MaxBytes: a bound of 3½ rows (of firstKey's size) reads 3.
+func checkShardReadByteBound(t *testing.T, s outbox.Store, sr ShardReader, shard uint32, firstKey string) {
+	t.Helper()
+	one := outbox.RowBytes(ptr(mustGet(t, s, firstKey)))
 	p, err := sr.ReadShard(ctx, outbox.ShardRead{Shard: shard, MaxRows: 100, MaxBytes: 1})
 	if err != nil || len(p.Rows) != 1 || p.Done {
 		t.Fatalf("read with a tiny byte bound: %d rows done=%v %v, want 1 row and more", len(p.Rows), p.Done, err)
@@ -1171,13 +1205,14 @@ func testShardRead(t *testing.T, s outbox.Store) {
 	if p, _ := sr.ReadShard(ctx, outbox.ShardRead{Shard: shard, MaxRows: 100, MaxBytes: 3*one + one/2}); len(p.Rows) != 3 {
 		t.Fatalf("read within %d bytes (rows of ~%d): %d rows, want 3", 3*one+one/2, one, len(p.Rows))
 	}
+}
 
-	// A move. Marking an owned shard fails.
-	if _, err := sr.ReadShard(ctx, outbox.ShardRead{Shard: shard, MaxRows: 10, Mark: true}); !errors.Is(err, outbox.ErrShardOwned) {
-		t.Fatalf("marking read of an owned shard: %v, want ErrShardOwned", err)
-	}
-	// A claimed row is not offered for a move.
-	scope := outbox.ClaimScope{Namespace: "ns", TaskQueue: "q"}
+// markAllButClaimed claims keys[5], gives shard away, and marks the rest
+// in two pages (4, then the others): a claimed row is not offered for a
+// move and a marked row is not offered twice. It returns the two pages
+// and leaves the shard foreign.
+func markAllButClaimed(t *testing.T, s outbox.Store, sr ShardReader, shard uint32, keys []string, scope outbox.ClaimScope) (first, second outbox.ShardPage) {
+	t.Helper()
 	held := map[string]struct{}{}
 	for _, k := range keys {
 		if k != keys[5] {
@@ -1194,9 +1229,9 @@ func testShardRead(t *testing.T, s outbox.Store) {
 	if err != nil || !slices.Contains(fs, shard) {
 		t.Fatalf("foreign shards %v (%v), want %d among them", fs, err, shard)
 	}
-	first, err := sr.ReadShard(ctx, outbox.ShardRead{Shard: shard, MaxRows: 4, Mark: true})
+	first, err = sr.ReadShard(ctx, outbox.ShardRead{Shard: shard, MaxRows: 4, Mark: true})
 	must(t, err)
-	second, err := sr.ReadShard(ctx, outbox.ShardRead{Shard: shard, After: first.Next, MaxRows: 100, Mark: true})
+	second, err = sr.ReadShard(ctx, outbox.ShardRead{Shard: shard, After: first.Next, MaxRows: 100, Mark: true})
 	must(t, err)
 	moved := append(keysOf(first.Rows), keysOf(second.Rows)...)
 	if len(moved) != 9 || slices.Contains(moved, claimedKey) || !second.Done {
@@ -1205,22 +1240,28 @@ func testShardRead(t *testing.T, s outbox.Store) {
 	if again, _ := sr.ReadShard(ctx, outbox.ShardRead{Shard: shard, MaxRows: 100, Mark: true}); len(again.Rows) != 0 {
 		t.Fatalf("marked rows offered twice: %v", keysOf(again.Rows))
 	}
-	// Marked rows are not claimable, even when the shard is owned again.
-	sr.SetOwnedShards(nil)
-	if rows := mustClaim(t, s, outbox.ClaimParams{Scope: &scope, Limit: 100, Now: T0.Add(2 * time.Hour)}); len(rows) != 0 {
-		var other []string
-		for _, r := range rows {
-			if r.Shard == shard {
-				other = append(other, r.DispatchKey)
-			}
-		}
-		if len(other) != 0 {
-			t.Fatalf("claimed marked rows: %v", other)
+	return first, second
+}
+
+// claimedOfShard claims what scope offers (two hours after T0) and returns
+// the keys of the claimed rows on shard.
+func claimedOfShard(t *testing.T, s outbox.Store, shard uint32, scope outbox.ClaimScope) []string {
+	t.Helper()
+	var keys []string
+	for _, r := range mustClaim(t, s, outbox.ClaimParams{Scope: &scope, Limit: 100, Now: T0.Add(2 * time.Hour)}) {
+		if r.Shard == shard {
+			keys = append(keys, r.DispatchKey)
 		}
 	}
-	sr.SetOwnedShards([]uint32{})
-	// A change clears a mark: the first page's first row is cancelled, so
-	// CompleteTransfer keeps it.
+	return keys
+}
+
+// checkCompleteKeepsChanged cancels the first row of the marked page
+// first, then completes the page's transfer (plus a key never marked): a
+// change clears a mark, so CompleteTransfer deletes every row but that
+// one. It returns the changed row's key.
+func checkCompleteKeepsChanged(t *testing.T, s outbox.Store, sr ShardReader, first outbox.ShardPage) string {
+	t.Helper()
 	changed := first.Rows[0].DispatchKey
 	if ok, err := s.Cancel(ctx, outbox.CancelParams{DispatchKey: changed, Now: T0}); err != nil || !ok {
 		t.Fatalf("cancel of a marked row: %v %v", ok, err)
@@ -1235,8 +1276,14 @@ func testShardRead(t *testing.T, s outbox.Store) {
 			t.Fatalf("row %q still here after CompleteTransfer: %v", k, err)
 		}
 	}
-	// Abort unmarks: the second page is offered again (with the changed
-	// row), then, unmarked again, claimable.
+	return changed
+}
+
+// checkAbortUnmarks aborts the marked page second: its rows are offered
+// again (with the changed row, unmarked by its change), then, unmarked
+// again, claimable once the shard is owned.
+func checkAbortUnmarks(t *testing.T, s outbox.Store, sr ShardReader, shard uint32, scope outbox.ClaimScope, changed string, second outbox.ShardPage) {
+	t.Helper()
 	if n, err := sr.AbortTransfer(ctx, keysOf(second.Rows)); err != nil || n != len(second.Rows) {
 		t.Fatalf("AbortTransfer: %d %v", n, err)
 	}
@@ -1249,13 +1296,7 @@ func testShardRead(t *testing.T, s outbox.Store) {
 		t.Fatalf("second abort unmarked %d of %d", n, len(again.Rows))
 	}
 	sr.SetOwnedShards(nil)
-	var claimable []string
-	for _, r := range mustClaim(t, s, outbox.ClaimParams{Scope: &scope, Limit: 100, Now: T0.Add(2 * time.Hour)}) {
-		if r.Shard == shard {
-			claimable = append(claimable, r.DispatchKey)
-		}
-	}
-	if !sameSet(claimable, keysOf(second.Rows)) {
+	if claimable := claimedOfShard(t, s, shard, scope); !sameSet(claimable, keysOf(second.Rows)) {
 		t.Fatalf("claimable after abort: %v, want %v", claimable, keysOf(second.Rows))
 	}
 }
