@@ -200,8 +200,7 @@ type SweepRequest struct {
 func (p *Planner) Sweep(ctx context.Context, store ClaimStore, req SweepRequest) (Sweep, error) {
 	now := p.now()
 	var out Sweep
-	batchSize, held := req.Batch, req.Held
-	if batchSize <= 0 {
+	if req.Batch <= 0 {
 		return out, nil
 	}
 	routes, err := store.PendingRoutes(ctx, now)
@@ -209,162 +208,246 @@ func (p *Planner) Sweep(ctx context.Context, store ClaimStore, req SweepRequest)
 		return out, fmt.Errorf("backpressure: list pending routes: %w", err)
 	}
 	out.Listed = true
-	// Group by namespace; PendingRoutes is sorted by (namespace, task_queue)
-	// but a store may not be, so do not rely on adjacency.
-	type plan struct {
-		routes   []routeRef
-		headroom int
+	sp := &sweepPlan{batch: req.Batch, params: outbox.ClaimParams{Now: now, ExcludeWorkflows: req.Held}}
+	out.Ineligible = sp.group(routes, req.Eligible)
+	if len(sp.names) == 0 {
+		return out, nil
 	}
-	byNS := map[string]*plan{}
-	var names []string
+	if out.Namespaces, err = p.readHeadroom(ctx, sp); err != nil {
+		return out, err
+	}
+	if p.hosts != nil {
+		sp.planHosts(p.hosts)
+	}
+	sp.slice = max((sp.batch+len(sp.names)-1)/len(sp.names), 1)
+	p.loadCursors(sp)
+	if err := sp.claim(ctx, store, &out); err != nil {
+		return out, err
+	}
+	sp.markHostLimited(&out)
+	out.Hosts = hostReport(sp.hosts)
+	p.saveCursors(sp)
+	if len(out.Rows) == 0 {
+		p.log.Debug("backpressure held every pending route this sweep", "namespaces", len(sp.names))
+	}
+	return out, nil
+}
+
+// sweepPlan is the state of one sweep, from grouping the pending routes to
+// the cursors the next sweep starts from. Per-namespace slices are indexed
+// like names.
+type sweepPlan struct {
+	batch  int                // the most rows to claim
+	params outbox.ClaimParams // Now and the held workflows; Scope and Limit set per claim
+	names  []string           // active namespaces, sorted
+	byNS   map[string]*namespacePlan
+	hosts  map[string]*hostPlan // nil without PlannerConfig.Hosts
+	slice  int                  // pass 1's cap per namespace: ceil(batch / active), ≥ 1
+
+	start      int   // index of the namespace the passes begin at
+	routeStart []int // per namespace: the route its next claim starts at
+	headroom   []int // per namespace: headroom left during and after the passes
+	nextStart  []int // per namespace: the route after the last one that got rows
+	reached    string
+}
+
+// namespacePlan is one active namespace's eligible routes, sorted by
+// task_queue once headroom is read, and its headroom when the sweep
+// started.
+type namespacePlan struct {
+	routes   []routeRef
+	headroom int
+}
+
+// group collects the routes eligible admits (nil admits all) by namespace,
+// in sp.names and sp.byNS, and returns the others in the store's order.
+// Routes come sorted by (namespace, task_queue) from PendingRoutes, but a
+// store may not sort them, so grouping does not rely on adjacency.
+func (sp *sweepPlan) group(routes []outbox.ClaimScope, eligible func(outbox.ClaimScope) bool) (ineligible []outbox.ClaimScope) {
+	sp.byNS = map[string]*namespacePlan{}
 	for _, r := range routes {
-		if req.Eligible != nil && !req.Eligible(r) {
-			out.Ineligible = append(out.Ineligible, r)
+		if eligible != nil && !eligible(r) {
+			ineligible = append(ineligible, r)
 			continue
 		}
-		pl, ok := byNS[r.Namespace]
+		pl, ok := sp.byNS[r.Namespace]
 		if !ok {
-			pl = &plan{}
-			byNS[r.Namespace] = pl
-			names = append(names, r.Namespace)
+			pl = &namespacePlan{}
+			sp.byNS[r.Namespace] = pl
+			sp.names = append(sp.names, r.Namespace)
 		}
 		pl.routes = append(pl.routes, routeRef{scope: r})
 	}
-	if len(names) == 0 {
-		return out, nil
-	}
-	slices.Sort(names)
-	claimed, err := p.claimed.Claimed(ctx, names)
+	slices.Sort(sp.names)
+	return ineligible
+}
+
+// readHeadroom reads every active namespace's claimed count in ONE read
+// (PlannerConfig.Claimed) and its ceiling (PlannerConfig.Ceilings), and
+// sets its headroom: ceiling − claimed, clamped at 0. It returns the
+// namespaces' sweep entries with nothing claimed yet.
+func (p *Planner) readHeadroom(ctx context.Context, sp *sweepPlan) ([]NamespaceSweep, error) {
+	claimed, err := p.claimed.Claimed(ctx, sp.names)
 	if err != nil {
-		return out, fmt.Errorf("backpressure: count claimed rows of %d namespaces: %w", len(names), err)
+		return nil, fmt.Errorf("backpressure: count claimed rows of %d namespaces: %w", len(sp.names), err)
 	}
-	out.Namespaces = make([]NamespaceSweep, len(names))
-	for i, ns := range names {
+	entries := make([]NamespaceSweep, len(sp.names))
+	for i, ns := range sp.names {
 		ceiling := p.ceilings.Ceiling(ctx, ns)
 		c := claimed[ns]
-		pl := byNS[ns]
+		pl := sp.byNS[ns]
 		pl.headroom = ceiling.Headroom(c)
 		slices.SortFunc(pl.routes, func(a, b routeRef) int { return strings.Compare(a.scope.TaskQueue, b.scope.TaskQueue) })
-		out.Namespaces[i] = NamespaceSweep{Namespace: ns, Quota: ceiling.Quota, Ceiling: ceiling.Rows, Mode: ceiling.Mode,
+		entries[i] = NamespaceSweep{Namespace: ns, Quota: ceiling.Quota, Ceiling: ceiling.Rows, Mode: ceiling.Mode,
 			ClaimedBefore: c, Routes: len(pl.routes)}
 	}
-	var hosts map[string]*hostPlan
-	if p.hosts != nil {
-		// Only namespaces that can claim want a host; the others must not
-		// dilute its share.
-		var wanting []*routeRef
-		var scopes []outbox.ClaimScope
-		for _, ns := range names {
-			if pl := byNS[ns]; pl.headroom > 0 {
-				for i := range pl.routes {
-					wanting = append(wanting, &pl.routes[i])
-					scopes = append(scopes, pl.routes[i].scope)
-				}
+	return entries, nil
+}
+
+// planHosts gives each route of a namespace with headroom the plan of its
+// target host. Only namespaces that can claim want a host; the others
+// must not dilute its share.
+func (sp *sweepPlan) planHosts(slots HostSlots) {
+	var wanting []*routeRef
+	var scopes []outbox.ClaimScope
+	for _, ns := range sp.names {
+		if pl := sp.byNS[ns]; pl.headroom > 0 {
+			for i := range pl.routes {
+				wanting = append(wanting, &pl.routes[i])
+				scopes = append(scopes, pl.routes[i].scope)
 			}
 		}
-		var routeHost []string
-		hosts, routeHost = planHosts(p.hosts, scopes)
-		for i, r := range wanting {
-			r.host = hosts[routeHost[i]] // nil when the route has no host
-		}
 	}
+	var routeHost []string
+	sp.hosts, routeHost = planHosts(slots, scopes)
+	for i, r := range wanting {
+		r.host = sp.hosts[routeHost[i]] // nil when the route has no host
+	}
+}
 
-	slice := max((batchSize+len(names)-1)/len(names), 1)
-	claimParams := outbox.ClaimParams{Now: now, ExcludeWorkflows: held}
+// loadCursors sets where the passes start: at the namespace after the one
+// the previous sweep's first pass last reached (wrapping around), and in
+// each namespace at the route after the one that last got rows.
+func (p *Planner) loadCursors(sp *sweepPlan) {
+	names := sp.names
 	p.cursorMu.Lock()
+	defer p.cursorMu.Unlock()
 	start, _ := slices.BinarySearch(names, p.cursor)
 	if start < len(names) && names[start] == p.cursor {
 		start++
 	}
-	start %= len(names)
-	routeStart := make([]int, len(names)) // per namespace: the route its next claim starts at
+	sp.start = start % len(names)
+	sp.routeStart = make([]int, len(names))
 	for i, ns := range names {
-		routeStart[i] = nextRoute(byNS[ns].routes, p.routeCursor[ns])
+		sp.routeStart[i] = nextRoute(sp.byNS[ns].routes, p.routeCursor[ns])
 	}
-	p.cursorMu.Unlock()
-	headroom := make([]int, len(names))
-	nextStart := make([]int, len(names))
-	reached := ""
-	// execute runs both passes through claim; it starts from scratch on every
-	// call (a BatchClaimer may run it more than once).
-	execute := func(claim func(outbox.ClaimParams) ([]outbox.Row, error)) error {
-		out.Rows = out.Rows[:0]
-		for i, ns := range names {
-			headroom[i] = byNS[ns].headroom
-			out.Namespaces[i].Claimed = 0
-		}
-		copy(nextStart, routeStart)
-		for _, h := range hosts {
-			h.reset()
-		}
-		budget := batchSize
-		for pass := range 2 {
-			for j := range names {
-				if budget == 0 {
-					break
-				}
-				i := (start + j) % len(names)
-				ns := names[i]
-				if pass == 0 {
-					reached = ns
-				}
-				allocation := min(headroom[i], budget)
-				if pass == 0 {
-					allocation = min(allocation, slice)
-				}
-				got, next, err := claimSlice(claim, ns, byNS[ns].routes, nextStart[i], allocation, pass == 1, claimParams, &out.Rows)
-				nextStart[i] = next
-				headroom[i] -= got
-				budget -= got
-				out.Namespaces[i].Claimed += got
-				if err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	}
+}
+
+// claim runs both passes against store: in one transaction when the store
+// is a BatchClaimer (on error nothing was claimed, and out says so), else
+// claim by claim (on error out keeps the rows claimed before it). On error
+// out.Hosts reports the hosts as they stand.
+func (sp *sweepPlan) claim(ctx context.Context, store ClaimStore, out *Sweep) error {
+	sp.headroom = make([]int, len(sp.names))
+	sp.nextStart = make([]int, len(sp.names))
 	if bc, ok := store.(BatchClaimer); ok {
-		if err := bc.ClaimBatch(ctx, execute); err != nil {
+		err := bc.ClaimBatch(ctx, func(claim func(outbox.ClaimParams) ([]outbox.Row, error)) error {
+			return sp.passes(claim, out)
+		})
+		if err != nil {
 			out.Rows = nil // the transaction rolled back: nothing was claimed
 			for i := range out.Namespaces {
 				out.Namespaces[i].Claimed = 0
 			}
-			for _, h := range hosts {
+			for _, h := range sp.hosts {
 				h.reset()
 			}
-			out.Hosts = hostReport(hosts)
-			return out, fmt.Errorf("backpressure: claim batch over %d namespaces: %w", len(names), err)
+			out.Hosts = hostReport(sp.hosts)
+			return fmt.Errorf("backpressure: claim batch over %d namespaces: %w", len(sp.names), err)
 		}
-	} else if err := execute(func(cp outbox.ClaimParams) ([]outbox.Row, error) { return store.Claim(ctx, cp) }); err != nil {
-		out.Hosts = hostReport(hosts)
-		return out, err
+		return nil
 	}
+	if err := sp.passes(func(cp outbox.ClaimParams) ([]outbox.Row, error) { return store.Claim(ctx, cp) }, out); err != nil {
+		out.Hosts = hostReport(sp.hosts)
+		return err
+	}
+	return nil
+}
+
+// passes runs the two passes through claim, walking the namespaces from
+// sp.start: pass 1 (fairness) gives each min(slice, headroom, budget),
+// pass 2 (utilisation) offers the leftover budget to those with headroom
+// left. It starts from scratch on every call (a BatchClaimer may run it
+// more than once) and records the claimed rows and counts in out.
+func (sp *sweepPlan) passes(claim func(outbox.ClaimParams) ([]outbox.Row, error), out *Sweep) error {
+	names := sp.names
+	out.Rows = out.Rows[:0]
 	for i, ns := range names {
-		if headroom[i] == 0 {
+		sp.headroom[i] = sp.byNS[ns].headroom
+		out.Namespaces[i].Claimed = 0
+	}
+	copy(sp.nextStart, sp.routeStart)
+	for _, h := range sp.hosts {
+		h.reset()
+	}
+	budget := sp.batch
+	for pass := range 2 {
+		for j := range names {
+			if budget == 0 {
+				break
+			}
+			i := (sp.start + j) % len(names)
+			ns := names[i]
+			if pass == 0 {
+				sp.reached = ns
+			}
+			allocation := min(sp.headroom[i], budget)
+			if pass == 0 {
+				allocation = min(allocation, sp.slice)
+			}
+			got, next, err := claimSlice(claim, ns, sp.byNS[ns].routes, sp.nextStart[i], allocation, pass == 1, sp.params, &out.Rows)
+			sp.nextStart[i] = next
+			sp.headroom[i] -= got
+			budget -= got
+			out.Namespaces[i].Claimed += got
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// markHostLimited flags each namespace that ended the sweep with headroom
+// left while a route's target host had no slot left for it.
+func (sp *sweepPlan) markHostLimited(out *Sweep) {
+	for i, ns := range sp.names {
+		if sp.headroom[i] == 0 {
 			continue
 		}
-		for _, r := range byNS[ns].routes {
+		for _, r := range sp.byNS[ns].routes {
 			if r.host != nil && r.host.allowance(ns, true) == 0 {
 				out.Namespaces[i].HostLimited = true
 				break
 			}
 		}
 	}
-	out.Hosts = hostReport(hosts)
+}
+
+// saveCursors records where the next sweep starts: after the namespace
+// this sweep's first pass last reached, and in each active namespace
+// after the route that last got rows. Cursors of namespaces no longer
+// active are dropped.
+func (p *Planner) saveCursors(sp *sweepPlan) {
 	p.cursorMu.Lock()
-	p.cursor = reached
+	defer p.cursorMu.Unlock()
+	p.cursor = sp.reached
 	clear(p.routeCursor) // keep the active namespaces' only
-	for i, ns := range names {
-		if rs := byNS[ns].routes; len(rs) > 0 {
-			p.routeCursor[ns] = rs[(nextStart[i]+len(rs)-1)%len(rs)].scope.TaskQueue
+	for i, ns := range sp.names {
+		if rs := sp.byNS[ns].routes; len(rs) > 0 {
+			p.routeCursor[ns] = rs[(sp.nextStart[i]+len(rs)-1)%len(rs)].scope.TaskQueue
 		}
 	}
-	p.cursorMu.Unlock()
-	if len(out.Rows) == 0 {
-		p.log.Debug("backpressure held every pending route this sweep", "namespaces", len(names))
-	}
-	return out, nil
 }
 
 // routeRef is one eligible route of a sweep and the plan of its target

@@ -133,27 +133,7 @@ func New(cfg *Config) (*Cluster, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	c := &Cluster{
-		cfg:           cfg,
-		name:          cfg.Name,
-		protocol:      cfg.protocolVersion,
-		log:           cfg.Logger.With("component", "cluster", "node", cfg.Name),
-		state:         MemberActive,
-		recomputeCh:   make(chan struct{}, 1),
-		peers:         make(map[string]peer),
-		subs:          make(map[*subscriber]struct{}),
-		refusedLogged: make(map[string]time.Time),
-		answers:       make(map[string]string),
-		conflicts:     make(map[string]bool),
-		heldLogged:    make(map[string]time.Time),
-		refusedCh:     make(chan struct{}),
-		queries:       make(chan memberQuery, maxQueuedQueries),
-		acceptWake:    make(chan struct{}, 1),
-	}
-	// A node without seeds is a cluster of its own; one with seeds owns
-	// nothing until its peers confirm it (accept.go).
-	c.accepted.Store(len(cfg.Join) == 0)
-	c.loops = lifecycle.NewGroup(c.log)
+	c := newCluster(cfg)
 	keyring, err := newKeyring(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%w: gossip keys: %v", ErrInvalidConfig, err)
@@ -174,26 +154,88 @@ func New(cfg *Config) (*Cluster, error) {
 		NumNodes:       func() int { return int(max(c.numMembers.Load(), 1)) },
 		RetransmitMult: mc.RetransmitMult,
 	}
-	kcfg := cfg.KV
-	kcfg.Node, kcfg.Broadcast = cfg.Name, c.queueBroadcast
-	kcfg.Logger, kcfg.Registerer = c.log.With("component", "kv"), reg
-	if c.kv, err = kv.New(kcfg); err != nil {
-		if errors.Is(err, kv.ErrInvalidConfig) {
-			return nil, fmt.Errorf("%w: KV: %v", ErrInvalidConfig, err)
-		}
-		return nil, fmt.Errorf("open gossiped config of node %q: %w", cfg.Name, err)
+	if err := c.openKV(reg); err != nil {
+		return nil, err
 	}
 	c.metrics = newMetrics(c)
+	if err := c.createMemberlist(mc); err != nil {
+		c.kv.Close()
+		return nil, err
+	}
+	if err := c.metrics.register(reg); err != nil {
+		_ = c.ml.Shutdown()
+		c.kv.Close()
+		return nil, err
+	}
 
+	c.factor.Store(int64(cfg.ReplicationFactor))
+	c.Recompute()
+	c.startLoops()
+	st := c.kv.Stats()
+	c.log.Info("cluster node created", "gossip_addr", c.GossipAddr(), "api_addr", cfg.APIAddr, "accepted", c.accepted.Load(), "gossip_keys", c.GossipKeys(),
+		"shard_count", cfg.ShardCount, "config_entries", st.Live, "config_tombstones", st.Tombstones)
+	return c, nil
+}
+
+// newCluster returns the node's state for a validated cfg, before anything
+// is opened: an active member with empty peer, subscriber and answer
+// tables. A node without seeds is a cluster of its own and counts as
+// accepted; one with seeds owns nothing until its peers confirm it
+// (accept.go).
+func newCluster(cfg *Config) *Cluster {
+	c := &Cluster{
+		cfg:           cfg,
+		name:          cfg.Name,
+		protocol:      cfg.protocolVersion,
+		log:           cfg.Logger.With("component", "cluster", "node", cfg.Name),
+		state:         MemberActive,
+		recomputeCh:   make(chan struct{}, 1),
+		peers:         make(map[string]peer),
+		subs:          make(map[*subscriber]struct{}),
+		refusedLogged: make(map[string]time.Time),
+		answers:       make(map[string]string),
+		conflicts:     make(map[string]bool),
+		heldLogged:    make(map[string]time.Time),
+		refusedCh:     make(chan struct{}),
+		queries:       make(chan memberQuery, maxQueuedQueries),
+		acceptWake:    make(chan struct{}, 1),
+	}
+	c.accepted.Store(len(cfg.Join) == 0)
+	c.loops = lifecycle.NewGroup(c.log)
+	return c
+}
+
+// openKV opens the gossiped config store of cfg.KV for this node: its
+// changes are broadcast through c's queue and its series registered with
+// reg. A config the store rejects is an ErrInvalidConfig.
+func (c *Cluster) openKV(reg prometheus.Registerer) error {
+	kcfg := c.cfg.KV
+	kcfg.Node, kcfg.Broadcast = c.cfg.Name, c.queueBroadcast
+	kcfg.Logger, kcfg.Registerer = c.log.With("component", "kv"), reg
+	var err error
+	if c.kv, err = kv.New(kcfg); err != nil {
+		if errors.Is(err, kv.ErrInvalidConfig) {
+			return fmt.Errorf("%w: KV: %v", ErrInvalidConfig, err)
+		}
+		return fmt.Errorf("open gossiped config of node %q: %w", c.cfg.Name, err)
+	}
+	return nil
+}
+
+// createMemberlist creates the memberlist of mc with c as its delegate,
+// the node's keyring and logger, and (unless mc brings its own) a
+// transport that tracks dials. It listens on the gossip address from now
+// on. On error it leaves nothing of its own running.
+func (c *Cluster) createMemberlist(mc *memberlist.Config) error {
 	d := &delegate{c: c}
 	mc.Delegate, mc.Events, mc.Alive, mc.Merge, mc.Conflict = d, &events{c: c}, d, d, d
-	mc.Keyring, mc.SecretKey = keyring, nil
+	mc.Keyring, mc.SecretKey = c.keyring, nil
 	mc.LogOutput = nil
 	mc.Logger = log.New(&logBridge{l: c.log.With("component", "memberlist")}, "", 0)
+	var err error
 	if mc.Transport == nil {
 		if c.dials, err = newTransport(mc, mc.Logger); err != nil {
-			c.kv.Close()
-			return nil, fmt.Errorf("create memberlist for node %q: %w", cfg.Name, err)
+			return fmt.Errorf("create memberlist for node %q: %w", c.cfg.Name, err)
 		}
 		mc.Transport = c.dials
 	}
@@ -202,21 +244,17 @@ func New(cfg *Config) (*Cluster, error) {
 		if c.dials != nil {
 			_ = c.dials.Shutdown()
 		}
-		c.kv.Close()
-		return nil, fmt.Errorf("create memberlist for node %q on %s:%d: %w", cfg.Name, mc.BindAddr, mc.BindPort, err)
+		return fmt.Errorf("create memberlist for node %q on %s:%d: %w", c.cfg.Name, mc.BindAddr, mc.BindPort, err)
 	}
 	c.ml = ml
-	if err := c.metrics.register(reg); err != nil {
-		_ = ml.Shutdown()
-		c.kv.Close()
-		return nil, err
-	}
+	return nil
+}
 
-	c.factor.Store(int64(cfg.ReplicationFactor))
-	c.Recompute()
-	// Start order; Shutdown stops them in reverse: the join loop first,
-	// then memberlist (no more gossip comes in), then ownership, and the
-	// kv loops last so persistence flushes what gossip brought.
+// startLoops starts the node's background loops. Shutdown stops them in
+// reverse: the join loop first, then memberlist (no more gossip comes in),
+// then ownership, and the kv loops last so persistence flushes what gossip
+// brought.
+func (c *Cluster) startLoops() {
 	for _, l := range []lifecycle.Loop{
 		{Name: "kv-persist", Run: c.kv.RunPersist},
 		{Name: "kv-collect", Run: c.kv.RunCollect},
@@ -227,10 +265,6 @@ func New(cfg *Config) (*Cluster, error) {
 	} {
 		_ = c.loops.Go(nil, l) // a fresh group is never stopped
 	}
-	st := c.kv.Stats()
-	c.log.Info("cluster node created", "gossip_addr", c.GossipAddr(), "api_addr", cfg.APIAddr, "accepted", c.accepted.Load(), "gossip_keys", c.GossipKeys(),
-		"shard_count", cfg.ShardCount, "config_entries", st.Live, "config_tombstones", st.Tombstones)
-	return c, nil
 }
 
 // memberlistLoop holds the memberlist open until the lifecycle stops it,

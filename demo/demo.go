@@ -132,6 +132,58 @@ type demoRun struct {
 // (or 30 s more pass), then prints the summary. It returns an error when a
 // row was lost.
 func Run(ctx context.Context, opts Options) (Summary, error) {
+	opts = opts.withDefaults()
+	d := newDemoRun(opts)
+	if d.dir == "" {
+		tmp, err := os.MkdirTemp("", "fairshard-demo-")
+		if err != nil {
+			return Summary{}, err
+		}
+		defer os.RemoveAll(tmp)
+		d.dir = tmp
+	}
+	stopTarget, err := d.startTarget()
+	if err != nil {
+		return Summary{}, err
+	}
+	defer stopTarget()
+
+	defer d.closeAll()
+	err = d.startCluster(ctx)
+	if d.view != nil {
+		defer d.view.Close()
+	}
+	if err != nil {
+		return Summary{}, err
+	}
+	fmt.Fprintf(opts.Out, "fairshard demo: %d nodes on loopback, data under %s, load %.0f rows/s for %v\n",
+		opts.Nodes, d.dir, opts.Rate, opts.Duration)
+
+	appended := &sync.Map{}
+	gen, err := d.newLoad(appended)
+	if err != nil {
+		return Summary{}, err
+	}
+	rep, err := d.watch(ctx, gen, appended)
+	if err != nil {
+		return Summary{}, err
+	}
+	sum := d.summarize(rep, appended)
+	d.printSummary(sum)
+	if opts.Keep {
+		d.keepRunning(ctx)
+	}
+	if sum.Lost > 0 {
+		return sum, fmt.Errorf("demo: %d rows lost", sum.Lost)
+	}
+	return sum, nil
+}
+
+// withDefaults fills the options left zero: 3 nodes, 36 s of load at
+// 1500 rows/s, no output, no logs. Out is wrapped so that concurrent
+// writers (the view and the events of a graceful stop running beside it)
+// keep lines whole and the caller's writer race-free.
+func (opts Options) withDefaults() Options {
 	if opts.Nodes < 2 {
 		opts.Nodes = 3
 	}
@@ -144,68 +196,74 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 	if opts.Out == nil {
 		opts.Out = io.Discard
 	}
-	// The view and the events (from the graceful stop running beside it)
-	// write concurrently: one lock per Write keeps lines whole and the
-	// caller's writer race-free.
 	opts.Out = &lockedWriter{w: opts.Out}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
+	return opts
+}
+
+// newDemoRun starts a run of opts with a fresh cluster secret and gossip
+// key: the demo runs secured, as production should.
+func newDemoRun(opts Options) *demoRun {
 	d := &demoRun{opts: opts, dir: opts.Dir, gossipKey: make([]byte, 32)}
 	secret := make([]byte, 16)
 	_, _ = rand.Read(secret)
 	_, _ = rand.Read(d.gossipKey)
 	d.secret = hex.EncodeToString(secret)
-	if d.dir == "" {
-		tmp, err := os.MkdirTemp("", "fairshard-demo-")
-		if err != nil {
-			return Summary{}, err
-		}
-		defer os.RemoveAll(tmp)
-		d.dir = tmp
-	}
-	// The delivery target: holds each request 20 ms, like a real service.
+	return d
+}
+
+// startTarget starts the delivery target on a loopback port: it holds
+// each request 20 ms, like a real service. It returns the function that
+// stops it.
+func (d *demoRun) startTarget() (stop func(), err error) {
 	d.recv = loadgen.NewReceiver(20 * time.Millisecond)
 	tln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return Summary{}, fmt.Errorf("demo target: %w", err)
+		return nil, fmt.Errorf("demo target: %w", err)
 	}
 	tsrv := &http.Server{Handler: d.recv, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = tsrv.Serve(tln) }()
-	defer tsrv.Close()
 	d.target = "http://" + tln.Addr().String() + "/deliver/{namespace}/{task_queue}"
+	return func() { _ = tsrv.Close() }, nil
+}
 
-	defer d.closeAll()
-	for i := range opts.Nodes {
+// startCluster starts the initial nodes, opens the view's client on them
+// and configures the demo's namespaces. The caller closes the nodes
+// (closeAll) and the view, also on error.
+func (d *demoRun) startCluster(ctx context.Context) error {
+	for i := range d.opts.Nodes {
 		if err := d.addNode(ctx, i+1); err != nil {
-			return Summary{}, err
+			return err
 		}
 	}
 	view, err := client.New(client.Options{Nodes: d.urls(), Timeout: viewTimeout, Retry: client.RetryConfig{MaxAttempts: 1}})
 	if err != nil {
-		return Summary{}, err
+		return err
 	}
-	defer view.Close()
 	d.view = view
-	if err := d.configure(ctx); err != nil {
-		return Summary{}, err
-	}
-	fmt.Fprintf(opts.Out, "fairshard demo: %d nodes on loopback, data under %s, load %.0f rows/s for %v\n",
-		opts.Nodes, d.dir, opts.Rate, opts.Duration)
+	return d.configure(ctx)
+}
 
-	appended := sync.Map{}
+// newLoad builds the load of the demo's namespaces, weighted, over the
+// initial nodes; every row a node acknowledges is recorded in appended.
+func (d *demoRun) newLoad(appended *sync.Map) (*loadgen.Generator, error) {
 	var nsCfg []loadgen.Namespace
 	for _, ns := range namespaces {
 		nsCfg = append(nsCfg, loadgen.Namespace{Name: ns.name, Weight: ns.weight, TaskQueues: ns.queues})
 	}
-	gen, err := loadgen.NewGenerator(loadgen.Config{
-		Nodes: d.urls(), Namespaces: nsCfg, Rate: opts.Rate, Duration: opts.Duration,
+	return loadgen.NewGenerator(loadgen.Config{
+		Nodes: d.urls(), Namespaces: nsCfg, Rate: d.opts.Rate, Duration: d.opts.Duration,
 		BatchSize: 50, Concurrency: 4, KeyPrefix: "demo-",
 		OnAppended: func(key, _, _ string) { appended.Store(key, true) },
 	})
-	if err != nil {
-		return Summary{}, err
-	}
+}
+
+// watch runs the load and renders the view once a second while the
+// script plays, until the load has ended and every appended row was
+// delivered, or 30 s after the load ended. It returns the load's report.
+func (d *demoRun) watch(ctx context.Context, gen *loadgen.Generator, appended *sync.Map) (loadgen.Report, error) {
 	loadDone := make(chan loadgen.Report, 1)
 	go func() {
 		rep, _ := gen.Run(ctx)
@@ -215,7 +273,7 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 	start := time.Now()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	added, wiped, stopped := false, false, false
+	var script demoScript
 	var rep loadgen.Report
 	loadRunning := true
 	var lastDelivered int64
@@ -223,7 +281,7 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 	for {
 		select {
 		case <-ctx.Done():
-			return Summary{}, ctx.Err()
+			return rep, ctx.Err()
 		case rep = <-loadDone:
 			loadRunning = false
 			drainDeadline = time.Now().Add(30 * time.Second)
@@ -232,22 +290,7 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 		case <-tick.C:
 		}
 		el := time.Since(start)
-		if !added && el >= opts.Duration/3 {
-			added = true
-			if err := d.addNode(ctx, opts.Nodes+1); err != nil {
-				d.event("adding a node failed: %v", err)
-			} else {
-				d.event("node n%d joined: shards move to it", opts.Nodes+1)
-			}
-		}
-		if !wiped && el >= opts.Duration/2 {
-			wiped = true
-			d.killAndWipe(2)
-		}
-		if !stopped && el >= 2*opts.Duration/3 {
-			stopped = true
-			d.bg.Go(func() { d.stopNode(1) })
-		}
+		script.play(ctx, d, el)
 		delivered := d.recv.Delivered()
 		d.render(el, delivered-lastDelivered, gen.Appended())
 		lastDelivered = delivered
@@ -255,24 +298,50 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 			n := 0
 			appended.Range(func(k, _ any) bool { n++; return true })
 			if d.recv.Distinct() >= n || time.Now().After(drainDeadline) {
-				break
+				return rep, nil
 			}
 		}
 	}
-	sum := d.summarize(rep, &appended)
-	d.printSummary(sum)
-	if opts.Keep {
-		fmt.Fprintln(opts.Out, "\n--keep: the cluster keeps running; Ctrl-C to stop it.")
-		for _, m := range d.live() {
-			fmt.Fprintf(opts.Out, "  %s  API %s  metrics %s/metrics\n", m.name, m.url, m.url)
+}
+
+// demoScript is the cluster changes the demo plays under load, each once:
+// a node joins at a third of the load, node n2 is killed and wiped at
+// half, node n1 stops gracefully at two thirds.
+type demoScript struct {
+	added, wiped, stopped bool
+}
+
+// play makes each change whose time has come, el after the load started.
+func (s *demoScript) play(ctx context.Context, d *demoRun, el time.Duration) {
+	dur := d.opts.Duration
+	if !s.added && el >= dur/3 {
+		s.added = true
+		if err := d.addNode(ctx, d.opts.Nodes+1); err != nil {
+			d.event("adding a node failed: %v", err)
+		} else {
+			d.event("node n%d joined: shards move to it", d.opts.Nodes+1)
 		}
-		fmt.Fprintf(opts.Out, "  target %s\n", strings.TrimSuffix(d.target, "/deliver/{namespace}/{task_queue}"))
-		<-ctx.Done()
 	}
-	if sum.Lost > 0 {
-		return sum, fmt.Errorf("demo: %d rows lost", sum.Lost)
+	if !s.wiped && el >= dur/2 {
+		s.wiped = true
+		d.killAndWipe(2)
 	}
-	return sum, nil
+	if !s.stopped && el >= 2*dur/3 {
+		s.stopped = true
+		d.bg.Go(func() { d.stopNode(1) })
+	}
+}
+
+// keepRunning lists the live nodes and the target, then waits for ctx to
+// end (--keep).
+func (d *demoRun) keepRunning(ctx context.Context) {
+	out := d.opts.Out
+	fmt.Fprintln(out, "\n--keep: the cluster keeps running; Ctrl-C to stop it.")
+	for _, m := range d.live() {
+		fmt.Fprintf(out, "  %s  API %s  metrics %s/metrics\n", m.name, m.url, m.url)
+	}
+	fmt.Fprintf(out, "  target %s\n", strings.TrimSuffix(d.target, "/deliver/{namespace}/{task_queue}"))
+	<-ctx.Done()
 }
 
 func (d *demoRun) event(format string, args ...any) {

@@ -478,122 +478,183 @@ func splitList(s string) []string {
 // Validate checks the configuration once, at start-up, and fills derived
 // defaults (VisibilityTimeout, ClusterSecret). Messages name the flag.
 func (c *Config) Validate() error {
-	var errs []error
-	bad := func(flag, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("--%s: %s", flag, fmt.Sprintf(format, args...)))
-	}
+	var errs configErrors
+	c.validateIdentity(&errs)
+	c.validateDefaultTarget(&errs)
+	c.validateGossip(&errs)
+	c.validateDelivery(&errs)
+	c.validateReplication(&errs)
+	c.validateRetention(&errs)
+	c.validateQuotaLeases(&errs)
+	c.validateSettingsCaps(&errs)
+	c.validateLogging(&errs)
+	c.validateAPIToken(&errs)
+	c.validatePprof(&errs)
+	c.validateClusterSecret(&errs)
+	c.validateHTTPExposure(&errs)
+	c.validateSecretsWhenExposed(&errs)
+	return errors.Join(errs...)
+}
+
+// configErrors collects Validate's errors in the order they are found.
+type configErrors []error
+
+// bad records that flag's value is wrong: "--flag: message".
+func (e *configErrors) bad(flag, format string, args ...any) {
+	e.add(fmt.Errorf("--%s: %s", flag, fmt.Sprintf(format, args...)))
+}
+
+// add records err as is.
+func (e *configErrors) add(err error) { *e = append(*e, err) }
+
+// validateIdentity checks what names and places the node: its name, data
+// directory, listen and advertised addresses, seeds and shard count.
+// An advertised gossip address must be an IP literal: peers dial it as is.
+func (c *Config) validateIdentity(errs *configErrors) {
 	if c.NodeName == "" {
-		bad("node-name", "is empty (and the hostname is unknown)")
+		errs.bad("node-name", "is empty (and the hostname is unknown)")
 	}
 	if c.DataDir == "" {
-		bad("data-dir", "is empty")
+		errs.bad("data-dir", "is empty")
 	}
 	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
-		bad("http-addr", "%q is not host:port: %v", c.HTTPAddr, err)
+		errs.bad("http-addr", "%q is not host:port: %v", c.HTTPAddr, err)
 	}
 	if _, _, err := net.SplitHostPort(c.GossipAddr); err != nil {
-		bad("gossip-addr", "%q is not host:port: %v", c.GossipAddr, err)
+		errs.bad("gossip-addr", "%q is not host:port: %v", c.GossipAddr, err)
 	}
 	if c.AdvertiseGossip != "" {
 		h, _, err := net.SplitHostPort(c.AdvertiseGossip)
 		if err != nil || net.ParseIP(h) == nil {
-			bad("advertise-gossip", "%q must be ip:port with an IP literal", c.AdvertiseGossip)
+			errs.bad("advertise-gossip", "%q must be ip:port with an IP literal", c.AdvertiseGossip)
 		}
 	}
 	if c.AdvertiseHTTP != "" {
 		if _, _, err := net.SplitHostPort(c.AdvertiseHTTP); err != nil {
-			bad("advertise-http", "%q is not host:port", c.AdvertiseHTTP)
+			errs.bad("advertise-http", "%q is not host:port", c.AdvertiseHTTP)
 		}
 	}
 	for _, j := range c.Join {
 		if _, _, err := net.SplitHostPort(j); err != nil {
-			bad("join", "%q is not host:port", j)
+			errs.bad("join", "%q is not host:port", j)
 		}
 	}
 	if len(c.Join) > 0 && c.JoinWait <= 0 {
-		bad("join-wait", "must be positive")
+		errs.bad("join-wait", "must be positive")
 	}
 	if c.Shards == 0 {
-		bad("shards", "must be at least 1")
+		errs.bad("shards", "must be at least 1")
 	}
+}
+
+// validateDefaultTarget checks that the default delivery target, with its
+// {namespace} and {task_queue} placeholders filled, is an http(s) URL.
+func (c *Config) validateDefaultTarget(errs *configErrors) {
 	if c.DefaultTarget != "" {
 		u, err := url.Parse(strings.NewReplacer("{namespace}", "ns", "{task_queue}", "tq").Replace(c.DefaultTarget))
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			bad("default-target", "%q is not an http(s) URL", c.DefaultTarget)
+			errs.bad("default-target", "%q is not an http(s) URL", c.DefaultTarget)
 		}
 	}
+}
+
+// validateGossip loads the gossip keys from --gossip-key-file (the file and
+// --gossip-key may not disagree) and checks the gossip profile.
+func (c *Config) validateGossip(errs *configErrors) {
 	if c.GossipKeyFile != "" {
 		// Validate may run twice (cmd/node, then New): keys equal to the
 		// file's are the file's.
 		keys, err := LoadGossipKeys(c.GossipKeyFile)
 		switch {
 		case err != nil:
-			bad("gossip-key-file", "%v", err)
+			errs.bad("gossip-key-file", "%v", err)
 		case len(c.GossipKeys) > 0 && !slices.EqualFunc(c.GossipKeys, keys, bytes.Equal):
-			bad("gossip-key-file", "and --gossip-key are both set: keep the keys in one place")
+			errs.bad("gossip-key-file", "and --gossip-key are both set: keep the keys in one place")
 		default:
 			c.GossipKeys = keys
 		}
 	}
 	if c.GossipProfile != "lan" && c.GossipProfile != "fast" && c.GossipProfile != "shared-host" {
-		bad("gossip-profile", "%q is not lan, fast or shared-host", c.GossipProfile)
+		errs.bad("gossip-profile", "%q is not lan, fast or shared-host", c.GossipProfile)
 	}
+}
+
+// validateDelivery checks the sweep and delivery settings and defaults the
+// visibility timeout to the delivery timeout + 30s. The visibility timeout
+// must exceed the delivery timeout, or live deliveries get re-armed.
+func (c *Config) validateDelivery(errs *configErrors) {
 	if c.PollInterval <= 0 {
-		bad("poll-interval", "must be positive")
+		errs.bad("poll-interval", "must be positive")
 	}
 	if c.BatchSize <= 0 {
-		bad("batch-size", "must be positive")
+		errs.bad("batch-size", "must be positive")
 	}
 	if c.DeliveryTimeout <= 0 {
-		bad("delivery-timeout", "must be positive")
+		errs.bad("delivery-timeout", "must be positive")
 	}
 	if c.VisibilityTimeout == 0 {
 		c.VisibilityTimeout = c.DeliveryTimeout + 30*time.Second
 	}
 	if c.VisibilityTimeout <= c.DeliveryTimeout {
-		bad("visibility-timeout", "%v must exceed --delivery-timeout %v, or live deliveries get re-armed", c.VisibilityTimeout, c.DeliveryTimeout)
+		errs.bad("visibility-timeout", "%v must exceed --delivery-timeout %v, or live deliveries get re-armed", c.VisibilityTimeout, c.DeliveryTimeout)
 	}
 	if c.RetryBase <= 0 || c.RetryCap < c.RetryBase {
-		bad("retry-base", "must be positive and at most --retry-cap")
+		errs.bad("retry-base", "must be positive and at most --retry-cap")
 	}
 	if c.RetryFactor < 1 {
-		bad("retry-factor", "must be at least 1")
+		errs.bad("retry-factor", "must be at least 1")
 	}
 	if c.MaxAttempts < 1 {
-		bad("max-attempts", "must be at least 1")
+		errs.bad("max-attempts", "must be at least 1")
 	}
 	if c.MaxConnsPerHost < 1 {
-		bad("max-conns-per-host", "must be at least 1")
+		errs.bad("max-conns-per-host", "must be at least 1")
 	}
+}
+
+// validateReplication checks the replication factor, write copies, repair
+// and handoff settings.
+func (c *Config) validateReplication(errs *configErrors) {
 	if c.ReplicationFactor < 1 || c.ReplicationFactor > replication.MaxFactor {
-		bad("replication-factor", "%d is not between 1 and %d", c.ReplicationFactor, replication.MaxFactor)
+		errs.bad("replication-factor", "%d is not between 1 and %d", c.ReplicationFactor, replication.MaxFactor)
 	}
 	if c.WriteCopies < 0 || c.WriteCopies > replication.MaxFactor {
-		bad("write-copies", "%d is not between 0 (automatic) and %d", c.WriteCopies, replication.MaxFactor)
+		errs.bad("write-copies", "%d is not between 0 (automatic) and %d", c.WriteCopies, replication.MaxFactor)
 	}
 	if c.RepairInterval <= 0 {
-		bad("repair-interval", "must be positive")
+		errs.bad("repair-interval", "must be positive")
 	}
 	if c.HandoffInterval <= 0 {
-		bad("handoff-interval", "must be positive")
+		errs.bad("handoff-interval", "must be positive")
 	}
 	if c.HandoffBatch < 1 {
-		bad("handoff-batch", "must be at least 1")
+		errs.bad("handoff-batch", "must be at least 1")
 	}
 	if c.HandoffBatchBytes < 1 || c.HandoffBatchBytes > MaxHandoffBatchBytes {
-		bad("handoff-batch-bytes", "must be between 1 and %d", MaxHandoffBatchBytes)
+		errs.bad("handoff-batch-bytes", "must be between 1 and %d", MaxHandoffBatchBytes)
 	}
+}
+
+// validateRetention checks how long a leaving node drains and how long
+// finished rows are kept as tombstones.
+func (c *Config) validateRetention(errs *configErrors) {
 	if c.ShutdownGrace <= 0 {
-		bad("shutdown-grace", "must be positive")
+		errs.bad("shutdown-grace", "must be positive")
 	}
 	if c.TombstoneRetention <= 0 {
-		bad("tombstone-retention", "must be positive")
+		errs.bad("tombstone-retention", "must be positive")
 	}
+}
+
+// validateQuotaLeases defaults the quota mode to exact and the capacity
+// lease timing to the lease package's defaults, then checks that the
+// refresh interval is at most the lease length.
+func (c *Config) validateQuotaLeases(errs *configErrors) {
 	if c.DefaultQuotaMode == "" {
 		c.DefaultQuotaMode = "exact"
 	}
 	if _, err := quota.ParseMode(c.DefaultQuotaMode); err != nil {
-		bad("default-quota-mode", "%q is not exact or proportional", c.DefaultQuotaMode)
+		errs.bad("default-quota-mode", "%q is not exact or proportional", c.DefaultQuotaMode)
 	}
 	if c.LeaseLength == 0 {
 		c.LeaseLength = lease.DefaultLeaseLength
@@ -602,106 +663,145 @@ func (c *Config) Validate() error {
 		c.LeaseRefresh = min(lease.DefaultRefreshInterval, c.LeaseLength)
 	}
 	if c.LeaseLength < 10*time.Millisecond || c.LeaseLength > lease.MaxLeaseMS*time.Millisecond {
-		bad("lease-length", "%v is not between 10ms and %v", c.LeaseLength, lease.MaxLeaseMS*time.Millisecond)
+		errs.bad("lease-length", "%v is not between 10ms and %v", c.LeaseLength, lease.MaxLeaseMS*time.Millisecond)
 	}
 	if c.LeaseRefresh < time.Millisecond || c.LeaseRefresh > c.LeaseLength {
-		bad("lease-refresh", "%v is not between 1ms and --lease-length %v", c.LeaseRefresh, c.LeaseLength)
+		errs.bad("lease-refresh", "%v is not between 1ms and --lease-length %v", c.LeaseRefresh, c.LeaseLength)
 	}
+}
+
+// validateSettingsCaps checks the caps on the gossiped config (namespaces,
+// targets, holds): each at most the config store's entry cap.
+func (c *Config) validateSettingsCaps(errs *configErrors) {
 	for _, lim := range []struct {
 		flag string
 		v    int
 	}{{"max-namespaces", c.MaxNamespaces}, {"max-targets", c.MaxTargets}, {"max-holds", c.MaxHolds}} {
 		if lim.v < 1 || lim.v > kv.DefaultMaxEntries {
-			bad(lim.flag, "%d is not between 1 and %d (the gossiped config's entry cap)", lim.v, kv.DefaultMaxEntries)
+			errs.bad(lim.flag, "%d is not between 1 and %d (the gossiped config's entry cap)", lim.v, kv.DefaultMaxEntries)
 		}
 	}
+}
+
+// validateLogging checks the log level and format.
+func (c *Config) validateLogging(errs *configErrors) {
 	switch strings.ToLower(c.LogLevel) {
 	case "debug", "info", "warn", "error":
 	default:
-		bad("log-level", "%q is not debug, info, warn or error", c.LogLevel)
+		errs.bad("log-level", "%q is not debug, info, warn or error", c.LogLevel)
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
-		bad("log-format", "%q is not text or json", c.LogFormat)
+		errs.bad("log-format", "%q is not text or json", c.LogFormat)
 	}
+}
+
+// validateAPIToken reads the API token from --api-token-file: the file must
+// not be empty and may not disagree with --api-token.
+func (c *Config) validateAPIToken(errs *configErrors) {
 	if c.APITokenFile != "" {
 		b, err := os.ReadFile(c.APITokenFile)
 		tok := strings.TrimSpace(string(b))
 		switch {
 		case err != nil:
-			bad("api-token-file", "%v", err)
+			errs.bad("api-token-file", "%v", err)
 		case tok == "":
-			bad("api-token-file", "%s is empty", c.APITokenFile)
+			errs.bad("api-token-file", "%s is empty", c.APITokenFile)
 		case c.APIToken != "" && c.APIToken != tok:
-			bad("api-token-file", "and --api-token are both set: keep the token in one place")
+			errs.bad("api-token-file", "and --api-token are both set: keep the token in one place")
 		default:
 			c.APIToken = tok
 		}
 	}
+}
+
+// validatePprof checks the profiling listener: it is served only behind the
+// API token, and beyond loopback only with --pprof-insecure.
+func (c *Config) validatePprof(errs *configErrors) {
 	if c.PprofAddr != "" {
 		host, _, err := net.SplitHostPort(c.PprofAddr)
 		switch {
 		case err != nil:
-			bad("pprof-addr", "%q is not host:port: %v", c.PprofAddr, err)
+			errs.bad("pprof-addr", "%q is not host:port: %v", c.PprofAddr, err)
 		case c.APIToken == "":
-			bad("pprof-addr", "needs --api-token (or --api-token-file): profiles are served only behind it")
+			errs.bad("pprof-addr", "needs --api-token (or --api-token-file): profiles are served only behind it")
 		case !loopbackHost(host) && !c.PprofInsecure:
-			bad("pprof-addr", "%q listens beyond loopback: bind 127.0.0.1, or pass --pprof-insecure to expose profiles on purpose", c.PprofAddr)
+			errs.bad("pprof-addr", "%q listens beyond loopback: bind 127.0.0.1, or pass --pprof-insecure to expose profiles on purpose", c.PprofAddr)
 		}
 	}
+}
+
+// validateClusterSecret reads the cluster secret from --cluster-secret-file
+// and checks it: required for a joining node with an API token, long
+// enough, and different from the API token, so API clients cannot make
+// node-to-node calls.
+func (c *Config) validateClusterSecret(errs *configErrors) {
 	if c.ClusterSecretFile != "" {
 		b, err := os.ReadFile(c.ClusterSecretFile)
 		sec := strings.TrimSpace(string(b))
 		switch {
 		case err != nil:
-			bad("cluster-secret-file", "%v", err)
+			errs.bad("cluster-secret-file", "%v", err)
 		case c.ClusterSecret != "" && c.ClusterSecret != sec:
-			bad("cluster-secret-file", "and --cluster-secret are both set: keep the secret in one place")
+			errs.bad("cluster-secret-file", "and --cluster-secret are both set: keep the secret in one place")
 		default:
 			c.ClusterSecret = sec
 		}
 	}
 	if c.APIToken != "" && c.ClusterSecret == "" && len(c.Join) > 0 {
-		bad("cluster-secret", "is required with --api-token and --join: without it the node-to-node routes (/internal/) of a cluster "+
+		errs.bad("cluster-secret", "is required with --api-token and --join: without it the node-to-node routes (/internal/) of a cluster "+
 			"would answer anyone who reaches --http-addr, token or not; give every node the same --cluster-secret-file "+
 			"(or FAIRSHARD_CLUSTER_SECRET; `fairshard secrets` prints one)")
 	}
 	if c.ClusterSecret != "" && len(c.ClusterSecret) < nodeauth.MinSecretBytes {
-		bad("cluster-secret", "is %d bytes, at least %d are required (e.g. openssl rand -hex 32)", len(c.ClusterSecret), nodeauth.MinSecretBytes)
+		errs.bad("cluster-secret", "is %d bytes, at least %d are required (e.g. openssl rand -hex 32)", len(c.ClusterSecret), nodeauth.MinSecretBytes)
 	}
 	if c.ClusterSecret != "" && c.ClusterSecret == c.APIToken {
-		bad("cluster-secret", "must differ from --api-token: API clients must not be able to make node-to-node calls")
+		errs.bad("cluster-secret", "must differ from --api-token: API clients must not be able to make node-to-node calls")
 	}
+}
+
+// validateHTTPExposure checks and normalises (lower case, no trailing dot
+// or slash) the allowed browser origins and Host names, the delivery
+// targets' allow list, the HTTP server timeouts, the peer check interval
+// and the metrics namespace cap.
+func (c *Config) validateHTTPExposure(errs *configErrors) {
 	for i, o := range c.AllowOrigins {
 		u, err := url.Parse(o)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
 			strings.TrimSuffix(u.Path, "/") != "" || u.RawQuery != "" || u.Fragment != "" {
-			bad("allow-origin", "%q is not an origin (scheme://host[:port], e.g. https://admin.example)", o)
+			errs.bad("allow-origin", "%q is not an origin (scheme://host[:port], e.g. https://admin.example)", o)
 			continue
 		}
 		c.AllowOrigins[i] = strings.ToLower(u.Scheme + "://" + u.Host)
 	}
 	for i, h := range c.AllowHosts {
 		if !validHost(h) {
-			bad("allow-host", "%q is not a host name or an IP (no port, no scheme)", h)
+			errs.bad("allow-host", "%q is not a host name or an IP (no port, no scheme)", h)
 			continue
 		}
 		c.AllowHosts[i] = strings.ToLower(strings.TrimSuffix(strings.Trim(h, "[]"), "."))
 	}
 	if _, err := egress.Parse(c.TargetAllow); err != nil {
-		bad("target-allow", "%v", err)
+		errs.bad("target-allow", "%v", err)
 	}
 	if c.HTTPReadTimeout <= 0 {
-		bad("http-read-timeout", "must be positive")
+		errs.bad("http-read-timeout", "must be positive")
 	}
 	if c.HTTPIdleTimeout <= 0 {
-		bad("http-idle-timeout", "must be positive")
+		errs.bad("http-idle-timeout", "must be positive")
 	}
 	if c.PeerCheckInterval <= 0 {
-		bad("peer-check-interval", "must be positive")
+		errs.bad("peer-check-interval", "must be positive")
 	}
 	if c.MetricsNamespaces < 0 || c.MetricsNamespaces > 10_000 {
-		bad("metrics-namespaces", "%d is not between 0 and 10000", c.MetricsNamespaces)
+		errs.bad("metrics-namespaces", "%d is not between 0 and 10000", c.MetricsNamespaces)
 	}
+}
+
+// validateSecretsWhenExposed refuses, with ErrInsecure, a node that listens
+// beyond loopback without a cluster secret and gossip keys, unless
+// --insecure says so on purpose.
+func (c *Config) validateSecretsWhenExposed(errs *configErrors) {
 	if exposed := c.ExposedAddrs(); len(exposed) > 0 && !c.Insecure {
 		var missing []string
 		if c.ClusterSecret == "" {
@@ -711,9 +811,8 @@ func (c *Config) Validate() error {
 			missing = append(missing, "--gossip-key (or --gossip-key-file)")
 		}
 		if len(missing) > 0 {
-			errs = append(errs, fmt.Errorf("%w: %s listens beyond loopback, so it needs %s; generate them with `fairshard secrets`, "+
+			errs.add(fmt.Errorf("%w: %s listens beyond loopback, so it needs %s; generate them with `fairshard secrets`, "+
 				"or pass --insecure to run unauthenticated on purpose (docs/operations.md \"Security\")", ErrInsecure, strings.Join(exposed, " and "), strings.Join(missing, " and ")))
 		}
 	}
-	return errors.Join(errs...)
 }

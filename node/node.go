@@ -234,11 +234,11 @@ func NewWithStore(cfg Config, store Store, log *slog.Logger) (*Node, error) {
 	return build(cfg, store, prometheus.NewRegistry(), log, "")
 }
 
-// build wires a node around an open store, in dependency order: metrics,
-// HTTP listener, cluster membership, runtime settings, replicator,
-// dispatcher, peer client, router, API; then declares its services. slotDir is the
-// claimed {slot} dir ("" without slots). On error it releases what it
-// took, the store included.
+// build wires a node around an open store, one build step at a time in
+// dependency order: metrics, security, HTTP listener, cluster membership,
+// claim path, replicator, dispatcher, API; then declares its services.
+// slotDir is the claimed {slot} dir ("" without slots). On error it
+// releases what it took, the store included.
 func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, slotDir string) (_ *Node, err error) {
 	n := &Node{cfg: cfg, log: log, reg: reg, store: store, svc: lifecycle.NewManager(log),
 		failed: make(chan error, 1), slotDir: slotDir}
@@ -251,64 +251,146 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 			_ = store.Close()
 		}
 	}()
+	if err := n.buildMetrics(); err != nil {
+		return nil, err
+	}
+	egressPolicy, err := n.buildSecurity()
+	if err != nil {
+		return nil, err
+	}
+	if err := n.listen(); err != nil {
+		return nil, err
+	}
+	ln := n.ln
+	undo = append(undo, func() { _ = ln.Close() })
+	if err := n.joinMembership(); err != nil {
+		return nil, err
+	}
+	cl := n.cl
+	undo = append(undo, func() { _ = cl.Shutdown() })
+	cp, err := n.buildClaimPath()
+	if err != nil {
+		return nil, err
+	}
+	if err := n.buildReplication(); err != nil {
+		return nil, err
+	}
+	rows, err := n.buildDispatcher(cp, egressPolicy)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.buildAPI(cp, rows); err != nil {
+		return nil, err
+	}
+	for _, s := range n.services() {
+		if err := n.svc.Add(s); err != nil {
+			return nil, err
+		}
+	}
+	log.Info("node created", "api_addr", n.apiAddr, "gossip_addr", cl.GossipAddr(), "shards", cfg.Shards)
+	return n, nil
+}
+
+// buildMetrics registers the process-wide series (Go runtime, process,
+// node stats, build info) and sets the bound on namespace labels.
+func (n *Node) buildMetrics() error {
+	reg := n.reg
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var err error
 	if n.stats, err = newStatsMetrics(reg); err != nil {
-		return nil, err
+		return err
 	}
-	if err := registerBuildInfo(reg, cfg.Version); err != nil {
-		return nil, err
+	if err := registerBuildInfo(reg, n.cfg.Version); err != nil {
+		return err
 	}
-	n.nsLabels = nslabel.New(cfg.MetricsNamespaces)
+	n.nsLabels = nslabel.New(n.cfg.MetricsNamespaces)
+	return nil
+}
+
+// buildSecurity sets up node-to-node authentication (when the node has a
+// cluster secret), the security view and peer reachability, and returns
+// the delivery targets' egress policy.
+func (n *Node) buildSecurity() (*egress.Policy, error) {
+	var err error
 	if secret := n.nodeSecret(); secret != "" { // security.go
 		n.auth, err = nodeauth.New(nodeauth.Config{Secrets: [][]byte{[]byte(secret)}, MaxBodyBytes: MaxHandoffBodyBytes})
 		if err != nil {
 			return nil, fmt.Errorf("--cluster-secret: %w", err)
 		}
 	}
-	egressPolicy, err := egress.Parse(cfg.TargetAllow)
+	egressPolicy, err := egress.Parse(n.cfg.TargetAllow)
 	if err != nil {
 		return nil, fmt.Errorf("--target-allow: %w", err)
 	}
-	if err := n.initSecurity(reg); err != nil { // security.go
+	if err := n.initSecurity(n.reg); err != nil { // security.go
 		return nil, err
 	}
-	if n.reach, err = newReachability(reg); err != nil { // reach.go
+	if n.reach, err = newReachability(n.reg); err != nil { // reach.go
 		return nil, err
 	}
+	return egressPolicy, nil
+}
 
-	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+// listen binds the HTTP listener on --http-addr; the bound address is the
+// one advertised to peers.
+func (n *Node) listen() error {
+	ln, err := net.Listen("tcp", n.cfg.HTTPAddr)
 	if err != nil {
-		return nil, fmt.Errorf("listen on --http-addr %s: %w", cfg.HTTPAddr, err)
+		return fmt.Errorf("listen on --http-addr %s: %w", n.cfg.HTTPAddr, err)
 	}
 	n.ln = ln
-	undo = append(undo, func() { _ = ln.Close() })
+	return nil
+}
 
-	ccfg, err := n.clusterConfig(ln.Addr().(*net.TCPAddr))
+// joinMembership creates the node's cluster membership. Until peers are
+// joined the node is alone and owns every shard, and that first snapshot
+// is also the store's default claim scope.
+func (n *Node) joinMembership() error {
+	ccfg, err := n.clusterConfig(n.ln.Addr().(*net.TCPAddr))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	cl, err := cluster.New(ccfg)
 	if err != nil {
-		return nil, fmt.Errorf("create cluster membership: %w", err)
+		return fmt.Errorf("create cluster membership: %w", err)
 	}
-	undo = append(undo, func() { _ = cl.Shutdown() })
 	n.cl = cl
 	n.name = cl.Name()
 	n.apiAddr = ccfg.APIAddr
 	n.applied.Store(cl.Snapshot()) // alone, owning every shard: the store's default scope too
+	return nil
+}
 
-	nodeRetry := dispatch.RetryPolicy{Base: cfg.RetryBase, Factor: cfg.RetryFactor, Cap: cfg.RetryCap, MaxAttempts: uint32(cfg.MaxAttempts)}
+// claimPath is what decides which rows a sweep may claim and where they
+// go: the node's retry policy, the routes' targets and target-host limits,
+// the per-namespace ceilings and the planner that applies them.
+type claimPath struct {
+	nodeRetry dispatch.RetryPolicy
+	targets   dispatch.TargetsFunc
+	hosts     *dispatch.HostLimits
+	ceilings  *quota.ByMode
+	planner   *backpressure.Planner
+}
+
+// buildClaimPath opens the runtime settings on the gossiped config and
+// builds the claim path: target-host limits, the capacity lease service
+// and the ceilings the planner enforces.
+func (n *Node) buildClaimPath() (claimPath, error) {
+	cfg, reg, log, store := n.cfg, n.reg, n.log, n.store
+	var cp claimPath
+	cp.nodeRetry = dispatch.RetryPolicy{Base: cfg.RetryBase, Factor: cfg.RetryFactor, Cap: cfg.RetryCap, MaxAttempts: uint32(cfg.MaxAttempts)}
 	defaultMode, _ := quota.ParseMode(cfg.DefaultQuotaMode) // validated
 	n.settings = settings.New(settings.Config{
-		KV: cl.KV(), DefaultTarget: cfg.DefaultTarget, NodeRetry: nodeRetry,
+		KV: n.cl.KV(), DefaultTarget: cfg.DefaultTarget, NodeRetry: cp.nodeRetry,
 		DefaultMaxInFlight: cfg.DefaultMaxInFlight, DefaultMode: defaultMode, QuotaTTL: cfg.QuotaTTL,
 	})
-	targets := dispatch.TargetsFunc(n.settings.DispatchTarget)
+	cp.targets = dispatch.TargetsFunc(n.settings.DispatchTarget)
 	// The target hosts' limits are one ceiling of the planner (beside each
 	// namespace's) and the dispatcher's record of what is on the wire.
-	hosts, err := dispatch.NewHostLimits(dispatch.HostLimitsConfig{Targets: targets, MaxConnsPerHost: cfg.MaxConnsPerHost, Registerer: reg})
+	var err error
+	cp.hosts, err = dispatch.NewHostLimits(dispatch.HostLimitsConfig{Targets: cp.targets, MaxConnsPerHost: cfg.MaxConnsPerHost, Registerer: reg})
 	if err != nil {
-		return nil, fmt.Errorf("create target host limits: %w", err)
+		return cp, fmt.Errorf("create target host limits: %w", err)
 	}
 	n.peers = peer.NewClient(n.auth)
 	policies := n.settings.Policies()
@@ -320,20 +402,28 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 		Label: n.nsLabels.Label, Registerer: reg, Logger: log,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("create lease service: %w", err)
+		return cp, fmt.Errorf("create lease service: %w", err)
 	}
 	// Ceilings have one home (package quota), per namespace by mode: the
 	// proportional one reads the same applied view as the claim scope, so
 	// the owned fraction and the shards claimed never disagree
 	// (docs/adr/0039-one-applied-ownership-view.md); the exact one this
 	// node's unexpired lease.
-	ceilings := quota.NewByMode(policies,
+	cp.ceilings = quota.NewByMode(policies,
 		quota.NewProportional(policies, func() shards.OwnedShardFraction { return n.ownership().Fraction }),
 		quota.NewLeased(policies, n.leases.Grants(), nil))
-	planner := backpressure.NewPlanner(backpressure.PlannerConfig{Ceilings: ceilings, Claimed: n.claims(store), Hosts: hosts, Logger: log})
+	cp.planner = backpressure.NewPlanner(backpressure.PlannerConfig{Ceilings: cp.ceilings, Claimed: n.claims(store), Hosts: cp.hosts, Logger: log})
+	return cp, nil
+}
+
+// buildReplication creates the replicator that keeps every shard on its
+// replica set and sets the claim scope from the applied ownership.
+func (n *Node) buildReplication() error {
+	cfg := n.cfg
 	n.replPeers = replication.NewHTTPPeers(n.auth.Transport)
+	var err error
 	n.repl, err = replication.New(replication.Config{
-		Self: n.name, ShardCount: cfg.Shards, Local: store, Peers: n.replPeers,
+		Self: n.name, ShardCount: cfg.Shards, Local: n.store, Peers: n.replPeers,
 		WriteCopies: cfg.WriteCopies, Seeded: len(cfg.Join) > 0,
 		Scope:            n.setClaimScope,
 		Wake:             func() { n.disp.Wake() },
@@ -343,44 +433,57 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 		// A delivery the old primary started ends within the delivery
 		// timeout; its settle is shipped within milliseconds.
 		HandoverTimeout: cfg.DeliveryTimeout + 5*time.Second,
-		Logger:          log, Registerer: reg,
+		Logger:          n.log, Registerer: n.reg,
 	})
-	if err != nil {
-		return nil, err
-	}
+	return err
+}
+
+// buildDispatcher creates the pause fence and the dispatcher on the claim
+// path. It returns the replicated row store: every row change outside
+// replication goes through it, which ships it to the backups (DESIGN.md
+// "One write path").
+func (n *Node) buildDispatcher(cp claimPath, egressPolicy *egress.Policy) (*replication.Store, error) {
+	cfg := n.cfg
 	n.pause = pause.New(pauseThreshold(cfg.GossipProfile), n.onPause)
-	// Every row change outside replication goes through rows, which ships
-	// it to the backups (DESIGN.md "One write path").
-	rows := replication.NewStore(store, n.repl)
+	rows := replication.NewStore(n.store, n.repl)
+	var err error
 	n.disp, err = dispatch.New(dispatch.Config{
 		Store:             rows,
-		Planner:           planner,
+		Planner:           cp.planner,
 		Claiming:          n.leases.Claiming,
 		AfterSweep:        n.leases.AfterSweep,
 		Writable:          n.storeWritable,
 		Fence:             n.pause,
-		Targets:           targets,
-		Hosts:             hosts,
+		Targets:           cp.targets,
+		Hosts:             cp.hosts,
 		Held:              n.settings.HeldWorkflows,
 		RetryPolicyFor:    n.settings.RetryPolicyFor,
 		Paused:            n.settings.Paused,
-		Logger:            log,
-		Registerer:        reg,
+		Logger:            n.log,
+		Registerer:        n.reg,
 		PollInterval:      cfg.PollInterval,
 		BatchSize:         cfg.BatchSize,
 		DeliveryTimeout:   cfg.DeliveryTimeout,
 		VisibilityTimeout: cfg.VisibilityTimeout,
 		MaxConnsPerHost:   cfg.MaxConnsPerHost,
-		Retry:             nodeRetry,
+		Retry:             cp.nodeRetry,
 		Egress:            egressPolicy,
 		NamespaceLabel:    n.nsLabels.Label,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create dispatcher: %w", err)
 	}
+	return rows, nil
+}
+
+// buildAPI creates the append router, the HTTP API over rows and the
+// HTTP server, behind node-to-node authentication.
+func (n *Node) buildAPI(cp claimPath, rows *replication.Store) error {
+	cfg, reg, log := n.cfg, n.reg, n.log
+	var err error
 	n.router, err = router.New(router.Config{Placer: n.repl, Logger: log, Registerer: reg})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	n.api, err = httpapi.New(httpapi.Config{
 		Self: n.name, ShardCount: cfg.Shards, APIToken: cfg.APIToken, Browser: n.browserPolicy(), Security: n.securityView, Reachable: n.reach.Reachable,
@@ -388,21 +491,15 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 		MaxNamespaces:      cfg.MaxNamespaces, MaxTargets: cfg.MaxTargets, MaxHolds: cfg.MaxHolds,
 		Store: rows, Router: n.router, Settings: n.settings, Ownership: n.ownership, Peers: n.peers,
 		Replication: n.repl, SetReplicationFactor: n.setReplicationFactor,
-		Hosts:      hosts,
-		Dispatcher: n.disp, Ceilings: ceilings, Leases: n.leases, Ready: n.Ready, StoreWritable: n.storeWritable,
+		Hosts:      cp.hosts,
+		Dispatcher: n.disp, Ceilings: cp.ceilings, Leases: n.leases, Ready: n.Ready, StoreWritable: n.storeWritable,
 		Gatherer: reg, Registerer: reg, Logger: log,
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	n.srv = newHTTPServer(n.auth.Middleware(n.api.Handler()), cfg) // security.go
-	for _, s := range n.services() {
-		if err := n.svc.Add(s); err != nil {
-			return nil, err
-		}
-	}
-	log.Info("node created", "api_addr", n.apiAddr, "gossip_addr", cl.GossipAddr(), "shards", cfg.Shards)
-	return n, nil
+	return nil
 }
 
 // Name returns the node's name in the cluster.
