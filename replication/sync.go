@@ -202,13 +202,30 @@ func (r *Replicator) bulkSource(v *View, shard uint32, states map[string]StatesR
 	return "", ShardState{}, false
 }
 
-// gatherStates asks peers for their states of shards, concurrently. A
-// peer that did not answer is absent from the result.
+// gatherStates asks peers for their states of shards, concurrently, and
+// records each answer (recordStates). A peer that did not answer is
+// absent from the result.
 func (r *Replicator) gatherStates(ctx context.Context, v *View, peers []string, shards []uint32) map[string]StatesReply {
+	ask := make(map[string][]uint32, len(peers))
+	for _, p := range peers {
+		ask[p] = shards
+	}
+	out := r.askStates(ctx, v, ask)
+	for p, rep := range out {
+		r.recordStates(p, rep)
+	}
+	return out
+}
+
+// askStates asks each member of ask for its states of the shards listed
+// for it: one States call per member, all at once, each bounded by
+// CallTimeout. A member without an address in v, or that did not
+// answer, is absent from the result.
+func (r *Replicator) askStates(ctx context.Context, v *View, ask map[string][]uint32) map[string]StatesReply {
 	out := map[string]StatesReply{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for _, p := range peers {
+	for p, shards := range ask {
 		addr := v.Addrs[p]
 		if addr == "" {
 			continue
@@ -224,7 +241,6 @@ func (r *Replicator) gatherStates(ctx context.Context, v *View, peers []string, 
 			mu.Lock()
 			out[p] = rep
 			mu.Unlock()
-			r.recordStates(p, rep)
 		})
 	}
 	wg.Wait()
