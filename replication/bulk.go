@@ -31,57 +31,10 @@ const (
 // each synced as its last rows commit. It returns the number of shards it
 // did not finish and the first error.
 func (r *Replicator) bulkCopy(ctx context.Context, v *View, peer string, shards []uint32) (int, error) {
-	addr := v.Addrs[peer]
-	type fetched struct {
-		pages []outbox.ShardPage
-		reads []outbox.ShardRead
-		err   error
-	}
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ch := make(chan fetched, 1)
-	go func() {
-		defer close(ch)
-		queue := slices.Clone(shards)
-		cursors := map[uint32][]byte{}
-		for len(queue) > 0 {
-			// Shards this node stopped replicating while the stream ran (a
-			// view change; all of them once it is leaving) are not read.
-			queue = slices.DeleteFunc(queue, func(s uint32) bool { return !r.replicatesNow(s) })
-			if len(queue) == 0 {
-				return
-			}
-			reads := make([]outbox.ShardRead, 0, min(len(queue), bulkReadShards))
-			for _, s := range queue[:min(len(queue), bulkReadShards)] {
-				reads = append(reads, outbox.ShardRead{Shard: s, After: cursors[s]})
-			}
-			cctx, ccancel := context.WithTimeout(fctx, r.cfg.CallTimeout)
-			pages, err := r.cfg.Peers.ReadShards(cctx, addr, reads, 4*r.cfg.Limits.MaxRows, r.cfg.Limits.MaxBytes)
-			ccancel()
-			f := fetched{pages: pages, reads: reads[:min(len(pages), len(reads))], err: err}
-			if err == nil {
-				done := map[uint32]bool{}
-				for i, p := range pages {
-					cursors[reads[i].Shard] = p.Next
-					if p.Done || len(p.Rows) == 0 {
-						done[reads[i].Shard] = true
-					}
-				}
-				if len(pages) == 0 {
-					f.err = fmt.Errorf("read of %d shards answered no page", len(reads))
-				}
-				queue = slices.DeleteFunc(queue, func(s uint32) bool { return done[s] })
-			}
-			select {
-			case ch <- f:
-			case <-fctx.Done():
-				return
-			}
-			if f.err != nil {
-				return
-			}
-		}
-	}()
+	ch := make(chan fetchedPages, 1)
+	go r.readShardPages(fctx, v.Addrs[peer], shards, ch)
 	var acc []outbox.Row
 	accBytes := 0
 	var complete []uint32 // shards whose last page is in acc
@@ -134,4 +87,60 @@ func (r *Replicator) bulkCopy(ctx context.Context, v *View, peer string, shards 
 		return len(shards) - synced, fmt.Errorf("copy from %s: %d of %d shards synced (the view changed)", peer, synced, len(shards))
 	}
 	return 0, nil
+}
+
+// fetchedPages is one ReadShards answer of a bulk copy: the pages, the
+// reads they answer (in order), or the call's error.
+type fetchedPages struct {
+	pages []outbox.ShardPage
+	reads []outbox.ShardRead
+	err   error
+}
+
+// readShardPages streams the pages of shards from the member at addr into
+// ch, each call reading up to bulkReadShards shards from their cursors,
+// and closes ch when every shard is read, after the first failed call
+// (sent), or when ctx ends. A shard leaves the stream once a page of it
+// is its last (done, or empty), and as soon as this node stops
+// replicating it (a view change; all of them once it is leaving). A call
+// answering no page is an error.
+func (r *Replicator) readShardPages(ctx context.Context, addr string, shards []uint32, ch chan<- fetchedPages) {
+	defer close(ch)
+	queue := slices.Clone(shards)
+	cursors := map[uint32][]byte{}
+	for len(queue) > 0 {
+		queue = slices.DeleteFunc(queue, func(s uint32) bool { return !r.replicatesNow(s) })
+		if len(queue) == 0 {
+			return
+		}
+		reads := make([]outbox.ShardRead, 0, min(len(queue), bulkReadShards))
+		for _, s := range queue[:min(len(queue), bulkReadShards)] {
+			reads = append(reads, outbox.ShardRead{Shard: s, After: cursors[s]})
+		}
+		cctx, ccancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+		pages, err := r.cfg.Peers.ReadShards(cctx, addr, reads, 4*r.cfg.Limits.MaxRows, r.cfg.Limits.MaxBytes)
+		ccancel()
+		f := fetchedPages{pages: pages, reads: reads[:min(len(pages), len(reads))], err: err}
+		if err == nil {
+			done := map[uint32]bool{}
+			for i, p := range pages {
+				cursors[reads[i].Shard] = p.Next
+				if p.Done || len(p.Rows) == 0 {
+					done[reads[i].Shard] = true
+				}
+			}
+			if len(pages) == 0 {
+				f.err = fmt.Errorf("read of %d shards answered no page", len(reads))
+			}
+			queue = slices.DeleteFunc(queue, func(s uint32) bool { return done[s] })
+		}
+		select {
+		case ch <- f:
+		case <-ctx.Done():
+			return
+		}
+		if f.err != nil {
+			return
+		}
+	}
 }

@@ -177,28 +177,7 @@ func (r *Replicator) setStates(ctx context.Context, v *View, shards []uint32) ma
 			byMember[m] = append(byMember[m], s)
 		}
 	}
-	answers := map[string]StatesReply{}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for m, list := range byMember {
-		addr := v.Addrs[m]
-		if addr == "" {
-			continue
-		}
-		wg.Go(func() {
-			cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
-			defer cancel()
-			rep, err := r.cfg.Peers.States(cctx, addr, list)
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			answers[m] = rep
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	return answers
+	return r.askStates(ctx, v, byMember)
 }
 
 // Drain hands every row this node holds to the replica sets of their

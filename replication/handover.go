@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/fairshard/fairshard/outbox"
 )
 
 // Handover: claims are not replicated, so a member that becomes a
@@ -130,6 +132,25 @@ func (r *Replicator) handoverRound(ctx context.Context) bool {
 		r.mu.Unlock()
 		return true // a new view: its own round follows
 	}
+	pulls := r.judgeHandoversLocked(v, waiting, peers, states, mine)
+	r.updateScopeLocked()
+	r.mu.Unlock()
+	r.pullFromLeftovers(ctx, v, pulls)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.m.handoverShards.Set(float64(len(r.handover)))
+	return len(r.handover) > 0
+}
+
+// judgeHandoversLocked decides each waiting shard's handover from the
+// peers' answers: a shard nobody holds up (handoverBlocker) is released
+// at once when no leftover copy holds anything newer, waits for our sync
+// when one does and we are not synced yet (a pull before it would fetch
+// row by row what the bulk copy brings), and is otherwise returned to be
+// pulled from its leftover holders (unless its last pull failed and is
+// backing off). A shard held up for HandoverTimeout is released anyway,
+// with a warning. r.mu held.
+func (r *Replicator) judgeHandoversLocked(v *View, waiting []uint32, peers []string, states map[string]StatesReply, mine map[uint32]outbox.ShardDigest) []handoverPull {
 	var pulls []handoverPull
 	now := time.Now()
 	for _, s := range waiting {
@@ -137,47 +158,13 @@ func (r *Replicator) handoverRound(ctx context.Context) bool {
 		if !ok {
 			continue
 		}
-		busy := ""
-		var leftovers []string
-		for _, p := range peers {
-			rep, ok := states[p]
-			if !ok {
-				busy = p + " did not answer"
-				break
-			}
-			st, _ := stateOf(rep, s)
-			if st.Claimed > 0 || st.Unshipped {
-				busy = p + " still delivers or ships"
-				break
-			}
-			// Until p's view names us, p may still claim from the shard
-			// after this answer ("" is a member without a view, or of a
-			// build that does not say: it does not hold the round up).
-			if st.Primary != "" && st.Primary != v.Self {
-				busy = p + " sees " + st.Primary + " as the primary"
-				break
-			}
-			same := st.Rows == mine[s].Rows && st.Sum == mine[s].Sum
-			// Replicas only: a leftover copy (a node that left the set or
-			// drains) lacks what was appended since, so its digest is no
-			// test; what it holds newer is pulled below (a copy equal to
-			// ours holds nothing newer). Synced ones only: a replica still
-			// syncing gets everything from its sync.
-			if st.Replica && st.Synced && st.Rows > 0 && !same {
-				busy = p + " holds a copy that differs from ours"
-				break
-			}
-			if !st.Replica && st.Rows > 0 && !same {
-				leftovers = append(leftovers, p)
-			}
-		}
+		busy, leftovers := handoverBlocker(v, s, peers, states, mine[s])
 		switch {
 		case busy == "" && len(leftovers) == 0:
 			r.releaseHandoverLocked(s, since)
 		case busy == "" && !r.synced[s]:
-			// The pull waits for our sync: before it, it would fetch
-			// row by row what the bulk copy brings anyway (and the claim
-			// scope waits for the sync too).
+			// The pull waits for our sync (and the claim scope waits for
+			// the sync too).
 		case busy == "":
 			if b, ok := r.pullRetry[s]; ok && b.since.Equal(since) && now.Before(b.next) {
 				continue // the last pull failed: backing off
@@ -189,50 +176,97 @@ func (r *Replicator) handoverRound(ctx context.Context) bool {
 			r.releaseHandoverLocked(s, since)
 		}
 	}
-	r.updateScopeLocked()
-	r.mu.Unlock()
-	// The leftover holders neither claim nor settle these shards any more
-	// (checked above): what they hold now is final. Pull what is newer,
-	// SyncConcurrency shards at a time, releasing each once pulled.
+	return pulls
+}
+
+// handoverBlocker checks every peer's answer about shard s: busy names
+// the first peer that holds the handover up, and why ("" when none
+// does), leftovers the peers outside the set whose copy differs from
+// ours (mine). A peer holds it up when it did not answer, still has a
+// claimed row of s or a change of it to ship, names another member the
+// primary, or is a synced replica whose non-empty copy differs from ours.
+func handoverBlocker(v *View, s uint32, peers []string, states map[string]StatesReply, mine outbox.ShardDigest) (busy string, leftovers []string) {
+	for _, p := range peers {
+		rep, ok := states[p]
+		if !ok {
+			return p + " did not answer", leftovers
+		}
+		st, _ := stateOf(rep, s)
+		if st.Claimed > 0 || st.Unshipped {
+			return p + " still delivers or ships", leftovers
+		}
+		// Until p's view names us, p may still claim from the shard
+		// after this answer ("" is a member without a view, or of a
+		// build that does not say: it does not hold the round up).
+		if st.Primary != "" && st.Primary != v.Self {
+			return p + " sees " + st.Primary + " as the primary", leftovers
+		}
+		same := st.Rows == mine.Rows && st.Sum == mine.Sum
+		// Replicas only: a leftover copy (a node that left the set or
+		// drains) lacks what was appended since, so its digest is no
+		// test; what it holds newer is pulled (a copy equal to ours
+		// holds nothing newer). Synced ones only: a replica still
+		// syncing gets everything from its sync.
+		if st.Replica && st.Synced && st.Rows > 0 && !same {
+			return p + " holds a copy that differs from ours", leftovers
+		}
+		if !st.Replica && st.Rows > 0 && !same {
+			leftovers = append(leftovers, p)
+		}
+	}
+	return "", leftovers
+}
+
+// pullFromLeftovers runs the pulls of shards whose handover checks
+// passed, SyncConcurrency shards at a time, and ends each one's wait by
+// its outcome (endLeftoverPull). The leftover holders neither claim nor
+// settle these shards any more (checked before): what they hold is final.
+func (r *Replicator) pullFromLeftovers(ctx context.Context, v *View, pulls []handoverPull) {
 	var g errgroup.Group
 	g.SetLimit(r.cfg.SyncConcurrency)
 	for _, job := range pulls {
 		g.Go(func() error {
 			err := r.pullLeftovers(ctx, v, job)
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			if cur, ok := r.handover[job.shard]; !ok || !cur.Equal(job.since) || r.view.Load() != v {
-				return nil // released, or a new view: its own round follows
-			}
-			switch {
-			case err == nil:
-				r.releaseHandoverLocked(job.shard, job.since)
-			case time.Since(job.since) >= r.cfg.HandoverTimeout:
-				r.log.Warn("handover wait timed out: claiming the shard (rows a leftover copy settled may be delivered twice)",
-					"shard", job.shard, "waited", time.Since(job.since).Round(time.Millisecond), "because", err)
-				r.releaseHandoverLocked(job.shard, job.since)
-			default:
-				b := r.pullRetry[job.shard]
-				if !b.since.Equal(job.since) {
-					b = pullBackoff{since: job.since}
-				}
-				b.wait = min(max(2*b.wait, 250*time.Millisecond), 5*time.Second)
-				b.next = time.Now().Add(b.wait)
-				r.pullRetry[job.shard] = b
-				if ctx.Err() == nil {
-					r.log.Info("handover: pull from a leftover copy failed; retrying", "shard", job.shard, "in", b.wait, "err", err)
-				}
-				return nil
-			}
-			r.updateScopeLocked()
+			r.endLeftoverPull(ctx, v, job, err)
 			return nil
 		})
 	}
 	_ = g.Wait()
+}
+
+// endLeftoverPull settles a pull's handover by its error err: a pull
+// that succeeded releases the shard, one that failed past HandoverTimeout
+// releases it with a warning, and any other failure backs the next pull
+// of the shard off (doubling, from 250 ms to 5 s). A handover released
+// meanwhile, restarted, or under a view other than v is left to the next
+// round.
+func (r *Replicator) endLeftoverPull(ctx context.Context, v *View, job handoverPull, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.m.handoverShards.Set(float64(len(r.handover)))
-	return len(r.handover) > 0
+	if cur, ok := r.handover[job.shard]; !ok || !cur.Equal(job.since) || r.view.Load() != v {
+		return // released, or a new view: its own round follows
+	}
+	switch {
+	case err == nil:
+		r.releaseHandoverLocked(job.shard, job.since)
+	case time.Since(job.since) >= r.cfg.HandoverTimeout:
+		r.log.Warn("handover wait timed out: claiming the shard (rows a leftover copy settled may be delivered twice)",
+			"shard", job.shard, "waited", time.Since(job.since).Round(time.Millisecond), "because", err)
+		r.releaseHandoverLocked(job.shard, job.since)
+	default:
+		b := r.pullRetry[job.shard]
+		if !b.since.Equal(job.since) {
+			b = pullBackoff{since: job.since}
+		}
+		b.wait = min(max(2*b.wait, 250*time.Millisecond), 5*time.Second)
+		b.next = time.Now().Add(b.wait)
+		r.pullRetry[job.shard] = b
+		if ctx.Err() == nil {
+			r.log.Info("handover: pull from a leftover copy failed; retrying", "shard", job.shard, "in", b.wait, "err", err)
+		}
+		return
+	}
+	r.updateScopeLocked()
 }
 
 // handoverPull is a shard whose handover checks passed, to be released

@@ -101,19 +101,37 @@ func register(mux handleFuncer, r Server, gate Gate, check RowCheck) {
 	if check == nil {
 		check = func(http.ResponseWriter, []outbox.Row, bool) bool { return true }
 	}
-	storing := func(h http.HandlerFunc) http.HandlerFunc {
-		return func(w http.ResponseWriter, req *http.Request) {
-			if gate != nil {
-				if !gate.Enter() {
-					writeErr(w, http.StatusServiceUnavailable, codeUnavailable, "node is leaving the cluster: it takes no more rows")
-					return
-				}
-				defer gate.Exit()
+	mux.HandleFunc("POST "+PathPrefix+"forward", storing(gate, serveForward(r, check)))
+	mux.HandleFunc("POST "+PathPrefix+"append", storing(gate, serveAppend(r, check)))
+	mux.HandleFunc("POST "+PathPrefix+"merge", storing(gate, serveMerge(r, check)))
+	mux.HandleFunc("POST "+PathPrefix+"states", serveStates(r))
+	mux.HandleFunc("POST "+PathPrefix+"read", serveRead(r))
+	mux.HandleFunc("POST "+PathPrefix+"keys", serveKeys(r))
+	mux.HandleFunc("POST "+PathPrefix+"rows", serveRows(r))
+	mux.HandleFunc("POST "+PathPrefix+"missing", serveMissing(r))
+}
+
+// storing wraps a route that stores rows: while gate (nil: none) is
+// closed the call is answered 503 "unavailable" and h does not run.
+func storing(gate Gate, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
+		if gate != nil {
+			if !gate.Enter() {
+				writeErr(w, http.StatusServiceUnavailable, codeUnavailable, "node is leaving the cluster: it takes no more rows")
+				return
 			}
-			h(w, req)
+			defer gate.Exit()
 		}
+		h(w, req)
 	}
-	mux.HandleFunc("POST "+PathPrefix+"forward", storing(func(w http.ResponseWriter, req *http.Request) {
+}
+
+// serveForward serves a forwarded append (Peers.Forward): the rows'
+// relative times are stamped by this node's clock before check, and a
+// refused write answers 503 "insufficient_copies" (retry after a second),
+// 409 "not_replica" (try the next replica) or 503 "unavailable".
+func serveForward(r Server, check RowCheck) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
 		rows, ok := readBatch(w, req, forwardBody)
 		if !ok {
 			return
@@ -140,8 +158,13 @@ func register(mux handleFuncer, r Server, gate Gate, check RowCheck) {
 		default:
 			writeJSONBody(w, map[string]any{"outcomes": out})
 		}
-	}))
-	mux.HandleFunc("POST "+PathPrefix+"append", storing(func(w http.ResponseWriter, req *http.Request) {
+	}
+}
+
+// serveAppend serves a coordinator's append to a backup (Peers.Append):
+// the checked rows are inserted or ignored by dispatch_key.
+func serveAppend(r Server, check RowCheck) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
 		rows, ok := readBatch(w, req, MaxBodyBytes)
 		if !ok || !check(w, rows, false) {
 			return
@@ -152,8 +175,13 @@ func register(mux handleFuncer, r Server, gate Gate, check RowCheck) {
 			return
 		}
 		writeJSONBody(w, map[string]any{"outcomes": out})
-	}))
-	mux.HandleFunc("POST "+PathPrefix+"merge", storing(func(w http.ResponseWriter, req *http.Request) {
+	}
+}
+
+// serveMerge serves copies sent to be merged by version (Peers.Merge:
+// shipping, repair, sync pushes, duplicates of a write).
+func serveMerge(r Server, check RowCheck) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
 		rows, ok := readBatch(w, req, MaxBodyBytes)
 		if !ok || !check(w, rows, false) {
 			return
@@ -164,8 +192,13 @@ func register(mux handleFuncer, r Server, gate Gate, check RowCheck) {
 			return
 		}
 		writeJSONBody(w, res)
-	}))
-	mux.HandleFunc("POST "+PathPrefix+"states", func(w http.ResponseWriter, req *http.Request) {
+	}
+}
+
+// serveStates serves Peers.States: this node's digest and sync state of
+// the shards asked about.
+func serveStates(r Server) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
 		var in statesReq
 		if !readJSON(w, req, &in) {
 			return
@@ -176,8 +209,13 @@ func register(mux handleFuncer, r Server, gate Gate, check RowCheck) {
 			return
 		}
 		writeJSONBody(w, rep)
-	})
-	mux.HandleFunc("POST "+PathPrefix+"read", func(w http.ResponseWriter, req *http.Request) {
+	}
+}
+
+// serveRead serves Peers.ReadShards (a bulk sync's pages): at most
+// maxReadsPerCall shards a call, the answer at most half a body's bound.
+func serveRead(r Server) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
 		var in readReq
 		if !readJSON(w, req, &in) {
 			return
@@ -197,8 +235,13 @@ func register(mux handleFuncer, r Server, gate Gate, check RowCheck) {
 		}
 		w.Header().Set("Content-Type", transfer.ContentType)
 		_, _ = w.Write(encodePages(pages))
-	})
-	mux.HandleFunc("POST "+PathPrefix+"keys", func(w http.ResponseWriter, req *http.Request) {
+	}
+}
+
+// serveKeys serves Peers.Keys: a page of a shard's key/version list (a
+// diff's).
+func serveKeys(r Server) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
 		var in keysReq
 		if !readJSON(w, req, &in) {
 			return
@@ -209,8 +252,13 @@ func register(mux handleFuncer, r Server, gate Gate, check RowCheck) {
 			return
 		}
 		writeJSONBody(w, page)
-	})
-	mux.HandleFunc("POST "+PathPrefix+"rows", func(w http.ResponseWriter, req *http.Request) {
+	}
+}
+
+// serveRows serves Peers.Rows: the rows of the keys asked for, framed as
+// uvarint keys examined ‖ the batch.
+func serveRows(r Server) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
 		var in rowsReq
 		if !readJSON(w, req, &in) {
 			return
@@ -223,8 +271,13 @@ func register(mux handleFuncer, r Server, gate Gate, check RowCheck) {
 		w.Header().Set("Content-Type", transfer.ContentType)
 		b := binary.AppendUvarint(nil, uint64(examined))
 		_, _ = w.Write(transfer.EncodeBatch(b, rows))
-	})
-	mux.HandleFunc("POST "+PathPrefix+"missing", func(w http.ResponseWriter, req *http.Request) {
+	}
+}
+
+// serveMissing serves Peers.Missing: which of the key/versions asked
+// about this node lacks or holds older.
+func serveMissing(r Server) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
 		var in missingReq
 		if !readJSON(w, req, &in) {
 			return
@@ -235,7 +288,7 @@ func register(mux handleFuncer, r Server, gate Gate, check RowCheck) {
 			return
 		}
 		writeJSONBody(w, rep)
-	})
+	}
 }
 
 type statesReq struct {

@@ -85,6 +85,12 @@ type urgentRetry struct {
 	wait time.Duration
 }
 
+// pollRound is one repair poll: it asks the backups of this node's
+// primary shards, and the members of its lost marks, for their states of
+// those shards; repairs (at most maxRepairsPerPoll at once, lost marks'
+// first) the copies that differ; and updates the under-replication
+// figures. Marks left over for want of repair slots wake the next poll at
+// once.
 func (r *Replicator) pollRound(ctx context.Context) {
 	v := r.view.Load()
 	if v == nil || ctx.Err() != nil {
@@ -96,141 +102,21 @@ func (r *Replicator) pollRound(ctx context.Context) {
 		r.log.Warn("repair poll: read local digests", "err", err)
 		return
 	}
-	byPeer := map[string][]uint32{}
-	var primaries []uint32
-	for s := range r.cfg.ShardCount {
-		set := v.set(s)
-		if len(set) == 0 || set[0] != v.Self || v.Leaving {
-			continue
-		}
-		primaries = append(primaries, s)
-		for _, b := range set[1:] {
-			byPeer[b] = append(byPeer[b], s)
-		}
+	primaries, byPeer := r.primaryShards(v)
+	lost, ask := r.lostMarksToAsk(v, lost, mine, byPeer)
+	got := r.askStates(ctx, v, ask)
+	for p, rep := range got {
+		r.recordStates(p, rep)
 	}
-	type answer struct {
-		peer string
-		rep  StatesReply
-		ok   bool
-	}
-	// Ask too about the shards of lost marks (a dropped change queue):
-	// a mark goes once the backup's copy equals ours.
-	ask := map[string][]uint32{}
-	for p, shards := range byPeer {
-		ask[p] = shards
-	}
-	for i := 0; i < len(lost); i++ {
-		mk := lost[i]
-		if mine[mk.shard].Rows == 0 {
-			r.ship.clearLost(mk) // nothing of the shard here to ship
-			lost = slices.Delete(lost, i, i+1)
-			i--
-			continue
-		}
-		// A member outside the view or the shard's set keeps its mark
-		// for its return (see shipper.lost).
-		if _, ok := v.Addrs[mk.member]; !ok || !slices.Contains(v.set(mk.shard), mk.member) {
-			lost = slices.Delete(lost, i, i+1)
-			i--
-			continue
-		}
-		if !slices.Contains(ask[mk.member], mk.shard) {
-			ask[mk.member] = append(slices.Clip(ask[mk.member]), mk.shard)
-		}
-	}
-	answers := make(chan answer, len(ask))
-	var wg sync.WaitGroup
-	for p, shards := range ask {
-		addr := v.Addrs[p]
-		wg.Go(func() {
-			cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
-			defer cancel()
-			rep, err := r.cfg.Peers.States(cctx, addr, shards)
-			if err == nil {
-				r.recordStates(p, rep)
-			}
-			answers <- answer{p, rep, err == nil}
-		})
-	}
-	wg.Wait()
-	close(answers)
-	got := map[string]StatesReply{}
-	for a := range answers {
-		if a.ok {
-			got[a.peer] = a.rep
-		}
-	}
-
 	// Digest comparisons: what to repair. A lost mark's shard that
 	// differs is repaired at once (it is known to lack changes), first.
-	var jobs []repairJob
-	marked := map[syncKey]bool{}
-	for _, mk := range lost {
-		rep, ok := got[mk.member]
-		if !ok || !rep.Joined {
-			continue
-		}
-		st, _ := stateOf(rep, mk.shard)
-		switch {
-		case st.Rows == mine[mk.shard].Rows && st.Sum == mine[mk.shard].Sum:
-			r.ship.clearLost(mk)
-		case r.isSynced(mk.shard) && st.Synced && !marked[syncKey{mk.shard, mk.member}] && r.urgentDue(syncKey{mk.shard, mk.member}):
-			// Primary or not: this node holds changes the member lacks,
-			// and a diff works between any two replicas.
-			marked[syncKey{mk.shard, mk.member}] = true
-			jobs = append(jobs, repairJob{shard: mk.shard, peer: mk.member, streak: math.MaxInt, urgent: true})
-		}
-	}
+	jobs, marked := r.lostMarkRepairs(lost, mine, got)
 	r.mu.Lock()
-	for p, shards := range byPeer {
-		rep, ok := got[p]
-		if !ok || !rep.Joined {
-			continue
-		}
-		delete(r.fullRepair, p)
-		for _, s := range shards {
-			key := syncKey{s, p}
-			st, _ := stateOf(rep, s)
-			d := mine[s]
-			if !r.synced[s] || !st.Synced || (st.Rows == d.Rows && st.Sum == d.Sum) {
-				// Equal, or a side still syncing (the sync brings it).
-				delete(r.mismatch, key)
-				continue
-			}
-			prev := r.mismatch[key]
-			cur := mismatchState{streak: prev.streak + 1, mine: d, theirs: st}
-			r.mismatch[key] = cur
-			// Quiet: neither copy changed since the last poll, so no write is
-			// in flight between them; or the disagreement outlasted
-			// repairAfterPolls polls of a busy shard.
-			quiet := prev.streak > 0 && prev.mine == d && prev.theirs.Rows == st.Rows && prev.theirs.Sum == st.Sum
-			if (quiet || cur.streak >= repairAfterPolls) && !marked[key] {
-				jobs = append(jobs, repairJob{shard: s, peer: p, streak: cur.streak})
-			}
-		}
-	}
+	jobs = append(jobs, r.mismatchRepairsLocked(byPeer, mine, got, marked)...)
 	r.updateUnderLocked(v, primaries, mine, got)
 	r.mu.Unlock()
 
-	slices.SortFunc(jobs, func(a, b repairJob) int { return cmp.Compare(b.streak, a.streak) })
-	var run []repairJob
-	urgent, urgentLeft := 0, false
-	for _, j := range jobs {
-		if len(run) >= maxRepairsPerPoll {
-			urgentLeft = urgentLeft || j.urgent
-			continue
-		}
-		if j.urgent {
-			if urgent >= maxUrgentRepairsPerPoll {
-				urgentLeft = true
-				continue
-			}
-			urgent++
-		} else if r.ship.pendingFor(j.peer, j.shard) {
-			continue // its changes are on the way
-		}
-		run = append(run, j)
-	}
+	run, urgentLeft := r.pickRepairs(jobs)
 	// The repairs of one poll run at once: each is a few calls to one
 	// peer, and a backup back from a partition may lack changes of many
 	// shards.
@@ -248,6 +134,143 @@ func (r *Replicator) pollRound(ctx context.Context) {
 		// to lack changes is not left stale for a poll interval per batch.
 		wake(r.pollWake)
 	}
+}
+
+// primaryShards returns the shards v makes this node the primary of
+// (none while it is leaving) and, per backup, the ones it backs up.
+func (r *Replicator) primaryShards(v *View) (primaries []uint32, byPeer map[string][]uint32) {
+	byPeer = map[string][]uint32{}
+	for s := range r.cfg.ShardCount {
+		set := v.set(s)
+		if len(set) == 0 || set[0] != v.Self || v.Leaving {
+			continue
+		}
+		primaries = append(primaries, s)
+		for _, b := range set[1:] {
+			byPeer[b] = append(byPeer[b], s)
+		}
+	}
+	return primaries, byPeer
+}
+
+// lostMarksToAsk returns the lost marks this poll judges and, per member,
+// the shards to ask it about: byPeer's, plus each judged mark's shard (a
+// mark goes once the member's copy equals ours). A mark of a shard of
+// which nothing is held here is cleared (nothing to ship); one of a
+// member outside the view or the shard's set is kept for its return, not
+// judged (see shipper.lost).
+func (r *Replicator) lostMarksToAsk(v *View, lost []lostMark, mine map[uint32]outbox.ShardDigest, byPeer map[string][]uint32) ([]lostMark, map[string][]uint32) {
+	ask := map[string][]uint32{}
+	for p, shards := range byPeer {
+		ask[p] = shards
+	}
+	for i := 0; i < len(lost); i++ {
+		mk := lost[i]
+		if mine[mk.shard].Rows == 0 {
+			r.ship.clearLost(mk) // nothing of the shard here to ship
+			lost = slices.Delete(lost, i, i+1)
+			i--
+			continue
+		}
+		if _, ok := v.Addrs[mk.member]; !ok || !slices.Contains(v.set(mk.shard), mk.member) {
+			lost = slices.Delete(lost, i, i+1)
+			i--
+			continue
+		}
+		if !slices.Contains(ask[mk.member], mk.shard) {
+			ask[mk.member] = append(slices.Clip(ask[mk.member]), mk.shard)
+		}
+	}
+	return lost, ask
+}
+
+// lostMarkRepairs judges the lost marks by the members' answers: a mark
+// whose member's copy equals ours is cleared; one whose shard is synced
+// on both sides and due (not backing off) becomes an urgent repair, one
+// per (shard, member), whether this node is the primary or not: it holds
+// changes the member lacks, and a diff works between any two replicas.
+// It returns the repairs and the (shard, member) pairs they cover.
+func (r *Replicator) lostMarkRepairs(lost []lostMark, mine map[uint32]outbox.ShardDigest, got map[string]StatesReply) ([]repairJob, map[syncKey]bool) {
+	var jobs []repairJob
+	marked := map[syncKey]bool{}
+	for _, mk := range lost {
+		rep, ok := got[mk.member]
+		if !ok || !rep.Joined {
+			continue
+		}
+		st, _ := stateOf(rep, mk.shard)
+		switch {
+		case st.Rows == mine[mk.shard].Rows && st.Sum == mine[mk.shard].Sum:
+			r.ship.clearLost(mk)
+		case r.isSynced(mk.shard) && st.Synced && !marked[syncKey{mk.shard, mk.member}] && r.urgentDue(syncKey{mk.shard, mk.member}):
+			marked[syncKey{mk.shard, mk.member}] = true
+			jobs = append(jobs, repairJob{shard: mk.shard, peer: mk.member, streak: math.MaxInt, urgent: true})
+		}
+	}
+	return jobs, marked
+}
+
+// mismatchRepairsLocked updates the mismatch streak of each (primary
+// shard, backup) pair from the backups' answers and returns the pairs to
+// repair: synced on both sides, digests differing, not already marked,
+// and either quiet (neither copy changed since the last poll, so no write
+// is in flight between them) or differing for repairAfterPolls polls (a
+// busy shard). An equal pair, or one with a side still syncing (the sync
+// brings it), loses its streak. A backup that answered as joined loses
+// its full-repair mark. r.mu held.
+func (r *Replicator) mismatchRepairsLocked(byPeer map[string][]uint32, mine map[uint32]outbox.ShardDigest, got map[string]StatesReply, marked map[syncKey]bool) []repairJob {
+	var jobs []repairJob
+	for p, shards := range byPeer {
+		rep, ok := got[p]
+		if !ok || !rep.Joined {
+			continue
+		}
+		delete(r.fullRepair, p)
+		for _, s := range shards {
+			key := syncKey{s, p}
+			st, _ := stateOf(rep, s)
+			d := mine[s]
+			if !r.synced[s] || !st.Synced || (st.Rows == d.Rows && st.Sum == d.Sum) {
+				delete(r.mismatch, key)
+				continue
+			}
+			prev := r.mismatch[key]
+			cur := mismatchState{streak: prev.streak + 1, mine: d, theirs: st}
+			r.mismatch[key] = cur
+			quiet := prev.streak > 0 && prev.mine == d && prev.theirs.Rows == st.Rows && prev.theirs.Sum == st.Sum
+			if (quiet || cur.streak >= repairAfterPolls) && !marked[key] {
+				jobs = append(jobs, repairJob{shard: s, peer: p, streak: cur.streak})
+			}
+		}
+	}
+	return jobs
+}
+
+// pickRepairs chooses the poll's repairs, longest disagreement first
+// (urgent ones rank above all): at most maxRepairsPerPoll, of which at
+// most maxUrgentRepairsPerPoll urgent; a non-urgent one whose changes are
+// still queued for the peer waits (they are on the way). urgentLeft
+// reports urgent repairs left for want of a slot.
+func (r *Replicator) pickRepairs(jobs []repairJob) (run []repairJob, urgentLeft bool) {
+	slices.SortFunc(jobs, func(a, b repairJob) int { return cmp.Compare(b.streak, a.streak) })
+	urgent := 0
+	for _, j := range jobs {
+		if len(run) >= maxRepairsPerPoll {
+			urgentLeft = urgentLeft || j.urgent
+			continue
+		}
+		if j.urgent {
+			if urgent >= maxUrgentRepairsPerPoll {
+				urgentLeft = true
+				continue
+			}
+			urgent++
+		} else if r.ship.pendingFor(j.peer, j.shard) {
+			continue // its changes are on the way
+		}
+		run = append(run, j)
+	}
+	return run, urgentLeft
 }
 
 // repair runs one repair job of a poll: a diff of j.shard with j.peer,

@@ -202,13 +202,30 @@ func (r *Replicator) bulkSource(v *View, shard uint32, states map[string]StatesR
 	return "", ShardState{}, false
 }
 
-// gatherStates asks peers for their states of shards, concurrently. A
-// peer that did not answer is absent from the result.
+// gatherStates asks peers for their states of shards, concurrently, and
+// records each answer (recordStates). A peer that did not answer is
+// absent from the result.
 func (r *Replicator) gatherStates(ctx context.Context, v *View, peers []string, shards []uint32) map[string]StatesReply {
+	ask := make(map[string][]uint32, len(peers))
+	for _, p := range peers {
+		ask[p] = shards
+	}
+	out := r.askStates(ctx, v, ask)
+	for p, rep := range out {
+		r.recordStates(p, rep)
+	}
+	return out
+}
+
+// askStates asks each member of ask for its states of the shards listed
+// for it: one States call per member, all at once, each bounded by
+// CallTimeout. A member without an address in v, or that did not
+// answer, is absent from the result.
+func (r *Replicator) askStates(ctx context.Context, v *View, ask map[string][]uint32) map[string]StatesReply {
 	out := map[string]StatesReply{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for _, p := range peers {
+	for p, shards := range ask {
 		addr := v.Addrs[p]
 		if addr == "" {
 			continue
@@ -224,7 +241,6 @@ func (r *Replicator) gatherStates(ctx context.Context, v *View, peers []string, 
 			mu.Lock()
 			out[p] = rep
 			mu.Unlock()
-			r.recordStates(p, rep)
 		})
 	}
 	wg.Wait()
@@ -552,27 +568,37 @@ func (r *Replicator) pullNewer(ctx context.Context, addr string, shard uint32) (
 // exchange is diff, pushing only when push is set; it returns the keys of
 // the rows pulled.
 func (r *Replicator) exchange(ctx context.Context, addr string, shard uint32, push bool) (pulledKeys []string, pushed int, err error) {
-	pulled := 0
-	defer func() {
-		if pulled > 0 {
-			r.m.repairedRows.WithLabelValues("pulled").Add(float64(pulled))
-		}
-	}()
+	pull, pushKeys, err := r.keyDiff(ctx, addr, shard, push)
+	if err != nil {
+		return nil, 0, err
+	}
+	pulledKeys, err = r.pullRows(ctx, addr, shard, pull)
+	if err != nil {
+		return pulledKeys, 0, err
+	}
+	pushed, err = r.pushRows(ctx, addr, pushKeys)
+	return pulledKeys, pushed, err
+}
+
+// keyDiff reads shard's key/version lists on the peer at addr and here
+// and returns, sorted, the keys to pull (the peer's version is newer, or
+// we lack the key) and, when push is set, the keys to push (ours is
+// newer, or the peer lacks it).
+func (r *Replicator) keyDiff(ctx context.Context, addr string, shard uint32, push bool) (pull, pushKeys []string, err error) {
 	theirs, err := keyList(ctx, shard, func(ctx context.Context, after []byte) (KeyPage, error) {
 		cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 		defer cancel()
 		return r.cfg.Peers.Keys(cctx, addr, shard, after, maxKeysPage)
 	})
 	if err != nil {
-		return nil, 0, fmt.Errorf("their keys: %w", err)
+		return nil, nil, fmt.Errorf("their keys: %w", err)
 	}
 	mine, err := keyList(ctx, shard, func(ctx context.Context, after []byte) (KeyPage, error) {
 		return r.localKeys(ctx, shard, after, maxKeysPage)
 	})
 	if err != nil {
-		return nil, 0, fmt.Errorf("our keys: %w", err)
+		return nil, nil, fmt.Errorf("our keys: %w", err)
 	}
-	var pull, pushKeys []string
 	for k, t := range theirs {
 		if m, ok := mine[k]; !ok || compareKV(t, m) > 0 {
 			pull = append(pull, k)
@@ -585,35 +611,55 @@ func (r *Replicator) exchange(ctx context.Context, addr string, shard uint32, pu
 	}
 	slices.Sort(pull)
 	slices.Sort(pushKeys)
-	// Pull: fetch their copies in byte-bounded calls and merge them here.
+	return pull, pushKeys, nil
+}
+
+// pullRows fetches the peer's copies of the rows of keys (of shard) in
+// calls bounded by Limits and merges them here, and returns the keys of
+// the rows merged, counted as pulled repaired rows even when a later call
+// fails. A key the peer examined but did not return expired there. It
+// stops with errNoLongerReplica once this node stops replicating shard.
+func (r *Replicator) pullRows(ctx context.Context, addr string, shard uint32, keys []string) (pulledKeys []string, err error) {
+	defer func() {
+		if len(pulledKeys) > 0 {
+			r.m.repairedRows.WithLabelValues("pulled").Add(float64(len(pulledKeys)))
+		}
+	}()
+	pull := keys
 	for len(pull) > 0 {
 		cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 		rows, examined, err := r.cfg.Peers.Rows(cctx, addr, pull[:min(len(pull), r.cfg.Limits.MaxRows)], r.cfg.Limits.MaxBytes)
 		cancel()
 		if err != nil {
-			return pulledKeys, pushed, fmt.Errorf("fetch %d rows: %w", len(pull), err)
+			return pulledKeys, fmt.Errorf("fetch %d rows: %w", len(pull), err)
 		}
 		if examined <= 0 || examined > len(pull) {
-			return pulledKeys, pushed, fmt.Errorf("fetch rows: the peer examined %d of %d keys", examined, len(pull))
+			return pulledKeys, fmt.Errorf("fetch rows: the peer examined %d of %d keys", examined, len(pull))
 		}
 		pull = pull[examined:] // keys examined but not returned expired there
 		if len(rows) == 0 {
 			continue
 		}
 		if !r.replicatesNow(shard) {
-			return pulledKeys, pushed, fmt.Errorf("shard %d: %w", shard, errNoLongerReplica)
+			return pulledKeys, fmt.Errorf("shard %d: %w", shard, errNoLongerReplica)
 		}
 		if _, err := (pullSink{r: r}).Merge(ctx, rows); err != nil {
-			return pulledKeys, pushed, fmt.Errorf("merge %d rows: %w", len(rows), err)
+			return pulledKeys, fmt.Errorf("merge %d rows: %w", len(rows), err)
 		}
 		r.m.syncRows.WithLabelValues("diff").Add(float64(len(rows)))
 		r.m.syncBytes.WithLabelValues("diff").Add(float64(bytesOf(rows)))
-		pulled += len(rows)
 		for k := range rows {
 			pulledKeys = append(pulledKeys, rows[k].DispatchKey)
 		}
 	}
-	// Push: our copies, in byte-bounded batches.
+	return pulledKeys, nil
+}
+
+// pushRows merges our copies of the rows of keys on the peer at addr, in
+// batches bounded by Limits, and returns how many it pushed. A key no
+// longer held here is skipped. Pushed rows count as repaired only when
+// every batch was merged.
+func (r *Replicator) pushRows(ctx context.Context, addr string, keys []string) (pushed int, err error) {
 	var batch []outbox.Row
 	size := 0
 	flush := func() error {
@@ -629,29 +675,29 @@ func (r *Replicator) exchange(ctx context.Context, addr string, shard uint32, pu
 		batch, size = batch[:0], 0
 		return nil
 	}
-	for _, k := range pushKeys {
+	for _, k := range keys {
 		row, err := r.cfg.Local.Get(ctx, k)
 		if errors.Is(err, outbox.ErrNotFound) {
 			continue
 		}
 		if err != nil {
-			return pulledKeys, pushed, err
+			return pushed, err
 		}
 		batch = append(batch, row)
 		size += outbox.RowBytes(&row)
 		if len(batch) >= r.cfg.Limits.MaxRows || size >= r.cfg.Limits.MaxBytes {
 			if err := flush(); err != nil {
-				return pulledKeys, pushed, err
+				return pushed, err
 			}
 		}
 	}
 	if err := flush(); err != nil {
-		return pulledKeys, pushed, err
+		return pushed, err
 	}
 	if pushed > 0 {
 		r.m.repairedRows.WithLabelValues("pushed").Add(float64(pushed))
 	}
-	return pulledKeys, pushed, nil
+	return pushed, nil
 }
 
 func bytesOf(rows []outbox.Row) int {

@@ -174,145 +174,19 @@ func (r *Replicator) Write(ctx context.Context, rows []outbox.Row) ([]Outcome, e
 	r.mu.Lock()
 	need := r.writeCopiesLocked(v)
 	r.mu.Unlock()
-	backups := map[string][]int{}
-	var members []string
-	for i := range rows {
-		rows[i].Shard = r.shardOf(rows[i].DispatchKey)
-		set := v.set(rows[i].Shard)
-		if !slices.Contains(set, v.Self) {
-			return nil, fmt.Errorf("%w: row %q: shard %d's replica set is %v", ErrNotReplica, rows[i].DispatchKey, rows[i].Shard, set)
-		}
-		for _, m := range set {
-			if m == v.Self {
-				continue
-			}
-			if _, ok := backups[m]; !ok {
-				members = append(members, m)
-			}
-			backups[m] = append(backups[m], i)
-		}
+	w, err := newCoordinatedWrite(r, v, rows)
+	if err != nil {
+		return nil, err
 	}
 	fctx, cancel := context.WithTimeout(ctx, r.cfg.WriteTimeout)
 	defer cancel()
-	// Phase 1: the local append and every backup's at once.
-	acked := make([][]bool, len(members)) // acked[m][j]: member m holds its j-th row
-	var errMu sync.Mutex
-	var backupErr error // the first backup failure, for the error message
-	noteErr := func(m string, err error) {
-		errMu.Lock()
-		if backupErr == nil {
-			backupErr = fmt.Errorf("%s: %w", m, err)
-		}
-		errMu.Unlock()
-	}
-	var wg sync.WaitGroup
-	for mi, m := range members {
-		idx := backups[m]
-		acked[mi] = make([]bool, len(idx))
-		batch := make([]outbox.Row, len(idx))
-		for j, i := range idx {
-			batch[j] = rows[i]
-			outbox.NewRow(&batch[j], batch[j].CreatedAt)
-			batch[j].Shard = rows[i].Shard
-		}
-		wg.Go(func() {
-			addr := v.Addrs[m]
-			if addr == "" {
-				noteErr(m, errors.New("no API address"))
-				return
-			}
-			outs, err := r.appends.append(fctx, addr, batch)
-			if err == nil && len(outs) != len(batch) {
-				err = fmt.Errorf("answered %d outcomes for %d rows", len(outs), len(batch))
-			}
-			if err != nil {
-				r.log.Debug("append to backup failed", "member", m, "rows", len(batch), "err", err)
-				noteErr(m, err)
-				return
-			}
-			for j := range outs {
-				acked[mi][j] = true
-			}
-		})
-	}
-	local, err := r.cfg.Local.Append(ctx, rows)
-	wg.Wait()
+	local, err := w.appendEverywhere(ctx, fctx)
 	if err != nil {
 		r.m.writes.WithLabelValues("error").Inc()
 		return nil, fmt.Errorf("store %d rows on %s: %w", len(rows), v.Self, err)
 	}
-	copies := make([]int, len(rows))
-	var dups []int
-	for i, o := range local {
-		copies[i] = 1
-		if o == outbox.AppendDuplicate {
-			dups = append(dups, i)
-		}
-	}
-	for mi := range members {
-		for j, i := range backups[members[mi]] {
-			if acked[mi][j] && local[i] == outbox.AppendCreated {
-				copies[i]++
-			}
-		}
-	}
-	// Phase 2: duplicates: make sure every backup holds our copy's state
-	// (the backup may have created a new pending row in phase 1).
-	if len(dups) > 0 {
-		for mi, m := range members {
-			for j, i := range backups[m] {
-				if local[i] == outbox.AppendDuplicate {
-					acked[mi][j] = false // counted only once phase 2 copied our state
-				}
-			}
-		}
-		cur := map[int]outbox.Row{}
-		for _, i := range dups {
-			row, err := r.cfg.Local.Get(ctx, rows[i].DispatchKey)
-			if err != nil {
-				// Expired between the append and now: nothing to copy.
-				continue
-			}
-			cur[i] = row
-		}
-		for mi, m := range members {
-			var batch []outbox.Row
-			var idx []int
-			for _, i := range backups[m] {
-				if row, ok := cur[i]; ok {
-					batch = append(batch, row)
-					idx = append(idx, i)
-				}
-			}
-			if len(batch) == 0 {
-				continue
-			}
-			wg.Go(func() {
-				addr := v.Addrs[m]
-				if addr == "" {
-					return
-				}
-				if _, err := r.cfg.Peers.Merge(fctx, addr, batch); err != nil {
-					r.log.Debug("copy of duplicate rows to backup failed", "member", m, "rows", len(batch), "err", err)
-					noteErr(m, err)
-					return
-				}
-				for _, i := range idx {
-					acked[mi][slices.Index(backups[m], i)] = true
-				}
-			})
-		}
-		wg.Wait()
-		for mi, m := range members {
-			for j, i := range backups[m] {
-				if local[i] == outbox.AppendDuplicate && acked[mi][j] {
-					if _, ok := cur[i]; ok {
-						copies[i]++
-					}
-				}
-			}
-		}
-	}
+	copies := w.createdCopies(local)
+	w.copyDuplicates(ctx, fctx, local, copies)
 	if r.cfg.Wake != nil {
 		r.cfg.Wake()
 	}
@@ -327,10 +201,202 @@ func (r *Replicator) Write(ctx context.Context, rows []outbox.Row) ([]Outcome, e
 	if short > 0 {
 		r.m.writes.WithLabelValues("insufficient_copies").Inc()
 		return out, fmt.Errorf("%w: %d of %d rows are durable on fewer than %d replicas (copies of the first: %d; %v)",
-			ErrInsufficientCopies, short, len(rows), need, copies[firstShort(copies, need)], backupErr)
+			ErrInsufficientCopies, short, len(rows), need, copies[firstShort(copies, need)], w.firstErr())
 	}
 	r.m.writes.WithLabelValues("ok").Inc()
 	return out, nil
+}
+
+// coordinatedWrite is one Write's fan-out: the rows, the backups each
+// goes to (the other members of its shard's replica set) and which of
+// them hold which row.
+type coordinatedWrite struct {
+	r    *Replicator
+	v    *View
+	rows []outbox.Row
+	// backups[m] are the indexes in rows of the rows member m backs up;
+	// members lists the backups in the order first met.
+	backups map[string][]int
+	members []string
+	// acked[mi][j]: members[mi] holds its j-th row (backups[members[mi]][j]).
+	acked [][]bool
+
+	errMu     sync.Mutex
+	backupErr error // the first backup failure, for the error message
+}
+
+// newCoordinatedWrite stamps each row's shard and groups the rows by
+// backup. Every row's replica set must include this node: otherwise it
+// returns an error wrapping ErrNotReplica naming the row and its shard.
+func newCoordinatedWrite(r *Replicator, v *View, rows []outbox.Row) (*coordinatedWrite, error) {
+	w := &coordinatedWrite{r: r, v: v, rows: rows, backups: map[string][]int{}}
+	for i := range rows {
+		rows[i].Shard = r.shardOf(rows[i].DispatchKey)
+		set := v.set(rows[i].Shard)
+		if !slices.Contains(set, v.Self) {
+			return nil, fmt.Errorf("%w: row %q: shard %d's replica set is %v", ErrNotReplica, rows[i].DispatchKey, rows[i].Shard, set)
+		}
+		for _, m := range set {
+			if m == v.Self {
+				continue
+			}
+			if _, ok := w.backups[m]; !ok {
+				w.members = append(w.members, m)
+			}
+			w.backups[m] = append(w.backups[m], i)
+		}
+	}
+	w.acked = make([][]bool, len(w.members))
+	for mi, m := range w.members {
+		w.acked[mi] = make([]bool, len(w.backups[m]))
+	}
+	return w, nil
+}
+
+// noteErr keeps member m's failure if it is the write's first.
+func (w *coordinatedWrite) noteErr(m string, err error) {
+	w.errMu.Lock()
+	if w.backupErr == nil {
+		w.backupErr = fmt.Errorf("%s: %w", m, err)
+	}
+	w.errMu.Unlock()
+}
+
+// firstErr is the first backup failure, nil when none failed.
+func (w *coordinatedWrite) firstErr() error {
+	w.errMu.Lock()
+	defer w.errMu.Unlock()
+	return w.backupErr
+}
+
+// appendEverywhere is the write's first phase: the local append and every
+// backup's at once, each backup getting its rows as new pending rows
+// (insert or ignore). A backup holds its rows once it answered an outcome
+// per row; a backup that failed is noted, not fatal. It returns the local
+// outcomes, or the local store's error once every backup call ended.
+func (w *coordinatedWrite) appendEverywhere(ctx, fctx context.Context) ([]outbox.AppendOutcome, error) {
+	var wg sync.WaitGroup
+	for mi, m := range w.members {
+		idx := w.backups[m]
+		batch := make([]outbox.Row, len(idx))
+		for j, i := range idx {
+			batch[j] = w.rows[i]
+			outbox.NewRow(&batch[j], batch[j].CreatedAt)
+			batch[j].Shard = w.rows[i].Shard
+		}
+		wg.Go(func() {
+			addr := w.v.Addrs[m]
+			if addr == "" {
+				w.noteErr(m, errors.New("no API address"))
+				return
+			}
+			outs, err := w.r.appends.append(fctx, addr, batch)
+			if err == nil && len(outs) != len(batch) {
+				err = fmt.Errorf("answered %d outcomes for %d rows", len(outs), len(batch))
+			}
+			if err != nil {
+				w.r.log.Debug("append to backup failed", "member", m, "rows", len(batch), "err", err)
+				w.noteErr(m, err)
+				return
+			}
+			for j := range outs {
+				w.acked[mi][j] = true
+			}
+		})
+	}
+	local, err := w.r.cfg.Local.Append(ctx, w.rows)
+	wg.Wait()
+	return local, err
+}
+
+// createdCopies counts each row's durable copies after the first phase:
+// one here, plus, for a row created here, one per backup that holds it.
+// A duplicate's backups count only once the second phase copied our
+// state to them (copyDuplicates).
+func (w *coordinatedWrite) createdCopies(local []outbox.AppendOutcome) []int {
+	copies := make([]int, len(w.rows))
+	for i := range local {
+		copies[i] = 1
+	}
+	for mi, m := range w.members {
+		for j, i := range w.backups[m] {
+			if w.acked[mi][j] && local[i] == outbox.AppendCreated {
+				copies[i]++
+			}
+		}
+	}
+	return copies
+}
+
+// copyDuplicates is the write's second phase: every backup of a row that
+// already existed here gets our current copy by Merge (the first phase
+// may have created a new pending row there), and each backup that merged
+// it counts a copy in copies. A duplicate that expired here since the
+// append has nothing to copy and counts no backup.
+func (w *coordinatedWrite) copyDuplicates(ctx, fctx context.Context, local []outbox.AppendOutcome, copies []int) {
+	var dups []int
+	for i, o := range local {
+		if o == outbox.AppendDuplicate {
+			dups = append(dups, i)
+		}
+	}
+	if len(dups) == 0 {
+		return
+	}
+	for mi, m := range w.members {
+		for j, i := range w.backups[m] {
+			if local[i] == outbox.AppendDuplicate {
+				w.acked[mi][j] = false // counted only once phase 2 copied our state
+			}
+		}
+	}
+	cur := map[int]outbox.Row{}
+	for _, i := range dups {
+		row, err := w.r.cfg.Local.Get(ctx, w.rows[i].DispatchKey)
+		if err != nil {
+			// Expired between the append and now: nothing to copy.
+			continue
+		}
+		cur[i] = row
+	}
+	var wg sync.WaitGroup
+	for mi, m := range w.members {
+		var batch []outbox.Row
+		var idx []int
+		for _, i := range w.backups[m] {
+			if row, ok := cur[i]; ok {
+				batch = append(batch, row)
+				idx = append(idx, i)
+			}
+		}
+		if len(batch) == 0 {
+			continue
+		}
+		wg.Go(func() {
+			addr := w.v.Addrs[m]
+			if addr == "" {
+				return
+			}
+			if _, err := w.r.cfg.Peers.Merge(fctx, addr, batch); err != nil {
+				w.r.log.Debug("copy of duplicate rows to backup failed", "member", m, "rows", len(batch), "err", err)
+				w.noteErr(m, err)
+				return
+			}
+			for _, i := range idx {
+				w.acked[mi][slices.Index(w.backups[m], i)] = true
+			}
+		})
+	}
+	wg.Wait()
+	for mi, m := range w.members {
+		for j, i := range w.backups[m] {
+			if local[i] == outbox.AppendDuplicate && w.acked[mi][j] {
+				if _, ok := cur[i]; ok {
+					copies[i]++
+				}
+			}
+		}
+	}
 }
 
 func firstShort(copies []int, need int) int {
