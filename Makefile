@@ -4,11 +4,10 @@ GO ?= go
 
 .PHONY: test test-long test-short bench demo build chaos-long
 
-# Packages that run on their own, after the others: the compose test (a
-# Docker engine with 5 replicas), the docker-compose.yml check (its own
-# module: compose-go stays out of the product's dependencies) and the
-# soak (it loads both cores; beside the others it would make them and
-# itself slower than they measure).
+# Packages the package step leaves out: the compose test (a Docker engine
+# with 5 replicas) and the docker-compose.yml check (its own module:
+# compose-go stays out of the product's dependencies) run in the compose
+# lane beside it; the soak runs alone at the end (it loads both cores).
 # Each gate step prints its duration (scripts/timed.sh).
 TIMED := ./scripts/timed.sh
 
@@ -18,33 +17,51 @@ SOLO := -e '/test/compose$$' -e '/test/chaos$$'
 # gate runs them without -race.
 VOLUME := ^(TestFileGrowthUnderChurn|TestTombstonesGiveBackTheirPages)$$
 
-## test: the gate. Every package with the race detector, the e2e suite
-## included and listed first (go test starts packages in the order given:
-## the longest one then overlaps the others instead of running alone after
-## them; its node processes plain-built, see CONTRIBUTING.md); boltstore again without -race, for its volume tests (file
-## growth over 200,000 rows: under -race they run only in test-long);
-## every benchmark once (-benchtime=1x, -short) so their checks
-## cannot rot; the compose end-to-end test (after FAIRSHARD_BEFORE_COMPOSE,
-## if set: .ci/run waits there for the Compose plugin it builds in the
-## background); the docker-compose.yml check;
-## the 2-minute soak. Volume scenarios are skipped (make test-long).
+## test: the gate, in three phases. (1) Every package with the race
+## detector, the e2e suite included and listed first (go test starts
+## packages in the order given: the longest one then overlaps the others;
+## its node processes plain-built, its count-only scenarios three at a
+## time: test/e2e/doc.go), beside the compose lane: the compose end-to-end
+## test (after FAIRSHARD_BEFORE_COMPOSE, if set: .ci/run waits there for
+## the Compose plugin it builds in the background) and the
+## docker-compose.yml check. (2) boltstore again without -race, for its
+## volume tests (file growth over 200,000 rows: under -race they run only
+## in test-long), beside every benchmark once (-benchtime=1x, -short) so
+## their checks cannot rot. (3) The 2-minute soak, alone: it loads both
+## cores. Volume scenarios are skipped (make test-long). The lanes of a
+## phase assert counts only, so they may share the machine
+## (CONTRIBUTING.md "Test tiers").
+GATE := $(MAKE) --no-print-directory -j2 --output-sync=line
+
 test:
-	$(TIMED) packages $(GO) test -race -count=1 -timeout 20m ./test/e2e $$($(GO) list ./... | grep -v -e '/test/e2e$$' $(SOLO))
-	$(TIMED) volume $(GO) test -count=1 -timeout 10m -run '$(VOLUME)' ./boltstore
-	$(TIMED) benchmarks $(GO) test -short -count=1 -timeout 10m -run '^$$' -bench . -benchtime=1x ./...
+	$(GATE) gate-packages gate-compose
+	$(GATE) gate-volume gate-benchmarks
+	$(TIMED) chaos $(GO) test -race -count=1 -timeout 15m ./test/chaos
+
+.PHONY: gate-packages gate-compose gate-volume gate-benchmarks
+gate-packages:
+	$(TIMED) packages $(GO) test -race -count=1 -timeout 20m -parallel 3 ./test/e2e $$($(GO) list ./... | grep -v -e '/test/e2e$$' $(SOLO))
+
+gate-compose:
 	$(TIMED) compose-plugin $${FAIRSHARD_BEFORE_COMPOSE:-true}
 	$(TIMED) compose $(GO) test -race -count=1 -timeout 15m ./test/compose
 	cd deploy/composecheck && $(GO) test -count=1 ./...
-	$(TIMED) chaos $(GO) test -race -count=1 -timeout 15m ./test/chaos
+
+gate-volume:
+	$(TIMED) volume $(GO) test -count=1 -timeout 10m -run '$(VOLUME)' ./boltstore
+
+gate-benchmarks:
+	$(TIMED) benchmarks $(GO) test -short -count=1 -timeout 10m -run '^$$' -bench . -benchtime=1x ./...
 
 ## test-long: the volume scenarios (boltstore's under -race, a million pending rows synced on a
-## join, 1 MiB rows, 200 MiB of dead letters, a kill in the middle of a
+## join, 1 MiB rows (500 through a graceful leave: node), 200 MiB of dead letters, a kill in the middle of a
 ## shard sync, a 60 s partition), the e2e suite with race-built node
 ## processes (FAIRSHARD_RACE_NODES=1) and the 12-minute soak. Run it before
 ## resolving anything that touches what they cover; their figures are in
 ## docs/BENCHMARKS.md.
 test-long:
 	FAIRSHARD_LONG=1 $(GO) test -race -count=1 -timeout 20m -run '$(VOLUME)' ./boltstore
+	FAIRSHARD_LONG=1 $(GO) test -race -count=1 -timeout 20m -run TestHandoffMovesLargeRows ./node
 	FAIRSHARD_RACE_NODES=1 $(GO) test -race -count=1 -timeout 30m ./test/e2e
 	FAIRSHARD_LONG=1 $(GO) test -race -count=1 -timeout 40m -run 'TestReplication|TestDeadLetter' ./test/e2e
 	FAIRSHARD_LONG=1 $(GO) test -race -count=1 -timeout 15m -run TestReplicationPartition ./test/chaos

@@ -12,7 +12,7 @@
 //     kills (SIGKILL), stops (SIGTERM) and restarts nodes with the same
 //     name and data dir. Every process it starts is killed in t.Cleanup;
 //     on failure the tail of every node's log is printed.
-//   - The scenarios of issue 7, each asserting exact counts: steady state
+//   - The scenarios, each asserting exact counts: steady state
 //     with quotas, fairness under a big backlog, scale out and scale in
 //     under load, crash and restart, bad input, and a node with another
 //     shard count.
@@ -35,12 +35,26 @@
 // (clusterOpts.PlainBuild): a race-built node's timing and RSS measure the
 // detector, and its volume scenarios took most of the package's CI budget
 // (200,000 rows interrupted twice: 6.5 minutes; 200 MiB of dead letters:
-// 5 minutes; the suite hit its 20-minute timeout). Nodes run with the fast gossip profile and short intervals
+// 5 minutes; the suite hit its 20-minute timeout). Nodes run with the
+// shared-host gossip profile (testnode.GossipProfile) and short intervals
 // so the suite fits the CI budget on a 2-core machine.
 //
-// # Concurrency
+// # Parallel scenarios
 //
-// Scenarios run one after another (the machine has two cores); inside a
-// scenario the generator, the target and the node processes run
-// concurrently and the test polls their observable state.
+// Most scenarios mark themselves t.Parallel: they assert only counts
+// (rows lost, delivered twice, in flight above a quota, exit codes, log
+// lines), which load cannot change, and they spend most of their time
+// waiting on gossip, leases and polls, so two or three of them share the
+// two cores well. Each cluster has its own 127.0.0.N addresses, ports,
+// data dirs and delivery target, so they cannot see each other.
+//
+// A scenario that compares a latency, a throughput or a memory figure
+// with another of the same run (TestFairness, TestSlowTargetNoisyQuiet*,
+// TestExactQuotaThroughput, TestTargetThrottlingCutsConcurrency,
+// TestDeadLetterPagesAreBounded), bounds a read-back time
+// (TestPausedProcesses, TestPausedHolderWithASlowTarget) or counts
+// gossip cut-offs (TestGossipKeyRotationByReload) does not: it runs
+// alone, before the parallel ones (go test runs the sequential tests
+// first). Inside a scenario the generator, the target and the node
+// processes run concurrently and the test polls their observable state.
 package e2e

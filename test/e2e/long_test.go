@@ -1,13 +1,10 @@
 package e2e
 
 import (
-	"os"
 	"testing"
-)
 
-// longEnv names the variable that turns the volume scenarios on: `make
-// test-long` sets it; `make test`, the gate CI runs, does not.
-const longEnv = "FAIRSHARD_LONG"
+	"github.com/fairshard/fairshard/internal/testnode"
+)
 
 // longScenario skips a volume scenario (millions of rows, 1 MiB rows,
 // hundreds of MiB of dead letters: minutes of both cores) unless
@@ -16,11 +13,11 @@ const longEnv = "FAIRSHARD_LONG"
 func longScenario(t *testing.T) {
 	t.Helper()
 	if testing.Short() || !long() {
-		t.Skipf("a volume scenario: runs with %s=1 (make test-long)", longEnv)
+		t.Skipf("a volume scenario: runs with %s=1 (make test-long)", testnode.LongEnv)
 	}
 }
 
 // long reports whether this run includes the volume scenarios
-// (FAIRSHARD_LONG=1): a scenario that runs in both tiers may use it for
-// its volume.
-func long() bool { return os.Getenv(longEnv) == "1" }
+// (testnode.Long): a scenario that runs in both tiers may use it for its
+// volume.
+func long() bool { return testnode.Long() }
