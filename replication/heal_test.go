@@ -452,3 +452,86 @@ func TestSettlesForALeftoverCopyAreGivenUpAfterBoundedTries(t *testing.T) {
 	}
 	t.Logf("changes for b's leftover copies given up %v after the heal", took.Round(time.Millisecond))
 }
+
+// TestSettlesReachALeftoverCopyLeftByAJoin: rows are appended while a and
+// b hold every shard; c joins, and the shards whose set becomes [a, c]
+// stay on b as leftover copies (c refuses States calls, so b's drop loop
+// cannot confirm that the new set is synced, as a loaded cluster keeps
+// them for seconds). a, still their primary, delivers and settles the
+// rows through the replicated store. b stays in the view, in no set of
+// those shards: a leftover copy still pending is what a wiped primary
+// syncs from when its real backup is cut off, and it delivers the row a
+// second time. b's copies must take the settles.
+func TestSettlesReachALeftoverCopyLeftByAJoin(t *testing.T) {
+	const S = 64
+	c := newTCluster(t, S, 2)
+	// Repair polls only on membership changes: only what a ships to b can
+	// reach b's leftover copies within the test.
+	c.opts = func(cfg *replication.Config) { cfg.PollInterval = time.Hour }
+	c.add("a")
+	c.add("b")
+	c.apply()
+	waitSynced(t, c)
+	ctx := context.Background()
+	a, b := c.nodes["a"], c.nodes["b"]
+	before := c.view("a")
+	after := shards.ReplicaSets([]string{"a", "b", "c"}, S, 2)
+	moved := map[uint32]bool{} // a primary before and after, b out of the set
+	for s := range uint32(S) {
+		set := after.Replicas(s)
+		if before.Sets[s][0] == "a" && set[0] == "a" && !slices.Contains(set, "b") {
+			moved[s] = true
+		}
+	}
+	var want []string
+	for _, r := range rowsFor("join", 400, time.Time{}) {
+		if moved[shards.ShardOf(r.DispatchKey, S)] {
+			want = append(want, r.DispatchKey)
+		}
+	}
+	if len(want) < 20 {
+		t.Fatalf("only %d rows on shards moving from [a b] to [a c]: the test proves little", len(want))
+	}
+	if _, err := a.repl.Route(ctx, rowsFor("join", 400, time.Now().UTC())); err != nil {
+		t.Fatal(err)
+	}
+	cn := c.add("c")
+	cn.refuseStates.Store(true) // b keeps its leftover copies
+	c.apply()
+	for _, k := range want {
+		if got, err := b.store.Get(ctx, k); err != nil || got.Status != outbox.StatusPending {
+			t.Fatalf("%s on b after c joined: %v %v, want a pending leftover copy", k, got.Status, err)
+		}
+	}
+	store := replication.NewStore(a.store, a.repl)
+	claimed, err := store.Claim(ctx, outbox.ClaimParams{Limit: 100000, Now: time.Now().UTC().Add(time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	settled := 0
+	for _, row := range claimed {
+		if err := store.Complete(ctx, outbox.CompleteParams{DispatchKey: row.DispatchKey, Claim: row.Version}); err != nil {
+			t.Fatal(err)
+		}
+		if moved[row.Shard] {
+			settled++
+		}
+	}
+	if settled != len(want) {
+		t.Fatalf("a delivered %d rows of the moved shards, want all %d", settled, len(want))
+	}
+	took := poll.Eventually(t, 15*time.Second, "a's settles on b's leftover copies", func() (bool, string) {
+		stale, gone := 0, 0
+		for _, k := range want {
+			got, err := b.store.Get(ctx, k)
+			switch {
+			case err != nil:
+				gone++
+			case got.Status != outbox.StatusDone:
+				stale++
+			}
+		}
+		return stale+gone == 0, fmt.Sprintf("%d of %d rows still pending on b's leftover copies (%d dropped there unsettled)", stale, len(want), gone)
+	})
+	t.Logf("%d settles reached b's leftover copies %v after they were made", len(want), took.Round(time.Millisecond))
+}

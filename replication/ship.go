@@ -28,9 +28,10 @@ import (
 // the copies differ (polls repair a few shards each; its shards are still
 // marked for them, for what no queue here holds). The changes such a
 // queue holds for shards outside the member's sets on its return go to
-// the leftover copies of them it still holds, if any (see outsideQueue).
-// The lag from Changed to a backup's acknowledgement is exported
-// (fairshard_replication_lag_seconds).
+// the leftover copies of them it still holds, if any (see outsideQueue),
+// and so does every change of a shard some live member is known to hold
+// a leftover copy of (holders.go). The lag from Changed to a backup's
+// acknowledgement is exported (fairshard_replication_lag_seconds).
 func (r *Replicator) Changed(keys ...string) {
 	v := r.view.Load()
 	if v == nil || len(keys) == 0 {
@@ -107,8 +108,13 @@ type shipper struct {
 	// retarget saw (a departing one gets an away queue).
 	active        map[string]bool
 	activeVersion uint64 // that view's Version
-	wakeCh        chan struct{}
-	total         int
+	// holders holds, per shard, the members known to hold a leftover copy
+	// of it, each with when it was last known to (holders.go): every
+	// change of the shard is also queued for them (shipQueue.outside).
+	// At most maxLeftoverHolders per shard.
+	holders map[uint32]map[string]time.Time
+	wakeCh  chan struct{}
+	total   int
 	// jobs tracks the batches in flight (one per backup at most), so the
 	// final flush can wait for them.
 	jobs sync.WaitGroup
@@ -139,22 +145,23 @@ type shipQueue struct {
 	busy bool
 }
 
-// outsideQueue holds the changes a member back in the view was owed while
-// it was away, for shards outside its replica sets. It may still hold a
-// copy of such a shard (a leftover: its drop waits until the shard's set
-// answers as synced copies), and a leftover copy is the one a new member
-// of the set syncs from when the copies that took the change are lost, so
-// a settle it lacks is delivered again. The member is asked which of the
-// shards it holds rows of (States); the changes of those are shipped to
-// it once the changes of its own shards (the queue's entries) are, and
-// the rest are dropped. Failed tries (the question or a batch) back off
-// like a backup's; after outsideTries of them every change left is given
-// up. Neither a wait nor a give-up marks a shard Unshipped or lost: the
+// outsideQueue holds the changes a member is owed for shards outside its
+// replica sets: those queued while it was away from the view, and those
+// of shards it is known to hold a leftover copy of (shipper.holders). It
+// may still hold a copy of such a shard (a leftover: its drop waits until
+// the shard's set answers as synced copies), and a leftover copy is the
+// one a new member of the set syncs from when the copies that took the
+// change are lost, so a settle it lacks is delivered again. The member
+// is asked which of the shards it holds rows of (States); the changes of
+// those are shipped to it once the changes of its own shards (the queue's
+// entries) are, and the rest are dropped. Failed tries (the question or a
+// batch) back off like a backup's; after outsideTries of them every change
+// left is given up. Neither a wait nor a give-up marks a shard Unshipped or lost: the
 // member is no replica of it, so a handover does not wait for its copy,
 // and the repair by digest does not compare it.
 type outsideQueue struct {
 	entries map[string]*shipEntry
-	order   []string // keys in the order they moved here; stale keys are skipped
+	order   []string // keys in the order they were queued; stale keys are skipped
 	// held answers, per shard asked, whether the member holds rows of it;
 	// unasked holds the shards of entries not asked yet.
 	held    map[uint32]bool
@@ -186,7 +193,7 @@ type shipEntry struct {
 func newShipper(r *Replicator) *shipper {
 	return &shipper{r: r, queues: map[string]*shipQueue{}, settling: map[uint32]int{},
 		lost: map[string]map[uint32]uint64{}, goneSince: map[string]time.Time{}, departed: map[string]time.Time{},
-		wakeCh: make(chan struct{}, 1)}
+		holders: map[uint32]map[string]time.Time{}, wakeCh: make(chan struct{}, 1)}
 }
 
 func (s *shipper) add(v *View, keys []string) {
@@ -238,6 +245,7 @@ func (s *shipper) add(v *View, keys []string) {
 				e.changed(now)
 			}
 		}
+		s.leftoversLocked(v, key, shard, now)
 	}
 	s.r.m.pending.Set(float64(s.total))
 	s.mu.Unlock()
@@ -379,6 +387,7 @@ func (s *shipper) retarget(prev, v *View) {
 		}
 	}
 	s.active, s.activeVersion = activeMembers(v), v.Version
+	s.retargetHoldersLocked(prev, v, now)
 	var returned []string
 	for m, since := range s.departed {
 		if _, in := v.Addrs[m]; in {
@@ -615,8 +624,10 @@ func (s *shipper) round(ctx context.Context, flush bool) {
 		// okeys and ogens: the batch's changes of q.outside.
 		okeys []string
 		ogens []uint64
-		// ask: the job asks which of these shards the member holds rows of.
-		ask []uint32
+		// ask: the job asks which of these shards the member holds rows
+		// of, at askedAt.
+		ask     []uint32
+		askedAt time.Time
 	}
 	var jobs []job
 	s.mu.Lock()
@@ -669,7 +680,7 @@ func (s *shipper) round(ctx context.Context, flush bool) {
 		}
 		if o := q.outside; o != nil && !o.asking && len(o.unasked) > 0 && (flush || !now.Before(o.next)) {
 			o.asking = true
-			jobs = append(jobs, job{member: m, q: q, ask: slices.Sorted(maps.Keys(o.unasked))})
+			jobs = append(jobs, job{member: m, q: q, ask: slices.Sorted(maps.Keys(o.unasked)), askedAt: now})
 			clear(o.unasked)
 		}
 	}
@@ -680,7 +691,7 @@ func (s *shipper) round(ctx context.Context, flush bool) {
 			var more bool
 			if len(j.ask) > 0 {
 				held, err := s.askHeld(ctx, v, j.member, j.ask)
-				more = s.asked(j.member, j.q, j.ask, held, err)
+				more = s.asked(j.member, j.q, j.ask, j.askedAt, held, err)
 			} else {
 				err := s.ship(ctx, v, j.member, slices.Concat(j.keys, j.okeys))
 				more = s.done(j.member, j.q, j.keys, j.gens, j.okeys, j.ogens, err)
@@ -747,12 +758,22 @@ func (s *shipper) askHeld(ctx context.Context, v *View, member string, shards []
 	return held, nil
 }
 
-// asked records member's answer (held, or err) to the question which of
-// shards it holds rows of. It reports whether changes of the queue's
-// outside are due now.
-func (s *shipper) asked(member string, jq *shipQueue, shards []uint32, held map[uint32]bool, err error) bool {
+// asked records member's answer (held, or err) to the question, sent at
+// at, which of shards it holds rows of, also as leftover holder marks
+// (shipper.holders). It reports whether changes of the queue's outside
+// are due now.
+func (s *shipper) asked(member string, jq *shipQueue, shards []uint32, at time.Time, held map[uint32]bool, err error) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err == nil {
+		for _, sh := range shards {
+			if held[sh] {
+				s.holdLocked(sh, member, at)
+			} else {
+				s.releasedLocked(sh, member, at)
+			}
+		}
+	}
 	o := jq.outside
 	if o == nil {
 		return false

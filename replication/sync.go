@@ -247,15 +247,18 @@ func (r *Replicator) askStates(ctx context.Context, v *View, ask map[string][]ui
 	return out
 }
 
-// recordStates keeps a peer's latest answer (merged over earlier ones).
+// recordStates keeps a peer's latest answer (merged over earlier ones),
+// and the leftover copies it shows (shipper.holders).
 func (r *Replicator) recordStates(peer string, rep StatesReply) {
+	now := time.Now()
+	r.ship.noteStates(r.view.Load(), peer, rep, now)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ps := r.peerStates[peer]
 	if ps.states == nil {
 		ps.states = map[uint32]ShardState{}
 	}
-	ps.at, ps.joined = time.Now(), rep.Joined
+	ps.at, ps.joined = now, rep.Joined
 	for _, st := range rep.States {
 		ps.states[st.Shard] = st
 	}
@@ -552,6 +555,11 @@ func readKeys(ctx context.Context, st interface {
 // the peer. It returns the rows pulled and pushed.
 func (r *Replicator) diff(ctx context.Context, addr string, shard uint32) (pulled, pushed int, err error) {
 	keys, pushed, err := r.exchange(ctx, addr, shard, true)
+	if v := r.view.Load(); v != nil && len(keys) > 0 {
+		// A change learnt by repair (its shipment was lost) goes on to the
+		// leftover holders known here too.
+		r.ship.addLeftovers(v, keys)
+	}
 	return len(keys), pushed, err
 }
 
