@@ -31,7 +31,7 @@ VOLUME := ^(TestFileGrowthUnderChurn|TestTombstonesGiveBackTheirPages)$$
 ## cores. Volume scenarios are skipped (make test-long). The lanes of a
 ## phase assert counts only, so they may share the machine
 ## (CONTRIBUTING.md "Test tiers").
-GATE := $(MAKE) --no-print-directory -j2 --output-sync=line
+GATE := $(MAKE) --no-print-directory -j2
 
 test:
 	$(GATE) gate-packages gate-compose
