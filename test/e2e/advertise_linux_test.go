@@ -43,7 +43,6 @@ import (
 // either shows each member's advertised gossip and API addresses. Needs
 // root and ip(8); all traffic stays inside the two namespaces.
 func TestAdvertisedAddressIsTheDefaultRoutesOnTwoInterfaces(t *testing.T) {
-	t.Parallel() // counts only: see doc.go "Parallel scenarios"
 	if testing.Short() {
 		t.Skip("e2e: runs real processes; skipped with -short")
 	}

@@ -19,7 +19,6 @@ import (
 // when the other rows of the batch were valid. Runtime settings refuse bad
 // values the same way and keep their old value.
 func TestBadInput(t *testing.T) {
-	t.Parallel() // counts only: see doc.go "Parallel scenarios"
 	c := newCluster(t, clusterOpts{})
 	for i := range 3 {
 		c.startNode(fmt.Sprintf("bad-%d", i))

@@ -41,7 +41,6 @@ import (
 //     crash is at-least-once by design (the target deduplicates by
 //     dispatch_key), as under a partition.
 func TestCrashRestart(t *testing.T) {
-	t.Parallel() // counts only: see doc.go "Parallel scenarios"
 	const (
 		rows = 8_000
 		rate = 1_000 // rows/s, so the kill lands mid-load

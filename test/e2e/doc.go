@@ -39,22 +39,13 @@
 // shared-host gossip profile (testnode.GossipProfile) and short intervals
 // so the suite fits the CI budget on a 2-core machine.
 //
-// # Parallel scenarios
+// # Concurrency
 //
-// Most scenarios mark themselves t.Parallel: they assert only counts
-// (rows lost, delivered twice, in flight above a quota, exit codes, log
-// lines), which load cannot change, and they spend most of their time
-// waiting on gossip, leases and polls, so two or three of them share the
-// two cores well. Each cluster has its own 127.0.0.N addresses, ports,
-// data dirs and delivery target, so they cannot see each other.
-//
-// A scenario that compares a latency, a throughput or a memory figure
-// with another of the same run (TestFairness, TestSlowTargetNoisyQuiet*,
-// TestExactQuotaThroughput, TestTargetThrottlingCutsConcurrency,
-// TestDeadLetterPagesAreBounded), bounds a read-back time
-// (TestPausedProcesses, TestPausedHolderWithASlowTarget) or counts
-// gossip cut-offs (TestGossipKeyRotationByReload) does not: it runs
-// alone, before the parallel ones (go test runs the sequential tests
-// first). Inside a scenario the generator, the target and the node
+// Scenarios run one after another. Run side by side (t.Parallel, three at
+// a time) the count-only ones took the suite from 478 s to 410 s alone,
+// but beside the rest of the gate the extra load made the shared-host
+// gossip profile suspect live nodes (a scenario with no fault then saw
+// repeat deliveries), so they stay sequential until that profile holds
+// at that load. Inside a scenario the generator, the target and the node
 // processes run concurrently and the test polls their observable state.
 package e2e

@@ -27,7 +27,6 @@ import (
 // broadcast nobody could receive, or for peers that are all leaving too,
 // would). How long each took is logged.
 func TestWholeClusterStopsTogether(t *testing.T) {
-	t.Parallel() // counts only: see doc.go "Parallel scenarios"
 	c := newCluster(t, clusterOpts{})
 	var nodes []*proc
 	for i := range 3 {
@@ -91,7 +90,6 @@ func TestWholeClusterStopsTogether(t *testing.T) {
 // live member and pointing at --node-name, and the cluster's view (members,
 // their addresses, ownership) does not change.
 func TestDuplicateNodeNameRefused(t *testing.T) {
-	t.Parallel() // counts only: see doc.go "Parallel scenarios"
 	c := newCluster(t, clusterOpts{Shards: 256})
 	for i := range 3 {
 		c.startNode(fmt.Sprintf("dup-%d", i))

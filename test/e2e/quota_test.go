@@ -226,8 +226,6 @@ func proportionalTwin(q, owned, shardCount int) int {
 // records the ratios (a wall-clock figure on a shared machine is a
 // benchmark, not a test).
 func TestExactQuota(t *testing.T) {
-	// Counts only (doc.go "Parallel scenarios"); its drain-time ratios are logged.
-	t.Parallel()
 	c := newCluster(t, clusterOpts{TargetDelay: quotaHold, Shards: quotaShards, PlainBuild: true}) // drain-time ratios
 	for i := range 5 {
 		c.startNode(fmt.Sprintf("xq-%d", i))
@@ -323,7 +321,6 @@ func TestExactQuota(t *testing.T) {
 // on a killed node wait for its return), so what is measured is the
 // lease's stall alone.
 func TestExactQuotaCoordinatorChanges(t *testing.T) {
-	t.Parallel() // counts only: see doc.go "Parallel scenarios"
 	c := newCluster(t, clusterOpts{TargetDelay: quotaHold, Shards: quotaShards})
 	for i := range 5 {
 		c.startNode(fmt.Sprintf("xc-%d", i))

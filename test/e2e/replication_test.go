@@ -171,7 +171,6 @@ func replicatedLoad(t *testing.T, c *testCluster, l *ledger, ns string, rows, mi
 // rows in flight on the killed node plus the state changes it had not
 // shipped yet (its settle lag).
 func TestReplicationKillAndWipe(t *testing.T) {
-	t.Parallel() // counts only: see doc.go "Parallel scenarios"
 	const rows = 5_000
 	c := newCluster(t, clusterOpts{Shards: 256, TargetDelay: 20 * time.Millisecond,
 		Flags: []string{"--replication-factor", "2"}})
@@ -226,7 +225,6 @@ func TestReplicationKillAndWipe(t *testing.T) {
 // Scenario 2: 5 nodes, R = 3; two nodes are killed and wiped at once;
 // nothing acknowledged is lost.
 func TestReplicationTwoWipedAtOnce(t *testing.T) {
-	t.Parallel() // counts only: see doc.go "Parallel scenarios"
 	const rows = 3_000
 	c := newCluster(t, clusterOpts{Shards: 256, TargetDelay: 20 * time.Millisecond,
 		Flags: []string{"--replication-factor", "3"}})
@@ -261,7 +259,6 @@ func TestReplicationTwoWipedAtOnce(t *testing.T) {
 // one of two nodes dead, appends answer 503 with Retry-After and report
 // nothing stored; once a replacement joined and synced, they succeed.
 func TestReplicationAppendWhileReplicaDown(t *testing.T) {
-	t.Parallel() // counts only: see doc.go "Parallel scenarios"
 	c := newCluster(t, clusterOpts{Shards: 64, Flags: []string{"--replication-factor", "2", "--write-copies", "2"}})
 	a := c.startNode("down-a")
 	b := c.startNode("down-b")
@@ -308,7 +305,6 @@ func TestReplicationAppendWhileReplicaDown(t *testing.T) {
 // R = 1 → 2 on a running 3-node cluster with a backlog: every row ends on
 // two nodes (each shard's two replicas agree), none is lost.
 func TestReplicationRaiseFactor(t *testing.T) {
-	t.Parallel() // counts only: see doc.go "Parallel scenarios"
 	const rows = 4_000
 	c := newCluster(t, clusterOpts{Shards: 64, Flags: []string{"--replication-factor", "1"}})
 	for i := range 3 {

@@ -23,7 +23,6 @@ import (
 // claims from a shard only once its old primary's deliveries ended:
 // replication's handover).
 func TestScaleOut(t *testing.T) {
-	t.Parallel() // counts only: see doc.go "Parallel scenarios"
 	const (
 		parkedRows = 3_000
 		liveRows   = 6_000
@@ -133,7 +132,6 @@ func TestScaleOut(t *testing.T) {
 // exactly once (the new primaries claim a shard only once the leaver's
 // deliveries of it ended: replication's handover).
 func TestScaleIn(t *testing.T) {
-	t.Parallel() // counts only: see doc.go "Parallel scenarios"
 	const (
 		backlogRows = 3_000
 		liveRows    = 4_000

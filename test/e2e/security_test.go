@@ -21,7 +21,6 @@ import (
 // stored (never a success with one copy). When it leaves, the producer's
 // retry of the same batch succeeds and every row is delivered, none lost.
 func TestWrongClusterSecret(t *testing.T) {
-	t.Parallel() // counts only: see doc.go "Parallel scenarios"
 	c := newCluster(t, clusterOpts{})
 	a := c.startNode("sec-a")
 	b := c.startNode("sec-b")

@@ -24,7 +24,6 @@ import (
 // (it must not serve a cluster of its own), and the cluster keeps
 // delivering.
 func TestShardCountMismatchRefused(t *testing.T) {
-	t.Parallel() // counts only: see doc.go "Parallel scenarios"
 	c := newCluster(t, clusterOpts{Shards: 256})
 	for i := range 3 {
 		c.startNode(fmt.Sprintf("sc-%d", i))

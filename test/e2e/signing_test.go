@@ -18,7 +18,6 @@ import (
 // which answers 401 to anything else). A rotation: with [new, old] a
 // target that knows only the new secret verifies every delivery.
 func TestSignedDeliveriesAcrossTheCluster(t *testing.T) {
-	t.Parallel() // counts only: see doc.go "Parallel scenarios"
 	c := newCluster(t, clusterOpts{})
 	for i := range 3 {
 		c.startNode(fmt.Sprintf("sign-%d", i))

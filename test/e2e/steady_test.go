@@ -26,7 +26,6 @@ import (
 // they drain together (an equal split would leave the quota-4 namespace
 // alone for most of the run: 4,000 rows at ~150 rows/s).
 func TestSteadyState(t *testing.T) {
-	t.Parallel() // counts only: see doc.go "Parallel scenarios"
 	const (
 		nodes      = 3
 		rows       = 20_000

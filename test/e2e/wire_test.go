@@ -240,7 +240,6 @@ func TestTargetThrottlingCutsConcurrency(t *testing.T) {
 // (10 attempts in under 200 ms, then dead letter). Now every retry waits
 // at least our backoff, and the rows stay pending.
 func TestRetryAfterNeverShortensTheBackoff(t *testing.T) {
-	t.Parallel() // counts only: see doc.go "Parallel scenarios"
 	values := map[string]func() string{
 		"ra-zero": func() string { return "0" },
 		"ra-past": func() string { return time.Now().Add(-time.Hour).UTC().Format(http.TimeFormat) },
