@@ -190,10 +190,7 @@ func TestAShipLostWithItsConnectionIsRetriedSoon(t *testing.T) {
 	c.opts = func(cfg *replication.Config) {
 		cfg.PollInterval, cfg.CallTimeout, cfg.ShipTimeout = time.Hour, time.Minute, 200*time.Millisecond
 	}
-	c.add("a")
-	c.add("b")
-	c.apply()
-	waitSynced(t, c)
+	c.startSynced("a", "b")
 	ctx := context.Background()
 	a, b := c.nodes["a"], c.nodes["b"]
 	if _, err := a.repl.Route(ctx, rowsFor("lost", 50, time.Now().UTC())); err != nil {
@@ -324,10 +321,7 @@ func TestFenceHoldsClaimsUntilAHandover(t *testing.T) {
 	c := newTCluster(t, 16, 2)
 	// Handover rounds only when woken: the test sees the fenced scope.
 	c.opts = func(cfg *replication.Config) { cfg.HandoverInterval = time.Hour }
-	c.add("a")
-	c.add("b")
-	c.apply()
-	waitSynced(t, c)
+	c.startSynced("a", "b")
 	a := c.nodes["a"]
 	before := a.scopeNow()
 	if len(before) == 0 {
@@ -468,10 +462,7 @@ func TestSettlesReachALeftoverCopyLeftByAJoin(t *testing.T) {
 	// Repair polls only on membership changes: only what a ships to b can
 	// reach b's leftover copies within the test.
 	c.opts = func(cfg *replication.Config) { cfg.PollInterval = time.Hour }
-	c.add("a")
-	c.add("b")
-	c.apply()
-	waitSynced(t, c)
+	c.startSynced("a", "b")
 	ctx := context.Background()
 	a, b := c.nodes["a"], c.nodes["b"]
 	before := c.view("a")

@@ -81,6 +81,18 @@ func newTCluster(t testing.TB, shardCount uint32, factor int, names ...string) *
 	return c
 }
 
+// startSynced starts the named nodes, applies a view of them and waits
+// until every shard they replicate is synced: the set-up of a test that
+// sets c.opts first (newTCluster starts its names before that).
+func (c *tcluster) startSynced(names ...string) {
+	c.t.Helper()
+	for _, n := range names {
+		c.add(n)
+	}
+	c.apply()
+	waitSynced(c.t, c)
+}
+
 // add starts a node (a fresh data dir unless it existed) without applying
 // a new view.
 func (c *tcluster) add(name string) *tnode {

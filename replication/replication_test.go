@@ -34,7 +34,7 @@ var testAuth = func() *nodeauth.Auth {
 // authOnly guards h as a node's API does: unsigned calls are refused.
 func authOnly(h http.Handler) http.Handler { return testAuth.Middleware(h) }
 
-func waitSynced(t *testing.T, c *tcluster) {
+func waitSynced(t testing.TB, c *tcluster) {
 	t.Helper()
 	poll.Eventually(t, 20*time.Second, "replica sets synced and agreeing", c.converged)
 }
@@ -1026,10 +1026,7 @@ func droppedQueue(t *testing.T, shardCount uint32, rows int, handoverTimeout tim
 			cfg.HandoverTimeout = handoverTimeout
 		}
 	}
-	c.add("a")
-	c.add("b")
-	c.apply()
-	waitSynced(t, c)
+	c.startSynced("a", "b")
 	a := c.nodes["a"]
 	if _, err := a.repl.Route(context.Background(), rowsFor("lost", rows, time.Now().UTC())); err != nil {
 		t.Fatal(err)

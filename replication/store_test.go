@@ -26,10 +26,7 @@ func TestEveryRowChangeOfTheStoreReachesTheBackups(t *testing.T) {
 	// Polls only on membership changes: digest repair cannot fix a copy
 	// within the test, only what the store ships can.
 	c.opts = func(cfg *replication.Config) { cfg.PollInterval = time.Hour }
-	c.add("a")
-	c.add("b")
-	c.apply()
-	waitSynced(t, c)
+	c.startSynced("a", "b")
 	a, b := c.nodes["a"], c.nodes["b"]
 	st := replication.NewStore(a.store, a.repl)
 	ctx := context.Background()

@@ -41,11 +41,9 @@
 //
 // # Concurrency
 //
-// Scenarios run one after another. Run side by side (t.Parallel, three at
-// a time) the count-only ones took the suite from 478 s to 410 s alone,
-// but beside the rest of the gate the extra load made the shared-host
-// gossip profile suspect live nodes (a scenario with no fault then saw
-// repeat deliveries), so they stay sequential until that profile holds
-// at that load. Inside a scenario the generator, the target and the node
+// Scenarios run one after another: side by side (t.Parallel) they save
+// little on two cores (docs/BENCHMARKS.md "The gate"), and beside the
+// rest of the gate the extra load makes the shared-host gossip profile
+// suspect live nodes, so a scenario with no fault sees repeat deliveries. Inside a scenario the generator, the target and the node
 // processes run concurrently and the test polls their observable state.
 package e2e
