@@ -78,6 +78,11 @@ type Cluster struct {
 	peersMu  sync.Mutex
 	peers    map[string]peer
 	selfAddr string
+	// failed maps each peer memberlist declared dead (not a graceful
+	// leave) that has not returned since to when that happened
+	// (OwnershipSnapshot.PeerFailedAt); at most maxFailedPeers, the oldest
+	// forgotten first.
+	failed map[string]time.Time
 
 	// ownership
 	recomputeMu sync.Mutex
@@ -191,6 +196,7 @@ func newCluster(cfg *Config) *Cluster {
 		state:         MemberActive,
 		recomputeCh:   make(chan struct{}, 1),
 		peers:         make(map[string]peer),
+		failed:        make(map[string]time.Time),
 		subs:          make(map[*subscriber]struct{}),
 		refusedLogged: make(map[string]time.Time),
 		answers:       make(map[string]string),

@@ -114,6 +114,13 @@ func TestKilledNodeIsDeclaredDeadAndSurvivorsConverge(t *testing.T) {
 		t.Fatalf("%s still a member after it was declared dead", victim.Name)
 	}
 	h.CheckOwnership()
+	// A death, unlike a leave, is remembered: a leaving last node waits
+	// for the member to return (replication.View.PeerFailedAt).
+	for _, nd := range h.Running() {
+		if at := nd.Cluster.Snapshot().PeerFailedAt; at.Before(start) {
+			t.Errorf("%s: PeerFailedAt %v after %s's crash at %v", nd.Name, at, victim.Name, start)
+		}
+	}
 	for _, sh := range victimShards {
 		if o := after.Table.Owner(sh); o == victim.Name || o == "" {
 			t.Fatalf("shard %d of the dead node is owned by %q", sh, o)
@@ -183,6 +190,11 @@ func TestGracefulLeaveConverges(t *testing.T) {
 	leaver.Cluster = nil
 	h.WaitConverged(convergeTimeout)
 	h.CheckOwnership()
+	for _, nd := range survivors {
+		if at := nd.Cluster.Snapshot().PeerFailedAt; !at.IsZero() {
+			t.Errorf("%s: PeerFailedAt %v after a graceful leave (no member failed)", nd.Name, at)
+		}
+	}
 }
 
 // A whole cluster stopped at once (docker compose down, SIGTERM to every
@@ -321,6 +333,12 @@ func TestRestartWithSameNameAndAddressGetsItsShardsBack(t *testing.T) {
 	}
 	if got := nd.Cluster.Snapshot().Owned; !slices.Equal(got, mine) {
 		t.Fatalf("restarted node owns %d shards, before it owned %d (same set expected)", len(got), len(mine))
+	}
+	// The failed member returned: no one waits for it any more.
+	for _, o := range h.Running() {
+		if at := o.Cluster.Snapshot().PeerFailedAt; !at.IsZero() {
+			t.Errorf("%s: PeerFailedAt %v after %s returned", o.Name, at, nd.Name)
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"time"
 
 	"github.com/hashicorp/memberlist"
 )
@@ -25,8 +26,49 @@ func (e *events) NotifyUpdate(n *memberlist.Node) { e.c.setPeer(n) }
 func (e *events) NotifyLeave(n *memberlist.Node) {
 	e.c.peersMu.Lock()
 	delete(e.c.peers, n.Name)
+	// A member that announced it was leaving (its meta says so) went on
+	// purpose; any other that disappears failed. (memberlist's Node.State
+	// does not say: NotifyLeave gets a Node whose State field is not the
+	// one deadNode updates.)
+	if m, err := decodeMeta(n.Meta); n.Name != e.c.name && (err != nil || m.State != MemberLeaving) {
+		e.c.failed[n.Name] = time.Now()
+		forgetOldestFailures(e.c.failed)
+	} else {
+		delete(e.c.failed, n.Name)
+	}
 	e.c.peersMu.Unlock()
 	poke(e.c.recomputeCh)
+}
+
+// maxFailedPeers bounds the failed peers a Cluster remembers.
+const maxFailedPeers = 64
+
+// forgetOldestFailures trims failed to maxFailedPeers entries, dropping
+// the oldest failures.
+func forgetOldestFailures(failed map[string]time.Time) {
+	for len(failed) > maxFailedPeers {
+		oldest, at := "", time.Time{}
+		for name, t := range failed {
+			if oldest == "" || t.Before(at) {
+				oldest, at = name, t
+			}
+		}
+		delete(failed, oldest)
+	}
+}
+
+// lastFailure returns when the most recent of the failed peers that have
+// not returned failed; zero when there is none.
+func (c *Cluster) lastFailure() time.Time {
+	c.peersMu.Lock()
+	defer c.peersMu.Unlock()
+	var last time.Time
+	for _, t := range c.failed {
+		if t.After(last) {
+			last = t
+		}
+	}
+	return last
 }
 
 // peer is the Cluster's copy of one live memberlist node (alive or
@@ -41,6 +83,7 @@ func (c *Cluster) setPeer(n *memberlist.Node) {
 	p := peer{name: n.Name, addr: n.Address(), meta: bytes.Clone(n.Meta)}
 	c.peersMu.Lock()
 	c.peers[p.name] = p
+	delete(c.failed, p.name) // it returned
 	if p.name == c.name {
 		c.selfAddr = p.addr
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/fairshard/fairshard/shards"
 )
@@ -71,6 +72,13 @@ type OwnershipSnapshot struct {
 	// with NewOwnedShardFraction's clamp: a node owning nothing reports
 	// 1/ShardCount (it has no rows to claim anyway).
 	Fraction shards.OwnedShardFraction
+
+	// PeerFailedAt is when the most recent peer that failed (memberlist
+	// declared it dead; a graceful leave does not count) and has not
+	// returned since failed; zero when none has. A leaving node that has
+	// no one else to hand off to waits a while from then for it to return
+	// (replication.View.PeerFailedAt).
+	PeerFailedAt time.Time
 
 	// Factor is the replication factor R the replica sets were computed
 	// for; Copies is what every set holds, min(R, active members) (0 with
@@ -199,8 +207,9 @@ func (c *Cluster) Recompute() *OwnershipSnapshot {
 	c.kv.SetMembers(names) // who must see a config tombstone before it is collected
 
 	factor := max(int(c.factor.Load()), 1)
+	failedAt := c.lastFailure()
 	prev := c.snap.Load()
-	if prev != nil && prev.Accepted == accepted && slices.Equal(prev.Members, members) && prev.Factor == factor {
+	if prev != nil && prev.Accepted == accepted && slices.Equal(prev.Members, members) && prev.Factor == factor && prev.PeerFailedAt.Equal(failedAt) {
 		return prev // same members, states, acceptance and factor: same tables
 	}
 	table := shards.Assign(active, c.cfg.ShardCount)
@@ -209,14 +218,15 @@ func (c *Cluster) Recompute() *OwnershipSnapshot {
 		owned = []uint32{}
 	}
 	snap := &OwnershipSnapshot{
-		Version:    1,
-		Self:       c.name,
-		ShardCount: c.cfg.ShardCount,
-		Members:    members,
-		Table:      table,
-		Accepted:   accepted,
-		Owned:      owned,
-		Fraction:   shards.NewOwnedShardFraction(uint32(len(owned)), c.cfg.ShardCount),
+		Version:      1,
+		Self:         c.name,
+		ShardCount:   c.cfg.ShardCount,
+		Members:      members,
+		Table:        table,
+		Accepted:     accepted,
+		Owned:        owned,
+		Fraction:     shards.NewOwnedShardFraction(uint32(len(owned)), c.cfg.ShardCount),
+		PeerFailedAt: failedAt,
 	}
 	moved := 0
 	if prev != nil {

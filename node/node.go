@@ -433,7 +433,12 @@ func (n *Node) buildReplication() error {
 		// A delivery the old primary started ends within the delivery
 		// timeout; its settle is shipped within milliseconds.
 		HandoverTimeout: cfg.DeliveryTimeout + 5*time.Second,
-		Logger:          n.log, Registerer: n.reg,
+		// A leaving last node waits this long for a member that failed to
+		// return: the time memberlist still tells a dead member so (it can
+		// refute), at least 5 s (the fast profiles' 2 s is shorter than the
+		// stalls of a loaded host).
+		FailedPeerWait: max(gossipProfile(cfg.GossipProfile).Config.GossipToTheDeadTime, 5*time.Second),
+		Logger:         n.log, Registerer: n.reg,
 	})
 	return err
 }

@@ -31,7 +31,7 @@ func viewOf(s *cluster.OwnershipSnapshot) *replication.View {
 		}
 	}
 	return &replication.View{Version: s.Version, Self: s.Self, ShardCount: s.ShardCount, Factor: s.Factor,
-		Sets: s.ReplicaSets(), Addrs: addrs, Leaving: leaving}
+		Sets: s.ReplicaSets(), Addrs: addrs, Leaving: leaving, PeerFailedAt: s.PeerFailedAt}
 }
 
 // setClaimScope is the replicator's Config.Scope: the shards this node is

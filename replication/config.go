@@ -96,6 +96,12 @@ const (
 	DefaultShipTimeout = 5 * time.Second
 	// DefaultWriteTimeout bounds the fan-out of one append to the backups.
 	DefaultWriteTimeout = 10 * time.Second
+	// DefaultFailedPeerWait is how long a leaving node that sees no other
+	// member to hand its rows to waits for a member that failed (rather
+	// than left) to return before it stops as the last node: memberlist's
+	// LAN GossipToTheDeadTime, the time a member declared dead is still
+	// told so and can refute it.
+	DefaultFailedPeerWait = 30 * time.Second
 	// MaxFactor is the largest replication factor.
 	MaxFactor = 5
 )
@@ -150,6 +156,9 @@ type Config struct {
 	// the old primary may be repeated by the new one.
 	HandoverTimeout  time.Duration
 	HandoverInterval time.Duration
+	// FailedPeerWait: see DefaultFailedPeerWait (View.PeerFailedAt). The
+	// node sets it to its gossip's GossipToTheDeadTime.
+	FailedPeerWait time.Duration
 	// Now is the clock (default time.Now): stamps forwarded rows.
 	Now func() time.Time
 	// Logger receives sync, repair and drop events (default: discard).
@@ -196,6 +205,7 @@ func (c *Config) validate() error {
 	def(&c.WriteTimeout, DefaultWriteTimeout)
 	def(&c.HandoverTimeout, DefaultHandoverTimeout)
 	def(&c.HandoverInterval, DefaultHandoverInterval)
+	def(&c.FailedPeerWait, DefaultFailedPeerWait)
 	if c.ShipBatch <= 0 {
 		c.ShipBatch = DefaultShipBatch
 	}

@@ -184,9 +184,12 @@ func (r *Replicator) setStates(ctx context.Context, v *View, shards []uint32) ma
 // shards (this node is leaving: it is in no set) and deletes them once
 // the sets' members confirmed holding them; the drop loop does the work
 // from the moment the view says this node is leaving, and Drain waits for
-// it. It returns nil when nothing is left, or at once when no other member
-// can take the rows (this is the last node: they stay on disk), or, when
-// ctx ends first, an error naming how many shards still hold rows here.
+// it. It returns nil when nothing is left, or when no other member can
+// take the rows (this is the last node: they stay on disk; if a member
+// failed less than Config.FailedPeerWait ago, View.PeerFailedAt, only once
+// that wait has passed without it returning: LeaveStatus.Waiting says so
+// meanwhile), or, when ctx ends first, an error naming how many shards
+// still hold rows here.
 // A leave never gives up on its own: a member it cannot reach (a
 // partition) is retried until it answers or ctx ends; LeaveStatus says
 // what is left and why meanwhile.
@@ -195,6 +198,7 @@ func (r *Replicator) Drain(ctx context.Context) error {
 	wake(r.dropWake)
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
+	waitLogged := false
 	for {
 		v := r.view.Load()
 		left, err := r.Leftovers(ctx)
@@ -210,8 +214,24 @@ func (r *Replicator) Drain(ctx context.Context) error {
 			}
 		}
 		if err == nil && v != nil && len(left) > 0 && !r.anyReplica(v) {
-			r.log.Warn("no other member replicates the shards this node holds rows of; they stay on disk", "shards", len(left))
-			return nil
+			// The last node, unless a member failed recently: one declared
+			// dead by mistake (a stalled process, lost probes on a loaded
+			// host) refutes it within memberlist's gossip-to-the-dead time
+			// and takes the hand-off.
+			until := v.PeerFailedAt.Add(r.cfg.FailedPeerWait)
+			if v.PeerFailedAt.IsZero() || !r.cfg.Now().Before(until) {
+				r.log.Warn("no other member replicates the shards this node holds rows of; they stay on disk", "shards", len(left))
+				return nil
+			}
+			if !waitLogged {
+				waitLogged = true
+				r.log.Warn("no other member replicates the shards this node holds rows of, but a member failed recently: waiting for it to return before stopping as the last node",
+					"shards", len(left), "peer_failed_at", v.PeerFailedAt, "until", until)
+			}
+			r.leave.waiting(fmt.Sprintf("no other member to hand off to: a member failed at %s; waiting until %s for it to return",
+				v.PeerFailedAt.UTC().Format(time.RFC3339Nano), until.UTC().Format(time.RFC3339Nano)))
+		} else {
+			r.leave.waiting("")
 		}
 		select {
 		case <-ctx.Done():
@@ -234,6 +254,7 @@ type leaveProgress struct {
 	at      time.Time // when the last pass ended
 	strand  int       // rows left marked in transfer (transfer.Mover.Stranded)
 	handed  int64     // rows confirmed held by their sets so far
+	wait    string    // why Drain waits for a failed member ("" when it does not)
 }
 
 // counting wraps the sink of a drain pass so that every batch the sets
@@ -270,6 +291,14 @@ func (p *leaveProgress) record(left, stranded int, err error) {
 	if err != nil {
 		p.lastErr = err.Error()
 	}
+}
+
+// waiting records why Drain waits before it stops as the last node (""
+// when it does not).
+func (p *leaveProgress) waiting(why string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.wait = why
 }
 
 func (p *leaveProgress) setLeft(left int) {
@@ -310,6 +339,10 @@ type LeaveStatus struct {
 	// batch (a row sent again after a failed pass counts again): it rises
 	// while a long pass runs, before ShardsLeft falls.
 	RowsHandedOff int64 `json:"rows_handed_off"`
+	// Waiting says why a leave that sees no other member to hand off to
+	// has not stopped as the last node: a member failed recently and may
+	// return (View.PeerFailedAt). "" otherwise.
+	Waiting string `json:"waiting,omitempty"`
 }
 
 // leaveStatus returns the leave's progress (nil when not leaving).
@@ -320,7 +353,7 @@ func (r *Replicator) leaveStatus(v *View) *LeaveStatus {
 	p := &r.leave
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return &LeaveStatus{Since: p.since, ShardsLeft: p.left, At: p.at, LastError: p.lastErr, StrandedRows: p.strand, RowsHandedOff: p.handed}
+	return &LeaveStatus{Since: p.since, ShardsLeft: p.left, At: p.at, LastError: p.lastErr, StrandedRows: p.strand, RowsHandedOff: p.handed, Waiting: p.wait}
 }
 
 // anyReplica reports whether some shard has a replica other than this

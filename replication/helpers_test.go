@@ -232,19 +232,26 @@ func (c *tcluster) applyTo(members, on []string) {
 
 func (c *tcluster) view(name string) *replication.View { return c.nodes[name].repl.View() }
 
-// leave applies, on the others, the view of members without name, and on
-// name that view marked leaving (with every address, its own included):
-// name drains.
+// leave applies, on the others, the view of members without name (name
+// still live, at its address, as a leaving member is), and on name that
+// view marked leaving: name drains.
 func (c *tcluster) leave(name string, members []string) *replication.Replicator {
 	c.t.Helper()
-	c.applyTo(members, members)
-	v := *c.view(members[0])
-	v.Self, v.Leaving = name, true
-	v.Addrs = map[string]string{name: strings.TrimPrefix(c.nodes[name].srv.URL, "http://")}
-	for _, m := range members {
-		v.Addrs[m] = c.view(members[0]).Addrs[m]
+	c.version++
+	table := shards.ReplicaSets(members, c.shards, c.factor)
+	sets := make([][]string, c.shards)
+	for s := range c.shards {
+		sets[s] = table.Replicas(s)
 	}
-	c.nodes[name].repl.Apply(&v)
+	addrs := map[string]string{}
+	for _, m := range append(slices.Clone(members), name) {
+		addrs[m] = strings.TrimPrefix(c.nodes[m].srv.URL, "http://")
+	}
+	for _, m := range append(slices.Clone(members), name) {
+		c.nodes[m].repl.Apply(&replication.View{
+			Version: c.version, Self: m, ShardCount: c.shards, Factor: c.factor, Sets: sets, Addrs: addrs, Leaving: m == name,
+		})
+	}
 	return c.nodes[name].repl
 }
 

@@ -2,6 +2,7 @@ package replication_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -114,5 +115,102 @@ func TestDrainCountsRowsHandedOff(t *testing.T) {
 	st := leaver.Status().Leave
 	if st == nil || st.RowsHandedOff != onC || st.ShardsLeft != 0 {
 		t.Fatalf("leave status after the drain: %+v, want %d rows handed off and no shard left", st, onC)
+	}
+}
+
+// rowsHeld sums the rows (pending and terminal) n's store holds.
+func rowsHeld(t *testing.T, n *tnode) int64 {
+	t.Helper()
+	ds, err := n.store.ShardDigests(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	for _, d := range ds {
+		sum += d.Rows
+	}
+	return sum
+}
+
+// aloneLeaving applies on name a leaving view in which no other member is
+// live (every set empty), its only peer having failed at failedAt.
+func (c *tcluster) aloneLeaving(name string, failedAt time.Time) {
+	c.version++
+	c.nodes[name].repl.Apply(&replication.View{
+		Version: c.version, Self: name, ShardCount: c.shards, Factor: c.factor,
+		Sets:    make([][]string, c.shards),
+		Addrs:   map[string]string{name: strings.TrimPrefix(c.nodes[name].srv.URL, "http://")},
+		Leaving: true, PeerFailedAt: failedAt,
+	})
+}
+
+// A leaving node that sees no other member because its only peer was
+// declared dead a moment ago (on a loaded host, a stalled peer is) does
+// not stop as the last node with its rows on disk: it waits for the peer
+// to return, says why in its leave status, and hands every row off when
+// it does. Without the wait, Drain returned at once with the rows here.
+func TestDrainWaitsForAFailedPeerToReturn(t *testing.T) {
+	c := newTCluster(t, 16, 1)
+	c.opts = func(cfg *replication.Config) { cfg.FailedPeerWait = 10 * time.Minute }
+	c.startSynced("a", "b")
+	ctx := context.Background()
+	if _, err := c.nodes["a"].repl.Route(ctx, rowsFor("failed", 300, time.Now().UTC())); err != nil {
+		t.Fatal(err)
+	}
+	onB := rowsHeld(t, c.nodes["b"])
+	if onB == 0 {
+		t.Fatal("b holds none of the 300 rows")
+	}
+	c.aloneLeaving("b", time.Now())
+	b := c.nodes["b"].repl
+	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	drained := make(chan error, 1)
+	go func() { drained <- b.Drain(dctx) }()
+	poll.Eventually(t, 10*time.Second, "b's leave to say it waits for the failed member", func() (bool, string) {
+		select {
+		case err := <-drained:
+			t.Fatalf("Drain returned (%v) with %d rows on b while its peer had just failed", err, rowsHeld(t, c.nodes["b"]))
+		default:
+		}
+		st := b.Status().Leave
+		return st != nil && strings.Contains(st.Waiting, "failed"), fmt.Sprintf("leave status %+v", st)
+	})
+	c.leave("b", []string{"a"}) // a returns
+	if err := <-drained; err != nil {
+		t.Fatalf("%v; a: %+v; b: %+v %+v", err, c.nodes["a"].repl.Status(), b.Status(), b.Status().Leave)
+	}
+	if n := rowsHeld(t, c.nodes["b"]); n != 0 {
+		t.Errorf("b holds %d rows after its drain", n)
+	}
+	if n := rowsHeld(t, c.nodes["a"]); n != 300 {
+		t.Errorf("a holds %d of the 300 rows after b's drain", n)
+	}
+	if st := b.Status().Leave; st == nil || st.Waiting != "" || st.RowsHandedOff != onB {
+		t.Errorf("leave status after the drain: %+v, want no wait and %d rows handed off", st, onB)
+	}
+}
+
+// Once FailedPeerWait has passed since the peer failed, a leaving node
+// with no one to hand off to is the last node: Drain returns and the rows
+// stay on its disk (they move when it returns).
+func TestDrainStopsAsTheLastNodeOnceTheFailedPeerWaitEnds(t *testing.T) {
+	c := newTCluster(t, 16, 1)
+	c.opts = func(cfg *replication.Config) { cfg.FailedPeerWait = 10 * time.Minute }
+	c.startSynced("a", "b")
+	ctx := context.Background()
+	if _, err := c.nodes["a"].repl.Route(ctx, rowsFor("last", 300, time.Now().UTC())); err != nil {
+		t.Fatal(err)
+	}
+	onB := rowsHeld(t, c.nodes["b"])
+	c.kill("a", false)
+	c.aloneLeaving("b", time.Now().Add(-10*time.Minute-time.Second))
+	dctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := c.nodes["b"].repl.Drain(dctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := rowsHeld(t, c.nodes["b"]); n != onB {
+		t.Errorf("b holds %d rows after stopping as the last node, want its %d", n, onB)
 	}
 }

@@ -1,6 +1,9 @@
 package replication
 
-import "slices"
+import (
+	"slices"
+	"time"
+)
 
 // View is one membership view as replication needs it: who is live, where
 // to reach them, and every shard's replica set. The node builds one from
@@ -23,6 +26,13 @@ type View struct {
 	Addrs map[string]string
 	// Leaving is true while this node drains: it is in no set.
 	Leaving bool
+	// PeerFailedAt is when this node last saw a member fail (declared
+	// dead, not a graceful leave) that has not returned since; zero when
+	// none has. A leaving node whose sets name no other member waits
+	// Config.FailedPeerWait from then before it stops as the last node: a
+	// member declared dead by mistake (a stalled process, lost probes on a
+	// loaded host) refutes it and takes the hand-off.
+	PeerFailedAt time.Time
 }
 
 // set returns shard's replica set.
