@@ -134,16 +134,7 @@ func (s *shipper) leftoversLocked(v *View, key string, shard uint32, now time.Ti
 // queue takes no more: the member is no replica of their shards. s.mu
 // held.
 func (s *shipper) enqueueOutsideLocked(m, key string, shard uint32, now time.Time) {
-	q := s.queues[m]
-	if q == nil {
-		q = &shipQueue{entries: map[string]*shipEntry{}}
-		s.queues[m] = q
-	}
-	o := q.outside
-	if o == nil {
-		o = &outsideQueue{entries: map[string]*shipEntry{}, held: map[uint32]bool{}, unasked: map[uint32]bool{}}
-		q.outside = o
-	}
+	o := s.queueLocked(m).outsideQueue()
 	if e := o.entries[key]; e != nil {
 		e.changed(now)
 		return
@@ -151,12 +142,8 @@ func (s *shipper) enqueueOutsideLocked(m, key string, shard uint32, now time.Tim
 	if len(o.entries) >= s.r.cfg.MaxPending {
 		return
 	}
-	o.entries[key] = &shipEntry{shard: shard, since: now, gen: 1}
-	o.order = append(o.order, key)
+	o.put(key, &shipEntry{shard: shard, since: now, gen: 1})
 	s.total++
-	if _, asked := o.held[shard]; !asked {
-		o.unasked[shard] = true
-	}
 }
 
 // addLeftovers queues the current copies of keys, changed here by a

@@ -226,12 +226,7 @@ func (s *shipper) add(v *View, keys []string) {
 			if m == v.Self {
 				continue
 			}
-			q := s.queues[m]
-			if q == nil {
-				q = &shipQueue{entries: map[string]*shipEntry{}}
-				s.queues[m] = q
-			}
-			full = s.enqueueLocked(m, q, key, shard, now, false) || full
+			full = s.enqueueLocked(m, s.queueLocked(m), key, shard, now, false) || full
 		}
 		if len(away) > 0 && v.inSet(v.Self, shard) {
 			for _, m := range away {
@@ -257,11 +252,7 @@ func (s *shipper) add(v *View, keys []string) {
 // awayQueueLocked makes m's queue (created if need be) an away queue,
 // parked since now unless it was already (see shipQueue.away). s.mu held.
 func (s *shipper) awayQueueLocked(m string, now time.Time) {
-	q := s.queues[m]
-	if q == nil {
-		q = &shipQueue{entries: map[string]*shipEntry{}}
-		s.queues[m] = q
-	}
+	q := s.queueLocked(m)
 	if q.parked.IsZero() {
 		q.parked = now
 	}
@@ -334,11 +325,7 @@ func (s *shipper) dropQueueLocked(m string, q *shipQueue) {
 // s.mu held.
 func (s *shipper) moveOutsideLocked(q *shipQueue, key string, e *shipEntry, now time.Time) {
 	delete(q.entries, key)
-	o := q.outside
-	if o == nil {
-		o = &outsideQueue{entries: map[string]*shipEntry{}, held: map[uint32]bool{}, unasked: map[uint32]bool{}}
-		q.outside = o
-	}
+	o := q.outsideQueue()
 	if prev := o.entries[key]; prev != nil {
 		// Moved before and changed again since: shipped once, in its
 		// latest state.
@@ -346,6 +333,30 @@ func (s *shipper) moveOutsideLocked(q *shipQueue, key string, e *shipEntry, now 
 		s.total--
 		return
 	}
+	o.put(key, e)
+}
+
+// queueLocked returns m's queue, created empty if m has none. s.mu held.
+func (s *shipper) queueLocked(m string) *shipQueue {
+	q := s.queues[m]
+	if q == nil {
+		q = &shipQueue{entries: map[string]*shipEntry{}}
+		s.queues[m] = q
+	}
+	return q
+}
+
+// outsideQueue returns q.outside, created empty if q has none.
+func (q *shipQueue) outsideQueue() *outsideQueue {
+	if q.outside == nil {
+		q.outside = &outsideQueue{entries: map[string]*shipEntry{}, held: map[uint32]bool{}, unasked: map[uint32]bool{}}
+	}
+	return q.outside
+}
+
+// put queues e as key's change (key not queued yet); its shard's question
+// is asked first unless it was already.
+func (o *outsideQueue) put(key string, e *shipEntry) {
 	o.entries[key] = e
 	o.order = append(o.order, key)
 	if _, asked := o.held[e.shard]; !asked {
