@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fairshard/fairshard/internal/tick"
 	"github.com/fairshard/fairshard/outbox"
 )
 
@@ -66,24 +67,21 @@ func (d *Dispatcher) rearm(ctx context.Context, olderThan, visibleAfter time.Tim
 // reapLoop runs the reaper every RearmInterval until ctx ends. Errors are
 // logged and counted; the next tick retries.
 func (d *Dispatcher) reapLoop(ctx context.Context) {
-	t := time.NewTicker(d.cfg.RearmInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if !d.startRearmDone.Load() {
-			if _, err := d.RearmAllOnStart(ctx); err != nil && ctx.Err() == nil {
-				d.m.sweepErrors.Inc()
-				d.log.Warn("dispatch: re-arm of claims left from before start failed; retrying next tick", "error", err)
-			}
-		}
-		d.hosts.expire(time.Now())
-		if _, err := d.RearmOnce(ctx); err != nil && ctx.Err() == nil {
+	_ = tick.Every(ctx, d.cfg.RearmInterval, d.reapOnce)
+}
+
+// reapOnce is one tick of reapLoop: the start's re-arm until it succeeded,
+// host expiry, and the re-arm of stale claims.
+func (d *Dispatcher) reapOnce(ctx context.Context) {
+	if !d.startRearmDone.Load() {
+		if _, err := d.RearmAllOnStart(ctx); err != nil && ctx.Err() == nil {
 			d.m.sweepErrors.Inc()
-			d.log.Warn("dispatch: re-arm of stale claims failed; retrying next tick", "error", err)
+			d.log.Warn("dispatch: re-arm of claims left from before start failed; retrying next tick", "error", err)
 		}
+	}
+	d.hosts.expire(time.Now())
+	if _, err := d.RearmOnce(ctx); err != nil && ctx.Err() == nil {
+		d.m.sweepErrors.Inc()
+		d.log.Warn("dispatch: re-arm of stale claims failed; retrying next tick", "error", err)
 	}
 }

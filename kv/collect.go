@@ -4,21 +4,14 @@ import (
 	"context"
 	"slices"
 	"time"
+
+	"github.com/fairshard/fairshard/internal/tick"
 )
 
 // RunCollect collects tombstones every CollectInterval until ctx ends,
 // then returns nil. See Collect for the rule.
 func (s *Store) RunCollect(ctx context.Context) error {
-	t := time.NewTicker(s.cfg.CollectInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			s.Collect()
-		}
-	}
+	return tick.Every(ctx, s.cfg.CollectInterval, func(context.Context) { s.Collect() })
 }
 
 // Collect removes the tombstones that no replica needs any more and

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fairshard/fairshard/internal/tick"
 )
 
 // statsMetrics are the node's backlog gauges, refreshed from the store by
@@ -47,54 +49,51 @@ func newStatsMetrics(reg prometheus.Registerer) (*statsMetrics, error) {
 // statsLoop refreshes the per-namespace backlog gauges from the store's
 // maintained counters once a second.
 func (n *Node) statsLoop(ctx context.Context) error {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
+	seen := map[string]bool{} // the labels set so far
+	return tick.Every(ctx, time.Second, func(ctx context.Context) { n.refreshStats(ctx, seen) })
+}
+
+// refreshStats is one tick of statsLoop; seen holds the namespace labels
+// whose series are set (those no longer listed are deleted).
+func (n *Node) refreshStats(ctx context.Context, seen map[string]bool) {
 	m := n.stats
-	seen := map[string]bool{}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
+	if marked, err := n.store.MarkedRows(ctx); err == nil {
+		m.handoffInTransfer.Set(float64(marked))
+	}
+	stats, err := n.store.NamespaceStats(ctx)
+	if err != nil {
+		return
+	}
+	now := time.Now()
+	// Namespaces past --metrics-namespaces share the "_other" series:
+	// counts summed, the oldest age kept.
+	type agg struct{ pending, failed, age float64 }
+	byLabel := map[string]*agg{}
+	for ns, st := range stats {
+		l := n.nsLabels.Label(ns)
+		a := byLabel[l]
+		if a == nil {
+			a = &agg{}
+			byLabel[l] = a
 		}
-		if marked, err := n.store.MarkedRows(ctx); err == nil {
-			m.handoffInTransfer.Set(float64(marked))
+		a.pending += float64(st.Pending)
+		a.failed += float64(st.Failed)
+		if !st.OldestPending.IsZero() && st.OldestPending.Before(now) {
+			a.age = max(a.age, now.Sub(st.OldestPending).Seconds())
 		}
-		stats, err := n.store.NamespaceStats(ctx)
-		if err != nil {
-			continue
+	}
+	for l := range seen {
+		if _, ok := byLabel[l]; !ok {
+			m.pending.DeleteLabelValues(l)
+			m.oldestPendingAge.DeleteLabelValues(l)
+			m.deadLetters.DeleteLabelValues(l)
+			delete(seen, l)
 		}
-		now := time.Now()
-		// Namespaces past --metrics-namespaces share the "_other" series:
-		// counts summed, the oldest age kept.
-		type agg struct{ pending, failed, age float64 }
-		byLabel := map[string]*agg{}
-		for ns, st := range stats {
-			l := n.nsLabels.Label(ns)
-			a := byLabel[l]
-			if a == nil {
-				a = &agg{}
-				byLabel[l] = a
-			}
-			a.pending += float64(st.Pending)
-			a.failed += float64(st.Failed)
-			if !st.OldestPending.IsZero() && st.OldestPending.Before(now) {
-				a.age = max(a.age, now.Sub(st.OldestPending).Seconds())
-			}
-		}
-		for l := range seen {
-			if _, ok := byLabel[l]; !ok {
-				m.pending.DeleteLabelValues(l)
-				m.oldestPendingAge.DeleteLabelValues(l)
-				m.deadLetters.DeleteLabelValues(l)
-				delete(seen, l)
-			}
-		}
-		for l, a := range byLabel {
-			seen[l] = true
-			m.pending.WithLabelValues(l).Set(a.pending)
-			m.deadLetters.WithLabelValues(l).Set(a.failed)
-			m.oldestPendingAge.WithLabelValues(l).Set(a.age)
-		}
+	}
+	for l, a := range byLabel {
+		seen[l] = true
+		m.pending.WithLabelValues(l).Set(a.pending)
+		m.deadLetters.WithLabelValues(l).Set(a.failed)
+		m.oldestPendingAge.WithLabelValues(l).Set(a.age)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fairshard/fairshard/internal/tick"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -69,16 +70,7 @@ func (r *reachability) reachableAddr(apiAddr string) bool {
 // peerCheckLoop probes the other members' APIs every PeerCheckInterval
 // (an unreachable one with its backoff).
 func (n *Node) peerCheckLoop(ctx context.Context) error {
-	t := time.NewTicker(n.cfg.PeerCheckInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		n.checkPeers(ctx)
-	}
+	return tick.Every(ctx, n.cfg.PeerCheckInterval, n.checkPeers)
 }
 
 func (n *Node) checkPeers(ctx context.Context) {

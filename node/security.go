@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fairshard/fairshard/internal/httpapi"
+	"github.com/fairshard/fairshard/internal/tick"
 )
 
 // HTTP server limits against slow and idle clients; the read and idle
@@ -150,16 +151,7 @@ func (n *Node) warnInsecure(ctx context.Context) error {
 			"exposed", s.Exposed, "fix", "set --cluster-secret and --gossip-key (docs/operations.md \"Security\")")
 	}
 	warn()
-	t := time.NewTicker(insecureWarnEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			warn()
-		}
-	}
+	return tick.Every(ctx, insecureWarnEvery, func(context.Context) { warn() })
 }
 
 // browserPolicy is the API's defence against requests web pages make

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fairshard/fairshard/boltstore"
+	"github.com/fairshard/fairshard/internal/tick"
 )
 
 // Slot data dirs (--data-dir with "{slot}"): replicas of one compose
@@ -140,18 +141,11 @@ func renewSlotLease(dir string) error {
 // slotLeaseLoop renews the slot's lease every slotLeaseRefresh until ctx
 // ends.
 func (n *Node) slotLeaseLoop(ctx context.Context) {
-	t := time.NewTicker(slotLeaseRefresh)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := renewSlotLease(n.slotDir); err != nil {
-				n.log.Warn("renewing the slot lease failed", "err", err)
-			}
+	_ = tick.Every(ctx, slotLeaseRefresh, func(context.Context) {
+		if err := renewSlotLease(n.slotDir); err != nil {
+			n.log.Warn("renewing the slot lease failed", "err", err)
 		}
-	}
+	})
 }
 
 // releaseSlot removes the slot's lease once the node has left the cluster:

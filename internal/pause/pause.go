@@ -18,6 +18,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fairshard/fairshard/internal/tick"
 )
 
 // Watch ticks every Threshold/4 and calls OnPause, from its Run goroutine,
@@ -45,16 +47,7 @@ func (w *Watch) Threshold() time.Duration { return w.threshold }
 
 // Run ticks until ctx ends; it returns nil then.
 func (w *Watch) Run(ctx context.Context) error {
-	t := time.NewTicker(max(w.threshold/4, time.Millisecond))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			w.Check()
-		}
-	}
+	return tick.Every(ctx, max(w.threshold/4, time.Millisecond), func(context.Context) { w.Check() })
 }
 
 // Check ticks now: if the last tick is more than Threshold ago, the
