@@ -116,7 +116,7 @@ func TestOpenUpgradesFormat1(t *testing.T) {
 func TestOpenUpgradesFormat2(t *testing.T) {
 	path := copyFixture(t, "format2.db")
 	b := &testBundle{path: path, clock: newFakeClock()}
-	b.clock.t = time.Date(2026, 1, 2, 4, 0, 0, 0, time.UTC)
+	b.clock.Set(time.Date(2026, 1, 2, 4, 0, 0, 0, time.UTC))
 	b.opts = Options{ShardCount: 16, Now: b.clock.Now, LockTimeout: 200 * time.Millisecond}
 	s, err := Open(path, b.opts)
 	if err != nil {

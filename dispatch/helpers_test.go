@@ -22,6 +22,7 @@ import (
 
 	"github.com/fairshard/fairshard/backpressure"
 	"github.com/fairshard/fairshard/boltstore"
+	"github.com/fairshard/fairshard/internal/testclock"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/outbox/memstore"
 	"github.com/fairshard/fairshard/quota"
@@ -126,25 +127,10 @@ var newStore = func(tb testing.TB) outbox.Store {
 // t0 is the fake clock's start; rows are created relative to it.
 var t0 = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
 
-// fakeClock is a settable clock, safe for concurrent use.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+// fakeClock is the settable clock of dispatch tests.
+type fakeClock = testclock.Clock
 
-func newFakeClock(t time.Time) *fakeClock { return &fakeClock{t: t} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+func newFakeClock(t time.Time) *fakeClock { return testclock.New(t) }
 
 // bundle is what setup hands a test besides the dispatcher.
 type bundle struct {

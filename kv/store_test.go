@@ -15,29 +15,15 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fairshard/fairshard/internal/poll"
+	"github.com/fairshard/fairshard/internal/testclock"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// clock is a settable time source.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+// clock is the settable time source of kv tests.
+type clock = testclock.Clock
 
-func newClock() *clock { return &clock{now: time.UnixMilli(1_700_000_000_000)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
+func newClock() *clock { return testclock.New(time.UnixMilli(1_700_000_000_000)) }
 
 // memPersister is a node's durable copy as a Persister sees it, with a
 // switch to make it fail: the fault a real store cannot show on demand.
@@ -379,7 +365,7 @@ func TestTombstonesAreCollectedOnceEveryMemberHasSeenThem(t *testing.T) {
 	collect := func() map[string]int { return f.s.Collect() }
 
 	// node-2 has seen it, node-3 still holds the old value.
-	f.clk.Add(2 * time.Minute)
+	f.clk.Advance(2 * time.Minute)
 	_ = f.s.MergeRemoteState(encodeState("node-2", []Entry{del}, 0))
 	_ = f.s.MergeRemoteState(encodeState("node-3", []Entry{old}, 0))
 	if got := collect(); len(got) != 0 || f.s.Stats().Tombstones != 1 {
@@ -420,14 +406,14 @@ func TestTombstonesAreCollectedOnceEveryMemberHasSeenThem(t *testing.T) {
 		t.Fatalf("after a new write: %+v", st)
 	}
 	_, _ = f.s.Delete(ctx, "hold/wf")
-	f.clk.Add(2 * time.Minute)
+	f.clk.Advance(2 * time.Minute)
 	_ = f.s.MergeRemoteState(encodeState("node-2", nil, 0))
 	_ = f.s.MergeRemoteState(encodeState("node-3", nil, 0))
 	if got := collect(); got["acked"] != 1 {
 		t.Fatalf("collected %v, want the second delete acked", got)
 	}
 	// Ghosts end with the TTL.
-	f.clk.Add(time.Hour)
+	f.clk.Advance(time.Hour)
 	collect()
 	if st := f.s.Stats(); st.Ghosts != 0 {
 		t.Fatalf("ghosts after the TTL: %d", st.Ghosts)
@@ -444,9 +430,9 @@ func TestTombstoneWaitsForReportsMinAgeAfterItArrived(t *testing.T) {
 	_ = f.s.MergeMessage(encodeEntryMsg(del))
 	// node-2's report without the key comes too early to count: gossip
 	// may not have reached it, it might just not have the key yet.
-	f.clk.Add(10 * time.Second)
+	f.clk.Advance(10 * time.Second)
 	_ = f.s.MergeRemoteState(encodeState("node-2", nil, 0))
-	f.clk.Add(2 * time.Minute)
+	f.clk.Advance(2 * time.Minute)
 	if got := f.s.Collect(); len(got) != 0 {
 		t.Fatalf("collected %v on a report sent before MinAge", got)
 	}
@@ -459,11 +445,11 @@ func TestTombstoneWaitsForReportsMinAgeAfterItArrived(t *testing.T) {
 func TestDepartedMemberBlocksCollectionUntilTTL(t *testing.T) {
 	f := newFixture(t, func(c *Config) { c.TombstoneMinAge = time.Minute; c.TombstoneTTL = time.Hour })
 	f.s.SetMembers([]string{"node-1", "node-2", "node-3"})
-	f.clk.Add(48 * time.Hour)                    // membership stable for long: still remembered once it changes
+	f.clk.Advance(48 * time.Hour)                // membership stable for long: still remembered once it changes
 	f.s.SetMembers([]string{"node-1", "node-2"}) // node-3 goes away (crash, rolling restart)
 	del := f.remoteDelete("hold/wf")
 	_ = f.s.MergeMessage(encodeEntryMsg(del))
-	f.clk.Add(5 * time.Minute)
+	f.clk.Advance(5 * time.Minute)
 	_ = f.s.MergeRemoteState(encodeState("node-2", []Entry{del}, 0))
 	if got := f.s.Collect(); len(got) != 0 {
 		t.Fatalf("collected %v while node-3, away for 5 minutes, may hold an older copy", got)
@@ -482,12 +468,12 @@ func TestDepartedMemberBlocksCollectionUntilTTL(t *testing.T) {
 	f.s.SetMembers([]string{"node-1", "node-2"})
 	del2 := f.remoteDelete("hold/wf2")
 	_ = f.s.MergeMessage(encodeEntryMsg(del2))
-	f.clk.Add(59 * time.Minute)
+	f.clk.Advance(59 * time.Minute)
 	_ = f.s.MergeRemoteState(encodeState("node-2", []Entry{del2}, 0))
 	if got := f.s.Collect(); len(got) != 0 {
 		t.Fatalf("collected %v before the TTL", got)
 	}
-	f.clk.Add(time.Minute)
+	f.clk.Advance(time.Minute)
 	if got := f.s.Collect(); got["ttl"] != 1 {
 		t.Fatalf("collected %v, want ttl", got)
 	}
@@ -509,7 +495,7 @@ func TestTombstoneCapCollectsOldestFirst(t *testing.T) {
 		if _, err := f.s.Delete(ctx, fmt.Sprintf("hold/%02d", i)); err != nil {
 			t.Fatal(err)
 		}
-		f.clk.Add(time.Second)
+		f.clk.Advance(time.Second)
 	}
 	if got := f.s.Collect(); got["cap"] != 15 {
 		t.Fatalf("collected %v, want 15 by the cap", got)

@@ -397,7 +397,7 @@ func TestNamespaceSettings(t *testing.T) {
 	n.mustDo("GET", "/v1/namespaces", nil, http.StatusOK, &list)
 	var names []string
 	for _, v := range list.Namespaces {
-		names = append(names, v.Namespace)
+		names = append(names, v.Name)
 	}
 	if strings.Join(names, ",") != "quota,slow" {
 		t.Errorf("GET /v1/namespaces lists %v, want [quota slow] (configured or holding rows, sorted)", names)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fairshard/fairshard/client"
 	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/internal/testnode"
 	"github.com/fairshard/fairshard/loadgen"
@@ -302,45 +303,14 @@ type rowView struct {
 	Node          string    `json:"node"`
 }
 
-type nsView struct {
-	Namespace          string   `json:"namespace"`
-	MaxInFlight        uint32   `json:"max_in_flight"`
-	MaxInFlightDefault bool     `json:"max_in_flight_default"`
-	Paused             bool     `json:"paused"`
-	Node               string   `json:"node"`
-	Pending            int      `json:"pending"`
-	Claimed            int      `json:"claimed"`
-	DeadLetters        int      `json:"dead_letters"`
-	OwnedShardFraction float64  `json:"owned_shard_fraction"`
-	Ceiling            uint32   `json:"ceiling"`
-	Headroom           int      `json:"headroom"`
-	WaitingRoutes      []string `json:"waiting_routes"`
-}
+// nsView is GET /v1/namespaces/{ns}, decoded as the Go client does.
+type nsView = client.Namespace
 
-type clusterView struct {
-	Node             string `json:"node"`
-	ShardCount       uint32 `json:"shard_count"`
-	OwnershipVersion uint64 `json:"ownership_version"`
-	Members          []struct {
-		Name               string  `json:"name"`
-		APIAddr            string  `json:"api_addr"`
-		State              string  `json:"state"`
-		OwnedShards        int     `json:"owned_shards"`
-		OwnedShardFraction float64 `json:"owned_shard_fraction"`
-	} `json:"members"`
-	Handoff struct {
-		ShardsPending int `json:"shards_pending"`
-	} `json:"handoff"`
-}
+// clusterView is GET /v1/cluster, decoded as the Go client does.
+type clusterView = client.Cluster
 
-type shardsView struct {
-	ShardCount       uint32 `json:"shard_count"`
-	OwnershipVersion uint64 `json:"ownership_version"`
-	Shards           []struct {
-		Shard uint32 `json:"shard"`
-		Owner string `json:"owner"`
-	} `json:"shards"`
-}
+// shardsView is GET /v1/shards, decoded as the Go client does.
+type shardsView = client.ShardTable
 
 type deadLettersView struct {
 	Rows             []rowView `json:"rows"`

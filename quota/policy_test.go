@@ -8,21 +8,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/internal/testclock"
 	"github.com/fairshard/fairshard/quota"
 )
 
 var ctx = context.Background()
 
-type fakeClock struct{ now atomic.Pointer[time.Time] }
+// fakeClock is the manual clock of quota tests.
+type fakeClock = testclock.Clock
 
-func newClock() *fakeClock {
-	c := &fakeClock{}
-	t0 := time.Unix(1000, 0)
-	c.now.Store(&t0)
-	return c
-}
-func (c *fakeClock) Now() time.Time          { return *c.now.Load() }
-func (c *fakeClock) Advance(d time.Duration) { t := c.Now().Add(d); c.now.Store(&t) }
+func newClock() *fakeClock { return testclock.New(time.Unix(1000, 0)) }
 
 func u32(v uint32) *uint32 { return &v }
 

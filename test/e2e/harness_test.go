@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/client"
 	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/internal/testnode"
 	"github.com/fairshard/fairshard/loadgen"
@@ -658,22 +659,9 @@ func (c *testCluster) fractions(p *proc) map[string]float64 {
 
 // ---- namespaces ----
 
-// namespaceView is GET /v1/namespaces/{ns}: one node's counts.
-type namespaceView struct {
-	Namespace          string  `json:"namespace"`
-	MaxInFlight        uint32  `json:"max_in_flight"`
-	MaxInFlightDefault bool    `json:"max_in_flight_default"`
-	Paused             bool    `json:"paused"`
-	Node               string  `json:"node"`
-	Pending            int     `json:"pending"`
-	Claimed            int     `json:"claimed"`
-	DeadLetters        int     `json:"dead_letters"`
-	OwnedShardFraction float64 `json:"owned_shard_fraction"`
-	Ceiling            uint32  `json:"ceiling"`
-	Headroom           int     `json:"headroom"`
-	// Mode is the namespace's quota mode: "exact" or "proportional".
-	Mode string `json:"mode"`
-}
+// namespaceView is GET /v1/namespaces/{ns}: one node's counts, decoded as
+// the Go client does.
+type namespaceView = client.Namespace
 
 func (c *testCluster) namespace(p *proc, ns string) (namespaceView, error) {
 	var v namespaceView
