@@ -31,8 +31,9 @@
 // give the capacity leases back → refuse rows from peers and wait until
 // every row held here is held by its shard's replica set (the drain, with
 // no deadline of its own: past the grace the node says so and goes on;
-// only the caller's context, a second signal, cuts it short; at once when
-// no other member can take the rows: they stay on disk) → leave the
+// only the caller's context, a second signal, cuts it short; when no
+// other member can take the rows they stay on disk, at once unless a
+// member failed moments ago and may return: ADR 0082) → leave the
 // gossip → stop serving → close the store. Close walks the same list at
 // once.
 //
