@@ -144,23 +144,32 @@ func (c *tcluster) aloneLeaving(name string, failedAt time.Time) {
 	})
 }
 
-// A leaving node that sees no other member because its only peer was
-// declared dead a moment ago (on a loaded host, a stalled peer is) does
-// not stop as the last node with its rows on disk: it waits for the peer
-// to return, says why in its leave status, and hands every row off when
-// it does. Without the wait, Drain returned at once with the rows here.
-func TestDrainWaitsForAFailedPeerToReturn(t *testing.T) {
+// twoWithRowsOnB starts a and b (R = 1, FailedPeerWait 10 min), routes
+// 300 rows through a and returns the cluster and how many rows b holds
+// (> 0).
+func twoWithRowsOnB(t *testing.T) (*tcluster, int64) {
+	t.Helper()
 	c := newTCluster(t, 16, 1)
 	c.opts = func(cfg *replication.Config) { cfg.FailedPeerWait = 10 * time.Minute }
 	c.startSynced("a", "b")
-	ctx := context.Background()
-	if _, err := c.nodes["a"].repl.Route(ctx, rowsFor("failed", 300, time.Now().UTC())); err != nil {
+	if _, err := c.nodes["a"].repl.Route(context.Background(), rowsFor("failed", 300, time.Now().UTC())); err != nil {
 		t.Fatal(err)
 	}
 	onB := rowsHeld(t, c.nodes["b"])
 	if onB == 0 {
 		t.Fatal("b holds none of the 300 rows")
 	}
+	return c, onB
+}
+
+// A leaving node that sees no other member because its only peer was
+// declared dead a moment ago (on a loaded host, a stalled peer is) does
+// not stop as the last node with its rows on disk: it waits for the peer
+// to return, says why in its leave status, and hands every row off when
+// it does. Without the wait, Drain returned at once with the rows here.
+func TestDrainWaitsForAFailedPeerToReturn(t *testing.T) {
+	c, onB := twoWithRowsOnB(t)
+	ctx := context.Background()
 	c.aloneLeaving("b", time.Now())
 	b := c.nodes["b"].repl
 	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
@@ -195,14 +204,8 @@ func TestDrainWaitsForAFailedPeerToReturn(t *testing.T) {
 // with no one to hand off to is the last node: Drain returns and the rows
 // stay on its disk (they move when it returns).
 func TestDrainStopsAsTheLastNodeOnceTheFailedPeerWaitEnds(t *testing.T) {
-	c := newTCluster(t, 16, 1)
-	c.opts = func(cfg *replication.Config) { cfg.FailedPeerWait = 10 * time.Minute }
-	c.startSynced("a", "b")
+	c, onB := twoWithRowsOnB(t)
 	ctx := context.Background()
-	if _, err := c.nodes["a"].repl.Route(ctx, rowsFor("last", 300, time.Now().UTC())); err != nil {
-		t.Fatal(err)
-	}
-	onB := rowsHeld(t, c.nodes["b"])
 	c.kill("a", false)
 	c.aloneLeaving("b", time.Now().Add(-10*time.Minute-time.Second))
 	dctx, cancel := context.WithTimeout(ctx, time.Minute)
