@@ -108,7 +108,7 @@ func signedClient(t testing.TB, secret string) *http.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := a.Client(&http.Transport{}, 10*time.Second)
+	c := a.Client(&http.Transport{}, 30*time.Second) // a safety net, not a bound: the gate's machine stalls for seconds
 	t.Cleanup(c.CloseIdleConnections)
 	return c
 }

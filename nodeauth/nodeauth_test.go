@@ -262,3 +262,51 @@ func TestNilAndBadConfig(t *testing.T) {
 		t.Error("a 5-byte secret accepted")
 	}
 }
+
+// TestBodyOverTheLimit: a signed body one byte over MaxBodyBytes is refused
+// 413 too_large before the handler runs, whether its length is declared or
+// only found by reading; a smaller one passes (its echoed answer, bounded
+// by the same limit, must fit too).
+func TestBodyOverTheLimit(t *testing.T) {
+	const limit = 1024
+	a := mustAuth(t, nodeauth.Config{Secrets: [][]byte{secretA}, MaxBodyBytes: limit})
+	member := newNode(t, a)
+	client := a.Client(nil, 5*time.Second)
+	url := member.srv.URL + "/internal/v1/handoff"
+
+	if st, body, err := post(client, url, strings.Repeat("a", limit-64)); err != nil || st != 200 {
+		t.Fatalf("body under the limit: %d %.80q %v", st, body, err)
+	}
+	for _, declared := range []bool{true, false} {
+		body := strings.Repeat("b", limit+1)
+		var rd io.Reader = strings.NewReader(body)
+		if !declared {
+			rd = io.MultiReader(rd) // no length known: sent chunked
+		}
+		req, _ := http.NewRequest("POST", url, rd)
+		req.Header.Set("Content-Type", "application/json")
+		// The refusal is the middleware's, unsigned: the signing client
+		// reports it as an answer it cannot trust, naming the status.
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			t.Errorf("declared=%v: %d, want a 413 refusal", declared, resp.StatusCode)
+		} else if !nodeauth.IsAuthError(err) || !strings.Contains(err.Error(), "413") {
+			t.Errorf("declared=%v: %v, want the unsigned 413 named", declared, err)
+		}
+		// Unsigned, the caller reads the middleware's JSON error.
+		req, _ = http.NewRequest("POST", url, strings.NewReader(body))
+		if !declared {
+			req, _ = http.NewRequest("POST", url, io.MultiReader(strings.NewReader(body)))
+		}
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close() // refused 401 first: unsigned calls never reach the size check
+			if resp.StatusCode != http.StatusUnauthorized {
+				t.Errorf("unsigned oversized call: %d, want 401", resp.StatusCode)
+			}
+		}
+	}
+	if got := member.seen(); len(got) != 1 {
+		t.Errorf("handler ran %d times, want once (the body under the limit)", len(got))
+	}
+}

@@ -57,6 +57,11 @@ func (a *Auth) Middleware(next http.Handler) http.Handler {
 			refuse(w, http.StatusUnauthorized, "node-to-node call replayed (its nonce was already used)")
 			return
 		}
+		// A body declared over the limit is refused before any of it is read.
+		if r.ContentLength > a.cfg.MaxBodyBytes {
+			refuseCode(w, http.StatusRequestEntityTooLarge, "too_large", "body: exceeds the node-to-node limit")
+			return
+		}
 		// The body is read whole (authenticated callers only) and checked
 		// against the signed digest before the handler sees any of it.
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes))
