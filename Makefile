@@ -13,6 +13,12 @@ TIMED := ./scripts/timed.sh
 
 SOLO := -e '/test/compose$$' -e '/test/chaos$$'
 
+# The packages that hold benchmarks (found, so a new one is picked up):
+# the gate's benchmark step builds only their test binaries, not every
+# package's (nor runs the TestMains of e2e, compose and chaos, which build
+# node binaries).
+BENCH_PKGS = $$(grep -rl --include='*_test.go' --exclude-dir=deploy '^func Benchmark' . | xargs -n1 dirname | sort -u)
+
 # boltstore's volume tests (volumeTest in boltstore/volume_test.go): the
 # gate runs them without -race.
 VOLUME := ^(TestFileGrowthUnderChurn|TestTombstonesGiveBackTheirPages)$$
@@ -23,7 +29,8 @@ VOLUME := ^(TestFileGrowthUnderChurn|TestTombstonesGiveBackTheirPages)$$
 ## its node processes plain-built: test/e2e/doc.go); boltstore again
 ## without -race, for its volume tests (file growth over 200,000 rows:
 ## under -race they run only in test-long); every benchmark once
-## (-benchtime=1x, -short) so their checks cannot rot (both -vet=off: the
+## (-benchtime=1x, -short; only the packages that have one) so their
+## checks cannot rot (both -vet=off: the
 ## first step vetted the same code); the compose end-to-end test (after
 ## FAIRSHARD_BEFORE_COMPOSE, if set: .ci/run waits there for the Compose
 ## plugin it builds in the background); the docker-compose.yml check; the
@@ -43,7 +50,7 @@ test:
 	@if [ -n "$(GATE_TMPDIR)" ]; then mkdir -p "$(GATE_TMPDIR)" && echo "== TMPDIR=$(GATE_TMPDIR)"; fi
 	$(TIMED) packages $(GO) test -race -count=1 -timeout 20m ./test/e2e $$($(GO) list ./... | grep -v -e '/test/e2e$$' $(SOLO))
 	$(TIMED) volume $(GO) test -vet=off -count=1 -timeout 10m -run '$(VOLUME)' ./boltstore
-	$(TIMED) benchmarks $(GO) test -vet=off -short -count=1 -timeout 10m -run '^$$' -bench . -benchtime=1x ./...
+	$(TIMED) benchmarks $(GO) test -vet=off -short -count=1 -timeout 10m -run '^$$' -bench . -benchtime=1x $(BENCH_PKGS)
 	$(TIMED) compose-plugin $${FAIRSHARD_BEFORE_COMPOSE:-true}
 	$(TIMED) compose $(GO) test -race -count=1 -timeout 15m ./test/compose
 	cd deploy/composecheck && $(GO) test -count=1 ./...

@@ -12,8 +12,8 @@
 // add.
 //
 // It also holds the wire types the server and the Go client share (the
-// error codes and Waiting, wire.go), so the client imports no server
-// package. The package has no dependencies and no state.
+// error codes, Waiting and LeaveStatus, wire.go), so the client imports no
+// server package. The package has no dependencies and no state.
 package api
 
 import _ "embed"

@@ -83,3 +83,30 @@ type Waiting struct {
 	HostLimit    *int   `json:"host_limit,omitempty"`
 	HostInFlight *int   `json:"host_in_flight,omitempty"`
 }
+
+// LeaveStatus is a leaving node's hand-off progress, GET /v1/cluster's
+// replication.leave (present only while the node leaves): a graceful stop
+// ends only once every row held here is held by its shard's replica set
+// (docs/operations.md "Drain and stop").
+type LeaveStatus struct {
+	// Since is when the graceful stop began waiting for the hand-off.
+	Since time.Time `json:"since,omitzero"`
+	// ShardsLeft counts the shards that still hold rows here, as of At.
+	ShardsLeft int       `json:"shards_left"`
+	At         time.Time `json:"at,omitzero"`
+	// LastError is why the last hand-off pass did not finish ("" if it
+	// did): e.g. a member of a set that does not answer.
+	LastError string `json:"last_error,omitempty"`
+	// StrandedRows are rows still marked in transfer whose release failed
+	// (retried before anything else).
+	StrandedRows int `json:"stranded_rows"`
+	// RowsHandedOff counts the rows (pending and terminal) this leave has
+	// had confirmed held by their shards' replica sets so far, batch by
+	// batch (a row sent again after a failed pass counts again): it rises
+	// while a long pass runs, before ShardsLeft falls.
+	RowsHandedOff int64 `json:"rows_handed_off"`
+	// Waiting says why a leave that sees no other member to hand off to
+	// has not stopped as the last node: a member failed recently and may
+	// return (ADR 0082). "" otherwise.
+	Waiting string `json:"waiting,omitempty"`
+}

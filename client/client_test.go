@@ -577,3 +577,30 @@ func TestDeadLetterPageBudget(t *testing.T) {
 		}
 	}
 }
+
+// Shard reads GET /v1/shards/{shard}: on a one-node cluster every shard's
+// set is that node, primary, synced, agreeing with itself; a shard past
+// the shard count is a 400 naming the field.
+func TestShardReadsOneShardsReplicas(t *testing.T) {
+	url := startNode(t, nil)
+	c, _ := newClient(t, client.Options{Nodes: []string{url}})
+	ctx := context.Background()
+	table, err := c.Shards(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := table.ShardCount - 1
+	s, err := c.Shard(ctx, last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Shard != last || !s.InSync || len(s.Replicas) != 1 || s.Replicas[0].Node != table.Shards[last].Owner ||
+		s.Replicas[0].Role != "primary" || !s.Replicas[0].Reachable || !s.Replicas[0].Synced {
+		t.Errorf("shard %d: %+v, want one reachable synced primary %s", last, s, table.Shards[last].Owner)
+	}
+	_, err = c.Shard(ctx, table.ShardCount)
+	var ae *client.Error
+	if !errors.As(err, &ae) || ae.StatusCode != http.StatusBadRequest {
+		t.Errorf("shard %d of %d: err = %v, want a 400", table.ShardCount, table.ShardCount, err)
+	}
+}

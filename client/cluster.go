@@ -3,6 +3,9 @@ package client
 import (
 	"context"
 	"net/http"
+	"strconv"
+
+	"github.com/fairshard/fairshard/api"
 )
 
 // Cluster is GET /v1/cluster: the answering node's view of the membership
@@ -17,8 +20,12 @@ type Cluster struct {
 	ShardCount uint32 `json:"shard_count"`
 	// OwnershipVersion increases with every ownership change the node
 	// applied.
-	OwnershipVersion uint64   `json:"ownership_version"`
-	Members          []Member `json:"members"`
+	OwnershipVersion uint64 `json:"ownership_version"`
+	// LeasesLearning (exact quota mode): the answering node became the
+	// coordinator of some namespaces less than a lease length ago and only
+	// confirms what nodes hold for them; new demand waits.
+	LeasesLearning bool     `json:"leases_learning"`
+	Members        []Member `json:"members"`
 	// Replication is the answering node's replication state.
 	Replication Replication `json:"replication"`
 	Handoff     struct {
@@ -72,7 +79,13 @@ type Replication struct {
 	// HandoverShards counts shards this node became primary of and does
 	// not claim from yet: another live member still delivers rows of them.
 	HandoverShards int `json:"handover_shards"`
+	// Leave is a leaving node's hand-off progress; nil unless it is
+	// leaving.
+	Leave *Leave `json:"leave,omitempty"`
 }
+
+// Leave is a leaving node's hand-off progress (package api's type).
+type Leave = api.LeaveStatus
 
 // Member is one cluster member.
 type Member struct {
@@ -120,6 +133,45 @@ type ShardOwner struct {
 func (c *Client) Shards(ctx context.Context) (*ShardTable, error) {
 	var out ShardTable
 	if err := c.do(ctx, call{method: http.MethodGet, path: "/v1/shards", out: &out}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ShardReplicas is GET /v1/shards/{shard}: one shard's replica set as the
+// answering node asked each replica now.
+type ShardReplicas struct {
+	Shard uint32 `json:"shard"`
+	// InSync: every replica answered, is synced and has the same digest.
+	InSync bool `json:"in_sync"`
+	// HeldHere counts the rows of the shard the answering node holds (a
+	// copy it is handing over when it is not a replica).
+	HeldHere int64 `json:"held_here"`
+	// Replicas lists the primary first, then the backups in failover order.
+	Replicas []ShardReplica `json:"replicas"`
+}
+
+// ShardReplica is one replica of a shard, as it answered.
+type ShardReplica struct {
+	Node string `json:"node"`
+	// Role is "primary" or "backup".
+	Role string `json:"role"`
+	// Reachable: the replica answered (the fields below are its answer).
+	Reachable bool `json:"reachable"`
+	// Synced: it counts as a synced copy.
+	Synced bool `json:"synced"`
+	// Rows is how many rows of the shard it holds; Digest the
+	// order-independent 64-bit hash of their keys and versions: replicas
+	// that agree hold the same rows in the same states.
+	Rows   int64  `json:"rows"`
+	Digest uint64 `json:"digest"`
+}
+
+// Shard returns one shard's replicas and their sync state; shard must be
+// below the cluster's shard count (else an *Error, 400).
+func (c *Client) Shard(ctx context.Context, shard uint32) (*ShardReplicas, error) {
+	var out ShardReplicas
+	if err := c.do(ctx, call{method: http.MethodGet, path: "/v1/shards/" + strconv.FormatUint(uint64(shard), 10), out: &out}); err != nil {
 		return nil, err
 	}
 	return &out, nil

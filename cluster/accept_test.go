@@ -10,6 +10,7 @@ import (
 	"github.com/fairshard/fairshard/cluster"
 	"github.com/fairshard/fairshard/cluster/clustertest"
 	"github.com/fairshard/fairshard/internal/poll"
+	"github.com/fairshard/fairshard/internal/testmetrics"
 )
 
 // ownerWatch polls the snapshots of a set of nodes every 2 ms and
@@ -203,10 +204,10 @@ func TestDuplicateNodeNameIsRefusedAtJoin(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if n := metricValue(dup, "fairshard_cluster_refused_members_total", "reason", "name_conflict"); n < 1 {
+	if n := testmetrics.Sum(t, dup.Registry, "fairshard_cluster_refused_members_total", "reason=name_conflict"); n < 1 {
 		t.Errorf("the newcomer counted %v name_conflict refusals", n)
 	}
-	if n := metricValue(dup, "fairshard_cluster_accepted", "", ""); n != 0 {
+	if n := testmetrics.Sum(t, dup.Registry, "fairshard_cluster_accepted"); n != 0 {
 		t.Errorf("the newcomer's fairshard_cluster_accepted = %v", n)
 	}
 	h.Kill(dup.Index) // it must stop without a leave, which would carry the name

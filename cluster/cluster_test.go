@@ -13,6 +13,7 @@ import (
 	"github.com/fairshard/fairshard/cluster"
 	"github.com/fairshard/fairshard/cluster/clustertest"
 	"github.com/fairshard/fairshard/internal/poll"
+	"github.com/fairshard/fairshard/internal/testmetrics"
 	"github.com/fairshard/fairshard/kv"
 	"github.com/fairshard/fairshard/shards"
 	"go.uber.org/goleak"
@@ -126,7 +127,7 @@ func TestKilledNodeIsDeclaredDeadAndSurvivorsConverge(t *testing.T) {
 			t.Fatalf("shard %d of the dead node is owned by %q", sh, o)
 		}
 	}
-	if got := metricValue(h.Node(0), "fairshard_ownership_changes_total", "", ""); got < 1 {
+	if got := testmetrics.Sum(t, h.Node(0).Registry, "fairshard_ownership_changes_total"); got < 1 {
 		t.Errorf("fairshard_ownership_changes_total = %v on node-0, want ≥ 1", got)
 	}
 }
@@ -367,13 +368,13 @@ func TestNodeWithAnotherShardCountIsRefused(t *testing.T) {
 	// The good side logged and counted the refusal.
 	poll.Eventually(t, convergeTimeout, "no node counted a shard_count refusal", func() (bool, string) {
 		for _, nd := range h.Nodes()[:5] {
-			if refusedShardCount(nd) > 0 {
+			if refusedShardCount(t, nd) > 0 {
 				return true, ""
 			}
 		}
 		return false, ""
 	})
-	if refusedShardCount(bad) == 0 {
+	if refusedShardCount(t, bad) == 0 {
 		t.Errorf("the refused node did not count the refusal on its side")
 	}
 
@@ -408,38 +409,8 @@ func TestNodeWithAnotherShardCountIsRefused(t *testing.T) {
 	}
 }
 
-func refusedShardCount(nd *clustertest.Node) float64 {
-	return metricValue(nd, "fairshard_cluster_refused_members_total", "reason", "shard_count")
-}
-
-// metricValue reads one counter or gauge from a node's registry; label may
-// be "" for an unlabelled metric. It returns -1 when the metric is absent.
-func metricValue(nd *clustertest.Node, name, label, value string) float64 {
-	mfs, err := nd.Registry.Gather()
-	if err != nil {
-		return -1
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			match := label == ""
-			for _, l := range m.GetLabel() {
-				if l.GetName() == label && l.GetValue() == value {
-					match = true
-				}
-			}
-			if !match {
-				continue
-			}
-			if m.GetCounter() != nil {
-				return m.GetCounter().GetValue()
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	return -1
+func refusedShardCount(t testing.TB, nd *clustertest.Node) float64 {
+	return testmetrics.Sum(t, nd.Registry, "fairshard_cluster_refused_members_total", "reason=shard_count")
 }
 
 func TestIsolatedNodeKeepsRejoiningItsSeeds(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/node"
 	"github.com/fairshard/fairshard/nodeauth"
@@ -67,7 +68,7 @@ func TestAuth(t *testing.T) {
 			if bad != "" {
 				status, body, hdr = requestHeader(t, e.method, n.base+e.path, e.body, bad)
 			}
-			wantError(t, status, body, http.StatusUnauthorized, node.CodeUnauthorized, "")
+			wantError(t, status, body, http.StatusUnauthorized, api.CodeUnauthorized, "")
 			if !strings.HasPrefix(hdr.Get("WWW-Authenticate"), "Bearer") {
 				t.Errorf("%s %s with %q: WWW-Authenticate %q, want a Bearer challenge", e.method, e.path, bad, hdr.Get("WWW-Authenticate"))
 			}
@@ -90,7 +91,7 @@ func TestAuth(t *testing.T) {
 	for _, e := range internalEndpoints {
 		for _, bad := range []string{"", token, secret} {
 			st, b := n.doAuth(e.method, e.path, e.body, bad)
-			wantError(t, st, b, http.StatusUnauthorized, node.CodeUnauthorized, "")
+			wantError(t, st, b, http.StatusUnauthorized, api.CodeUnauthorized, "")
 		}
 		if st, b, err := signedDo(signed, e.method, n.base+e.path, e.body); err != nil || st == http.StatusUnauthorized || st >= 500 {
 			t.Errorf("%s %s signed with the cluster secret: status %d %v: %s", e.method, e.path, st, err, b)
@@ -154,7 +155,7 @@ func TestAuthDefaults(t *testing.T) {
 	})
 	for _, e := range internalEndpoints {
 		st, b := withToken.doAuth(e.method, e.path, e.body, "only-token")
-		wantError(t, st, b, http.StatusUnauthorized, node.CodeUnauthorized, "")
+		wantError(t, st, b, http.StatusUnauthorized, api.CodeUnauthorized, "")
 		if st, b := bare.do(e.method, e.path, e.body); st == http.StatusUnauthorized || st >= 500 {
 			t.Errorf("%s %s on a node without any credential: status %d: %s", e.method, e.path, st, b)
 		}
@@ -206,11 +207,11 @@ func TestRoutingErrors(t *testing.T) {
 	n := startNode(t, nil)
 	for _, p := range []string{"/nope", "/v1/nope", "/v1/namespaces/a/b/c", "/internal/v1/nope"} {
 		st, b := n.do("GET", p, nil)
-		wantError(t, st, b, http.StatusNotFound, node.CodeNotFound, "")
+		wantError(t, st, b, http.StatusNotFound, api.CodeNotFound, "")
 	}
 	for _, e := range []endpoint{{"DELETE", "/v1/rows", nil}, {"POST", "/healthz", nil}, {"PATCH", "/v1/namespaces/x", nil}, {"GET", "/internal/v1/replication/states", nil}} {
 		st, b, hdr := request(t, e.method, n.base+e.path, e.body, "")
-		e := wantError(t, st, b, http.StatusMethodNotAllowed, node.CodeMethodNotAllowed, "")
+		e := wantError(t, st, b, http.StatusMethodNotAllowed, api.CodeMethodNotAllowed, "")
 		if hdr.Get("Allow") == "" || !strings.Contains(e.Error.Message, hdr.Get("Allow")) {
 			t.Errorf("405 with Allow %q and message %q: want the allowed methods in both", hdr.Get("Allow"), e.Error.Message)
 		}
@@ -219,21 +220,21 @@ func TestRoutingErrors(t *testing.T) {
 		}
 	}
 	st, b := n.do("GET", "/v1/rows/", nil)
-	wantError(t, st, b, http.StatusBadRequest, node.CodeInvalidField, "dispatch_key")
+	wantError(t, st, b, http.StatusBadRequest, api.CodeInvalidField, "dispatch_key")
 	st, b = n.do("GET", "/v1/rows/"+strings.Repeat("k", node.MaxKeyBytes+1), nil)
-	wantError(t, st, b, http.StatusBadRequest, node.CodeInvalidField, "dispatch_key")
+	wantError(t, st, b, http.StatusBadRequest, api.CodeInvalidField, "dispatch_key")
 	st, b = n.do("GET", "/v1/rows/no-such-row", nil)
-	if e := wantError(t, st, b, http.StatusNotFound, node.CodeNotFound, ""); !strings.Contains(e.Error.Message, "no-such-row") {
+	if e := wantError(t, st, b, http.StatusNotFound, api.CodeNotFound, ""); !strings.Contains(e.Error.Message, "no-such-row") {
 		t.Errorf("404 message %q does not name the key", e.Error.Message)
 	}
 	st, b = n.do("GET", "/v1/namespaces/bad%20name", nil)
-	wantError(t, st, b, http.StatusBadRequest, node.CodeInvalidField, "namespace")
+	wantError(t, st, b, http.StatusBadRequest, api.CodeInvalidField, "namespace")
 	st, b = n.do("GET", "/v1/namespaces/"+strings.Repeat("n", 65)+"/dead-letters", nil)
-	wantError(t, st, b, http.StatusBadRequest, node.CodeInvalidField, "namespace")
+	wantError(t, st, b, http.StatusBadRequest, api.CodeInvalidField, "namespace")
 	st, b = n.do("PUT", "/v1/namespaces/ok/task-queues/b%21d/target", map[string]any{"url": "http://127.0.0.1:1/"})
-	wantError(t, st, b, http.StatusBadRequest, node.CodeInvalidField, "task_queue")
+	wantError(t, st, b, http.StatusBadRequest, api.CodeInvalidField, "task_queue")
 	st, b = n.do("PUT", "/v1/workflows/"+strings.Repeat("w", 200)+"/hold", nil)
-	wantError(t, st, b, http.StatusBadRequest, node.CodeInvalidField, "workflow_id")
+	wantError(t, st, b, http.StatusBadRequest, api.CodeInvalidField, "workflow_id")
 }
 
 // TestHealthClusterShardsMetrics covers /healthz, /readyz, /v1/cluster,
@@ -351,11 +352,11 @@ func TestNamespaceSettings(t *testing.T) {
 		{`{"quota":3}`, "quota"},
 	} {
 		st, b := n.do("PUT", "/v1/namespaces/quota", bad.body)
-		wantError(t, st, b, http.StatusBadRequest, node.CodeInvalidField, bad.field)
+		wantError(t, st, b, http.StatusBadRequest, api.CodeInvalidField, bad.field)
 	}
 	for _, bad := range []string{`{"max_in_flight":`, `[1]`, `{"paused":true} x`} {
 		st, b := n.do("PUT", "/v1/namespaces/quota", bad)
-		wantError(t, st, b, http.StatusBadRequest, node.CodeInvalidJSON, "body")
+		wantError(t, st, b, http.StatusBadRequest, api.CodeInvalidJSON, "body")
 	}
 	if v := n.namespace("quota"); v.MaxInFlight != 7 || v.Paused {
 		t.Errorf("after refused PUTs: %+v, want max_in_flight 7, not paused (unchanged)", v)
@@ -416,15 +417,15 @@ func TestTargets(t *testing.T) {
 		code  string
 		field string
 	}{
-		{map[string]any{"url": ""}, node.CodeInvalidField, "url"},
-		{map[string]any{"url": "not a url"}, node.CodeInvalidField, "url"},
-		{map[string]any{"url": "ftp://example.com/x"}, node.CodeInvalidField, "url"},
-		{map[string]any{"url": "http://"}, node.CodeInvalidField, "url"},
-		{map[string]any{"url": "/relative"}, node.CodeInvalidField, "url"},
-		{map[string]any{"url": a.URL(), "timeout_ms": -1}, node.CodeInvalidField, "timeout_ms"},
-		{map[string]any{"url": a.URL(), "timeout_ms": node.MaxTargetTimeout.Milliseconds() + 1}, node.CodeInvalidField, "timeout_ms"},
-		{map[string]any{"url": a.URL(), "extra": 1}, node.CodeInvalidJSON, "body"},
-		{`{"url":`, node.CodeInvalidJSON, "body"},
+		{map[string]any{"url": ""}, api.CodeInvalidField, "url"},
+		{map[string]any{"url": "not a url"}, api.CodeInvalidField, "url"},
+		{map[string]any{"url": "ftp://example.com/x"}, api.CodeInvalidField, "url"},
+		{map[string]any{"url": "http://"}, api.CodeInvalidField, "url"},
+		{map[string]any{"url": "/relative"}, api.CodeInvalidField, "url"},
+		{map[string]any{"url": a.URL(), "timeout_ms": -1}, api.CodeInvalidField, "timeout_ms"},
+		{map[string]any{"url": a.URL(), "timeout_ms": node.MaxTargetTimeout.Milliseconds() + 1}, api.CodeInvalidField, "timeout_ms"},
+		{map[string]any{"url": a.URL(), "extra": 1}, api.CodeInvalidJSON, "body"},
+		{`{"url":`, api.CodeInvalidJSON, "body"},
 	} {
 		st, body := n.do("PUT", path, bad.body)
 		wantError(t, st, body, http.StatusBadRequest, bad.code, bad.field)
@@ -561,11 +562,11 @@ func TestDeadLetters(t *testing.T) {
 	}
 	for _, q := range []string{"limit=0", "limit=abc", "limit=1001", "limit=-1"} {
 		st, b := n.do("GET", "/v1/namespaces/dlq/dead-letters?"+q, nil)
-		wantError(t, st, b, http.StatusBadRequest, node.CodeInvalidField, "limit")
+		wantError(t, st, b, http.StatusBadRequest, api.CodeInvalidField, "limit")
 	}
 	for _, bad := range []any{map[string]any{"keys": []string{""}}, map[string]any{"keys": []string{"ok", strings.Repeat("k", node.MaxKeyBytes+1)}}} {
 		st, b := n.do("POST", "/v1/namespaces/dlq/dead-letters/redrive", bad)
-		e := wantError(t, st, b, http.StatusBadRequest, node.CodeInvalidField, "")
+		e := wantError(t, st, b, http.StatusBadRequest, api.CodeInvalidField, "")
 		if !strings.HasPrefix(e.Error.Field, "keys[") {
 			t.Errorf("bad redrive keys: field %q, want keys[i]", e.Error.Field)
 		}

@@ -1,36 +1,13 @@
 package node
 
 import (
-	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/internal/httpapi"
 	"github.com/fairshard/fairshard/replication"
 )
 
-// The public API's error codes (package api) and request limits (as
-// package httpapi enforces them), under the names callers and tests have used
-// since they lived here.
+// The public API's request limits, as package httpapi enforces them (the
+// error codes are package api's).
 const (
-	CodeInvalidJSON      = api.CodeInvalidJSON
-	CodeInvalidField     = api.CodeInvalidField
-	CodeTooLarge         = api.CodeTooLarge
-	CodeUnauthorized     = api.CodeUnauthorized
-	CodeNotFound         = api.CodeNotFound
-	CodeMethodNotAllowed = api.CodeMethodNotAllowed
-	CodeLimitExceeded    = api.CodeLimitExceeded
-	CodeUnavailable      = api.CodeUnavailable
-	CodeInternal         = api.CodeInternal
-	// CodeInsufficientCopies: an append refused for want of replicas
-	// (503 with Retry-After).
-	CodeInsufficientCopies = api.CodeInsufficientCopies
-	// CodeUnsupportedMediaType: a /v1 write without Content-Type
-	// application/json (415).
-	CodeUnsupportedMediaType = api.CodeUnsupportedMediaType
-	// CodeCrossSite: a write a browser sent for another site (403).
-	CodeCrossSite = api.CodeCrossSite
-	// CodeMisdirected: a Host that is not this node's, without an API
-	// token (421).
-	CodeMisdirected = api.CodeMisdirected
-
 	MaxBatchRows       = httpapi.MaxBatchRows
 	MaxRequestBytes    = httpapi.MaxRequestBytes
 	MaxPayloadBytes    = httpapi.MaxPayloadBytes

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/node"
 )
 
@@ -58,7 +59,7 @@ func rawBatch(prefix string, good int, bad string) ([]byte, []string) {
 
 func invalidField(name string, good int, bad rowIn, field string) badAppend {
 	body, keys := batch(name, good, bad)
-	return badAppend{name: name, body: body, status: http.StatusBadRequest, code: node.CodeInvalidField, field: field, keys: keys}
+	return badAppend{name: name, body: body, status: http.StatusBadRequest, code: api.CodeInvalidField, field: field, keys: keys}
 }
 
 // TestAppendRefusesBadBatches covers every rule of node/appendreq.go: each
@@ -70,28 +71,28 @@ func TestAppendRefusesBadBatches(t *testing.T) {
 
 	long := func(n int) string { return strings.Repeat("x", n) }
 	cases := []badAppend{
-		{name: "malformed JSON", body: `{"rows":[{"dispatch_key":"mal-0"},`, status: 400, code: node.CodeInvalidJSON, field: "body", keys: []string{"mal-0"}},
-		{name: "empty body", body: ``, status: 400, code: node.CodeInvalidJSON, field: "body"},
-		{name: "array body", body: `[{"dispatch_key":"arr-0"}]`, status: 400, code: node.CodeInvalidJSON, field: "body", keys: []string{"arr-0"}},
-		{name: "trailing garbage", body: `{"rows":[{"dispatch_key":"tg-0"}]} xyz`, status: 400, code: node.CodeInvalidJSON, field: "body", keys: []string{"tg-0"}},
-		{name: "second JSON value", body: `{"rows":[{"dispatch_key":"two-0"}]}{"rows":[]}`, status: 400, code: node.CodeInvalidJSON, field: "body", keys: []string{"two-0"}},
-		{name: "unknown top-level field", body: `{"rows":[{"dispatch_key":"top-0"}],"extra":1}`, status: 400, code: node.CodeInvalidJSON, field: "extra", keys: []string{"top-0"}},
-		{name: "rows not an array", body: `{"rows":{"dispatch_key":"obj-0"}}`, status: 400, code: node.CodeInvalidJSON, field: "rows", keys: []string{"obj-0"}},
-		{name: "missing rows", body: `{}`, status: 400, code: node.CodeInvalidField, field: "rows"},
-		{name: "null rows", body: `{"rows":null}`, status: 400, code: node.CodeInvalidField, field: "rows"},
-		{name: "empty rows", body: `{"rows":[]}`, status: 400, code: node.CodeInvalidField, field: "rows"},
-		{name: "row not an object", body: `{"rows":[{"dispatch_key":"rno-0"},7]}`, status: 400, code: node.CodeInvalidJSON, field: "rows[1]", keys: []string{"rno-0"}},
+		{name: "malformed JSON", body: `{"rows":[{"dispatch_key":"mal-0"},`, status: 400, code: api.CodeInvalidJSON, field: "body", keys: []string{"mal-0"}},
+		{name: "empty body", body: ``, status: 400, code: api.CodeInvalidJSON, field: "body"},
+		{name: "array body", body: `[{"dispatch_key":"arr-0"}]`, status: 400, code: api.CodeInvalidJSON, field: "body", keys: []string{"arr-0"}},
+		{name: "trailing garbage", body: `{"rows":[{"dispatch_key":"tg-0"}]} xyz`, status: 400, code: api.CodeInvalidJSON, field: "body", keys: []string{"tg-0"}},
+		{name: "second JSON value", body: `{"rows":[{"dispatch_key":"two-0"}]}{"rows":[]}`, status: 400, code: api.CodeInvalidJSON, field: "body", keys: []string{"two-0"}},
+		{name: "unknown top-level field", body: `{"rows":[{"dispatch_key":"top-0"}],"extra":1}`, status: 400, code: api.CodeInvalidJSON, field: "extra", keys: []string{"top-0"}},
+		{name: "rows not an array", body: `{"rows":{"dispatch_key":"obj-0"}}`, status: 400, code: api.CodeInvalidJSON, field: "rows", keys: []string{"obj-0"}},
+		{name: "missing rows", body: `{}`, status: 400, code: api.CodeInvalidField, field: "rows"},
+		{name: "null rows", body: `{"rows":null}`, status: 400, code: api.CodeInvalidField, field: "rows"},
+		{name: "empty rows", body: `{"rows":[]}`, status: 400, code: api.CodeInvalidField, field: "rows"},
+		{name: "row not an object", body: `{"rows":[{"dispatch_key":"rno-0"},7]}`, status: 400, code: api.CodeInvalidJSON, field: "rows[1]", keys: []string{"rno-0"}},
 		func() badAppend {
 			body, keys := batch("unk", 2, rowIn{"dispatch_key": "unk-x", "bogus": 1})
-			return badAppend{name: "unknown row field", body: body, status: 400, code: node.CodeInvalidJSON, field: "rows[2].bogus", keys: keys}
+			return badAppend{name: "unknown row field", body: body, status: 400, code: api.CodeInvalidJSON, field: "rows[2].bogus", keys: keys}
 		}(),
 		func() badAppend {
 			body, keys := batch("type", 1, rowIn{"dispatch_key": "type-x", "namespace": 5})
-			return badAppend{name: "wrong field type", body: body, status: 400, code: node.CodeInvalidJSON, field: "rows[1].namespace", keys: keys}
+			return badAppend{name: "wrong field type", body: body, status: 400, code: api.CodeInvalidJSON, field: "rows[1].namespace", keys: keys}
 		}(),
 		func() badAppend {
 			body, keys := batch("negord", 1, rowIn{"workflow_id": "wf", "ordinal": -1})
-			return badAppend{name: "negative ordinal", body: body, status: 400, code: node.CodeInvalidJSON, field: "rows[1].ordinal", keys: keys}
+			return badAppend{name: "negative ordinal", body: body, status: 400, code: api.CodeInvalidJSON, field: "rows[1].ordinal", keys: keys}
 		}(),
 		invalidField("nokey", 2, rowIn{"namespace": "val"}, "rows[2].dispatch_key"),
 		invalidField("wfnoord", 1, rowIn{"workflow_id": "wf-1"}, "rows[1].ordinal"),
@@ -138,7 +139,7 @@ func TestAppendRefusesBadBatches(t *testing.T) {
 		for i := range rows {
 			rows[i] = rowIn{"dispatch_key": fmt.Sprintf("many-%d", i)}
 		}
-		cases = append(cases, badAppend{name: "too many rows", body: map[string]any{"rows": rows}, status: 413, code: node.CodeTooLarge, field: "rows",
+		cases = append(cases, badAppend{name: "too many rows", body: map[string]any{"rows": rows}, status: 413, code: api.CodeTooLarge, field: "rows",
 			keys: []string{"many-0", "many-1000"}})
 	}
 	{
@@ -156,24 +157,24 @@ func TestAppendRefusesBadBatches(t *testing.T) {
 		if b.Len() <= node.MaxRequestBytes {
 			t.Fatalf("test body is %d bytes, not above the limit", b.Len())
 		}
-		cases = append(cases, badAppend{name: "body over 10 MiB", body: b.Bytes(), status: 413, code: node.CodeTooLarge, field: "body",
+		cases = append(cases, badAppend{name: "body over 10 MiB", body: b.Bytes(), status: 413, code: api.CodeTooLarge, field: "body",
 			keys: []string{"huge-0", "huge-899"}})
 	}
 	{
 		body, keys := rawBatch("bigjson", 3, `{"dispatch_key":"bigjson-x","payload":"`+strings.Repeat("j", node.MaxPayloadBytes)+`"}`)
-		cases = append(cases, badAppend{name: "JSON payload over 1 MiB", body: body, status: 413, code: node.CodeTooLarge, field: "rows[3].payload", keys: keys})
+		cases = append(cases, badAppend{name: "JSON payload over 1 MiB", body: body, status: 413, code: api.CodeTooLarge, field: "rows[3].payload", keys: keys})
 	}
 	{
 		big := base64.StdEncoding.EncodeToString(make([]byte, 3*node.MaxPayloadBytes/2))
 		body, keys := rawBatch("bigb64", 1, `{"dispatch_key":"bigb64-x","payload_base64":"`+big+`"}`)
-		cases = append(cases, badAppend{name: "base64 payload far over 1 MiB", body: body, status: 413, code: node.CodeTooLarge, field: "rows[1].payload_base64", keys: keys})
+		cases = append(cases, badAppend{name: "base64 payload far over 1 MiB", body: body, status: 413, code: api.CodeTooLarge, field: "rows[1].payload_base64", keys: keys})
 	}
 	{
 		// One byte over: the decoded-length estimate lets it through, the
 		// exact check must still name payload_base64.
 		big := base64.StdEncoding.EncodeToString(make([]byte, node.MaxPayloadBytes+1))
 		body, keys := rawBatch("b64plus1", 1, `{"dispatch_key":"b64plus1-x","payload_base64":"`+big+`"}`)
-		cases = append(cases, badAppend{name: "base64 payload 1 MiB + 1", body: body, status: 413, code: node.CodeTooLarge, field: "rows[1].payload_base64", keys: keys})
+		cases = append(cases, badAppend{name: "base64 payload 1 MiB + 1", body: body, status: 413, code: api.CodeTooLarge, field: "rows[1].payload_base64", keys: keys})
 	}
 
 	for _, c := range cases {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/node"
 )
 
@@ -64,16 +65,16 @@ func TestBrowserRequestsRefused(t *testing.T) {
 		status                   int
 		code, field              string
 	}{
-		{"reproducer: cross-site text/plain append", "POST", "/v1/rows", rowBody, evil, 403, node.CodeCrossSite, "Origin"},
-		{"reproducer: cross-site text/plain purge", "POST", "/v1/namespaces/dl/dead-letters/purge", "", evil, 403, node.CodeCrossSite, "Origin"},
-		{"text/plain append without Origin", "POST", "/v1/rows", rowBody, map[string]string{"Content-Type": "text/plain"}, 415, node.CodeUnsupportedMediaType, "Content-Type"},
-		{"purge without a type", "POST", "/v1/namespaces/dl/dead-letters/purge", "", nil, 415, node.CodeUnsupportedMediaType, "Content-Type"},
+		{"reproducer: cross-site text/plain append", "POST", "/v1/rows", rowBody, evil, 403, api.CodeCrossSite, "Origin"},
+		{"reproducer: cross-site text/plain purge", "POST", "/v1/namespaces/dl/dead-letters/purge", "", evil, 403, api.CodeCrossSite, "Origin"},
+		{"text/plain append without Origin", "POST", "/v1/rows", rowBody, map[string]string{"Content-Type": "text/plain"}, 415, api.CodeUnsupportedMediaType, "Content-Type"},
+		{"purge without a type", "POST", "/v1/namespaces/dl/dead-letters/purge", "", nil, 415, api.CodeUnsupportedMediaType, "Content-Type"},
 		{"JSON append marked cross-site", "POST", "/v1/rows", rowBody,
-			map[string]string{"Content-Type": "application/json", "Sec-Fetch-Site": "cross-site"}, 403, node.CodeCrossSite, "Sec-Fetch-Site"},
+			map[string]string{"Content-Type": "application/json", "Sec-Fetch-Site": "cross-site"}, 403, api.CodeCrossSite, "Sec-Fetch-Site"},
 		{"reproducer: Host evil.example, append", "POST", "/v1/rows", rowBody,
-			map[string]string{"Content-Type": "application/json", "Host": "evil.example:" + strings.Split(host, ":")[1]}, 421, node.CodeMisdirected, "Host"},
-		{"reproducer: Host evil.example, read", "GET", "/v1/rows/kept-1", "", map[string]string{"Host": "evil.example"}, 421, node.CodeMisdirected, "Host"},
-		{"Host evil.example, internal read", "GET", "/internal/v1/rows/kept-1", "", map[string]string{"Host": "evil.example"}, 421, node.CodeMisdirected, "Host"},
+			map[string]string{"Content-Type": "application/json", "Host": "evil.example:" + strings.Split(host, ":")[1]}, 421, api.CodeMisdirected, "Host"},
+		{"reproducer: Host evil.example, read", "GET", "/v1/rows/kept-1", "", map[string]string{"Host": "evil.example"}, 421, api.CodeMisdirected, "Host"},
+		{"Host evil.example, internal read", "GET", "/internal/v1/rows/kept-1", "", map[string]string{"Host": "evil.example"}, 421, api.CodeMisdirected, "Host"},
 	} {
 		st, b := rawRequest(t, c.method, n.base+c.path, c.body, c.header)
 		wantError(t, st, b, c.status, c.code, c.field)
@@ -125,9 +126,9 @@ func TestBrowserChecksWithAToken(t *testing.T) {
 	}
 	st, b := rawRequest(t, "POST", n.base+"/v1/rows", `{"rows":[{"dispatch_key":"t-1"}]}`,
 		map[string]string{"Content-Type": "application/json", "Origin": "http://evil.example", "Authorization": auth})
-	wantError(t, st, b, http.StatusForbidden, node.CodeCrossSite, "Origin")
+	wantError(t, st, b, http.StatusForbidden, api.CodeCrossSite, "Origin")
 	st, b = rawRequest(t, "POST", n.base+"/v1/rows", `{"rows":[{"dispatch_key":"t-1"}]}`,
 		map[string]string{"Content-Type": "text/plain", "Authorization": auth})
-	wantError(t, st, b, http.StatusUnsupportedMediaType, node.CodeUnsupportedMediaType, "Content-Type")
+	wantError(t, st, b, http.StatusUnsupportedMediaType, api.CodeUnsupportedMediaType, "Content-Type")
 	wantNotStored(t, n, "t-1")
 }

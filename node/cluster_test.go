@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/cluster/clustertest"
 	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/node"
@@ -311,7 +312,7 @@ func TestUnreachableOwner(t *testing.T) {
 		keys = append(keys, k)
 	}
 	st, body, hdr := request(t, http.MethodPost, a.base+"/v1/rows", map[string]any{"rows": rows}, "")
-	wantError(t, st, body, http.StatusServiceUnavailable, node.CodeUnavailable, "")
+	wantError(t, st, body, http.StatusServiceUnavailable, api.CodeUnavailable, "")
 	if hdr.Get("Retry-After") == "" {
 		t.Errorf("503 without Retry-After")
 	}

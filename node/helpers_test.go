@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
+	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/client"
 	"github.com/fairshard/fairshard/internal/poll"
+	"github.com/fairshard/fairshard/internal/testmetrics"
 	"github.com/fairshard/fairshard/internal/testnode"
 	"github.com/fairshard/fairshard/loadgen"
 	"github.com/fairshard/fairshard/node"
@@ -338,7 +338,7 @@ func (n *tnode) getRow(key string) (rowView, bool) {
 	case http.StatusOK:
 		return v, true
 	case http.StatusNotFound:
-		wantError(n.t, st, b, http.StatusNotFound, node.CodeNotFound, "")
+		wantError(n.t, st, b, http.StatusNotFound, api.CodeNotFound, "")
 		return v, false
 	}
 	n.t.Fatalf("GET row %q: status %d: %s", key, st, b)
@@ -386,32 +386,7 @@ func (n *tnode) shardTable() map[uint32]string {
 // histogram: its observation count) in the node's registry.
 func (n *tnode) metric(name string) float64 {
 	n.t.Helper()
-	return gatherSum(n.t, n.Registry(), name)
-}
-
-func gatherSum(t testing.TB, g prometheus.Gatherer, name string) float64 {
-	t.Helper()
-	mfs, err := g.Gather()
-	if err != nil {
-		t.Fatalf("gather: %v", err)
-	}
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			switch {
-			case m.Counter != nil:
-				sum += m.GetCounter().GetValue()
-			case m.Gauge != nil:
-				sum += m.GetGauge().GetValue()
-			case m.Histogram != nil:
-				sum += float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return sum
+	return testmetrics.Sum(n.t, n.Registry(), name)
 }
 
 // pause pauses ns (PUT through n) and waits until every node sees it, so

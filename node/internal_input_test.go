@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/node"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/replication"
@@ -50,7 +51,7 @@ func TestInternalInputValidated(t *testing.T) {
 	}
 	b := readAll(t, resp)
 	resp.Body.Close()
-	wantError(t, resp.StatusCode, b, http.StatusBadRequest, node.CodeInvalidField, "rows[0].version")
+	wantError(t, resp.StatusCode, b, http.StatusBadRequest, api.CodeInvalidField, "rows[0].version")
 	if r, ok := n.getRow("K"); !ok || r.Status != "pending" {
 		t.Errorf("K after the reproducer: %+v (found %v), want pending", r, ok)
 	}
@@ -115,9 +116,9 @@ func TestInternalInputValidated(t *testing.T) {
 			}
 			b := readAll(t, resp)
 			resp.Body.Close()
-			code := node.CodeInvalidField
+			code := api.CodeInvalidField
 			if c.status == 413 {
-				code = node.CodeTooLarge
+				code = api.CodeTooLarge
 			}
 			t.Run(c.name+" "+r.path+" "+r.ct, func(t *testing.T) { wantError(t, resp.StatusCode, b, c.status, code, c.field) })
 		}
@@ -137,7 +138,7 @@ func TestInternalInputValidated(t *testing.T) {
 			}
 			b := readAll(t, resp)
 			resp.Body.Close()
-			wantError(t, resp.StatusCode, b, http.StatusBadRequest, node.CodeInvalidField, "")
+			wantError(t, resp.StatusCode, b, http.StatusBadRequest, api.CodeInvalidField, "")
 		}
 	}
 	// A forward over its body limit (16 MiB) is refused whole.
@@ -151,13 +152,13 @@ func TestInternalInputValidated(t *testing.T) {
 	}
 	b = readAll(t, resp)
 	resp.Body.Close()
-	wantError(t, resp.StatusCode, b, http.StatusRequestEntityTooLarge, node.CodeTooLarge, "")
+	wantError(t, resp.StatusCode, b, http.StatusRequestEntityTooLarge, api.CodeTooLarge, "")
 	wantNotStored(t, n, "iv-huge")
 	for _, p := range []string{"/internal/v1/namespaces/..%2F..%2Fx%20y/dead-letters", "/internal/v1/rows/" + strings.Repeat("k", 600)} {
 		st, b, err := signedDo(signed, "GET", n.base+p, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantError(t, st, b, http.StatusBadRequest, node.CodeInvalidField, "")
+		wantError(t, st, b, http.StatusBadRequest, api.CodeInvalidField, "")
 	}
 }

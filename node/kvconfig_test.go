@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/boltstore"
 	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/node"
@@ -63,7 +64,7 @@ func TestConfigCaps(t *testing.T) {
 		n.mustDo("PUT", fmt.Sprintf("/v1/workflows/wf-%d/hold", i), nil, http.StatusOK, nil)
 	}
 	st, body := n.do("PUT", "/v1/workflows/wf-3/hold", nil)
-	e := wantError(t, st, body, http.StatusConflict, node.CodeLimitExceeded, "hold")
+	e := wantError(t, st, body, http.StatusConflict, api.CodeLimitExceeded, "hold")
 	if !strings.Contains(e.Error.Message, "limit is 3") || !strings.Contains(e.Error.Message, "--max-holds") {
 		t.Errorf("hold past the cap: %q does not name the limit and its flag", e.Error.Message)
 	}
@@ -75,7 +76,7 @@ func TestConfigCaps(t *testing.T) {
 	n.setTarget("a", "q", tg.URL())
 	n.setTarget("b", "q", tg.URL())
 	st, body = n.do("PUT", "/v1/namespaces/c/task-queues/q/target", map[string]any{"url": tg.URL()})
-	wantError(t, st, body, http.StatusConflict, node.CodeLimitExceeded, "target")
+	wantError(t, st, body, http.StatusConflict, api.CodeLimitExceeded, "target")
 	n.setTarget("a", "q", tg.URL()+"/again") // replacing one is fine
 
 	// The refused target is not there: c/q rows wait for a target.
@@ -89,7 +90,7 @@ func TestConfigCaps(t *testing.T) {
 	n.mustDo("PUT", "/v1/namespaces/x", map[string]any{"paused": true}, http.StatusOK, nil)
 	n.mustDo("PUT", "/v1/namespaces/y", map[string]any{"max_in_flight": 3}, http.StatusOK, nil)
 	st, body = n.do("PUT", "/v1/namespaces/z", map[string]any{"max_in_flight": 3})
-	wantError(t, st, body, http.StatusConflict, node.CodeLimitExceeded, "namespace")
+	wantError(t, st, body, http.StatusConflict, api.CodeLimitExceeded, "namespace")
 	if v := n.namespace("z"); v.MaxInFlight != 1024 || !v.MaxInFlightDefault {
 		t.Errorf("refused namespace z = %+v, want the defaults", v)
 	}

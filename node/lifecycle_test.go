@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/boltstore"
 	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/node"
@@ -57,11 +58,11 @@ func TestShutdownDrainsInFlight(t *testing.T) {
 	})
 	st, b := n.do("GET", "/readyz", nil)
 	if st == http.StatusServiceUnavailable {
-		wantError(t, st, b, http.StatusServiceUnavailable, node.CodeUnavailable, "")
+		wantError(t, st, b, http.StatusServiceUnavailable, api.CodeUnavailable, "")
 	}
 	st, b = n.do("POST", "/v1/rows", map[string]any{"rows": []rowIn{{"dispatch_key": "drain-2"}}})
 	if st == http.StatusServiceUnavailable {
-		wantError(t, st, b, http.StatusServiceUnavailable, node.CodeUnavailable, "")
+		wantError(t, st, b, http.StatusServiceUnavailable, api.CodeUnavailable, "")
 	} else {
 		t.Errorf("append while draining: status %d, want 503: %s", st, b)
 	}

@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/boltstore/diskfault"
 	"github.com/fairshard/fairshard/internal/poll"
+	"github.com/fairshard/fairshard/internal/testmetrics"
 	"github.com/fairshard/fairshard/node"
 )
 
@@ -44,7 +46,7 @@ func TestNotReadyWhileTheDiskIsFull(t *testing.T) {
 	for i := range 2000 {
 		st, b := n.do(http.MethodPost, "/v1/rows", map[string]any{"rows": batch("full", i)})
 		if st == http.StatusServiceUnavailable {
-			wantError(t, st, b, http.StatusServiceUnavailable, node.CodeUnavailable, "")
+			wantError(t, st, b, http.StatusServiceUnavailable, api.CodeUnavailable, "")
 			refused = true
 			break
 		}
@@ -69,7 +71,7 @@ func TestNotReadyWhileTheDiskIsFull(t *testing.T) {
 		if st, _ := n.do(http.MethodPost, "/v1/rows", map[string]any{"rows": batch("refused", 0)}); st != http.StatusServiceUnavailable {
 			t.Fatalf("append while not ready: %d", st)
 		}
-		if gatherLabeled(t, n, "fairshard_store_reopens_total", `result="failed"`) >= 1 {
+		if testmetrics.Sum(t, n.Registry(), "fairshard_store_reopens_total", "result=failed") >= 1 {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -88,27 +90,4 @@ func TestNotReadyWhileTheDiskIsFull(t *testing.T) {
 			t.Fatalf("acknowledged row %q after recovery: %+v %v", k, v, ok)
 		}
 	}
-}
-
-// gatherLabeled is the value of the sample of name whose labels contain
-// label (e.g. `result="failed"`) in the node's registry, 0 if none.
-func gatherLabeled(t testing.TB, n *tnode, name, label string) float64 {
-	t.Helper()
-	mfs, err := n.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if fmt.Sprintf("%s=%q", lp.GetName(), lp.GetValue()) == label {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/api"
+	"github.com/fairshard/fairshard/client"
 	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/node"
 	"github.com/fairshard/fairshard/shards"
@@ -19,14 +21,9 @@ func replicated(r, w int) func(int, *node.Config) {
 	return func(_ int, c *node.Config) { c.ReplicationFactor, c.WriteCopies = r, w }
 }
 
-type replicationOut struct {
-	Factor          int  `json:"replication_factor"`
-	Copies          int  `json:"copies"`
-	WriteCopies     int  `json:"write_copies"`
-	UnderReplicated bool `json:"under_replicated"`
-	ReplicaShards   int  `json:"replica_shards"`
-	SyncingShards   int  `json:"syncing_shards"`
-}
+// replicationOut is GET /v1/cluster's "replication", decoded as the Go
+// client does.
+type replicationOut = client.Replication
 
 func (n *tnode) replication() replicationOut {
 	n.t.Helper()
@@ -37,19 +34,8 @@ func (n *tnode) replication() replicationOut {
 	return v.Replication
 }
 
-type shardOut struct {
-	Shard    uint32 `json:"shard"`
-	InSync   bool   `json:"in_sync"`
-	HeldHere int64  `json:"held_here"`
-	Replicas []struct {
-		Node      string `json:"node"`
-		Role      string `json:"role"`
-		Reachable bool   `json:"reachable"`
-		Synced    bool   `json:"synced"`
-		Rows      int64  `json:"rows"`
-		Digest    uint64 `json:"digest"`
-	} `json:"replicas"`
-}
+// shardOut is GET /v1/shards/{n}, decoded as the Go client does.
+type shardOut = client.ShardReplicas
 
 // TestReplicatedAppendIsOnEveryReplica: with R = 2 an append answers two
 // copies per row; every shard's two replicas are synced and agree
@@ -109,11 +95,11 @@ func TestReplicatedAppendIsOnEveryReplica(t *testing.T) {
 	}
 	// Bad input names the field and changes nothing.
 	st, b := nodes[0].do(http.MethodGet, "/v1/shards/1024", nil)
-	wantError(t, st, b, http.StatusBadRequest, node.CodeInvalidField, "shard")
+	wantError(t, st, b, http.StatusBadRequest, api.CodeInvalidField, "shard")
 	st, b = nodes[0].do(http.MethodPut, "/v1/cluster", map[string]any{"replication_factor": 6})
-	wantError(t, st, b, http.StatusBadRequest, node.CodeInvalidField, "replication_factor")
+	wantError(t, st, b, http.StatusBadRequest, api.CodeInvalidField, "replication_factor")
 	st, b = nodes[0].do(http.MethodPut, "/v1/cluster", map[string]any{})
-	wantError(t, st, b, http.StatusBadRequest, node.CodeInvalidField, "replication_factor")
+	wantError(t, st, b, http.StatusBadRequest, api.CodeInvalidField, "replication_factor")
 	if r := nodes[0].replication(); r.Factor != 2 {
 		t.Fatalf("after refused changes, R = %d", r.Factor)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/node"
 )
 
@@ -66,7 +67,7 @@ func TestReviewBadInputs(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			st, b := n.at(t).do(tc.method, tc.path, tc.body)
-			wantError(t, st, b, http.StatusBadRequest, node.CodeInvalidField, tc.field)
+			wantError(t, st, b, http.StatusBadRequest, api.CodeInvalidField, tc.field)
 		})
 	}
 	wantNotStored(t, n, "late")

@@ -7,8 +7,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/lifecycle"
-	"github.com/fairshard/fairshard/replication"
 )
 
 // services declares the node's parts in start order; they stop in the
@@ -307,7 +307,7 @@ func (n *Node) reportLateLeave(done <-chan struct{}) {
 		}
 		st := n.repl.Status().Leave
 		if st == nil {
-			st = &replication.LeaveStatus{}
+			st = &api.LeaveStatus{}
 		}
 		n.log.Warn("leave incomplete after --shutdown-grace: still handing off the rows held here; the node keeps serving until every one is held elsewhere (a second signal exits now and keeps them on disk)",
 			"shards_left", st.ShardsLeft, "rows_handed_off", st.RowsHandedOff, "last_error", st.LastError, "stranded_rows", st.StrandedRows)

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/transfer"
 )
@@ -321,39 +322,15 @@ func (p *leaveProgress) lastLeft() int {
 	return p.left
 }
 
-// LeaveStatus is a leaving node's hand-off progress (Status.Leave).
-type LeaveStatus struct {
-	// Since is when the graceful stop began waiting for the hand-off.
-	Since time.Time `json:"since,omitzero"`
-	// ShardsLeft counts the shards that still hold rows here, as of At.
-	ShardsLeft int       `json:"shards_left"`
-	At         time.Time `json:"at,omitzero"`
-	// LastError is why the last hand-off pass did not finish ("" if it
-	// did): e.g. a member of a set that does not answer.
-	LastError string `json:"last_error,omitempty"`
-	// StrandedRows are rows still marked in transfer whose release failed
-	// (retried before anything else).
-	StrandedRows int `json:"stranded_rows"`
-	// RowsHandedOff counts the rows (pending and terminal) this leave has
-	// had confirmed held by their shards' replica sets so far, batch by
-	// batch (a row sent again after a failed pass counts again): it rises
-	// while a long pass runs, before ShardsLeft falls.
-	RowsHandedOff int64 `json:"rows_handed_off"`
-	// Waiting says why a leave that sees no other member to hand off to
-	// has not stopped as the last node: a member failed recently and may
-	// return (View.PeerFailedAt). "" otherwise.
-	Waiting string `json:"waiting,omitempty"`
-}
-
 // leaveStatus returns the leave's progress (nil when not leaving).
-func (r *Replicator) leaveStatus(v *View) *LeaveStatus {
+func (r *Replicator) leaveStatus(v *View) *api.LeaveStatus {
 	if v == nil || !v.Leaving {
 		return nil
 	}
 	p := &r.leave
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return &LeaveStatus{Since: p.since, ShardsLeft: p.left, At: p.at, LastError: p.lastErr, StrandedRows: p.strand, RowsHandedOff: p.handed, Waiting: p.wait}
+	return &api.LeaveStatus{Since: p.since, ShardsLeft: p.left, At: p.at, LastError: p.lastErr, StrandedRows: p.strand, RowsHandedOff: p.handed, Waiting: p.wait}
 }
 
 // anyReplica reports whether some shard has a replica other than this

@@ -116,7 +116,7 @@ func TestSettlesMadeWhileABackupWasAwayShipWhenItIsBack(t *testing.T) {
 	b.refuseKeys.Store(true)
 	c.apply() // the partition heals
 	doneOnB(t, c, settled)
-	if n := metric(t, a, "fairshard_replication_repaired_shards_total", ""); n != 0 {
+	if n := metric(t, a, "fairshard_replication_repaired_shards_total"); n != 0 {
 		t.Errorf("%v shards repaired by a: b's keys were refused, every settle should have shipped", n)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fairshard/fairshard/boltstore"
+	"github.com/fairshard/fairshard/internal/testmetrics"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/replication"
 	"github.com/fairshard/fairshard/shards"
@@ -213,19 +214,27 @@ func (c *tcluster) apply() {
 
 // applyTo applies the view of members to the nodes named in on.
 func (c *tcluster) applyTo(members, on []string) {
+	c.applyViews(members, members, on, "")
+}
+
+// applyViews applies, on each node named in on, a new view whose replica
+// sets are computed over active and whose addresses are those of live;
+// leaving, when set, is marked leaving in its own view.
+func (c *tcluster) applyViews(active, live, on []string, leaving string) {
 	c.version++
-	table := shards.ReplicaSets(members, c.shards, c.factor)
+	table := shards.ReplicaSets(active, c.shards, c.factor)
 	sets := make([][]string, c.shards)
 	for s := range c.shards {
 		sets[s] = table.Replicas(s)
 	}
 	addrs := map[string]string{}
-	for _, m := range members {
+	for _, m := range live {
 		addrs[m] = strings.TrimPrefix(c.nodes[m].srv.URL, "http://")
 	}
 	for _, name := range on {
 		c.nodes[name].repl.Apply(&replication.View{
 			Version: c.version, Self: name, ShardCount: c.shards, Factor: c.factor, Sets: sets, Addrs: addrs,
+			Leaving: name == leaving,
 		})
 	}
 }
@@ -237,21 +246,8 @@ func (c *tcluster) view(name string) *replication.View { return c.nodes[name].re
 // view marked leaving: name drains.
 func (c *tcluster) leave(name string, members []string) *replication.Replicator {
 	c.t.Helper()
-	c.version++
-	table := shards.ReplicaSets(members, c.shards, c.factor)
-	sets := make([][]string, c.shards)
-	for s := range c.shards {
-		sets[s] = table.Replicas(s)
-	}
-	addrs := map[string]string{}
-	for _, m := range append(slices.Clone(members), name) {
-		addrs[m] = strings.TrimPrefix(c.nodes[m].srv.URL, "http://")
-	}
-	for _, m := range append(slices.Clone(members), name) {
-		c.nodes[m].repl.Apply(&replication.View{
-			Version: c.version, Self: m, ShardCount: c.shards, Factor: c.factor, Sets: sets, Addrs: addrs, Leaving: m == name,
-		})
-	}
+	all := append(slices.Clone(members), name)
+	c.applyViews(members, all, all, name)
 	return c.nodes[name].repl
 }
 
@@ -329,40 +325,11 @@ func (n *tnode) scopeNow() []uint32 {
 	return slices.Clone(n.scope)
 }
 
-// metric sums the samples of a metric of n's registry whose label values
-// include label ("" for any).
-func metric(t testing.TB, n *tnode, name, label string) float64 {
+// metric sums the samples of a metric of n's registry that carry every
+// one of labels ("label=value").
+func metric(t testing.TB, n *tnode, name string, labels ...string) float64 {
 	t.Helper()
-	mfs, err := n.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			match := label == ""
-			for _, lp := range m.GetLabel() {
-				if lp.GetValue() == label {
-					match = true
-				}
-			}
-			if !match {
-				continue
-			}
-			switch {
-			case m.Counter != nil:
-				sum += m.GetCounter().GetValue()
-			case m.Gauge != nil:
-				sum += m.GetGauge().GetValue()
-			case m.Histogram != nil:
-				sum += float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return sum
+	return testmetrics.Sum(t, n.reg, name, labels...)
 }
 
 type atomicCounter struct {

@@ -92,7 +92,7 @@ func TestWriteRefusedWhileCopiesUnmet(t *testing.T) {
 	if !errors.Is(err, replication.ErrInsufficientCopies) {
 		t.Fatalf("append with a replica down: %v, want ErrInsufficientCopies", err)
 	}
-	if v := metric(t, c.nodes["a"], "fairshard_replication_writes_total", "insufficient_copies"); v < 1 {
+	if v := metric(t, c.nodes["a"], "fairshard_replication_writes_total", "outcome=insufficient_copies"); v < 1 {
 		t.Errorf("writes_total{insufficient_copies} = %v", v)
 	}
 	// Failure detected: a alone. Seeded, so the minimum stays 2: refused.
@@ -172,8 +172,8 @@ func TestChangedShipsStateToBackups(t *testing.T) {
 	})
 	shipped, lag := 0.0, 0.0
 	for _, name := range c.live() {
-		shipped += metric(t, c.nodes[name], "fairshard_replication_shipped_rows_total", "")
-		lag += metric(t, c.nodes[name], "fairshard_replication_lag_seconds", "")
+		shipped += metric(t, c.nodes[name], "fairshard_replication_shipped_rows_total")
+		lag += metric(t, c.nodes[name], "fairshard_replication_lag_seconds")
 	}
 	if shipped < 400 || lag < 400 {
 		t.Errorf("shipped %v rows with %v lag observations, want ≥ 400 each (200 rows × 2 backups)", shipped, lag)
@@ -205,10 +205,10 @@ func TestJoinSyncsAndDropsLeftovers(t *testing.T) {
 	if total != 2*n {
 		t.Fatalf("%d copies held, want %d (R = 2)", total, 2*n)
 	}
-	if metric(t, c.nodes["c"], "fairshard_replication_sync_rows_total", "bulk") == 0 {
+	if metric(t, c.nodes["c"], "fairshard_replication_sync_rows_total", "kind=bulk") == 0 {
 		t.Error("the new node copied no shard in bulk")
 	}
-	if metric(t, c.nodes["a"], "fairshard_replication_dropped_rows_total", "")+metric(t, c.nodes["b"], "fairshard_replication_dropped_rows_total", "") == 0 {
+	if metric(t, c.nodes["a"], "fairshard_replication_dropped_rows_total")+metric(t, c.nodes["b"], "fairshard_replication_dropped_rows_total") == 0 {
 		t.Error("no leftover copy was dropped")
 	}
 }
@@ -282,7 +282,7 @@ func TestRepairHealsDivergence(t *testing.T) {
 		}
 	}
 	waitSynced(t, c)
-	if metric(t, c.nodes["a"], "fairshard_replication_repaired_shards_total", "")+metric(t, c.nodes["b"], "fairshard_replication_repaired_shards_total", "") == 0 {
+	if metric(t, c.nodes["a"], "fairshard_replication_repaired_shards_total")+metric(t, c.nodes["b"], "fairshard_replication_repaired_shards_total") == 0 {
 		t.Error("no repair counted")
 	}
 	for _, name := range c.live() {
@@ -465,7 +465,7 @@ func TestHandoverWaitsForTheOldPrimarysClaims(t *testing.T) {
 	if again := claimAll(t, c.nodes["c"]); len(again) != 0 {
 		t.Fatalf("the new primary claimed %d rows its old primary had delivered (e.g. %s)", len(again), again[0].DispatchKey)
 	}
-	if metric(t, c.nodes["c"], "fairshard_replication_handover_wait_seconds", "") != float64(len(taken)) {
+	if metric(t, c.nodes["c"], "fairshard_replication_handover_wait_seconds") != float64(len(taken)) {
 		t.Error("handover waits not observed")
 	}
 }
@@ -1037,7 +1037,7 @@ func droppedQueue(t *testing.T, shardCount uint32, rows int, handoverTimeout tim
 		t.Fatalf("a claimed %d rows, want more than MaxPending (5) to overflow b's queue", len(settled))
 	}
 	touched := settle(t, a, settled)
-	if metric(t, a, "fairshard_replication_ship_dropped_total", "") == 0 {
+	if metric(t, a, "fairshard_replication_ship_dropped_total") == 0 {
 		t.Fatal("b's queue was not dropped: the test proves nothing")
 	}
 	return c, touched

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/outbox"
 )
 
@@ -235,7 +236,7 @@ type Status struct {
 	// Leave is the hand-off progress of a leaving node (absent otherwise):
 	// a graceful stop ends only once every row held here is held by its
 	// shard's replica set.
-	Leave *LeaveStatus `json:"leave,omitempty"`
+	Leave *api.LeaveStatus `json:"leave,omitempty"`
 }
 
 // Status returns this node's replication state.

@@ -72,7 +72,7 @@ func TestAdvertisedAddressIsTheDefaultRoutesOnTwoInterfaces(t *testing.T) {
 				return false, fmt.Sprintf("%v; log:\n%s", err, testnode.TailFile(p.log, 10))
 			}
 			if len(v.Members) != len(wantMembers) {
-				return false, fmt.Sprintf("%s sees %s", v.Node, v.memberSet())
+				return false, fmt.Sprintf("%s sees %s", v.Node, memberSet(v))
 			}
 			for _, m := range v.Members {
 				if w := wantMembers[m.Name]; m.GossipAddr != w[0] || m.APIAddr != w[1] || m.State != "active" {

@@ -485,28 +485,11 @@ func (c *testCluster) do(method, u string, body, out any) (int, []byte, error) {
 	return resp.StatusCode, data, nil
 }
 
-// clusterView is GET /v1/cluster.
-type clusterView struct {
-	Node             string `json:"node"`
-	ShardCount       uint32 `json:"shard_count"`
-	OwnershipVersion uint64 `json:"ownership_version"`
-	LeasesLearning   bool   `json:"leases_learning"`
-	Members          []struct {
-		Name               string   `json:"name"`
-		APIAddr            string   `json:"api_addr"`
-		GossipAddr         string   `json:"gossip_addr"`
-		GossipKeys         []string `json:"gossip_keys"`
-		State              string   `json:"state"`
-		OwnedShards        int      `json:"owned_shards"`
-		OwnedShardFraction float64  `json:"owned_shard_fraction"`
-	} `json:"members"`
-	Handoff struct {
-		ShardsPending int `json:"shards_pending"`
-	} `json:"handoff"`
-}
+// clusterView is GET /v1/cluster, decoded as the Go client does.
+type clusterView = client.Cluster
 
-// memberSet is "name:state,…" sorted.
-func (v clusterView) memberSet() string {
+// memberSet is v's members as "name:state,…", sorted.
+func memberSet(v clusterView) string {
 	var s []string
 	for _, m := range v.Members {
 		s = append(s, m.Name+":"+m.State)
@@ -585,7 +568,7 @@ func (c *testCluster) waitOwnership(timeout time.Duration) time.Duration {
 			if err != nil {
 				return false, err.Error()
 			}
-			if got := v.memberSet(); got != wantSet {
+			if got := memberSet(v); got != wantSet {
 				return false, fmt.Sprintf("%s sees members %s, want %s", p.name, got, wantSet)
 			}
 			tb, err := c.shardTable(p)
@@ -620,7 +603,7 @@ func (c *testCluster) waitMembers(n int, timeout time.Duration) time.Duration {
 				return false, err.Error()
 			}
 			if len(v.Members) != n {
-				return false, fmt.Sprintf("%s sees %s", p.name, v.memberSet())
+				return false, fmt.Sprintf("%s sees %s", p.name, memberSet(v))
 			}
 		}
 		return true, ""
@@ -628,17 +611,27 @@ func (c *testCluster) waitMembers(n int, timeout time.Duration) time.Duration {
 	return time.Since(start)
 }
 
-// ownershipVersions returns each running member's ownership_version (a
-// per-node counter: it moves when that node's view of the members does).
-func (c *testCluster) ownershipVersions() map[string]uint64 {
+// clusterViews returns each running member's GET /v1/cluster, by name.
+func (c *testCluster) clusterViews() map[string]clusterView {
 	c.t.Helper()
-	out := map[string]uint64{}
+	out := map[string]clusterView{}
 	for _, p := range c.members() {
 		v, err := c.clusterView(p)
 		if err != nil {
 			c.t.Fatal(err)
 		}
-		out[p.name] = v.OwnershipVersion
+		out[p.name] = v
+	}
+	return out
+}
+
+// ownershipVersions returns each running member's ownership_version (a
+// per-node counter: it moves when that node's view of the members does).
+func (c *testCluster) ownershipVersions() map[string]uint64 {
+	c.t.Helper()
+	out := map[string]uint64{}
+	for name, v := range c.clusterViews() {
+		out[name] = v.OwnershipVersion
 	}
 	return out
 }

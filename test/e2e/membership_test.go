@@ -95,14 +95,7 @@ func TestDuplicateNodeNameRefused(t *testing.T) {
 		c.startNode(fmt.Sprintf("dup-%d", i))
 	}
 	c.waitConverged(20 * time.Second)
-	before := map[string]clusterView{}
-	for _, p := range c.members() {
-		v, err := c.clusterView(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		before[p.name] = v
-	}
+	before := c.clusterViews()
 
 	// Same name as dup-1, its own address, data dir and log.
 	twin := c.startNode("dup-1", expectRefusal(), func(p *proc) {
@@ -126,9 +119,9 @@ func TestDuplicateNodeNameRefused(t *testing.T) {
 				return false, err.Error()
 			}
 			b := before[p.name]
-			if v.OwnershipVersion != b.OwnershipVersion || v.memberSet() != b.memberSet() {
+			if v.OwnershipVersion != b.OwnershipVersion || memberSet(v) != memberSet(b) {
 				return false, fmt.Sprintf("%s: ownership_version %d → %d, members %s → %s",
-					p.name, b.OwnershipVersion, v.OwnershipVersion, b.memberSet(), v.memberSet())
+					p.name, b.OwnershipVersion, v.OwnershipVersion, memberSet(b), memberSet(v))
 			}
 			for _, m := range v.Members {
 				if m.Name == "dup-1" && m.GossipAddr != c.members()[1].gossipAddr {
@@ -195,7 +188,7 @@ func TestGossipKeyRotationByReload(t *testing.T) {
 				polls++
 				if err != nil {
 					drops = append(drops, err.Error())
-				} else if got := v.memberSet(); got != "rot-0:active,rot-1:active,rot-2:active" {
+				} else if got := memberSet(v); got != "rot-0:active,rot-1:active,rot-2:active" {
 					drops = append(drops, fmt.Sprintf("%s saw %s at %s", p.name, got, time.Now().Format(time.StampMilli)))
 				}
 				mu.Unlock()

@@ -29,21 +29,25 @@ import (
 // node had sent it when it stopped (at most its grant, so at most the
 // quota; counted and logged); the namespace keeps delivering on the other
 // nodes in the second half of the pause; every row is delivered; and
-// GET /v1/namespaces/{ns} on the live nodes answers 200 within
-// pauseReadBound throughout, naming the paused node as unreachable at
-// least once.
+// GET /v1/namespaces/{ns} on the live nodes answers 200 throughout without
+// waiting for the paused node (each read-back within pauseReadBound, half
+// the pause: one that waited for the node would last until it resumes),
+// naming the paused node as unreachable at least once. The slowest
+// read-back is logged: it is the API's peer budget (1.5 s) plus the
+// node's own work, a figure of the machine, not asserted.
 const (
 	pauseQuota = 3
 	pauseHold  = 200 * time.Millisecond
 	pauseFor   = 8 * time.Second
 	pauseRows  = 240
-	// pauseReadBound is what a read-back may take while a member is
-	// stopped: the API's peer budget (1.5 s) and this node's own work.
-	pauseReadBound = 2 * time.Second
+	// pauseReadBound is the longest a read-back may take while a member
+	// is stopped: half the pause. A read-back that waited for the stopped
+	// member (no peer budget) would take until it resumes.
+	pauseReadBound = pauseFor / 2
 )
 
 func TestPausedProcesses(t *testing.T) {
-	c := newCluster(t, clusterOpts{TargetDelay: pauseHold, Shards: quotaShards, PlainBuild: true}) // a read-back latency bound
+	c := newCluster(t, clusterOpts{TargetDelay: pauseHold, Shards: quotaShards, PlainBuild: true}) // read-back latencies are logged as figures
 	for i := range 3 {
 		c.startNode(fmt.Sprintf("xp-%d", i))
 	}
@@ -183,7 +187,7 @@ func TestPausedProcesses(t *testing.T) {
 			t.Errorf("%s: %d read-backs failed while %s was stopped, e.g. %s", name, len(readErrs), paused.name, readErrs[0])
 		}
 		if slowest > pauseReadBound {
-			t.Errorf("%s: a read-back took %v while %s was stopped, want at most %v", name, slowest, paused.name, pauseReadBound)
+			t.Errorf("%s: a read-back took %v while %s was stopped, want at most %v (it waited for the stopped node)", name, slowest, paused.name, pauseReadBound)
 		}
 		if !namedPaused {
 			t.Errorf("%s: no read-back named the stopped %s among unreachable_nodes", name, paused.name)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairshard/fairshard/client"
 	"github.com/fairshard/fairshard/internal/poll"
 	"github.com/fairshard/fairshard/loadgen"
 )
@@ -18,18 +19,9 @@ import (
 // Replicated shards (issue #14): real processes, real bbolt files, real
 // kills and wiped data dirs.
 
-// replicationView is GET /v1/cluster's "replication" object.
-type replicationView struct {
-	Factor                int   `json:"replication_factor"`
-	Copies                int   `json:"copies"`
-	WriteCopies           int   `json:"write_copies"`
-	UnderReplicated       bool  `json:"under_replicated"`
-	UnderReplicatedShards int   `json:"under_replicated_shards"`
-	UnderReplicatedRows   int64 `json:"under_replicated_rows"`
-	ReplicaShards         int   `json:"replica_shards"`
-	SyncingShards         int   `json:"syncing_shards"`
-	PendingChanges        int   `json:"pending_changes"`
-}
+// replicationView is GET /v1/cluster's "replication" object, decoded as
+// the Go client does.
+type replicationView = client.Replication
 
 func (c *testCluster) replication(p *proc) (replicationView, error) {
 	var v struct {
@@ -42,19 +34,8 @@ func (c *testCluster) replication(p *proc) (replicationView, error) {
 	return v.Replication, err
 }
 
-// shardView is GET /v1/shards/{n}.
-type shardView struct {
-	Shard    uint32 `json:"shard"`
-	InSync   bool   `json:"in_sync"`
-	Replicas []struct {
-		Node      string `json:"node"`
-		Role      string `json:"role"`
-		Reachable bool   `json:"reachable"`
-		Synced    bool   `json:"synced"`
-		Rows      int64  `json:"rows"`
-		Digest    uint64 `json:"digest"`
-	} `json:"replicas"`
-}
+// shardView is GET /v1/shards/{n}, decoded as the Go client does.
+type shardView = client.ShardReplicas
 
 func (c *testCluster) shard(p *proc, n uint32) (shardView, error) {
 	var v shardView

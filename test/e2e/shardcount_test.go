@@ -29,14 +29,7 @@ func TestShardCountMismatchRefused(t *testing.T) {
 		c.startNode(fmt.Sprintf("sc-%d", i))
 	}
 	c.waitConverged(20 * time.Second)
-	before := map[string]clusterView{}
-	for _, p := range c.members() {
-		v, err := c.clusterView(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		before[p.name] = v
-	}
+	before := c.clusterViews()
 
 	odd := c.startNode("sc-odd", expectRefusal(), withFlags("--shards", "512"))
 	// A refused node must not serve a cluster of its own: it exits non-zero
@@ -68,7 +61,7 @@ func TestShardCountMismatchRefused(t *testing.T) {
 			}
 			for _, m := range v.Members {
 				if m.Name == "sc-odd" {
-					return false, fmt.Sprintf("%s lists sc-odd as a member: %s", p.name, v.memberSet())
+					return false, fmt.Sprintf("%s lists sc-odd as a member: %s", p.name, memberSet(v))
 				}
 			}
 			if most := mostSnapshotMembers(p.logPath); most > 3 {
@@ -104,8 +97,8 @@ func TestShardCountMismatchRefused(t *testing.T) {
 			if err != nil {
 				return false, err.Error()
 			}
-			if v.memberSet() != before[p.name].memberSet() {
-				return false, fmt.Sprintf("%s: members %s, was %s", p.name, v.memberSet(), before[p.name].memberSet())
+			if memberSet(v) != memberSet(before[p.name]) {
+				return false, fmt.Sprintf("%s: members %s, was %s", p.name, memberSet(v), memberSet(before[p.name]))
 			}
 		}
 		return true, ""
