@@ -427,9 +427,10 @@ func (s *Store) endTransfer(ctx context.Context, what string, keys []string, del
 // given its defaults by outbox.NormalizeIncoming (a claimed copy becomes
 // pending: claims are local to the node delivering the row), its Shard is
 // recomputed from the key, and it is merged with the stored copy by
-// outbox.Merge: the newer state wins by the row version (a redriven row
-// beats any copy of its dead letter; terminal beats live within a
-// generation; a claim here beats the pending copy it was made from), and
+// outbox.MergeIncoming: the newer state wins by the row version (a
+// redriven row beats any copy of its dead letter; terminal beats live
+// within a generation; a claim here beats every live copy of its
+// generation: its delivery runs), and
 // the earlier CreatedAt is kept. Rows repeated within a batch are merged
 // in order. A stored row the merge changes loses its transfer mark; so
 // does a marked row it leaves unchanged (the row came back while we were
@@ -470,7 +471,7 @@ func (s *Store) Merge(ctx context.Context, rows []outbox.Row) (outbox.MergeResul
 				res.Created++
 				continue
 			}
-			merged := outbox.Merge(old, in)
+			merged := outbox.MergeIncoming(old, in)
 			if outbox.Compare(merged, old) == 0 && merged.CreatedAt.Equal(old.CreatedAt) {
 				if xfer {
 					if err := w.write(prep[i].rk, &old, true, &old, false, nil); err != nil {

@@ -538,6 +538,58 @@ func TestMergedAwayClaimStillCounts(t *testing.T) {
 	}
 }
 
+// TestPeersRearmedCopyDoesNotResendADeliveryInFlight: a row being
+// delivered here whose copy from another node arrives mid delivery, live
+// and with a later Seq (a backup restarted and re-armed the claim it held
+// when it was killed), stays claimed: the next sweeps claim nothing, the
+// target sees the row once, and the delivery's settle marks it done (a
+// chaos soak saw the primary send such a row twice).
+func TestPeersRearmedCopyDoesNotResendADeliveryInFlight(t *testing.T) {
+	for _, st := range storeKinds {
+		t.Run(st.name, func(t *testing.T) {
+			tg, release := blockingTarget(t)
+			cfg := testConfig(static(tg.URL()))
+			cfg.Store, _ = st.open(t)
+			d, b := setup(t, cfg)
+			defer drain(t, d)
+			b.quotas.Store("ns", uint32(4))
+			mustAppend(t, b.store, mkRow("rearmed", "ns", "q", time.Now()))
+			sw, err := d.SweepOnce(t.Context())
+			if err != nil || len(sw.Rows) != 1 {
+				close(release)
+				t.Fatalf("first sweep claimed %d rows (err %v), want 1", len(sw.Rows), err)
+			}
+			poll.Eventually(t, 10*time.Second, "the delivery reaches the target", func() (bool, string) {
+				return tg.count("rearmed") == 1, fmt.Sprintf("%d requests", tg.count("rearmed"))
+			})
+			peer := wantStatus(t, b.store, "rearmed", outbox.StatusClaimed)
+			peer.Status, peer.ClaimedAt, peer.Version = outbox.StatusPending, time.Time{}, peer.Version.Next()
+			peer.VisibleAfter = time.Now().Add(-time.Second)
+			merger := b.store.(interface {
+				Merge(context.Context, []outbox.Row) (outbox.MergeResult, error)
+			})
+			if _, err := merger.Merge(t.Context(), []outbox.Row{peer}); err != nil {
+				close(release)
+				t.Fatal(err)
+			}
+			for range 3 {
+				if sw, err := d.SweepOnce(t.Context()); err != nil || len(sw.Rows) != 0 {
+					close(release)
+					t.Fatalf("with the row's delivery in flight, a sweep claimed %d rows (err %v), want 0", len(sw.Rows), err)
+				}
+			}
+			close(release)
+			poll.Eventually(t, 10*time.Second, "the delivery's settle", func() (bool, string) {
+				r, err := b.store.Get(t.Context(), "rearmed")
+				return err == nil && r.Status == outbox.StatusDone, fmt.Sprintf("%s %v", r.Status, err)
+			})
+			if n := tg.count("rearmed"); n != 1 {
+				t.Fatalf("the target saw the row %d times, want once", n)
+			}
+		})
+	}
+}
+
 // fakeFence is a pause fence whose answers the test scripts: a pause at
 // the exact moment between a claim and its request, which a real process
 // cannot be made to hit on cue.

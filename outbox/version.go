@@ -178,6 +178,28 @@ func Merge(a, b Row) Row {
 	return out
 }
 
+// MergeIncoming is how a store applies an incoming copy in (already
+// through [NormalizeIncoming]) to the row it holds, stored: [Merge], except
+// that a row claimed here keeps its claim against a live copy of its own
+// generation, whatever that copy's Seq. Claims are not replicated, so such
+// a copy never saw this claim: it is another node's re-arm of its own
+// stale claim (a restarted backup re-arms what it held) or a retry it
+// scheduled while it was primary. Taking it would turn the row pending here
+// while its delivery still runs, and the next sweep would deliver it again
+// (a chaos run: a restarted backup's re-arm reached the primary mid
+// delivery, and the primary sent the row twice). The claim's own settle
+// raises Seq and meets that copy again under Merge: a done row outranks
+// any live copy, a retry or re-arm is ordered by Seq. A terminal copy or
+// a later generation (a redrive) still replaces the claim. Only
+// CreatedAt, the earlier of the two, is taken from in then.
+func MergeIncoming(stored, in Row) Row {
+	if stored.Status == StatusClaimed && !in.Status.Terminal() && in.Version.Gen == stored.Version.Gen {
+		stored.CreatedAt = earlier(stored.CreatedAt, in.CreatedAt)
+		return stored
+	}
+	return Merge(stored, in)
+}
+
 // earlier returns the earlier of two instants, a zero time counting as
 // "unknown" (later than any other).
 func earlier(a, b time.Time) time.Time {

@@ -405,7 +405,7 @@ func (s *Store) Get(ctx context.Context, dispatchKey string) (outbox.Row, error)
 // Merge stores copies of rows received from other nodes: each is validated
 // (the whole batch first: outbox.ErrInvalidRow, nothing written), given its
 // defaults by outbox.NormalizeIncoming and its Shard, and merged with the
-// stored copy by outbox.Merge. A row that changes loses its in-transfer
+// stored copy by outbox.MergeIncoming. A row that changes loses its in-transfer
 // mark; so does a marked row an incoming copy does not change (the copy
 // came back: the sender gave it up, so our own pending CompleteTransfer
 // must not delete it).
@@ -434,7 +434,7 @@ func (s *Store) Merge(ctx context.Context, rows []outbox.Row) (outbox.MergeResul
 			res.Created++
 			continue
 		}
-		merged := outbox.Merge(*old, in)
+		merged := outbox.MergeIncoming(*old, in)
 		delete(s.marked, in.DispatchKey)
 		if outbox.Compare(merged, *old) == 0 && merged.CreatedAt.Equal(old.CreatedAt) {
 			res.Skipped++

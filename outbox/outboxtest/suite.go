@@ -942,7 +942,7 @@ func mustMerge(t *testing.T, m Merger, rows ...outbox.Row) outbox.MergeResult {
 }
 
 // testMergeIncoming: incoming copies go through NormalizeIncoming and
-// outbox.Merge; a resend changes nothing; a bad row rejects the batch.
+// outbox.MergeIncoming; a resend changes nothing; a bad row rejects the batch.
 func testMergeIncoming(t *testing.T, s outbox.Store) {
 	m := need[Merger](t, s, "Merge (incoming copies)")
 	// Absent: created, a claimed copy stored pending.
@@ -993,6 +993,42 @@ func testMergeIncoming(t *testing.T, s outbox.Store) {
 	}
 	if r := wantStatus(t, s, "b", outbox.StatusPending); r.Attempt != 3 || r.LastError != "503" {
 		t.Fatalf("stored %+v, want the newer copy", r)
+	}
+	// A row claimed here keeps its claim against a live copy of its
+	// generation with any later Seq (another node re-armed its own stale
+	// claim, or retried): the delivery runs here, and taking the copy
+	// would let the next claim send the row again. The claim's settle
+	// then meets that copy under outbox.Merge: done outranks it, a retry
+	// is ordered by Seq.
+	mustAppend(t, s, Row("r1", "ns", "rq"), Row("r2", "ns", "rq"))
+	rq := outbox.ClaimScope{Namespace: "ns", TaskQueue: "rq"}
+	claimedR := mustClaim(t, s, outbox.ClaimParams{Scope: &rq, Limit: 2, Now: T0})
+	if len(claimedR) != 2 {
+		t.Fatalf("claimed %d of r1, r2", len(claimedR))
+	}
+	for _, r := range claimedR {
+		peer := r
+		peer.Status, peer.ClaimedAt, peer.Version = outbox.StatusPending, time.Time{}, r.Version.Next().Next()
+		peer.CreatedAt = T0.Add(-time.Minute)
+		if res := mustMerge(t, m, peer); res.Skipped+res.Updated != 1 {
+			t.Fatalf("merge of a peer's re-armed copy of %s: %+v", r.DispatchKey, res)
+		}
+		got := wantStatus(t, s, r.DispatchKey, outbox.StatusClaimed)
+		if got.Version != r.Version || !got.CreatedAt.Equal(T0.Add(-time.Minute)) {
+			t.Fatalf("%s after a peer's re-armed copy: version %v created %v, want the claim's %v and the earlier %v",
+				r.DispatchKey, got.Version, got.CreatedAt, r.Version, T0.Add(-time.Minute))
+		}
+		if r.DispatchKey == "r1" {
+			must(t, s.Complete(ctx, outbox.CompleteParams{DispatchKey: "r1", Claim: r.Version, Now: T0}))
+			mustMerge(t, m, peer)
+			wantStatus(t, s, "r1", outbox.StatusDone)
+			continue
+		}
+		must(t, s.Retry(ctx, outbox.RetryParams{DispatchKey: "r2", Claim: r.Version, VisibleAfter: T0}))
+		mustMerge(t, m, peer)
+		if got := wantStatus(t, s, "r2", outbox.StatusPending); got.Version != peer.Version {
+			t.Fatalf("r2 after its retry met the peer's copy again: version %v, want the peer's later %v", got.Version, peer.Version)
+		}
 	}
 	// A bad row rejects the whole batch.
 	bad := Row("c", "ns", "q")
