@@ -72,7 +72,7 @@ test-long:
 
 ## chaos-long: the 30-minute soak recorded in docs/BENCHMARKS.md
 ## (CHAOS_DURATION and CHAOS_SEED change it; CHAOS_TIMEOUT must leave the
-## end drain room: 30 minutes more than the duration).
+## end drain room, up to the duration again: twice it plus 20 minutes).
 chaos-long:
 	CHAOS_DURATION=$${CHAOS_DURATION:-30m} $(GO) test -race -count=1 -timeout $${CHAOS_TIMEOUT:-90m} -v -run 'TestChaos$$' ./test/chaos
 
