@@ -52,8 +52,19 @@ type CoordinatorConfig struct {
 	// reach the new coordinator is covered only with LeaseLength + Drain,
 	// not the default because it stalls growth after every failover
 	// (docs/adr/0020-coordinator-placement-and-learning.md). Negative: no
-	// learning.
+	// learning. Learning ends sooner once every member has reported
+	// (Reporters).
 	LearningPeriod time.Duration
+	// Reporters returns the names of the members of the coordinator's view
+	// that may hold grants (active and leaving). When set, a namespace's
+	// learning ends as soon as each of them has reported to this term:
+	// a node's report counts its unexpired grant in its has (Ask.Has), so
+	// once every member has reported, every grant a previous coordinator
+	// may have handed a member is counted, and new capacity can be handed
+	// out without waiting for those grants to expire. A member with no
+	// demand and no grant never reports, so the namespace then learns for
+	// the whole period. nil: learning always lasts LearningPeriod.
+	Reporters func() []string
 	// Coordinates reports whether this node coordinates namespace under
 	// its applied ownership view (it is the primary of
 	// CoordinatorShard(namespace)), and since when: the time it applied the
@@ -147,10 +158,11 @@ func (c *CoordinatorConfig) withDefaults() (CoordinatorConfig, error) {
 //     here as its successor (Inherit, handoff.go): a node that does not
 //     report in the new term (the old coordinator itself, stopped or
 //     dead) keeps counting until its record is forgotten.
-//   - Learning (for LearningPeriod after since): the node is granted what
-//     it reports it has, minus whatever would put the holdings over the
-//     quota. Nothing new is handed out: grants of a previous coordinator
-//     may still be live on nodes that have not reported yet.
+//   - Learning (for LearningPeriod after since, or until every member
+//     named by Reporters has reported in the term): the node is granted
+//     what it reports it has, minus whatever would put the holdings over
+//     the quota. Nothing new is handed out: grants of a previous
+//     coordinator may still be live on nodes that have not reported yet.
 //   - Otherwise: backpressure.FairShare over every recorded node, with the
 //     other nodes' holdings as their Has and the asking node's own report
 //     as its Has; the asking node gets its share. Other nodes' grants move
@@ -192,6 +204,29 @@ type nsState struct {
 	since   time.Time
 	created time.Time // when this state was created (coordinator clock)
 	nodes   []record  // sorted by node name
+	// heard names the nodes that reported in this term, while it learns
+	// (a record seeded from a predecessor's shipment is not heard; a node
+	// that reported nothing held is, though its record is dropped).
+	heard map[string]struct{}
+	// learned is set when learning ended early: every reporter had
+	// reported in this term (CoordinatorConfig.Reporters).
+	learned bool
+}
+
+// learningAt reports whether the namespace's term is learning at now.
+func (c *Coordinator) learningAt(st *nsState, now time.Time) bool {
+	return c.cfg.LearningPeriod > 0 && !st.learned && now.Before(st.since.Add(c.cfg.LearningPeriod))
+}
+
+// allReported reports whether every one of reporters has a record that
+// reported in st's term. Called with mu held.
+func allReported(st *nsState, reporters []string) bool {
+	for _, name := range reporters {
+		if _, ok := st.heard[name]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // record is the coordinator's view of one node for one namespace.
@@ -300,6 +335,10 @@ func (c *Coordinator) Handle(now time.Time, req Request) (Response, error) {
 			in[i] = input{since: since, quota: c.cfg.Quota(a.Namespace), ok: true}
 		}
 	}
+	var reporters []string
+	if c.cfg.Reporters != nil {
+		reporters = c.cfg.Reporters()
+	}
 	resp.Leases = make([]Lease, 0, len(req.Asks))
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -308,7 +347,7 @@ func (c *Coordinator) Handle(now time.Time, req Request) (Response, error) {
 			resp.NotCoordinator = append(resp.NotCoordinator, a.Namespace)
 			continue
 		}
-		grant, learning, soon := c.decide(now, req.Node, req.Seq, a, in[i].since, in[i].quota)
+		grant, learning, soon := c.decide(now, req.Node, req.Seq, a, in[i].since, in[i].quota, reporters)
 		refresh := c.refreshMS
 		if soon {
 			refresh = max(c.refreshMS/handoffRefreshDivisor, 1)
@@ -331,8 +370,10 @@ const handoffRefreshDivisor = 5
 // it waits for a contended row, or its grant is below what it holds (its
 // rows finishing free capacity another node waits for), so a row that
 // changes hands between turns idles about a fifth of a refresh, not one
-// or two. Called with mu held.
-func (c *Coordinator) decide(now time.Time, node string, seq uint64, a Ask, since time.Time, quota uint32) (grant uint32, learning, soon bool) {
+// or two. reporters is CoordinatorConfig.Reporters' answer (nil: not
+// set): once each of them has reported in the term, learning ends. Called
+// with mu held.
+func (c *Coordinator) decide(now time.Time, node string, seq uint64, a Ask, since time.Time, quota uint32, reporters []string) (grant uint32, learning, soon bool) {
 	st := c.ns[a.Namespace]
 	if st == nil || !st.since.Equal(since) {
 		if st != nil {
@@ -355,7 +396,7 @@ func (c *Coordinator) decide(now time.Time, node string, seq uint64, a Ask, sinc
 		st.nodes = slices.Insert(st.nodes, i, record{node: node})
 	}
 	rec := &st.nodes[i]
-	learning = c.cfg.LearningPeriod > 0 && now.Before(since.Add(c.cfg.LearningPeriod))
+	learning = c.learningAt(st, now)
 	if found && seq != 0 && seq < rec.seq {
 		// An older request than the one the record holds: the node has
 		// asked again since and acts on that answer (this one it ignores);
@@ -366,6 +407,17 @@ func (c *Coordinator) decide(now time.Time, node string, seq uint64, a Ask, sinc
 	}
 	rec.seq = max(rec.seq, seq)
 	rec.wants, rec.has = min(a.Wants, quota), a.Has
+	if learning && len(reporters) > 0 {
+		if st.heard == nil {
+			st.heard = map[string]struct{}{}
+		}
+		st.heard[node] = struct{}{}
+		if allReported(st, reporters) {
+			// Every member's holding is on record, its grants included:
+			// nothing unseen can still be granted (CoordinatorConfig.Reporters).
+			st.learned, learning, st.heard = true, false, nil
+		}
+	}
 
 	if learning {
 		var others uint64
@@ -497,7 +549,9 @@ type NamespaceStatus struct {
 	Namespace string `json:"namespace"`
 	// Since is when this node became the namespace's coordinator.
 	Since time.Time `json:"since"`
-	// Learning is true until LearningUntil (Since + LearningPeriod).
+	// Learning is true until LearningUntil: Since + LearningPeriod, or
+	// sooner once every member has reported (CoordinatorConfig.Reporters;
+	// LearningUntil is then the status's own time).
 	Learning      bool      `json:"learning"`
 	LearningUntil time.Time `json:"learning_until"`
 	// Outstanding is Σ holdings: what the nodes may run at once (rows).
@@ -516,9 +570,12 @@ func (c *Coordinator) Status(now time.Time, namespace string) (NamespaceStatus, 
 		return NamespaceStatus{}, false
 	}
 	until := st.since.Add(c.cfg.LearningPeriod)
+	if st.learned {
+		until = now // every member has reported; see CoordinatorConfig.Reporters
+	}
 	out := NamespaceStatus{
 		Namespace: namespace, Since: st.since,
-		Learning: c.cfg.LearningPeriod > 0 && now.Before(until), LearningUntil: until,
+		Learning: c.learningAt(st, now), LearningUntil: until,
 		Nodes: make([]NodeStatus, 0, len(st.nodes)),
 	}
 	for i := range st.nodes {

@@ -506,3 +506,62 @@ func TestFirstRefreshCapsAtMemberShare(t *testing.T) {
 		t.Fatalf("a refresh later, alone: grant %d, want 64", g)
 	}
 }
+
+// A new coordinator stops learning as soon as every member of its view
+// has reported in the term (CoordinatorConfig.Reporters): each report
+// counts the member's unexpired grant in its has, so every grant a
+// predecessor handed out is on record. Until the last member has
+// reported nothing new is granted; a member that reports nothing held
+// counts as heard; a node outside the view does not end it; a record the
+// predecessor shipped (a silent holder) keeps counting after it.
+func TestCoordinatorLearningEndsWhenEveryMemberReported(t *testing.T) {
+	clk, w := newClock(), newWorld()
+	w.coordinate("ns", clk.Now().Add(-time.Hour), 4)
+	old := mustCoordinator(t, w.config())
+	wantGrant(t, ask(t, old, clk.Now(), "z", "ns", 1, 1), 1) // z: the old coordinator's node, about to die
+	ship := old.Handoff(clk.Now(), "z", func(string) []string { return []string{"b"} }, true)
+
+	wb := newWorld()
+	wb.coordinate("ns", clk.Now(), 4) // b's term begins now
+	members := []string{"a", "b", "c"}
+	cfg := wb.config()
+	cfg.Reporters = func() []string { return members }
+	b := mustCoordinator(t, cfg)
+	if n := b.Inherit(clk.Now(), ship["b"][0]); n != 1 {
+		t.Fatalf("inherited %d namespaces, want 1", n)
+	}
+	learning := func() bool { st, _ := b.Status(clk.Now(), "ns"); return st.Learning }
+
+	l := ask(t, b, clk.Now(), "a", "ns", 4, 2) // a holds 2 from the old coordinator
+	wantGrant(t, l, 2)
+	if !l.Learning || !learning() {
+		t.Fatal("learning ended after one of three members reported")
+	}
+	wantGrant(t, ask(t, b, clk.Now(), "x", "ns", 4, 0), 0) // not a member: heard, ends nothing
+	wantGrant(t, ask(t, b, clk.Now(), "c", "ns", 0, 0), 0) // c holds nothing
+	if !learning() {
+		t.Fatal("learning ended before b reported")
+	}
+	// b's report completes the members: learning ends with it, and b gets
+	// the one row left (quota 4 − a's 2 − z's shipped 1).
+	l = ask(t, b, clk.Now(), "b", "ns", 4, 0)
+	if l.Learning || learning() {
+		t.Fatalf("lease %+v: learning goes on after every member reported", l)
+	}
+	wantGrant(t, l, 1)
+	if st, _ := b.Status(clk.Now(), "ns"); st.Outstanding != 4 || !st.LearningUntil.Equal(clk.Now()) {
+		t.Fatalf("status %+v: want 4 outstanding (z's shipped 1 counts), learning until now", st)
+	}
+	wantGrant(t, ask(t, b, clk.Now(), "x", "ns", 4, 0), 0) // z's row still counts: nothing is left
+
+	// Without Reporters the same term learns for the whole period.
+	wc := newWorld()
+	wc.coordinate("ns", clk.Now(), 4)
+	c := mustCoordinator(t, wc.config())
+	for _, n := range members {
+		ask(t, c, clk.Now(), n, "ns", 4, 0)
+	}
+	if l := ask(t, c, clk.Now(), "a", "ns", 4, 0); !l.Learning || l.Grant != 0 {
+		t.Fatalf("lease %+v without Reporters: want learning, no grant", l)
+	}
+}

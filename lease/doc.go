@@ -10,8 +10,9 @@
 //     CoordinatorShard): each node's wants, has and outstanding grant with
 //     its expiry. It splits the quota with backpressure.FairShare, counting
 //     every node's holding as max(grant, has). After a failover it learns
-//     for one learning period (by default the lease length): it only
-//     confirms what nodes report they hold.
+//     for one learning period (by default the lease length), or until
+//     every member has reported in the term: it only confirms what nodes
+//     report they hold.
 //
 //   - Client is a node's side: its grant per namespace with expiry and
 //     refresh interval. It builds one batched Request per coordinator per

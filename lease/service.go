@@ -114,6 +114,15 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 		// Epoch stays 0 (the check off): the applied view's epochs are
 		// per node, not comparable across nodes
 		// (docs/adr/0020-coordinator-placement-and-learning.md).
+		Reporters: func() []string {
+			var names []string
+			for _, m := range cfg.Ownership().Members {
+				if m.State == cluster.MemberActive || m.State == cluster.MemberLeaving {
+					names = append(names, m.Name)
+				}
+			}
+			return names
+		},
 		Members: func() int {
 			n := 0
 			for _, m := range cfg.Ownership().Members {
