@@ -944,7 +944,7 @@ func clientWalkthrough(t *testing.T, proxyURL string) {
 	res, err := c.Append(ctx,
 		client.Row{DispatchKey: "walk-1", Namespace: "walk", TaskQueue: "q", ActivityType: "send", Payload: json.RawMessage(`{"n":1}`)},
 		// Held back an hour, so Get below reads it pending: a delivered row
-		// keeps no payload (a slim tombstone, issue #16).
+		// keeps no payload (a slim tombstone).
 		client.Row{WorkflowID: "walk-wf", Ordinal: 0, Namespace: "walk", PayloadBytes: []byte{0, 1, 2}, ContentType: "application/x-test", Delay: time.Hour + 1500*time.Microsecond},
 		client.Row{DispatchKey: "walk-dead-1", Namespace: "walk-dl", TaskQueue: "fail"},
 		client.Row{DispatchKey: "walk-dead-2", Namespace: "walk-dl", TaskQueue: "fail"},

@@ -285,20 +285,20 @@ func (n *simNode) holding() uint32 { return max(n.grant, uint32(len(n.rows))) }
 // Fairness, at every refresh: no grant exceeds the node's fair share of
 // the wants the coordinator knows (those last reported).
 //
-// Liveness, the property of issue #15 ("no node with wants > 0 gets 0
-// while another holds more than its fair share for longer than one
-// refresh"), stated exactly. f_j is node j's fair share of the phase's
-// wants. In a phase without lost responses, from the phase's round D+3 on,
-// whenever a node with wants > 0 is granted 0, (a) no other node holds
-// more than its fair share (max(grant, claimed) ≤ f_j), and (b) the others
-// hold the whole quota between them. The D+3 rounds are: one for every
-// node to report its new wants, one for every node to refresh under them
-// (a grant above the fair share is cut at that refresh), D for the rows
-// claimed before the cut to finish (they are never pre-empted), and one
-// for the freed rows to be granted at the waiting nodes' next refresh. So
-// a node is left without rows only when the quota is in use by nodes that
-// each hold no more than their share: with an integer quota smaller than
-// the number of nodes that want rows, someone must wait.
+// Liveness ("no node with wants > 0 gets 0 while another holds more than
+// its fair share for longer than one refresh"), stated exactly. f_j is
+// node j's fair share of the phase's wants. In a phase without lost
+// responses, from the phase's round D+3 on, whenever a node with wants > 0
+// is granted 0, (a) no other node holds more than its fair share
+// (max(grant, claimed) ≤ f_j), and (b) the others hold the whole quota
+// between them. The D+3 rounds are: one for every node to report its new
+// wants, one for every node to refresh under them (a grant above the fair
+// share is cut at that refresh), D for the rows claimed before the cut to
+// finish (they are never pre-empted), and one for the freed rows to be
+// granted at the waiting nodes' next refresh. So a node is left without
+// rows only when the quota is in use by nodes that each hold no more than
+// their share: with an integer quota smaller than the number of nodes that
+// want rows, someone must wait.
 //
 // Stability: in such a phase, from round D+4 on, no refresh changes a
 // grant (no flapping between nodes).

@@ -120,7 +120,7 @@ func nsReport(s backpressure.Sweep, ns string) backpressure.NamespaceSweep {
 }
 
 // TestHostCeiling: the host's slots as a second ceiling beside the
-// namespace's, shared fairly (issue 11), one scenario per case.
+// namespace's, shared fairly, one scenario per case.
 func TestHostCeiling(t *testing.T) {
 	cases := []struct {
 		name     string

@@ -80,7 +80,7 @@ func setup(t *testing.T) (*backpressure.Planner, *bundle) {
 		q, ok := b.quotas[ns]
 		return quota.Settings{MaxInFlight: &q}, ok, nil
 	})
-	// The seed's scenarios run in proportional mode (issue #15 keeps them).
+	// The seed's scenarios run in proportional mode.
 	pol := quota.NewPolicies(src, quota.Defaults{Quota: quota.DefaultQuota, Mode: quota.ModeProportional}, 0)
 	p := backpressure.NewPlanner(backpressure.PlannerConfig{
 		Ceilings: quota.NewProportional(pol, func() shards.OwnedShardFraction { return *b.owned.Load() }),

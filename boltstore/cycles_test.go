@@ -13,7 +13,7 @@ import (
 	"github.com/fairshard/fairshard/outbox"
 )
 
-// fillAndDrain (issue #16's reproducer at the store) appends n rows of about payloadBytes (16 producers × 100-row
+// fillAndDrain (the data-file growth reproducer at the store) appends n rows of about payloadBytes (16 producers × 100-row
 // batches, 4 task queues) while a claimer takes 256 visible rows per sweep
 // and 64 deliverers complete them one by one and the pack pass runs every
 // PackIntervalDefault, as a node with default flags does; it returns once

@@ -145,11 +145,11 @@ fairshard_store_writable 1
 	}
 }
 
-// TestDiskFullRefusesWritesUntilReopened (issue #16 item 3): on a tmpfs
-// that fills up, the append that cannot be written fails with
-// ErrNotWritable (ENOSPC); the store then refuses every write and says it
-// cannot write, reopen attempts fail while the disk is full, and once space
-// is freed a reopen makes it writable again, with every acknowledged row.
+// TestDiskFullRefusesWritesUntilReopened: on a tmpfs that fills up, the
+// append that cannot be written fails with ErrNotWritable (ENOSPC); the
+// store then refuses every write and says it cannot write, reopen attempts
+// fail while the disk is full, and once space is freed a reopen makes it
+// writable again, with every acknowledged row.
 func TestDiskFullRefusesWritesUntilReopened(t *testing.T) {
 	dir := diskfault.Tmpfs(t, 24<<20)
 	s, b := faultStore(t, dir, 50*time.Millisecond)
@@ -171,14 +171,14 @@ func TestDiskFullRefusesWritesUntilReopened(t *testing.T) {
 	assertRecovered(t, s, b, acked, failed)
 }
 
-// TestFsyncFailureStopsWrites (issue #16 item 10): on an ext4 whose
-// block device fails its writes (a loop device over a full tmpfs), write()
-// still succeeds into the page cache but fsync fails. The commit that met
-// the failed fsync fails with ErrNotWritable; the store writes nothing
-// more (not one commit: the meta page's transaction id stays where it was)
-// although the file system would take the writes; reopens fail while the
-// device does; once it works again, one reopen re-reads the file from the
-// disk (the failed commit's rows are not there) and writes go on.
+// TestFsyncFailureStopsWrites: on an ext4 whose block device fails its
+// writes (a loop device over a full tmpfs), write() still succeeds into the
+// page cache but fsync fails. The commit that met the failed fsync fails
+// with ErrNotWritable; the store writes nothing more (not one commit: the
+// meta page's transaction id stays where it was) although the file system
+// would take the writes; reopens fail while the device does; once it works
+// again, one reopen re-reads the file from the disk (the failed commit's
+// rows are not there) and writes go on.
 func TestFsyncFailureStopsWrites(t *testing.T) {
 	backing := diskfault.Tmpfs(t, 24<<20)
 	dir := diskfault.ThinExt4(t, backing, 256<<20)

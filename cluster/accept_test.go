@@ -89,16 +89,15 @@ func (w *ownerWatch) finish() (time.Duration, string, int) {
 	return w.worst, w.worstAt, w.overlaps
 }
 
-// Issue #16 item 5: a node SIGKILLed and started again with the same name
-// on another IP. Its peers refuse it ("conflicting address") until they
-// have declared the old address dead and DeadNodeReclaimTime (4 s here,
-// so the window is well longer than failure detection) has passed; before
-// the fix it owned a third of the shards on a table of its own meanwhile,
-// while the survivors owned them too. Now it owns nothing until every peer
-// holds it at its new address: at no time do two nodes own one shard for
-// longer than failure detection (measured: the kill until both survivors
-// dropped the old address), and the cluster converges with the node on its
-// new address.
+// A node SIGKILLed and started again with the same name on another IP. Its
+// peers refuse it ("conflicting address") until they have declared the old
+// address dead and DeadNodeReclaimTime (4 s here, so the window is well
+// longer than failure detection) has passed; before the fix it owned a
+// third of the shards on a table of its own meanwhile, while the survivors
+// owned them too. Now it owns nothing until every peer holds it at its new
+// address: at no time do two nodes own one shard for longer than failure
+// detection (measured: the kill until both survivors dropped the old
+// address), and the cluster converges with the node on its new address.
 func TestRestartOnAnotherAddressOwnsNothingUntilAccepted(t *testing.T) {
 	const reclaim = 4 * time.Second
 	h := clustertest.Start(t, 3, clustertest.Options{Configure: func(_ int, cfg *cluster.Config) {
@@ -152,11 +151,11 @@ func TestRestartOnAnotherAddressOwnsNothingUntilAccepted(t *testing.T) {
 	h.CheckOwnership()
 }
 
-// Issue #13 item 2: two nodes with the same name (the default name is the
-// hostname). The newcomer's join reports ErrNameConflict naming both
-// addresses, it is refused for good (Refused closed, never accepted, owns
-// nothing), and the member that had the name keeps it, its address and its
-// shards in every view.
+// Two nodes with the same name (the default name is the hostname). The
+// newcomer's join reports ErrNameConflict naming both addresses, it is
+// refused for good (Refused closed, never accepted, owns nothing), and the
+// member that had the name keeps it, its address and its shards in every
+// view.
 func TestDuplicateNodeNameIsRefusedAtJoin(t *testing.T) {
 	h := clustertest.Start(t, 3)
 	before := h.WaitConverged(convergeTimeout)

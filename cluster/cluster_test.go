@@ -235,12 +235,11 @@ func TestEveryNodeLeavingAtOnceReturnsPromptly(t *testing.T) {
 	}
 }
 
-// A node whose peers are all leaving leaves at once (issue #16 item 6):
-// nobody would act on its config flush, its leave broadcast or the
-// propagation delay. node-0's LeavePropagateDelay is 3 s, which a leave
-// among active peers waits out; with both peers leaving, Leave returns
-// nil well under it. The control: the same node among active peers takes
-// at least the delay.
+// A node whose peers are all leaving leaves at once: nobody would act on
+// its config flush, its leave broadcast or the propagation delay. node-0's
+// LeavePropagateDelay is 3 s, which a leave among active peers waits out;
+// with both peers leaving, Leave returns nil well under it. The control:
+// the same node among active peers takes at least the delay.
 func TestLeaveIsImmediateWhenEveryPeerIsLeaving(t *testing.T) {
 	const delay = 3 * time.Second
 	leaveTook := func(t *testing.T, peersLeaving bool) time.Duration {
@@ -402,8 +401,8 @@ func TestNodeWithAnotherShardCountIsRefused(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	// It has seeds and no cluster accepted it: it owns nothing (issue #16
-	// item 5), not a cluster of its own.
+	// It has seeds and no cluster accepted it: it owns nothing, not a
+	// cluster of its own.
 	if s := bad.Cluster.Snapshot(); len(s.Owned) != 0 || s.Accepted || s.Version != 1 {
 		t.Fatalf("refused node: owned %d, accepted %v, version %d; want none, false, 1", len(s.Owned), s.Accepted, s.Version)
 	}

@@ -290,8 +290,8 @@ func TestProtocolVersionMismatchIsRefusedOverTheWire(t *testing.T) {
 }
 
 // TestRemoteConfigPersistFailureIsRetried: a gossiped entry whose
-// persistence fails on the receiver is retried until it is durable (issue
-// #16 item 9), over real gossip between two nodes.
+// persistence fails on the receiver is retried until it is durable, over
+// real gossip between two nodes.
 func TestRemoteConfigPersistFailureIsRetried(t *testing.T) {
 	p := &flakyPersister{entries: map[string]kv.Entry{}}
 	p.fail.Store(true)

@@ -108,15 +108,15 @@ func keysEverywhere(t *testing.T, nodes []*clustertest.Node, keys ...[]byte) {
 	})
 }
 
-// Issue #13 item 2: rotating the gossip key on a live cluster, the
-// documented way (install the new key everywhere, make it primary
-// everywhere, remove the old one everywhere), node by node with gossip and
-// push/pull (1 s) running between nodes, so every mixed state of each step
-// is live for a while. At no moment is a node cut off: no packet or state
-// fails to decrypt, and no node ever sees fewer than 3 members (suspicion
-// is slowed so only a real cut-off, not a stalled process, drops one). Each step's
-// completion shows in every node's view (Member.GossipKeys). Afterwards a
-// node with only the old key cannot join, one with the new key can.
+// Rotating the gossip key on a live cluster, the documented way (install
+// the new key everywhere, make it primary everywhere, remove the old one
+// everywhere), node by node with gossip and push/pull (1 s) running between
+// nodes, so every mixed state of each step is live for a while. At no
+// moment is a node cut off: no packet or state fails to decrypt, and no
+// node ever sees fewer than 3 members (suspicion is slowed so only a real
+// cut-off, not a stalled process, drops one). Each step's completion shows
+// in every node's view (Member.GossipKeys). Afterwards a node with only the
+// old key cannot join, one with the new key can.
 func TestGossipKeyRotationKeepsEveryNodeConnected(t *testing.T) {
 	k1, k2 := newKey(t), newKey(t)
 	var decryptFailures atomic.Int64

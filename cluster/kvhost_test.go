@@ -25,7 +25,7 @@ const pushPullLimit = 20 << 20
 // but cannot complete the push/pull (another gossip key; a state over
 // memberlist's limit) gets ErrStateExchange from Join, not the "nobody
 // answered" of a cold start, so its owner does not serve as if alone
-// (issue #13 item 4: such a node owned all 1,024 shards and delivered rows
+// (serving alone, such a node would own all 1,024 shards and deliver rows
 // of a paused namespace).
 func TestStateExchangeFailureIsNotServingAlone(t *testing.T) {
 	h := clustertest.Start(t, 1)

@@ -50,8 +50,8 @@ func TestDemoPlainOutput(t *testing.T) {
 	if sum.Lost != 0 || sum.Appended == 0 || int64(sum.Delivered) < sum.Appended {
 		t.Fatalf("summary: appended %d delivered %d lost %d", sum.Appended, sum.Delivered, sum.Lost)
 	}
-	// Exact quota mode (issue #15): the target never sees more of a
-	// namespace at once than its quota, through the join and the leave.
+	// Exact quota mode: the target never sees more of a namespace at once
+	// than its quota, through the join and the leave.
 	for _, ns := range sum.Namespaces {
 		if q := sum.Quotas[ns.Namespace]; q > 0 && ns.MaxInFlight > int(q) {
 			t.Fatalf("%s: max concurrent %d > quota %d", ns.Namespace, ns.MaxInFlight, q)

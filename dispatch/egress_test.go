@@ -10,11 +10,11 @@ import (
 	"github.com/fairshard/fairshard/outbox"
 )
 
-// TestEgressPolicyAtDialTime: issue #13 item 5. A target URL naming the
-// cloud metadata address is refused by the default policy before any
-// connection (last_error names the policy); a real loopback target is
-// refused under --target-allow without loopback, even through the name
-// "localhost" (resolved at dial time), and receives nothing.
+// TestEgressPolicyAtDialTime: a target URL naming the cloud metadata
+// address is refused by the default policy before any connection
+// (last_error names the policy); a real loopback target is refused under
+// --target-allow without loopback, even through the name "localhost"
+// (resolved at dial time), and receives nothing.
 func TestEgressPolicyAtDialTime(t *testing.T) {
 	cfg := testConfig(static("http://169.254.169.254/latest/meta-data/iam"))
 	d, b := setup(t, cfg)

@@ -15,10 +15,10 @@ import (
 	"github.com/fairshard/fairshard/outbox"
 )
 
-// TestRetryAfter: a target may only lengthen a wait (issue 11). Every form
-// of Retry-After, sent by a real server on a real answer: the row's next
-// visible_after is max(our backoff, Retry-After), capped by the retry
-// cap; zero, negative, past, fractional and unparsable values, and any
+// TestRetryAfter: a target may only lengthen a wait. Every form of
+// Retry-After, sent by a real server on a real answer: the row's next
+// visible_after is max(our backoff, Retry-After), capped by the retry cap;
+// zero, negative, past, fractional and unparsable values, and any
 // Retry-After on a status other than 429 and 503, leave our backoff.
 func TestRetryAfter(t *testing.T) {
 	const backoff = 2 * time.Second // Base, no jitter, attempt 1
@@ -145,14 +145,14 @@ func TestOutcomeUnknown(t *testing.T) {
 	}
 }
 
-// TestNoClaimedRowWaitsForAConnection: the issue's first scenario in
+// TestNoClaimedRowWaitsForAConnection: the slow-target scenario in
 // miniature. A host with one slot and a target that holds each request
 // 300 ms against a 1.5 s delivery timeout (1.2 s of margin for a loaded
 // machine): before, 10 rows claimed at once queued 3 s for the one
-// connection inside their timeout and were cut off and retried although
-// the target had them. Now the planner claims
-// only what the host has slots for and the timeout runs on the wire:
-// every row is received exactly once, on its first attempt.
+// connection inside their timeout and were cut off and retried although the
+// target had them. Now the planner claims only what the host has slots for
+// and the timeout runs on the wire: every row is received exactly once, on
+// its first attempt.
 func TestNoClaimedRowWaitsForAConnection(t *testing.T) {
 	tg := newTarget(t, func(w http.ResponseWriter, r *http.Request) {
 		select {

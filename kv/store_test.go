@@ -218,10 +218,10 @@ func (p *failAfter) Save(ctx context.Context, e Entry) error {
 	return p.Persister.Save(ctx, e)
 }
 
-// TestFailedRemotePersistIsRetriedUntilDurable is issue #16 item 9: a
-// gossiped entry whose persistence fails is retried (the same version
-// arriving again is not a change and would never bring it back), so a node
-// restarted alone still has it.
+// TestFailedRemotePersistIsRetriedUntilDurable: a gossiped entry whose
+// persistence fails is retried (the same version arriving again is not a
+// change and would never bring it back), so a node restarted alone still
+// has it.
 func TestFailedRemotePersistIsRetriedUntilDurable(t *testing.T) {
 	f := newFixture(t, nil)
 	f.run(t)

@@ -53,10 +53,9 @@ var internalEndpoints = []endpoint{
 }
 
 // TestAuth: with --api-token every /v1 call needs the bearer token (401
-// JSON otherwise), health and metrics stay open, and the internal
-// endpoints need a call signed with the cluster secret (package
-// nodeauth): neither the API token nor the secret itself as a bearer
-// token opens them (issue #13 items 1 and 2).
+// JSON otherwise), health and metrics stay open, and the internal endpoints
+// need a call signed with the cluster secret (package nodeauth): neither
+// the API token nor the secret itself as a bearer token opens them.
 func TestAuth(t *testing.T) {
 	t.Parallel()
 	const token, secret = "api-token-1", "cluster-secret-0123456789"

@@ -102,7 +102,7 @@ func TestAppendRefusesBadBatches(t *testing.T) {
 		invalidField("nlkey", 1, rowIn{"dispatch_key": "a\nb"}, "rows[1].dispatch_key"),
 		invalidField("nulkey", 1, rowIn{"dispatch_key": "a\x00b"}, "rows[1].dispatch_key"),
 		invalidField("delkey", 1, rowIn{"dispatch_key": "a\x7fb"}, "rows[1].dispatch_key"),
-		// Keys must survive the trip in the Idempotency-Key header (issue 11).
+		// Keys must survive the trip in the Idempotency-Key header.
 		invalidField("leadspacekey", 1, rowIn{"dispatch_key": " order-1"}, "rows[1].dispatch_key"),
 		invalidField("trailspacekey", 1, rowIn{"dispatch_key": "order-1 "}, "rows[1].dispatch_key"),
 		invalidField("leadtabkey", 1, rowIn{"dispatch_key": "\torder-1"}, "rows[1].dispatch_key"),

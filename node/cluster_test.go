@@ -347,8 +347,7 @@ func TestUnreachableOwner(t *testing.T) {
 	if len(rd.UnreachableNodes) != 1 || rd.UnreachableNodes[0] != c.Name() {
 		t.Errorf("redrive while %s is unreachable: unreachable_nodes %v, want [%s]", c.Name(), rd.UnreachableNodes, c.Name())
 	}
-	// The read-back's fan-outs too (issue 17): namespace totals, row
-	// listing, purge.
+	// The read-back's fan-outs too: namespace totals, row listing, purge.
 	var nsv struct {
 		Cluster struct {
 			Pending          int      `json:"pending"`

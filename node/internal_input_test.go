@@ -16,13 +16,13 @@ import (
 	"github.com/fairshard/fairshard/transfer"
 )
 
-// TestInternalInputValidated is issue #13 item 3: every node-to-node
-// route refuses what the public API refuses (sizes, names, control
-// characters, attempt and time bounds, statuses, versions), 4xx naming the
-// row and field, and stores nothing of the batch (its valid first row
-// included). Calls are signed with the cluster secret, as a member's: the
-// checks hold even against a member. The issue's reproducer (a handoff
-// row marked done without a version) leaves the live row pending.
+// TestInternalInputValidated: every node-to-node route refuses what the
+// public API refuses (sizes, names, control characters, attempt and time
+// bounds, statuses, versions), 4xx naming the row and field, and stores
+// nothing of the batch (its valid first row included). Calls are signed
+// with the cluster secret, as a member's: the checks hold even against a
+// member. A handoff row marked done without a version leaves the live row
+// pending.
 func TestInternalInputValidated(t *testing.T) {
 	t.Parallel()
 	const secret = "cluster-secret-0123456789"
@@ -31,8 +31,8 @@ func TestInternalInputValidated(t *testing.T) {
 	pause(t, []*tnode{n}, "ns")
 	n.appendRows(rowIn{"dispatch_key": "K", "namespace": "ns"})
 
-	// The issue's reproducer (a copy marking K done without a version),
-	// on replication's merge route: unsigned it is refused 401, signed 400.
+	// A copy marking K done without a version, on replication's merge
+	// route: unsigned it is refused 401, signed 400.
 	mergePath := replication.PathPrefix + "merge"
 	repro := transfer.EncodeBatch(nil, []outbox.Row{{DispatchKey: "K", Namespace: "ns", TaskQueue: "default", Status: outbox.StatusDone,
 		Attempt: 1, Shard: shards.ShardOf("K", 1024), CreatedAt: time.Now().UTC(), VisibleAfter: time.Now().UTC()}})

@@ -65,7 +65,7 @@ func acceptable(key string) bool {
 	return !strings.ContainsFunc(key, func(r rune) bool { return r < 0x20 || r == 0x7f })
 }
 
-// TestAcceptedKeysArriveIntact: keys survive the trip (issue 11). Random
+// TestAcceptedKeysArriveIntact: keys survive the trip. Random
 // dispatch_keys, built from characters an HTTP header could mangle, are
 // appended to a real node that delivers them over real HTTP to a real
 // server. A key the API refuses gets 400 naming rows[0].dispatch_key, and

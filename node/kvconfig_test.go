@@ -19,12 +19,11 @@ import (
 	"github.com/fairshard/fairshard/node"
 )
 
-// TestNamespaceFieldsSetOnTwoNodesBothSurvive is issue #16 item 8: PUT
-// {"paused":true} on node A and {"max_in_flight":8} on node B, at once (so
-// neither has seen the other's write), leaves both fields set on every
-// node. With one settings document per namespace, each write carried the
-// whole document as read locally and the later one undid the other's
-// field.
+// TestNamespaceFieldsSetOnTwoNodesBothSurvive: PUT {"paused":true} on node
+// A and {"max_in_flight":8} on node B, at once (so neither has seen the
+// other's write), leaves both fields set on every node. With one settings
+// document per namespace, each write carried the whole document as read
+// locally and the later one undid the other's field.
 func TestNamespaceFieldsSetOnTwoNodesBothSurvive(t *testing.T) {
 	t.Parallel()
 	nodes := startCluster(t, 2, nil)
@@ -54,9 +53,9 @@ func TestNamespaceFieldsSetOnTwoNodesBothSurvive(t *testing.T) {
 	}
 }
 
-// TestConfigCaps is issue #13 item 4: holds, targets and namespaces past
-// their documented cap are answered 409 limit_exceeded naming the cap, and
-// change nothing; rewriting what exists, and deleting, stay possible.
+// TestConfigCaps: holds, targets and namespaces past their documented cap
+// are answered 409 limit_exceeded naming the cap, and change nothing;
+// rewriting what exists, and deleting, stay possible.
 func TestConfigCaps(t *testing.T) {
 	t.Parallel()
 	n := startNode(t, func(c *node.Config) { c.MaxHolds, c.MaxTargets, c.MaxNamespaces = 3, 2, 2 })
@@ -150,11 +149,11 @@ func TestLegacyNamespaceSettingsAreMigrated(t *testing.T) {
 	}
 }
 
-// TestOwnershipViewWhileJoining is issue #12 item 3: while a node waits to
-// join its seeds it owns nothing, and every view of its ownership says so
-// (the claim scope, the planner's ceiling, the admin views). Before, the
-// ceiling and GET /v1/namespaces read the live membership snapshot, in
-// which the lone node owned every shard.
+// TestOwnershipViewWhileJoining: while a node waits to join its seeds it
+// owns nothing, and every view of its ownership says so (the claim scope,
+// the planner's ceiling, the admin views). Before, the ceiling and GET
+// /v1/namespaces read the live membership snapshot, in which the lone node
+// owned every shard.
 func TestOwnershipViewWhileJoining(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig(t)
@@ -192,10 +191,10 @@ func TestOwnershipViewWhileJoining(t *testing.T) {
 	}
 }
 
-// TestStartFailsWhenTheStateExchangeFails is issue #13 item 4: a node that
-// reaches its seed but cannot complete a push/pull with it (here: another
-// gossip key) must not serve as if alone; today's cold-start rule ("no seed
-// answered: serve alone") does not apply. Start fails and says why.
+// TestStartFailsWhenTheStateExchangeFails: a node that reaches its seed but
+// cannot complete a push/pull with it (here: another gossip key) must not
+// serve as if alone; today's cold-start rule ("no seed answered: serve
+// alone") does not apply. Start fails and says why.
 func TestStartFailsWhenTheStateExchangeFails(t *testing.T) {
 	t.Parallel()
 	a := startNode(t, nil)

@@ -31,7 +31,7 @@ type leaseNSView struct {
 	} `json:"lease"`
 }
 
-// TestExactModeAcrossNodes is issue #15 through three in-process nodes:
+// TestExactModeAcrossNodes checks exact mode on three in-process nodes:
 // a namespace with quota 3 whose rows sit on every node is delivered with
 // never more than 3 at the target at once (the proportional ceilings would
 // allow ceil(3/3) × 3 = 3 here but 5 at 5 nodes; the lease is what is

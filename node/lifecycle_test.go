@@ -228,16 +228,16 @@ func TestNewRefusesBadStarts(t *testing.T) {
 	}
 }
 
-// TestShutdownAnnouncesLeavingBeforeDraining (issue #16 item 11): a node
-// stopping gracefully while slow deliveries are in flight announces that
-// it is leaving first, so its shards are owned and claimed by the other
-// node after a gossip round, not after the drain. Under load (appends and
-// deliveries keep flowing through the other node), b holds deliveries that
-// take drainDelay, then stops. The timeline is measured from the Shutdown
-// call (what SIGTERM does): when a first stores a row of one of b's shards
-// itself (it owns the shard: routing and claim scope read the same applied
-// view) and when that row is delivered, i.e. was claimed on a. Both must
-// come well before the drain could end; before the fix they came after it.
+// TestShutdownAnnouncesLeavingBeforeDraining: a node stopping gracefully
+// while slow deliveries are in flight announces that it is leaving first,
+// so its shards are owned and claimed by the other node after a gossip
+// round, not after the drain. Under load (appends and deliveries keep
+// flowing through the other node), b holds deliveries that take drainDelay,
+// then stops. The timeline is measured from the Shutdown call (what SIGTERM
+// does): when a first stores a row of one of b's shards itself (it owns the
+// shard: routing and claim scope read the same applied view) and when that
+// row is delivered, i.e. was claimed on a. Both must come well before the
+// drain could end; before the fix they came after it.
 func TestShutdownAnnouncesLeavingBeforeDraining(t *testing.T) {
 	t.Parallel()
 	const drainDelay = 4 * time.Second

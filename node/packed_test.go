@@ -11,7 +11,7 @@ import (
 )
 
 // TestFinishedRowsPackedAnswerAsBefore: a node packs its finished rows
-// into bundles within seconds (issue #16: the data file stops growing),
+// into bundles within seconds (so the data file stops growing),
 // and a packed row still answers GET /v1/rows/{key} with its status,
 // times, attempts, identity and last error (a cancel reason, or the API's
 // default one), and still dedupes an append of its key: nothing is

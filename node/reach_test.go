@@ -13,14 +13,14 @@ import (
 	"github.com/fairshard/fairshard/node"
 )
 
-// TestUnreachableMember is issue #13 item 7: a member whose advertised
-// API address does not answer (here a port that accepts connections and
-// closes them at once) is shown unreachable in /v1/cluster, counted in
+// TestUnreachableMember: a member whose advertised API address does not
+// answer (here a port that accepts connections and closes them at once) is
+// shown unreachable in /v1/cluster, counted in
 // fairshard_unreachable_members and logged, and probed with a backoff:
 // over 3 s the dead address sees only the backed-off probes. Once its API
-// answers it is reachable again. (Rows are no longer held by the node
-// that took them for an unreachable owner: with replicated shards an
-// append goes to the shard's replica set or is refused with 503.)
+// answers it is reachable again. (Rows are no longer held by the node that
+// took them for an unreachable owner: with replicated shards an append goes
+// to the shard's replica set or is refused with 503.)
 func TestUnreachableMember(t *testing.T) {
 	t.Parallel()
 	deadAddr := reserveAddr(t)

@@ -15,11 +15,11 @@ import (
 	"github.com/fairshard/fairshard/node"
 )
 
-// TestNotReadyWhileTheDiskIsFull (issue #16 item 3): a node whose data dir
-// is on a tmpfs that fills up answers appends 503, and /readyz turns 503
-// too (saying the store cannot write), so a load balancer stops sending;
-// it stays so while the disk is full (the store's reopen attempts fail),
-// and once space is freed /readyz is 200 again and appends are stored.
+// TestNotReadyWhileTheDiskIsFull: a node whose data dir is on a tmpfs that
+// fills up answers appends 503, and /readyz turns 503 too (saying the store
+// cannot write), so a load balancer stops sending; it stays so while the
+// disk is full (the store's reopen attempts fail), and once space is freed
+// /readyz is 200 again and appends are stored.
 func TestNotReadyWhileTheDiskIsFull(t *testing.T) {
 	dataDir := diskfault.Tmpfs(t, 24<<20)
 	n := startNode(t, func(c *node.Config) { c.DataDir = dataDir })

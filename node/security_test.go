@@ -101,8 +101,7 @@ func TestServerLimits(t *testing.T) {
 // TestSlowAndIdleClientsCutOff: a client that sends an append's headers
 // and then trickles its body is cut off at --http-read-timeout (answered
 // or closed, not held), and an idle keep-alive connection is closed at
-// --http-idle-timeout (issue #13 item 6: "idle and slow-body connections
-// are never closed").
+// --http-idle-timeout: no idle or slow-body connection is held for good.
 func TestSlowAndIdleClientsCutOff(t *testing.T) {
 	t.Parallel()
 	n := startNode(t, func(c *node.Config) { c.HTTPReadTimeout, c.HTTPIdleTimeout = time.Second, time.Second })
@@ -154,9 +153,9 @@ func TestSlowAndIdleClientsCutOff(t *testing.T) {
 	}
 }
 
-// TestNamespaceLabelsBounded is issue #13 item 4's metrics finding: with
-// --metrics-namespaces 3, rows of 12 namespaces delivered by a node make
-// at most 4 namespace label values ("_other" included) on every
+// TestNamespaceLabelsBounded bounds the metrics' namespace labels: with
+// --metrics-namespaces 3, rows of 12 namespaces delivered by a node make at
+// most 4 namespace label values ("_other" included) on every
 // namespace-labelled metric, and the delivered count is complete.
 func TestNamespaceLabelsBounded(t *testing.T) {
 	t.Parallel()

@@ -13,13 +13,13 @@ import (
 	"github.com/fairshard/fairshard/node"
 )
 
-// TestConfigEntriesValidatedOnRead is issue #13 item 3 for the config:
-// values in the gossiped config are written by other nodes (or read back
-// from the data file), so they are checked like the admin API's input. A
-// node starting on a data dir whose config holds a quota of 4e9, a retry
+// TestConfigEntriesValidatedOnRead validates the config on read: values in
+// the gossiped config are written by other nodes (or read back from the
+// data file), so they are checked like the admin API's input. A node
+// starting on a data dir whose config holds a quota of 4e9, a retry
 // override with factor 1000 and a target with a file:// URL ignores them
-// (defaults apply, the route waits for a target) and serves; valid
-// entries beside them keep working.
+// (defaults apply, the route waits for a target) and serves; valid entries
+// beside them keep working.
 func TestConfigEntriesValidatedOnRead(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig(t)

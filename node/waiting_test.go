@@ -57,9 +57,9 @@ func (n *tnode) waitReason(key, want string) waitingView {
 }
 
 // TestRowWaiting puts a row in each state a real node (boltstore, real
-// HTTP targets) can hold it in and asserts the reason its lookup gives
-// (issue 17 item 1). The claimable and in-transfer states last one sweep
-// or one handoff on a live node; internal/waiting's table test covers them.
+// HTTP targets) can hold it in and asserts the reason its lookup gives.
+// The claimable and in-transfer states last one sweep or one handoff on a
+// live node; internal/waiting's table test covers them.
 func TestRowWaiting(t *testing.T) {
 	t.Parallel()
 	// One connection per target host: the host ceiling shows with 2 rows.

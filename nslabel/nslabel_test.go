@@ -12,8 +12,8 @@ import (
 )
 
 // TestFloodBounded: 10,000 namespaces through a counter labelled by
-// Label make at most N+1 series (issue #13 item 4: 10,000 namespaces
-// must not mean 30,000 series); the first N keep their own.
+// Label make at most N+1 series (10,000 namespaces must not mean 30,000
+// series); the first N keep their own.
 func TestFloodBounded(t *testing.T) {
 	l := nslabel.New(100)
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "x_total", Help: "x"}, []string{"namespace"})

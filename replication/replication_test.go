@@ -323,7 +323,7 @@ func TestDrain(t *testing.T) {
 }
 
 // A forwarded row is stamped by the coordinator's clock: a receiving node
-// whose clock runs ten minutes ahead does not delay it (issue #16 item 7).
+// whose clock runs ten minutes ahead does not delay it.
 func TestForwardedTimesAreRelative(t *testing.T) {
 	c := newTCluster(t, 16, 1, "a", "b")
 	waitSynced(t, c)

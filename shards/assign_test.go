@@ -174,7 +174,7 @@ func TestAssignProperties(t *testing.T) {
 		}
 	}))
 
-	// The issue-4 balance bound: with S = 1024 and 1..64 members no member
+	// The balance bound: with S = 1024 and 1..64 members no member
 	// owns more than ceil(S/N) (and, stronger, none fewer than floor(S/N)).
 	t.Run("balanced for 1 to 64 members at 1024 shards", rapid.MakeCheck(func(t *rapid.T) {
 		names := rapid.SliceOfNDistinct(memberName(), 1, 64, rapid.ID[string]).Draw(t, "names")
@@ -188,8 +188,8 @@ func TestAssignProperties(t *testing.T) {
 
 	// Movement. ideal = S/(N+1) on a join and the leaver's shards on a leave.
 	// Measured (docs/BENCHMARKS.md): moved ≤ ideal + c·sqrt(S) with c at most
-	// 1.5 in 3000 random trials, whatever N; the test allows c = 2. The
-	// issue-4 bound of 1.25 × ideal therefore holds only for small clusters;
+	// 1.5 in 3000 random trials, whatever N; the test allows c = 2. A
+	// movement bound of 1.25 × ideal therefore holds only for small clusters;
 	// it is asserted where the measurement says it holds with margin.
 	for _, tc := range []struct {
 		shards   uint32

@@ -291,9 +291,9 @@ func TestReplicaSetsProperties(t *testing.T) {
 	}))
 }
 
-// TestReplicaSetsBalanceAndFailover is issue #14's pair of measured
-// properties, for every member count from 1 to 32 at S = 1024 and 4096 and
-// factors 2 and 3:
+// TestReplicaSetsBalanceAndFailover checks a pair of measured properties,
+// for every member count from 1 to 32 at S = 1024 and 4096 and factors 2
+// and 3:
 //
 //   - balance: no member holds more than 1.25 × the ideal c·S/N copies;
 //   - failover hits: when one member is removed, the share of its primary

@@ -164,8 +164,8 @@ func TestInvalidConfigExits2(t *testing.T) {
 		{[]string{"FAIRSHARD_LOG_LEVEL=loud"}, nil, []string{"--log-level"}},
 		{nil, []string{"target", "--signing-secret", "whsec_c2hvcnQ="}, []string{"--signing-secret", "secret 0", "5 bytes"}},
 		{nil, []string{"target", "--signing-secret", "plain-password"}, []string{"--signing-secret", "whsec_"}},
-		// Secure defaults (issue #13 item 1): beyond loopback without both
-		// secrets the node refuses to start, naming what is missing.
+		// Secure defaults: beyond loopback without both secrets the node
+		// refuses to start, naming what is missing.
 		{nil, []string{"--http-addr", "0.0.0.0:0"}, []string{"--http-addr 0.0.0.0:0", "--cluster-secret", "--gossip-key", "--insecure"}},
 		{nil, []string{"--gossip-addr", ":0", "--cluster-secret", "cluster-secret-0123456789"}, []string{"--gossip-addr :0", "--gossip-key", "--insecure"}},
 		{[]string{"FAIRSHARD_HTTP_ADDR=10.1.2.3:8080", "FAIRSHARD_GOSSIP_KEY=BwcHBwcHBwcHBwcHBwcHBw=="}, nil, []string{"--cluster-secret"}},

@@ -108,9 +108,9 @@ func TestMountedFilesExist(t *testing.T) {
 	}
 }
 
-// Nodes listen beyond loopback in compose, so they need their secrets
-// (issue #13 item 1): the one-shot secrets service must complete first and
-// the node must read both files it keeps.
+// Nodes listen beyond loopback in compose, so they need their secrets:
+// the one-shot secrets service must complete first and the node must read
+// both files it keeps.
 func TestNodeGetsSecrets(t *testing.T) {
 	p := load(t)
 	n, err := p.GetService("node")

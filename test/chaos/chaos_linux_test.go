@@ -61,11 +61,10 @@ const (
 	nsStateBytes = 2000
 )
 
-// TestChaos is the fault-injection soak of issue 20: a seeded schedule of
-// process and network faults against real fairshard processes, each in its
-// own network namespace, under a steady multi-tenant load; then checkers
-// over everything the target, the load and the monitor recorded. See
-// doc.go.
+// TestChaos is the fault-injection soak: a seeded schedule of process and
+// network faults against real fairshard processes, each in its own network
+// namespace, under a steady multi-tenant load; then checkers over
+// everything the target, the load and the monitor recorded. See doc.go.
 func TestChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos: runs real processes for minutes; skipped with -short")

@@ -14,8 +14,8 @@ type checkOpts struct {
 	// quota q the target may see while nodes members are running; calm is
 	// true while every node has agreed on one view for a while (see
 	// CalmSettle), false during faults, ownership changes and right after
-	// them. Defaults to documentedInFlightBound. Exact quotas (issue 15)
-	// will pass a tighter function.
+	// them. Defaults to documentedInFlightBound. Exact quotas can pass a
+	// tighter function.
 	InFlightBound func(q, nodes int, calm bool) int
 	// CalmSettle is how long every node must have agreed on one view before
 	// the calm bound applies: claims made under an older view finish

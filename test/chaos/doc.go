@@ -38,14 +38,15 @@
 // never overlap a partition. One initial node, the witness, is never
 // killed, restarted or removed, so the leak check always has a process
 // that lived through everything. kill-wipe (the killed node's data dir
-// deleted before the restart) is on since replicated shards (issue 14):
-// with R = 2 the other copy survives; -chaos.wipe=false or CHAOS_WIPE=0
-// turns it off. It strikes only a fully replicated cluster (no node down
-// or paused, nothing under-replicated or syncing; else, after 60 s, it is
-// a plain kill): R = 2 does not survive a second lost disk in a replica
-// set before shard sync made a new copy, and README says so. After the drain every shard's replicas must agree
-// (replicas-agree). A partition's duplicates (both sides deliver what they
-// hold) are explained by the cut, as README "Replicated shards" allows.
+// deleted before the restart) is on since replicated shards: with R = 2 the
+// other copy survives; -chaos.wipe=false or CHAOS_WIPE=0 turns it off. It
+// strikes only a fully replicated cluster (no node down or paused, nothing
+// under-replicated or syncing; else, after 60 s, it is a plain kill): R = 2
+// does not survive a second lost disk in a replica set before shard sync
+// made a new copy, and README says so. After the drain every shard's
+// replicas must agree (replicas-agree). A partition's duplicates (both
+// sides deliver what they hold) are explained by the cut, as README
+// "Replicated shards" allows.
 //
 // # Load
 //
@@ -73,7 +74,7 @@
 //     row appended once is in flight twice at the same time;
 //   - a namespace's concurrent deliveries stay under the documented bound
 //     (q + N − 1 while every node agrees on one view, twice that during
-//     faults and ownership changes; a parameter, for exact quotas, issue 15)
+//     faults and ownership changes; a parameter, for exact quotas)
 //     and never above q from one node;
 //   - after the last fault heals, every node agrees on one shard table
 //     within the failure-detection bound;

@@ -13,7 +13,7 @@ import (
 var (
 	flagDuration = flag.Duration("chaos.duration", 0, "how long faults are injected (env CHAOS_DURATION; default 2m, the make test run)")
 	flagSeed     = flag.Uint64("chaos.seed", 0, "the fault schedule's seed, to replay a run (env CHAOS_SEED; default: drawn and printed)")
-	flagWipe     = flag.Bool("chaos.wipe", true, "add the kill-wipe nemesis: delete a killed node's data dir before its restart (on since replicated shards, issue 14: R = 2 keeps a copy; env CHAOS_WIPE=0 turns it off)")
+	flagWipe     = flag.Bool("chaos.wipe", true, "add the kill-wipe nemesis: delete a killed node's data dir before its restart (on since replicated shards: R = 2 keeps a copy; env CHAOS_WIPE=0 turns it off)")
 	flagNodes    = flag.Int("chaos.nodes", 4, "initial cluster size")
 	flagRate     = flag.Float64("chaos.rate", 1, "load multiplier on the namespaces' mean rates (rows/s)")
 	flagKeep     = flag.Bool("chaos.keep", false, "keep the run's work dir (node logs and data) even when it passes")

@@ -29,9 +29,9 @@ import (
 
 // nodeFlags are the serve flags of every node: the test profile
 // (testnode.ServeFlags), as in test/e2e, so a fault's effects play out in
-// seconds; and the secrets a node listening beyond loopback needs (issue
-// #13 item 1): a cluster secret signing node-to-node calls and a gossip
-// key, fresh per run.
+// seconds; and the secrets a node listening beyond loopback needs: a
+// cluster secret signing node-to-node calls and a gossip key, fresh per
+// run.
 var nodeFlags = append([]string{
 	"--cluster-secret", randomSecret(32),
 	"--gossip-key", base64.StdEncoding.EncodeToString([]byte(randomSecret(16))),

@@ -77,9 +77,8 @@ type planOpts struct {
 	// through joins and leaves.
 	Nodes, MinNodes, MaxNodes int
 	// Wipe adds kill-wipe: the killed node's data dir is deleted before the
-	// restart. Off until replication lands (issue 14): today it loses the
-	// rows only that node held, which the "every acknowledged row is
-	// delivered" checker reports.
+	// restart. Without replication it loses the rows only that node held,
+	// which the "every acknowledged row is delivered" checker reports.
 	Wipe bool
 }
 

@@ -438,7 +438,7 @@ func TestCheckInFlight(t *testing.T) {
 	vs, _ = check(b.h, checkOpts{})
 	wantOnly(t, vs, "in-flight-bound")
 
-	// A tighter bound (exact quotas, issue 15) is a parameter.
+	// A tighter bound (exact quotas) is a parameter.
 	b = setup()
 	burst(b, 5*time.Second, 3, alternate)
 	vs, _ = check(b.h, checkOpts{InFlightBound: func(q, _ int, _ bool) int { return q }})

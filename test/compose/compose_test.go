@@ -25,7 +25,7 @@ const (
 )
 
 // TestComposeScaleKillDrain runs the repository's docker-compose.yml the way
-// a user does, in issue 19's order, and checks that nothing acknowledged is
+// a user does, in the order below, and checks that nothing acknowledged is
 // lost:
 //
 //  1. `up -d --no-build --scale node=3 node target`: 3 replicas healthy,

@@ -1,4 +1,4 @@
-// Package console holds the web console's browser test (issue 17 item 3):
+// Package console holds the web console's browser test:
 // a real 3-node cluster in this process (real memberlist on loopback, real
 // HTTP, real bbolt files, real delivery targets) and Debian's chromium
 // driven by chromedp, doing what an operator does on /ui/.

@@ -24,9 +24,9 @@ import (
 	"github.com/fairshard/fairshard/internal/testnode"
 )
 
-// Issue #16 item 4: a node bound to 0.0.0.0 on a host with two private
-// addresses advertised the one its peers could not reach, and the two
-// nodes' tables disagreed. Two network namespaces, joined by a veth pair:
+// A node bound to 0.0.0.0 on a host with two private addresses must
+// advertise one its peers can reach, or the two nodes' tables disagree. Two
+// network namespaces, joined by a veth pair:
 //
 //	ns a: adv0 10.231.1.2/24 and 10.231.1.20/24, default route "dev adv0"
 //	      (a device route without a gateway, as on point-to-point and some
@@ -174,7 +174,7 @@ func startInNetns(t *testing.T, ns, dir, name string, flags ...string) string {
 	args := append([]string{"netns", "exec", ns, fairshardBin, "serve",
 		"--node-name", name, "--data-dir", filepath.Join(dir, name), "--shards", "64",
 		// Beyond loopback a node needs a gossip key beside the cluster
-		// secret of baseNodeFlags (issue #13 item 1).
+		// secret of baseNodeFlags.
 		"--gossip-key", "YWR2ZXJ0aXNlLXRlc3Qta2V5LTMyLWJ5dGVzLi4uLi4="}, baseNodeFlags...)
 	args = append(args, flags...)
 	p, err := testnode.Launch(testnode.Spec{Name: name, Path: "ip", Args: args, LogPath: logPath, Start: 1})

@@ -132,10 +132,9 @@ func TestBadInput(t *testing.T) {
 		}
 	}
 
-	// Issue #13: the internal routes take only calls signed with the
-	// cluster secret. The issue's reproducer (a handoff marking a row
-	// done) is refused unsigned, and so is any internal call; nothing
-	// changes.
+	// The internal routes take only calls signed with the cluster secret.
+	// A handoff marking a row done is refused unsigned, and so is any
+	// internal call; nothing changes.
 	repro := []byte(`{"rows":[{"dispatch_key":"bad-good-first","namespace":"bad-ns","task_queue":"default","status":"done"}]}`)
 	for _, path := range []string{"/internal/v1/handoff", "/internal/v1/rows", "/internal/v1/namespaces/bad-ns/dead-letters/redrive"} {
 		code, body, err := c.do(http.MethodPost, ms[0].baseURL()+path, repro, nil)

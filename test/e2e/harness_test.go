@@ -35,8 +35,8 @@ import (
 // baseNodeFlags are every node's serve flags: the test profile
 // (testnode.ServeFlags), so a scenario takes seconds (DESIGN: tests use
 // shorter timings than the LAN profile); and a cluster secret, so every
-// node-to-node call of the suite is signed both ways (issue #13 item 2;
-// loopback nodes could run without).
+// node-to-node call of the suite is signed both ways (loopback nodes could
+// run without).
 var baseNodeFlags = append([]string{
 	"--cluster-secret", e2eClusterSecret,
 	"--shutdown-grace", "20s",

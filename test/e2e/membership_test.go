@@ -83,12 +83,12 @@ func TestWholeClusterStopsTogether(t *testing.T) {
 	}
 }
 
-// Issue #13 item 2: two nodes started with one --node-name (the default is
-// the hostname, so two containers or VMs cloned from one image collide).
-// Before the fix both became ready and each owned every shard. The
-// newcomer is refused at join: it exits 1 saying the name is used by a
-// live member and pointing at --node-name, and the cluster's view (members,
-// their addresses, ownership) does not change.
+// Two nodes started with one --node-name (the default is the hostname, so
+// two containers or VMs cloned from one image collide) must not both become
+// ready and each own every shard. The newcomer is refused at join: it exits
+// 1 saying the name is used by a live member and pointing at --node-name,
+// and the cluster's view (members, their addresses, ownership) does not
+// change.
 func TestDuplicateNodeNameRefused(t *testing.T) {
 	c := newCluster(t, clusterOpts{Shards: 256})
 	for i := range 3 {
@@ -133,16 +133,16 @@ func TestDuplicateNodeNameRefused(t *testing.T) {
 	})
 }
 
-// Issue #13 item 2: the gossip key rotated on a live cluster of real
-// nodes, the documented way: each node reads its keys from
-// --gossip-key-file and takes a new list on SIGHUP; the three steps
-// (install K2 beside K1, make K2 primary, remove K1) each go to every node,
-// one node at a time with a second of gossip and push/pull in the mixed
-// state, and the next step starts once every node's /v1/cluster lists every
-// member with the step's key fingerprints. Throughout, polled every 50 ms,
-// every node sees all three members, all active, and no node logs a packet
-// or state it could not decrypt. Afterwards a node with only K1 is refused
-// (exit 1) and a node with K2 joins.
+// The gossip key rotated on a live cluster of real nodes, the documented
+// way: each node reads its keys from --gossip-key-file and takes a new list
+// on SIGHUP; the three steps (install K2 beside K1, make K2 primary, remove
+// K1) each go to every node, one node at a time with a second of gossip and
+// push/pull in the mixed state, and the next step starts once every node's
+// /v1/cluster lists every member with the step's key fingerprints.
+// Throughout, polled every 50 ms, every node sees all three members, all
+// active, and no node logs a packet or state it could not decrypt.
+// Afterwards a node with only K1 is refused (exit 1) and a node with K2
+// joins.
 func TestGossipKeyRotationByReload(t *testing.T) {
 	c := newCluster(t, clusterOpts{Shards: 256})
 	k1, k2 := randomKey(t), randomKey(t)

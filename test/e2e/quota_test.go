@@ -12,10 +12,9 @@ import (
 	"github.com/fairshard/fairshard/shards"
 )
 
-// Exact cluster-wide quota (issue #15). Every node runs with
-// --lease-length 2s and --lease-refresh 100ms (baseNodeFlags); the target
-// holds each request 50 ms and counts, per namespace, the most requests it
-// held at once.
+// Exact cluster-wide quota. Every node runs with --lease-length 2s and
+// --lease-refresh 100ms (baseNodeFlags); the target holds each request
+// 50 ms and counts, per namespace, the most requests it held at once.
 
 const (
 	quotaHold     = 50 * time.Millisecond
@@ -212,8 +211,8 @@ func proportionalTwin(q, owned, shardCount int) int {
 	return 0
 }
 
-// TestExactQuota is issue #15's tests 1 and 2 on 5 nodes: quotas 1, 3, 7
-// and 64 with 400 rows each appended through different nodes, and a
+// TestExactQuota checks the exact cluster-wide quota on 5 nodes: quotas
+// 1, 3, 7 and 64 with 400 rows each appended through different nodes, and a
 // namespace whose 400 rows all sit on one node's shards (quota 7: it must
 // get the whole quota there, not q/N). The target never sees more than the
 // quota of a namespace at once.
@@ -309,17 +308,18 @@ func TestExactQuota(t *testing.T) {
 	}
 }
 
-// TestExactQuotaCoordinatorChanges is issue #15's test 3 on 5 nodes: a
-// namespace with quota 5 runs while its coordinator is killed (SIGKILL),
-// then while the next coordinator leaves gracefully (SIGTERM), then while
-// a node joins that takes over the coordinator shard of a second
-// namespace. The target never sees more than 5 rows of a namespace at
-// once, every row is delivered, and new demand after each event gets a
-// delivery; the longest pause in deliveries of each phase and the wait of
-// the new demand are logged (they are of the order of lease length +
-// failure detection, 2 s + 2 s here: benchmark figures). The rows avoid the shards of the node that goes away (no replication: rows
-// on a killed node wait for its return), so what is measured is the
-// lease's stall alone.
+// TestExactQuotaCoordinatorChanges checks the exact quota across
+// coordinator changes on 5 nodes: a namespace with quota 5 runs while its
+// coordinator is killed (SIGKILL), then while the next coordinator leaves
+// gracefully (SIGTERM), then while a node joins that takes over the
+// coordinator shard of a second namespace. The target never sees more than
+// 5 rows of a namespace at once, every row is delivered, and new demand
+// after each event gets a delivery; the longest pause in deliveries of
+// each phase and the wait of the new demand are logged (they are of the
+// order of lease length + failure detection, 2 s + 2 s here: benchmark
+// figures). The rows avoid the shards of the node that goes away (no
+// replication: rows on a killed node wait for its return), so what is
+// measured is the lease's stall alone.
 func TestExactQuotaCoordinatorChanges(t *testing.T) {
 	c := newCluster(t, clusterOpts{TargetDelay: quotaHold, Shards: quotaShards})
 	for i := range 5 {
@@ -451,9 +451,9 @@ func TestExactQuotaCoordinatorChanges(t *testing.T) {
 	}
 }
 
-// TestExactQuotaLeaseTraffic is issue #15's test 4: 1,000 namespaces with
-// a quota of 2 on 3 nodes, every one with demand on every node for about
-// 3 s (6 rows, the target holding each 1 s). While they run, lease traffic
+// TestExactQuotaLeaseTraffic bounds lease traffic: 1,000 namespaces with a
+// quota of 2 on 3 nodes, every one with demand on every node for about 3 s
+// (6 rows, the target holding each 1 s). While they run, lease traffic
 // stays below one call per node pair per refresh interval (the calls are
 // batched per coordinator node, whatever the number of namespaces); every
 // row is delivered with no namespace above its quota. The mean sweep time

@@ -16,8 +16,8 @@ import (
 	"github.com/fairshard/fairshard/loadgen"
 )
 
-// Replicated shards (issue #14): real processes, real bbolt files, real
-// kills and wiped data dirs.
+// Replicated shards: real processes, real bbolt files, real kills and wiped
+// data dirs.
 
 // replicationView is GET /v1/cluster's "replication" object, decoded as
 // the Go client does.
@@ -146,8 +146,8 @@ func replicatedLoad(t *testing.T, c *testCluster, l *ledger, ns string, rows, mi
 	}
 }
 
-// Scenario 1 of issue #14: 3 nodes, R = 2; 5,000 rows appended and held
-// pending by a small quota; one node is SIGKILLed and its data dir
+// A lost disk with replicated shards: 3 nodes, R = 2; 5,000 rows appended
+// and held pending by a small quota; one node is SIGKILLed and its data dir
 // deleted. Every acknowledged row is delivered; duplicates are at most the
 // rows in flight on the killed node plus the state changes it had not
 // shipped yet (its settle lag).

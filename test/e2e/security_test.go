@@ -11,15 +11,15 @@ import (
 	"github.com/fairshard/fairshard/internal/poll"
 )
 
-// TestWrongClusterSecret is issue #13 items 2 and 7 with real processes: a
-// process that can gossip (no gossip key on loopback here) but holds
-// another cluster secret joins and is given shards, yet no member sends it
-// a row: its API cannot answer their signed calls, so each member shows it
-// unreachable, and with replicated shards (R = 2, the default) an append
-// whose rows have it in their replica set cannot reach the write-copies
-// minimum: 503 insufficient_copies naming it, retryable, nothing reported
-// stored (never a success with one copy). When it leaves, the producer's
-// retry of the same batch succeeds and every row is delivered, none lost.
+// TestWrongClusterSecret runs with real processes: a process that can
+// gossip (no gossip key on loopback here) but holds another cluster secret
+// joins and is given shards, yet no member sends it a row: its API cannot
+// answer their signed calls, so each member shows it unreachable, and with
+// replicated shards (R = 2, the default) an append whose rows have it in
+// their replica set cannot reach the write-copies minimum: 503
+// insufficient_copies naming it, retryable, nothing reported stored (never
+// a success with one copy). When it leaves, the producer's retry of the
+// same batch succeeds and every row is delivered, none lost.
 func TestWrongClusterSecret(t *testing.T) {
 	c := newCluster(t, clusterOpts{})
 	a := c.startNode("sec-a")

@@ -11,12 +11,12 @@ import (
 	"github.com/fairshard/fairshard/webhook"
 )
 
-// TestSignedDeliveriesAcrossTheCluster (issue 18 item 3) on real
-// processes: a route's signing secret and header, set through one node,
-// reach every node through the gossiped config, and every delivery of
-// every node verifies at the target (loadgen.Receiver with the secret,
-// which answers 401 to anything else). A rotation: with [new, old] a
-// target that knows only the new secret verifies every delivery.
+// TestSignedDeliveriesAcrossTheCluster on real processes: a route's signing
+// secret and header, set through one node, reach every node through the
+// gossiped config, and every delivery of every node verifies at the target
+// (loadgen.Receiver with the secret, which answers 401 to anything else). A
+// rotation: with [new, old] a target that knows only the new secret
+// verifies every delivery.
 func TestSignedDeliveriesAcrossTheCluster(t *testing.T) {
 	c := newCluster(t, clusterOpts{})
 	for i := range 3 {

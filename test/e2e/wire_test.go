@@ -14,8 +14,8 @@ import (
 	"github.com/fairshard/fairshard/loadgen"
 )
 
-// Issue 11, "fair and gentle at the wire": a slow but healthy target, a
-// noisy namespace with a deep backlog and a quiet one, on real processes.
+// Fair and gentle at the wire: a slow but healthy target, a noisy
+// namespace with a deep backlog and a quiet one, on real processes.
 
 // defaultDeliveryFlags undo baseNodeFlags' short delivery timings, so the
 // slow-target scenarios run with the dispatcher's real defaults (as a
@@ -28,8 +28,8 @@ var defaultDeliveryFlags = []string{
 	"--retry-cap", "5m",
 }
 
-// slowTarget is the issue's slow but healthy webhook receiver: it answers
-// 200 after 2 s.
+// slowTarget is the scenario's slow but healthy webhook receiver: it
+// answers 200 after 2 s.
 const slowTarget = 2 * time.Second
 
 // quietExpected is one target latency plus a sweep: about how long a
@@ -37,11 +37,11 @@ const slowTarget = 2 * time.Second
 // (logged beside the figures, not asserted: a clock on a shared machine).
 const quietExpected = slowTarget + 500*time.Millisecond
 
-// noisyQuiet runs the issue's scenario on c: 3,000 rows of "noisy"
+// noisyQuiet runs the slow-target scenario on c: 3,000 rows of "noisy"
 // appended as fast as the cluster takes them, then 20 rows of "quiet" at 2
 // rows/s (a quiet namespace: its few rows in flight stay below its fair
-// share of the target's slots). It returns the ledgers and when the
-// noisy rows were all appended, once the quiet rows are all delivered.
+// share of the target's slots). It returns the ledgers and when the noisy
+// rows were all appended, once the quiet rows are all delivered.
 func noisyQuiet(t *testing.T, c *testCluster) (noisy, quiet *ledger, noisyAppended time.Time) {
 	t.Helper()
 	noisy, quiet = newLedger(), newLedger()
@@ -119,16 +119,16 @@ func nsMax(r *loadgen.Receiver, ns string) int {
 
 func firstStrings(s []string, n int) []string { return s[:min(n, len(s))] }
 
-// TestSlowTargetNoisyQuiet is the issue's scenario as a new user meets
-// it: two nodes, default delivery flags, one target that answers 200
-// after 2 s, 3,000 noisy rows then 20 quiet ones. Before issue 11 the
-// target received 9,136 requests for the 3,000 noisy rows (64 connections
-// per host; claimed rows waited for a connection inside their delivery
-// timeout and were cut off mid-flight) and the worst quiet row came 11 s
-// after its append. Now: 0 repeat deliveries, and every quiet row
+// TestSlowTargetNoisyQuiet is the slow-target scenario as a new user meets
+// it: two nodes, default delivery flags, one target that answers 200 after
+// 2 s, 3,000 noisy rows then 20 quiet ones. Before the per-host slot fix
+// the target received 9,136 requests for the 3,000 noisy rows (64
+// connections per host; claimed rows waited for a connection inside their
+// delivery timeout and were cut off mid-flight) and the worst quiet row
+// came 11 s after its append. Now: 0 repeat deliveries, and every quiet row
 // delivered sooner than the noisy namespace's median row. The noisy backlog
-// drains at the target's pace: each node's limit for the host starts at
-// 20 and doubles per 2 s round trip up to --max-conns-per-host.
+// drains at the target's pace: each node's limit for the host starts at 20
+// and doubles per 2 s round trip up to --max-conns-per-host.
 func TestSlowTargetNoisyQuiet(t *testing.T) {
 	c := newCluster(t, clusterOpts{TargetDelay: slowTarget, Flags: defaultDeliveryFlags, PlainBuild: true}) // a latency bound
 	c.startNode("wire-0")
@@ -233,7 +233,7 @@ func TestTargetThrottlingCutsConcurrency(t *testing.T) {
 	}
 }
 
-// TestRetryAfterNeverShortensTheBackoff is the issue's second scenario
+// TestRetryAfterNeverShortensTheBackoff is the Retry-After scenario
 // on a real process with the default retry policy (500 ms × 2, ±20 %
 // jitter): a target answering 503 with "Retry-After: 0", or with an HTTP
 // date an hour in the past (its clock behind ours), was retried at once
