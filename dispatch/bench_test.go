@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -197,13 +196,9 @@ func benchEndToEnd(b *testing.B, st storeKind, mode benchMode) {
 		b.StartTimer()
 	}
 	b.StopTimer()
-	slices.Sort(lat)
-	pct := func(p float64) float64 {
-		return float64(lat[min(int(p*float64(len(lat))), len(lat)-1)]) / float64(time.Millisecond)
-	}
 	b.ReportMetric(float64(rows)/elapsed.Seconds(), "rows/s")
-	b.ReportMetric(pct(0.50), "p50_ms")
-	b.ReportMetric(pct(0.99), "p99_ms")
+	b.ReportMetric(pctMS(lat, 0.50), "p50_ms")
+	b.ReportMetric(pctMS(lat, 0.99), "p99_ms")
 	b.ReportMetric(float64(sweeps)/elapsed.Seconds(), "sweeps/s")
 	b.ReportMetric(1000*sweepSum/float64(max(sweeps, 1)), "sweep_ms")
 	b.ReportMetric(limits/float64(b.N), "host_limit")

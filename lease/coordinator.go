@@ -218,8 +218,8 @@ func (c *Coordinator) learningAt(st *nsState, now time.Time) bool {
 	return c.cfg.LearningPeriod > 0 && !st.learned && now.Before(st.since.Add(c.cfg.LearningPeriod))
 }
 
-// allReported reports whether every one of reporters has a record that
-// reported in st's term. Called with mu held.
+// allReported reports whether every one of reporters was heard in st's
+// term. Called with mu held.
 func allReported(st *nsState, reporters []string) bool {
 	for _, name := range reporters {
 		if _, ok := st.heard[name]; !ok {
@@ -335,9 +335,16 @@ func (c *Coordinator) Handle(now time.Time, req Request) (Response, error) {
 			in[i] = input{since: since, quota: c.cfg.Quota(a.Namespace), ok: true}
 		}
 	}
+	// The members are read only when an asked namespace's term may still
+	// be learning (its since is recent): most calls need no list.
 	var reporters []string
-	if c.cfg.Reporters != nil {
-		reporters = c.cfg.Reporters()
+	if c.cfg.Reporters != nil && c.cfg.LearningPeriod > 0 {
+		for i := range in {
+			if in[i].ok && now.Before(in[i].since.Add(c.cfg.LearningPeriod)) {
+				reporters = c.cfg.Reporters()
+				break
+			}
+		}
 	}
 	resp.Leases = make([]Lease, 0, len(req.Asks))
 	c.mu.Lock()
