@@ -89,8 +89,11 @@ type result struct {
 // host is the row's target host as launch counted it ("" when it has
 // none) and hostInflight that host's rows in flight at launch: the
 // attempt is fed to the host's limit and its slot freed as soon as the
-// answer is in, before the settle.
-func (d *Dispatcher) deliverAndSettle(row outbox.Row, host string, hostInflight int, gen uint64) {
+// answer is in, before the settle. So is the row's namespace slot
+// (answered) unless the target may still be working on the request (an
+// outcome unknown: a timeout, a connection lost after the request was
+// written) or a hard stop abandoned it; it reports whether it freed it.
+func (d *Dispatcher) deliverAndSettle(row outbox.Row, host string, hostInflight int, gen uint64) (answered bool) {
 	target, ok := d.cfg.Targets.Target(row.Route())
 	var res result
 	switch {
@@ -112,7 +115,11 @@ func (d *Dispatcher) deliverAndSettle(row outbox.Row, host string, hostInflight 
 			d.wakeRefill() // a sweep was short of slots: this one is free now
 		}
 	}
+	if answered = res.kind != outcomeAbandoned && !res.unknown; answered {
+		d.answered(&row)
+	}
 	d.settle(row, res)
+	return answered
 }
 
 // deliveryTimeout is the row's attempt timeout: DeliveryTimeout, or the

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fairshard/fairshard/backpressure"
 	"github.com/fairshard/fairshard/outbox"
+	"github.com/fairshard/fairshard/quota"
 )
 
 // Dispatcher claims rows fairly through the planner, delivers each claimed
@@ -65,6 +66,7 @@ type Dispatcher struct {
 	loopsDone     chan struct{}      // closed when Run's loops exited and no sweep is launching
 	inflight      map[string]int     // dispatch_key → deliveries running (normally 1)
 	inflightNS    map[string]int     // namespace → deliveries running
+	settlingNS    map[string]int     // namespace → of those, answered and settling (Deliveries)
 	nInflight     int
 	idle          chan struct{} // closed (and cleared) when nInflight drops to 0
 	waiting       []outbox.ClaimScope
@@ -95,6 +97,7 @@ func New(cfg Config) (*Dispatcher, error) {
 		loopsDone:  make(chan struct{}),
 		inflight:   map[string]int{},
 		inflightNS: map[string]int{},
+		settlingNS: map[string]int{},
 	}
 	d.hosts = cfg.Hosts
 	if d.hosts == nil {
@@ -376,6 +379,16 @@ func (d *Dispatcher) InFlightByNamespace() map[string]int {
 	return maps.Clone(d.inflightNS)
 }
 
+// Deliveries snapshots, under one lock, the deliveries running per
+// namespace (InFlightByNamespace) and those of them settling: the target
+// answered, or the row was never sent, and the settle is being written.
+// It is what quota.Claims.Deliveries reads.
+func (d *Dispatcher) Deliveries() quota.Deliveries {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return quota.Deliveries{Running: maps.Clone(d.inflightNS), Settling: maps.Clone(d.settlingNS)}
+}
+
 // report turns a sweep into metrics and the wake-on-settle decision.
 // Called with sweepMu held.
 func (d *Dispatcher) report(sw backpressure.Sweep, budget int) {
@@ -488,16 +501,35 @@ func (d *Dispatcher) launch(rows []outbox.Row, gen uint64) {
 		}
 		go func() {
 			defer d.deliveries.Done()
-			d.deliverAndSettle(row, host, hostInflight, gen)
-			d.finish(&row)
+			answered := d.deliverAndSettle(row, host, hostInflight, gen)
+			d.finish(&row, answered)
 		}()
 	}
 }
 
-// finish removes a row from the in-flight set and wakes the loop if the
-// last sweep was short of headroom.
-func (d *Dispatcher) finish(row *outbox.Row) {
+// answered counts a delivery whose target has answered (or that was
+// never sent) as settling, and wakes the loop if the last sweep was short
+// of headroom: its slot is free for the next row while the settle commits
+// (quota.Claims).
+func (d *Dispatcher) answered(row *outbox.Row) {
 	d.mu.Lock()
+	d.settlingNS[row.Namespace]++
+	d.mu.Unlock()
+	if d.limited.Load() {
+		d.Wake()
+	}
+}
+
+// finish removes a row from the in-flight set (and from the settling
+// counts when answered marked it) and wakes the loop if the last sweep was
+// short of headroom.
+func (d *Dispatcher) finish(row *outbox.Row, settling bool) {
+	d.mu.Lock()
+	if settling {
+		if d.settlingNS[row.Namespace]--; d.settlingNS[row.Namespace] <= 0 {
+			delete(d.settlingNS, row.Namespace)
+		}
+	}
 	if d.inflight[row.DispatchKey]--; d.inflight[row.DispatchKey] <= 0 {
 		delete(d.inflight, row.DispatchKey)
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -667,5 +668,127 @@ func TestFencedRowsAreNotSent(t *testing.T) {
 		if a := rq.header.Get(HeaderAttempt); a != "1" {
 			t.Errorf("a request carried attempt %s, want 1: a fenced row is not an attempt", a)
 		}
+	}
+}
+
+// gateStore holds every Complete and Retry at a gate until released: a
+// settle slower than the next claim, which a real store shows only by
+// chance. entered receives the dispatch_key of each settle held.
+type gateStore struct {
+	outbox.Store
+	entered chan string
+	release chan struct{}
+	once    sync.Once
+}
+
+// open releases the settles held and lets every later one through.
+func (g *gateStore) open() { g.once.Do(func() { close(g.release) }) }
+
+func newGateStore(s outbox.Store) *gateStore {
+	return &gateStore{Store: s, entered: make(chan string, 16), release: make(chan struct{})}
+}
+
+func (g *gateStore) hold(key string) {
+	g.entered <- key
+	<-g.release
+}
+
+func (g *gateStore) Complete(ctx context.Context, p outbox.CompleteParams) error {
+	g.hold(p.DispatchKey)
+	return g.Store.Complete(ctx, p)
+}
+
+func (g *gateStore) Retry(ctx context.Context, p outbox.RetryParams) error {
+	g.hold(p.DispatchKey)
+	return g.Store.Retry(ctx, p)
+}
+
+// waitEntered waits for a settle of key to reach the gate.
+func (g *gateStore) waitEntered(t *testing.T, key string) {
+	t.Helper()
+	select {
+	case got := <-g.entered:
+		if got != key {
+			t.Fatalf("settle of %s reached the gate, want %s", got, key)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the settle of %s did not start within 10s", key)
+	}
+}
+
+// quotaOneOfTwo builds a dispatcher over gate for namespace ns of quota
+// 1, appends rows prefix+"1" and prefix+"2" and runs a sweep, which must
+// claim the first alone. The dispatcher is drained at cleanup.
+func quotaOneOfTwo(t *testing.T, cfg Config, gate *gateStore, prefix string) *Dispatcher {
+	t.Helper()
+	cfg.Store = gate
+	d, b := setup(t, cfg)
+	t.Cleanup(func() { drain(t, d) })
+	t.Cleanup(gate.open) // before the drain: a failed test leaves no settle held
+	b.quotas.Store("ns", uint32(1))
+	now := time.Now().Add(-time.Second) // both visible at once, in order
+	mustAppend(t, gate.Store, mkRow(prefix+"1", "ns", "q", now), mkRow(prefix+"2", "ns", "q", now.Add(time.Millisecond)))
+	if sw, err := d.SweepOnce(t.Context()); err != nil || len(sw.Rows) != 1 || sw.Rows[0].DispatchKey != prefix+"1" {
+		t.Fatalf("first sweep claimed %v (err %v), want %s1 alone: the quota is 1", sw.Rows, err, prefix)
+	}
+	return d
+}
+
+// TestAnsweredSlotGoesBackToWorkBeforeItsSettle: with quota 1, once the
+// target answered a row its slot takes the next row while the settle is
+// still being written (quota.Claims: settling deliveries leave the count),
+// and the target still never has more than one request at once.
+func TestAnsweredSlotGoesBackToWorkBeforeItsSettle(t *testing.T) {
+	tg := newTarget(t, nil)
+	cfg := testConfig(static(tg.URL()))
+	gate := newGateStore(newStore(t))
+	d := quotaOneOfTwo(t, cfg, gate, "s")
+	gate.waitEntered(t, "s1")
+	wantStatus(t, gate.Store, "s1", outbox.StatusClaimed) // its settle is held
+	sw, err := d.SweepOnce(t.Context())
+	if err != nil || len(sw.Rows) != 1 || sw.Rows[0].DispatchKey != "s2" {
+		t.Fatalf("with s1 answered and its settle held, a sweep claimed %v (err %v), want s2", sw.Rows, err)
+	}
+	gate.waitEntered(t, "s2")
+	gate.open()
+	waitIdle(t, d)
+	wantStatus(t, gate.Store, "s1", outbox.StatusDone)
+	wantStatus(t, gate.Store, "s2", outbox.StatusDone)
+	if p := tg.peak.Load(); p != 1 {
+		t.Fatalf("the target had %d requests at once, want 1 (quota 1)", p)
+	}
+}
+
+// TestUnansweredSlotWaitsForItsSettle: a delivery that timed out may
+// still be running at the target, so its slot stays taken until the
+// settle is written: with quota 1 a sweep meanwhile claims nothing.
+func TestUnansweredSlotWaitsForItsSettle(t *testing.T) {
+	hung := make(chan struct{})
+	tg := newTarget(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(HeaderDispatchKey) == "u1" {
+			select {
+			case <-hung:
+			case <-r.Context().Done():
+			}
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	defer close(hung)
+	cfg := testConfig(static(tg.URL()))
+	cfg.DeliveryTimeout = 100 * time.Millisecond
+	gate := newGateStore(newStore(t))
+	d := quotaOneOfTwo(t, cfg, gate, "u")
+	gate.waitEntered(t, "u1") // timed out: its retry is held
+	sw, err := d.SweepOnce(t.Context())
+	if err != nil || len(sw.Rows) != 0 {
+		t.Fatalf("with u1 timed out and its settle held, a sweep claimed %v (err %v), want nothing", sw.Rows, err)
+	}
+	if len(sw.Namespaces) != 1 || !sw.Namespaces[0].AtCeiling() {
+		t.Fatalf("namespaces %+v, want ns at its ceiling", sw.Namespaces)
+	}
+	gate.open()
+	waitIdle(t, d)
+	if r := wantStatus(t, gate.Store, "u1", outbox.StatusPending); !strings.HasPrefix(r.LastError, OutcomeUnknownPrefix) {
+		t.Fatalf("u1 last_error %q, want an outcome unknown", r.LastError)
 	}
 }

@@ -258,7 +258,7 @@ func (c *lateClaims) bind(d *Dispatcher) { c.d.Store(d) }
 func (c *lateClaims) Claimed(ctx context.Context, namespaces []string) (map[string]int, error) {
 	claims := quota.Claims{Held: c.store.CountClaimedByNamespace}
 	if d := c.d.Load(); d != nil {
-		claims.Running = d.InFlightByNamespace
+		claims.Deliveries = d.Deliveries
 	}
 	return claims.Claimed(ctx, namespaces)
 }

@@ -30,7 +30,9 @@ func TestLeaseDemandCountsRunningDeliveries(t *testing.T) {
 		return quota.Settings{}, false, nil
 	}), quota.Defaults{Quota: 64, Mode: quota.ModeExact}, 0)
 	l := &Service{cfg: ServiceConfig{Store: st, Policies: policies,
-		Claims: quota.Claims{Held: st.CountClaimedHeld, Running: func() map[string]int { return map[string]int{"held": 3, "merged": 2} }}}}
+		Claims: quota.Claims{Held: st.CountClaimedHeld, Deliveries: func() quota.Deliveries {
+			return quota.Deliveries{Running: map[string]int{"held": 3, "merged": 2}}
+		}}}}
 	demand, err := l.demand(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -662,14 +662,15 @@ func (n *Node) logAdvertiseChoice(ch cluster.AdvertiseChoice) {
 }
 
 // claims is the node's claim rule (quota.Claims): a namespace's claimed
-// rows held here on every shard, or the deliveries running if more. The
-// planner, the lease demand and the API read it.
+// rows held here on every shard, or the deliveries running if more, less
+// the deliveries already answered and settling. The planner, the lease
+// demand and the API read it.
 func (n *Node) claims(store Store) quota.Claims {
-	return quota.Claims{Held: store.CountClaimedHeld, Running: func() map[string]int {
+	return quota.Claims{Held: store.CountClaimedHeld, Deliveries: func() quota.Deliveries {
 		if n.disp == nil {
-			return nil // not built yet: nothing runs
+			return quota.Deliveries{} // not built yet: nothing runs
 		}
-		return n.disp.InFlightByNamespace()
+		return n.disp.Deliveries()
 	}}
 }
 

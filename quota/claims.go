@@ -26,10 +26,17 @@ func (f CountFunc) Claimed(ctx context.Context, namespaces []string) (map[string
 //     (Held): right after an ownership change the rows of a shard just
 //     lost are still being delivered here, and they keep counting until
 //     they settle; and
-//   - the deliveries the dispatcher is running (Running): a row whose
-//     stored state a merge replaced while its request is at the target (a
-//     peer's newer copy after a failover) is no longer claimed in the
-//     store, yet it still occupies the target.
+//   - the deliveries the dispatcher is running (Deliveries.Running): a row
+//     whose stored state a merge replaced while its request is at the
+//     target (a peer's newer copy after a failover) is no longer claimed
+//     in the store, yet it still occupies the target;
+//
+// less the deliveries whose target has answered and whose settle is still
+// being written (Deliveries.Settling, ADR 0085): their claim is only
+// bookkeeping by then, so the slot goes back to work while the settle
+// commits instead of after it. The count never drops below the deliveries
+// still at their targets (Running − Settling), so a target never sees more
+// than the ceiling.
 //
 // Pending rows never count, or a tenant would wedge against its own
 // backlog. The planner's headroom (backpressure.Planner), the lease demand
@@ -39,42 +46,69 @@ type Claims struct {
 	// Held counts the claimed rows held here per namespace, every shard
 	// (required).
 	Held CountFunc
-	// Running returns the deliveries in flight per namespace (rows;
-	// namespaces with none may be absent). nil: none.
-	Running func() map[string]int
+	// Deliveries snapshots the dispatcher's deliveries per namespace, both
+	// counts under one lock. nil: none.
+	Deliveries func() Deliveries
+}
+
+// Deliveries is one snapshot of a dispatcher's deliveries per namespace
+// (rows; namespaces with none may be absent).
+type Deliveries struct {
+	// Running counts the deliveries launched and not yet settled.
+	Running map[string]int
+	// Settling counts those of Running whose target has answered, or that
+	// were never sent, while their settle is written: they hold a stored
+	// claim but no target slot. Never more than Running.
+	Settling map[string]int
 }
 
 // Claimed implements Counter.
 func (c Claims) Claimed(ctx context.Context, namespaces []string) (map[string]int, error) {
-	out, err := c.Held(ctx, namespaces)
+	held, err := c.Held(ctx, namespaces)
 	if err != nil {
-		return out, err
+		return held, err
 	}
-	if out == nil {
-		out = make(map[string]int, len(namespaces))
+	out := make(map[string]int, len(namespaces))
+	for _, ns := range namespaces {
+		out[ns] = held[ns]
 	}
-	if c.Running == nil {
+	if c.Deliveries == nil {
 		return out, nil
 	}
-	running := c.Running()
+	d := c.Deliveries()
 	for _, ns := range namespaces {
-		out[ns] = max(out[ns], running[ns])
+		out[ns] = fold(out[ns], d, ns)
 	}
 	return out, nil
 }
 
 // Of is Claimed folded into counts the caller already read for every
-// namespace of held (NamespaceStats, say): the larger of each and the
-// deliveries running, adding namespaces with only running deliveries.
+// namespace of held (NamespaceStats, say): the same rule, adding the
+// namespaces with only running deliveries.
 func (c Claims) Of(held map[string]int) map[string]int {
 	out := make(map[string]int, len(held))
 	for ns, n := range held {
 		out[ns] = n
 	}
-	if c.Running != nil {
-		for ns, n := range c.Running() {
-			out[ns] = max(out[ns], n)
+	if c.Deliveries == nil {
+		return out
+	}
+	d := c.Deliveries()
+	for ns := range d.Running {
+		if _, ok := out[ns]; !ok {
+			out[ns] = 0
 		}
 	}
+	for ns, n := range out {
+		out[ns] = fold(n, d, ns)
+	}
 	return out
+}
+
+// fold applies the rule to one namespace: max(held, running) − settling,
+// which is never below running − settling (the deliveries at their
+// targets).
+func fold(held int, d Deliveries, ns string) int {
+	running := d.Running[ns]
+	return max(held, running) - min(d.Settling[ns], running)
 }

@@ -636,8 +636,9 @@ func maxProcesses(h *history) int {
 	return best
 }
 
-// checkInFlight bounds concurrent deliveries per namespace at the target:
-// from one node never above the quota (a node's ceiling is at most the
+// checkInFlight bounds concurrent deliveries per namespace at the target
+// (a request counts from its arrival until the target starts its answer:
+// delivery.busyUntil): from one node never above the quota (a node's ceiling is at most the
 // quota); from the whole cluster never above InFlightBound (calm while
 // every node agrees, otherwise the disturbed bound at the most processes
 // the run had at once).
@@ -656,7 +657,7 @@ func checkInFlight(h *history, o checkOpts, f *figures) []violation {
 			if int(d.ns) != nsi {
 				continue
 			}
-			edges = append(edges, edge{d.start, +1, i}, edge{d.end, -1, i})
+			edges = append(edges, edge{d.start, +1, i}, edge{d.busyUntil(), -1, i})
 		}
 		// Ends before starts at the same instant: a request answered as
 		// another arrives is not concurrent with it.

@@ -147,7 +147,21 @@ type delivery struct {
 	attempt uint16
 	start   time.Duration
 	end     time.Duration
-	ok      bool // answered 200; false: the sender went away first
+	// answered is when the target was done with the request and started
+	// writing its answer (0: at end); the answer reaches the sender only
+	// after it, and end is taken once it is flushed.
+	answered time.Duration
+	ok       bool // answered 200; false: the sender went away first
+}
+
+// busyUntil is when the request stopped occupying the target: its answer
+// was being written (answered), or the sender went away (end). Only a
+// request still being worked on counts against the quota at the target.
+func (d delivery) busyUntil() time.Duration {
+	if d.answered > 0 {
+		return d.answered
+	}
+	return d.end
 }
 
 // rowKey is the dispatch_key of row seq in namespace ns: "<ns>-<seq>".

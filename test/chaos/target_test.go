@@ -96,6 +96,7 @@ func (t *target) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case <-r.Context().Done():
 	}
 	if d.ok {
+		d.answered = time.Since(t.start)
 		w.WriteHeader(http.StatusOK)
 		// Flush the answer before the delivery counts as done here: the
 		// sender may read it only after this (a kill right now is a
