@@ -369,20 +369,11 @@ func (d *Dispatcher) allowed(gen uint64) bool {
 	return d.cfg.Fence == nil || d.cfg.Fence.Allow(gen)
 }
 
-// InFlightByNamespace returns, per namespace, the deliveries this
-// dispatcher runs now (rows; namespaces with none are absent). A row
-// counts from its claim's launch until its settle returned, whatever a
-// merge did to its stored state meanwhile.
-func (d *Dispatcher) InFlightByNamespace() map[string]int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return maps.Clone(d.inflightNS)
-}
-
 // Deliveries snapshots, under one lock, the deliveries running per
-// namespace (InFlightByNamespace) and those of them settling: the target
-// answered, or the row was never sent, and the settle is being written.
-// It is what quota.Claims.Deliveries reads.
+// namespace (rows, from a claim's launch until its settle returned,
+// whatever a merge did to its stored state meanwhile) and those of them
+// settling: the target answered, or the row was never sent, and the
+// settle is being written. It is what quota.Claims.Deliveries reads.
 func (d *Dispatcher) Deliveries() quota.Deliveries {
 	d.mu.Lock()
 	defer d.mu.Unlock()
