@@ -85,6 +85,14 @@ const (
 	// claims from a shard, for the other live members to finish the
 	// deliveries they claimed of it and ship their settles (handover.go).
 	DefaultHandoverTimeout = 30 * time.Second
+	// DefaultFailoverGrace is how long a member that became a shard's
+	// primary because the old primary vanished from the view (declared
+	// dead, not drained) waits before it claims from the shard: a member
+	// declared dead by mistake (a peer cut off for a moment suspected it,
+	// a stalled process) is still claiming, and its refute, one gossip
+	// round or two away, hands the shard back before anyone claims twice.
+	// A failover thus costs its shards this much delivery time.
+	DefaultFailoverGrace = time.Second
 	// DefaultHandoverInterval is how often a waiting new primary asks.
 	DefaultHandoverInterval = 100 * time.Millisecond
 	// DefaultCallTimeout bounds one call to a peer.
@@ -156,6 +164,8 @@ type Config struct {
 	// the old primary may be repeated by the new one.
 	HandoverTimeout  time.Duration
 	HandoverInterval time.Duration
+	// FailoverGrace: see DefaultFailoverGrace.
+	FailoverGrace time.Duration
 	// FailedPeerWait: see DefaultFailedPeerWait (View.PeerFailedAt). The
 	// node sets it to its gossip's GossipToTheDeadTime.
 	FailedPeerWait time.Duration
@@ -205,6 +215,7 @@ func (c *Config) validate() error {
 	def(&c.WriteTimeout, DefaultWriteTimeout)
 	def(&c.HandoverTimeout, DefaultHandoverTimeout)
 	def(&c.HandoverInterval, DefaultHandoverInterval)
+	def(&c.FailoverGrace, DefaultFailoverGrace)
 	def(&c.FailedPeerWait, DefaultFailedPeerWait)
 	if c.ShipBatch <= 0 {
 		c.ShipBatch = DefaultShipBatch

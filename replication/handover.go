@@ -30,8 +30,9 @@ import (
 // primary synced from a backup the old primary had not yet shipped a
 // settle to (a backup just back from a partition). The wait is bounded by Config.HandoverTimeout (a stuck delivery
 // or an unreachable member then costs a possible duplicate, never a
-// loss). A failover does not wait: the dead primary is not in the view,
-// and the backups hold no claims, so the first round releases the shard.
+// loss). A failover waits only Config.FailoverGrace: the dead primary is
+// not in the view and the backups hold no claims, but a primary declared
+// dead by mistake is still claiming until its refute is heard.
 
 // handoverLoop asks the other live members about the shards waiting for
 // a handover every HandoverInterval (at once after a view change) and
@@ -52,22 +53,46 @@ func (r *Replicator) handoverLoop(ctx context.Context) error {
 
 // startHandoverLocked marks the shards this node became primary of in v
 // (it was not in prev) as waiting for a handover when another member is
-// live; shards it is no longer primary of stop waiting. r.mu held.
+// live, or when the old primary vanished from v (a failover: it may be
+// refuting its death, and a handover round would find nobody to ask, so
+// the shard also waits out FailoverGrace); shards it is no longer primary
+// of stop waiting. r.mu held.
 func (r *Replicator) startHandoverLocked(prev, v *View, alone bool) {
 	now := time.Now()
 	for s := range r.cfg.ShardCount {
 		primary := !v.Leaving && v.primary(s) == v.Self
+		_, grace := r.failoverUntil[s]
+		gained := prev == nil || prev.Leaving || prev.primary(s) != v.Self
 		switch {
-		case !primary || alone:
-			delete(r.handover, s)
-			delete(r.pullRetry, s)
-		case prev == nil || prev.Leaving || prev.primary(s) != v.Self:
+		case !primary:
+			r.endHandoverLocked(s)
+		case gained && failedOver(prev, v, s):
+			if _, ok := r.handover[s]; !ok {
+				r.handover[s] = now
+			}
+			if !grace {
+				r.failoverUntil[s] = now.Add(r.cfg.FailoverGrace)
+			}
+		case alone && !grace:
+			r.endHandoverLocked(s)
+		case gained:
 			if _, ok := r.handover[s]; !ok {
 				r.handover[s] = now
 			}
 		}
 	}
 	r.m.handoverShards.Set(float64(len(r.handover)))
+}
+
+// failedOver reports whether shard s's primary in prev is gone from v
+// (neither active nor leaving: it failed, or left without draining).
+func failedOver(prev, v *View, s uint32) bool {
+	if prev == nil || prev.Leaving {
+		return false
+	}
+	old := prev.primary(s)
+	_, live := v.Addrs[old]
+	return old != "" && old != v.Self && !live
 }
 
 // Fence takes every shard this node is primary of out of its claim scope
@@ -157,6 +182,9 @@ func (r *Replicator) judgeHandoversLocked(v *View, waiting []uint32, peers []str
 		since, ok := r.handover[s]
 		if !ok {
 			continue
+		}
+		if until, ok := r.failoverUntil[s]; ok && now.Before(until) {
+			continue // a refute may still hand the shard back
 		}
 		busy, leftovers := handoverBlocker(v, s, peers, states, mine[s])
 		switch {
@@ -304,7 +332,13 @@ func (r *Replicator) pullLeftovers(ctx context.Context, v *View, job handoverPul
 // releaseHandoverLocked ends shard s's handover wait, begun at since. The
 // caller updates the claim scope. r.mu held.
 func (r *Replicator) releaseHandoverLocked(s uint32, since time.Time) {
+	r.endHandoverLocked(s)
+	r.m.handoverWait.Observe(time.Since(since).Seconds())
+}
+
+// endHandoverLocked forgets shard s's handover wait. r.mu held.
+func (r *Replicator) endHandoverLocked(s uint32) {
 	delete(r.handover, s)
 	delete(r.pullRetry, s)
-	r.m.handoverWait.Observe(time.Since(since).Seconds())
+	delete(r.failoverUntil, s)
 }

@@ -1026,3 +1026,69 @@ func droppedQueue(t *testing.T, shardCount uint32, rows int, handoverTimeout tim
 	}
 	return c, touched
 }
+
+// A member declared dead by mistake (a peer cut off for a moment suspected
+// it) is still claiming from its shards. The members that take its shards
+// over keep them out of their claim scope for FailoverGrace, and its
+// refute (the view with it again) hands the shards back before anyone
+// claimed them twice. Without the grace the first handover round, with
+// nobody left to ask, released them at once.
+func TestFailoverWaitsForARefute(t *testing.T) {
+	c := newTCluster(t, 16, 2)
+	c.opts = func(cfg *replication.Config) { cfg.FailoverGrace = time.Hour }
+	c.startSynced("a", "b", "c")
+	before := map[string][]uint32{"b": c.nodes["b"].scopeNow(), "c": c.nodes["c"].scopeNow()}
+	prev := c.view("b")
+	// b and c see a fail; a, alive, keeps its view and its shards.
+	c.applyTo([]string{"b", "c"}, []string{"b", "c"})
+	v := c.view("b")
+	taken := map[string][]uint32{}
+	for s := range c.shards {
+		if prev.Sets[s][0] == "a" {
+			taken[v.Sets[s][0]] = append(taken[v.Sets[s][0]], s)
+		}
+	}
+	for _, name := range []string{"b", "c"} {
+		n := c.nodes[name]
+		poll.Eventually(t, 10*time.Second, name+" synced for the shards it took", func() (bool, string) {
+			for _, s := range taken[name] {
+				if !n.repl.Synced(s) {
+					return false, fmt.Sprintf("shard %d not synced", s)
+				}
+			}
+			return true, ""
+		})
+	}
+	deadline := time.Now().Add(500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		for _, name := range []string{"b", "c"} {
+			for _, s := range taken[name] {
+				if slices.Contains(c.nodes[name].scopeNow(), s) {
+					t.Fatalf("%s claims from shard %d of a, declared dead, before its grace ended", name, s)
+				}
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := c.nodes["b"].repl.Status().HandoverShards + c.nodes["c"].repl.Status().HandoverShards; got != len(taken["b"])+len(taken["c"]) {
+		t.Fatalf("%d shards wait for a handover, want the %d taken from a", got, len(taken["b"])+len(taken["c"]))
+	}
+	// a refutes: b and c see it again and give its shards back.
+	c.applyTo([]string{"a", "b", "c"}, []string{"b", "c"})
+	for _, name := range []string{"b", "c"} {
+		n := c.nodes[name]
+		waitScope(t, n, before[name])
+		if got := n.repl.Status().HandoverShards; got != 0 {
+			t.Fatalf("%s still waits for %d handovers after a returned", name, got)
+		}
+	}
+}
+
+// waitScope waits until n's claim scope is want.
+func waitScope(t *testing.T, n *tnode, want []uint32) {
+	t.Helper()
+	poll.Eventually(t, 10*time.Second, n.name+"'s claim scope", func() (bool, string) {
+		sc := n.scopeNow()
+		return slices.Equal(sc, want), fmt.Sprintf("scope %v, want %v", sc, want)
+	})
+}

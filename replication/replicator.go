@@ -58,6 +58,10 @@ type Replicator struct {
 	// member was live, since when: out of the claim scope until nobody
 	// else delivers them (handover.go).
 	handover map[uint32]time.Time
+	// failoverUntil holds, per shard waiting for a handover because its
+	// old primary vanished from the view, the end of its FailoverGrace:
+	// no round releases it before (handover.go).
+	failoverUntil map[uint32]time.Time
 	// pullRetry holds, per shard waiting for a handover, when a failed
 	// pull from a leftover copy may be tried again (handover.go).
 	pullRetry map[uint32]pullBackoff
@@ -105,8 +109,8 @@ func New(cfg Config) (*Replicator, error) {
 		tokens:     map[syncKey][]byte{},
 		mismatch:   map[syncKey]mismatchState{},
 		fullRepair: map[string]bool{},
-		handover:   map[uint32]time.Time{},
-		pullRetry:  map[uint32]pullBackoff{}, urgentRetry: map[syncKey]urgentRetry{},
+		handover:   map[uint32]time.Time{}, failoverUntil: map[uint32]time.Time{},
+		pullRetry: map[uint32]pullBackoff{}, urgentRetry: map[syncKey]urgentRetry{},
 		syncWake: make(chan struct{}, 1), pollWake: make(chan struct{}, 1), dropWake: make(chan struct{}, 1),
 		handoverWake: make(chan struct{}, 1),
 	}
