@@ -104,15 +104,19 @@ func New(cfg Config) (*Replicator, error) {
 	}
 	r := &Replicator{
 		cfg: cfg, log: cfg.Logger.With(slog.String("component", "replication")), m: m,
-		synced:     make([]bool, cfg.ShardCount),
-		peerStates: map[string]peerState{},
-		tokens:     map[syncKey][]byte{},
-		mismatch:   map[syncKey]mismatchState{},
-		fullRepair: map[string]bool{},
-		handover:   map[uint32]time.Time{}, failoverUntil: map[uint32]time.Time{},
-		pullRetry: map[uint32]pullBackoff{}, urgentRetry: map[syncKey]urgentRetry{},
-		syncWake: make(chan struct{}, 1), pollWake: make(chan struct{}, 1), dropWake: make(chan struct{}, 1),
-		handoverWake: make(chan struct{}, 1),
+		synced:        make([]bool, cfg.ShardCount),
+		peerStates:    map[string]peerState{},
+		tokens:        map[syncKey][]byte{},
+		mismatch:      map[syncKey]mismatchState{},
+		fullRepair:    map[string]bool{},
+		handover:      map[uint32]time.Time{},
+		failoverUntil: map[uint32]time.Time{},
+		pullRetry:     map[uint32]pullBackoff{},
+		urgentRetry:   map[syncKey]urgentRetry{},
+		syncWake:      make(chan struct{}, 1),
+		pollWake:      make(chan struct{}, 1),
+		dropWake:      make(chan struct{}, 1),
+		handoverWake:  make(chan struct{}, 1),
 	}
 	r.ship = newShipper(r)
 	r.appends = newAppendBatcher(r.cfg.Peers.Append, r.cfg.WriteTimeout)
