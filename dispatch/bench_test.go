@@ -85,7 +85,7 @@ func benchEndToEnd(b *testing.B, st storeKind, mode benchMode) {
 	for i := range b.N {
 		b.StopTimer()
 		store, _ := st.open(b)
-		cfg := Config{Store: store, Targets: static(srv.URL), Registerer: prometheus.NewRegistry(), BatchSize: mode.batchSize}
+		cfg := Config{Store: store, Targets: static(srv.URL), Registerer: prometheus.NewRegistry(), Tunables: Tunables{BatchSize: mode.batchSize}}
 		cfg.fillDefaults()
 		cfg.Hosts = testHosts(b, cfg)
 		claims := newLateClaims(cfg.Store)

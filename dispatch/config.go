@@ -1,10 +1,12 @@
 package dispatch
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -138,27 +140,34 @@ func (p RetryPolicy) withDefaults(base RetryPolicy) RetryPolicy {
 	return p
 }
 
-// validate checks a filled policy; field names are prefixed with where.
-func (p RetryPolicy) validate(where string) error {
-	switch {
-	case p.Base <= 0:
-		return fmt.Errorf("%w: %s.Base must be > 0, got %v", ErrInvalidConfig, where, p.Base)
-	case p.Factor < 1:
-		return fmt.Errorf("%w: %s.Factor must be ≥ 1, got %v", ErrInvalidConfig, where, p.Factor)
-	case p.Cap < p.Base:
-		return fmt.Errorf("%w: %s.Cap (%v) must be ≥ Base (%v)", ErrInvalidConfig, where, p.Cap, p.Base)
-	case p.MaxAttempts < 1:
-		return fmt.Errorf("%w: %s.MaxAttempts must be ≥ 1, got %d", ErrInvalidConfig, where, p.MaxAttempts)
-	case p.Jitter > 1:
-		return fmt.Errorf("%w: %s.Jitter must be ≤ 1 (a fraction), got %v", ErrInvalidConfig, where, p.Jitter)
+// validate checks a filled policy and reports every bad field (joined).
+// name maps a field ("Base", "Factor", "Cap", "MaxAttempts", "Jitter") to
+// the name an error gives it (a flag for the node's policy, a prefixed
+// field for an override).
+func (p RetryPolicy) validate(name func(field string) string) error {
+	var errs []error
+	if p.Base <= 0 {
+		errs = append(errs, invalid(name("Base"), "must be positive, got %v", p.Base))
 	}
-	return nil
+	if p.Factor < 1 {
+		errs = append(errs, invalid(name("Factor"), "must be at least 1, got %v", p.Factor))
+	}
+	if p.Cap < p.Base {
+		errs = append(errs, invalid(name("Cap"), "%v must be at least %s %v", p.Cap, name("Base"), p.Base))
+	}
+	if p.MaxAttempts < 1 {
+		errs = append(errs, invalid(name("MaxAttempts"), "must be at least 1, got %d", p.MaxAttempts))
+	}
+	if p.Jitter > 1 {
+		errs = append(errs, invalid(name("Jitter"), "must be at most 1 (a fraction), got %v", p.Jitter))
+	}
+	return errors.Join(errs...)
 }
 
 // Config wires a Dispatcher: its dependencies, hooks and tunables. Store,
 // Planner and Targets are required; every other field is optional. A zero
 // tunable means "use the default" (the field doc names it); New fills the
-// defaults, then validates, and reports the first bad field by name.
+// defaults, then validates (Tunables.Validate), naming every bad field.
 //
 // Clock: Now must be the same clock as the Planner's (the planner stamps
 // ClaimedAt with it, the reaper compares ClaimedAt with it).
@@ -232,6 +241,26 @@ type Config struct {
 	// without them does not claim by them.
 	Hosts *HostLimits
 
+	// Tunables are the sweep, delivery and retry settings (their own
+	// type so node configuration embeds them with their flags).
+	Tunables
+
+	// Egress is the targets' egress policy, enforced at dial time by the
+	// transport New builds (ignored when Transport is set). nil is the
+	// default policy: link-local and metadata addresses refused (package
+	// egress).
+	Egress *egress.Policy
+	// NamespaceLabel maps a namespace to its metrics label value, so a
+	// flood of namespaces cannot explode the series (nslabel.Limiter.Label).
+	// nil: the namespace itself.
+	NamespaceLabel func(namespace string) string
+}
+
+// Tunables are the dispatcher's settings: sweep pacing, batch and in-flight
+// bounds, delivery timeouts, host limits and the retry policy. A zero field
+// means "use the default" (the field doc names it); RegisterFlags exposes
+// the operator-facing ones as the node's flags.
+type Tunables struct {
 	// PollInterval is the fallback sweep period (jittered by ±10 %) when
 	// nothing wakes the dispatcher. Defaults to 20 ms.
 	PollInterval time.Duration
@@ -289,62 +318,163 @@ type Config struct {
 	// last_error (bytes, cut on a rune boundary, control characters
 	// blanked). Defaults to DefaultBodyExcerptMax; negative keeps none.
 	BodyExcerptMax int
-	// Egress is the targets' egress policy, enforced at dial time by the
-	// transport New builds (ignored when Transport is set). nil is the
-	// default policy: link-local and metadata addresses refused (package
-	// egress).
-	Egress *egress.Policy
-	// NamespaceLabel maps a namespace to its metrics label value, so a
-	// flood of namespaces cannot explode the series (nslabel.Limiter.Label).
-	// nil: the namespace itself.
-	NamespaceLabel func(namespace string) string
 }
 
-// DefaultConfig returns a Config holding only the default tunables (no
-// dependencies): a starting point for flags and for tests that override a
-// few fields.
-func DefaultConfig() Config {
-	c := Config{}
-	c.fillDefaults()
-	return c
+// DefaultTunables returns every tunable at its default, the derived ones
+// (VisibilityTimeout, RefillDebounce, InitialConnsPerHost) from the others.
+func DefaultTunables() Tunables {
+	var t Tunables
+	t.fillDefaults()
+	return t
 }
 
-// fillDefaults replaces zero tunables by their defaults.
-func (c *Config) fillDefaults() {
+// fillDefaults replaces zero tunables by their defaults; the derived ones
+// follow the fields they derive from.
+func (t *Tunables) fillDefaults() {
 	def := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {
 			*d = v
 		}
 	}
-	def(&c.PollInterval, DefaultPollInterval)
-	def(&c.WakeDebounce, DefaultWakeDebounce)
-	def(&c.RefillDebounce, max(min(DefaultRefillDebounce, c.PollInterval/2), c.WakeDebounce))
-	def(&c.DeliveryTimeout, DefaultDeliveryTimeout)
-	def(&c.VisibilityTimeout, c.DeliveryTimeout+DefaultVisibilitySlack)
-	def(&c.RearmInterval, DefaultRearmInterval)
-	def(&c.SettleTimeout, DefaultSettleTimeout)
-	if c.BatchSize == 0 {
-		c.BatchSize = DefaultBatchSize
+	def(&t.PollInterval, DefaultPollInterval)
+	def(&t.WakeDebounce, DefaultWakeDebounce)
+	def(&t.RefillDebounce, max(min(DefaultRefillDebounce, t.PollInterval/2), t.WakeDebounce))
+	def(&t.DeliveryTimeout, DefaultDeliveryTimeout)
+	def(&t.VisibilityTimeout, t.DeliveryTimeout+DefaultVisibilitySlack)
+	def(&t.RearmInterval, DefaultRearmInterval)
+	def(&t.SettleTimeout, DefaultSettleTimeout)
+	if t.BatchSize == 0 {
+		t.BatchSize = DefaultBatchSize
 	}
-	if c.MaxInFlight == 0 {
-		c.MaxInFlight = DefaultMaxInFlight
+	if t.MaxInFlight == 0 {
+		t.MaxInFlight = DefaultMaxInFlight
 	}
-	if c.MaxConnsPerHost == 0 {
-		c.MaxConnsPerHost = DefaultMaxConnsPerHost
+	if t.MaxConnsPerHost == 0 {
+		t.MaxConnsPerHost = DefaultMaxConnsPerHost
 	}
-	if c.InitialConnsPerHost == 0 {
-		c.InitialConnsPerHost = min(DefaultInitialConnsPerHost, c.MaxConnsPerHost)
+	if t.InitialConnsPerHost == 0 {
+		t.InitialConnsPerHost = min(DefaultInitialConnsPerHost, t.MaxConnsPerHost)
 	}
-	if c.LastErrorMax == 0 {
-		c.LastErrorMax = DefaultLastErrorMax
+	if t.LastErrorMax == 0 {
+		t.LastErrorMax = DefaultLastErrorMax
 	}
-	if c.BodyExcerptMax == 0 {
-		c.BodyExcerptMax = DefaultBodyExcerptMax
+	if t.BodyExcerptMax == 0 {
+		t.BodyExcerptMax = DefaultBodyExcerptMax
 	}
+	t.Retry = t.Retry.withDefaults(DefaultRetryPolicy())
+}
+
+// Validate fills the zero tunables with their defaults, then checks every
+// field. The errors (joined, each wrapping ErrInvalidConfig) name a field
+// by its flag where it has one ("--poll-interval: must be positive, got
+// -1ms"), else by its name ("WakeDebounce: ..."): the flags first, in the
+// order RegisterFlags registers them. dispatch.New calls it; the node calls
+// it once at start-up on the values its flags gave.
+func (t *Tunables) Validate() error {
+	t.fillDefaults()
+	var errs []error
+	check := func(ok bool, name, format string, args ...any) {
+		if !ok {
+			errs = append(errs, invalid(name, format, args...))
+		}
+	}
+	check(t.PollInterval > 0, "--poll-interval", "must be positive, got %v", t.PollInterval)
+	check(t.BatchSize >= 1, "--batch-size", "must be at least 1 row, got %d", t.BatchSize)
+	check(t.DeliveryTimeout > 0, "--delivery-timeout", "must be positive, got %v", t.DeliveryTimeout)
+	check(t.VisibilityTimeout > t.DeliveryTimeout, "--visibility-timeout",
+		"%v must exceed --delivery-timeout %v, or live deliveries get re-armed", t.VisibilityTimeout, t.DeliveryTimeout)
+	if err := t.Retry.validate(retryFlag); err != nil {
+		errs = append(errs, err)
+	}
+	check(t.MaxConnsPerHost >= 1, "--max-conns-per-host", "must be at least 1, got %d", t.MaxConnsPerHost)
+	for _, p := range []struct {
+		name string
+		d    time.Duration
+	}{{"WakeDebounce", t.WakeDebounce}, {"RefillDebounce", t.RefillDebounce}, {"RearmInterval", t.RearmInterval}, {"SettleTimeout", t.SettleTimeout}} {
+		check(p.d > 0, p.name, "must be positive, got %v", p.d)
+	}
+	if t.PollInterval > 0 {
+		check(t.WakeDebounce < t.PollInterval, "WakeDebounce", "%v must be below --poll-interval %v", t.WakeDebounce, t.PollInterval)
+		check(t.RefillDebounce >= t.WakeDebounce && t.RefillDebounce < t.PollInterval, "RefillDebounce",
+			"%v must be in [WakeDebounce %v, --poll-interval %v)", t.RefillDebounce, t.WakeDebounce, t.PollInterval)
+	}
+	check(t.MaxInFlight >= 1, "MaxInFlight", "must be at least 1 row, got %d", t.MaxInFlight)
+	if t.MaxConnsPerHost >= 1 {
+		check(t.InitialConnsPerHost >= 1 && t.InitialConnsPerHost <= t.MaxConnsPerHost, "InitialConnsPerHost",
+			"must be in [1, --max-conns-per-host %d], got %d", t.MaxConnsPerHost, t.InitialConnsPerHost)
+	}
+	check(t.LastErrorMax >= 16, "LastErrorMax", "must be at least 16 bytes, got %d", t.LastErrorMax)
+	return errors.Join(errs...)
+}
+
+// retryFlag names the node retry policy's fields by their flags.
+func retryFlag(field string) string {
+	switch field {
+	case "Base":
+		return "--retry-base"
+	case "Factor":
+		return "--retry-factor"
+	case "Cap":
+		return "--retry-cap"
+	case "MaxAttempts":
+		return "--max-attempts"
+	}
+	return "Retry." + field
+}
+
+// RegisterFlags registers the operator-facing tunables on fs as the node's
+// flags (their names, defaults and help are the node's), writing into t.
+// Every other tunable is set to its default.
+func (t *Tunables) RegisterFlags(fs *flag.FlagSet) {
+	*t = DefaultTunables()
+	// The derived tunables stay 0: Validate derives them from the values
+	// the flags give.
+	t.VisibilityTimeout, t.RefillDebounce, t.InitialConnsPerHost = 0, 0, 0
+	fs.DurationVar(&t.PollInterval, "poll-interval", t.PollInterval, "dispatcher sweep interval")
+	fs.IntVar(&t.BatchSize, "batch-size", t.BatchSize, "most rows claimed per sweep")
+	fs.DurationVar(&t.DeliveryTimeout, "delivery-timeout", t.DeliveryTimeout, "timeout of one delivery attempt")
+	fs.DurationVar(&t.VisibilityTimeout, "visibility-timeout", 0, "claim lease before the reaper re-arms a row (default: delivery timeout + 30s)")
+	fs.DurationVar(&t.Retry.Base, "retry-base", t.Retry.Base, "first retry backoff")
+	fs.Float64Var(&t.Retry.Factor, "retry-factor", t.Retry.Factor, "backoff multiplier per attempt")
+	fs.DurationVar(&t.Retry.Cap, "retry-cap", t.Retry.Cap, "largest retry backoff")
+	fs.Var((*attemptsFlag)(&t.Retry.MaxAttempts), "max-attempts", "delivery attempts (a `number`) before a row is dead-lettered")
+	fs.IntVar(&t.MaxConnsPerHost, "max-conns-per-host", t.MaxConnsPerHost, "upper bound of each target host's adaptive concurrency limit (rows this node delivers at once to one scheme://host:port)")
+}
+
+// attemptsFlag is a uint32 flag.Value (flag has none of that width).
+type attemptsFlag uint32
+
+func (a *attemptsFlag) String() string { return strconv.FormatUint(uint64(*a), 10) }
+
+func (a *attemptsFlag) Set(s string) error {
+	n, err := strconv.ParseUint(s, 10, 32)
+	if err != nil {
+		return errors.New("not a count of attempts (0 to 4294967295)")
+	}
+	*a = attemptsFlag(n)
+	return nil
+}
+
+// fieldError is one bad configuration field: its name (a flag, or a field
+// where there is no flag) and what is wrong. It matches ErrInvalidConfig.
+type fieldError struct{ name, msg string }
+
+func (e *fieldError) Error() string { return e.name + ": " + e.msg }
+
+// Is makes errors.Is(err, ErrInvalidConfig) hold.
+func (e *fieldError) Is(target error) bool { return target == ErrInvalidConfig }
+
+// invalid returns the fieldError of name.
+func invalid(name, format string, args ...any) error {
+	return &fieldError{name: name, msg: fmt.Sprintf(format, args...)}
+}
+
+// fillDefaults replaces zero tunables and unset hooks by their defaults.
+func (c *Config) fillDefaults() {
+	c.Tunables.fillDefaults()
 	if c.NamespaceLabel == nil {
 		c.NamespaceLabel = func(ns string) string { return ns }
 	}
-	c.Retry = c.Retry.withDefaults(DefaultRetryPolicy())
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -353,25 +483,10 @@ func (c *Config) fillDefaults() {
 	}
 }
 
-// validate checks a filled Config.
+// validate fills the defaults and checks the Config: the required
+// dependencies, then the tunables (Tunables.Validate).
 func (c *Config) validate() error {
-	positive := []struct {
-		name string
-		d    time.Duration
-	}{
-		{"PollInterval", c.PollInterval},
-		{"WakeDebounce", c.WakeDebounce},
-		{"RefillDebounce", c.RefillDebounce},
-		{"DeliveryTimeout", c.DeliveryTimeout},
-		{"VisibilityTimeout", c.VisibilityTimeout},
-		{"RearmInterval", c.RearmInterval},
-		{"SettleTimeout", c.SettleTimeout},
-	}
-	for _, p := range positive {
-		if p.d <= 0 {
-			return fmt.Errorf("%w: Config.%s must be > 0, got %v", ErrInvalidConfig, p.name, p.d)
-		}
-	}
+	c.fillDefaults()
 	switch {
 	case c.Store == nil:
 		return fmt.Errorf("%w: Config.Store is required", ErrInvalidConfig)
@@ -379,53 +494,6 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: Config.Planner is required", ErrInvalidConfig)
 	case c.Targets == nil:
 		return fmt.Errorf("%w: Config.Targets is required", ErrInvalidConfig)
-	case c.WakeDebounce >= c.PollInterval:
-		return fmt.Errorf("%w: Config.WakeDebounce (%v) must be < PollInterval (%v)", ErrInvalidConfig, c.WakeDebounce, c.PollInterval)
-	case c.RefillDebounce < c.WakeDebounce || c.RefillDebounce >= c.PollInterval:
-		return fmt.Errorf("%w: Config.RefillDebounce (%v) must be in [WakeDebounce %v, PollInterval %v)", ErrInvalidConfig, c.RefillDebounce, c.WakeDebounce, c.PollInterval)
-	case c.VisibilityTimeout <= c.DeliveryTimeout:
-		return fmt.Errorf("%w: Config.VisibilityTimeout (%v) must be > DeliveryTimeout (%v): a claim must outlive its delivery attempt",
-			ErrInvalidConfig, c.VisibilityTimeout, c.DeliveryTimeout)
-	case c.BatchSize < 1:
-		return fmt.Errorf("%w: Config.BatchSize must be ≥ 1 row, got %d", ErrInvalidConfig, c.BatchSize)
-	case c.MaxInFlight < 1:
-		return fmt.Errorf("%w: Config.MaxInFlight must be ≥ 1 row, got %d", ErrInvalidConfig, c.MaxInFlight)
-	case c.MaxConnsPerHost < 1:
-		return fmt.Errorf("%w: Config.MaxConnsPerHost must be ≥ 1, got %d", ErrInvalidConfig, c.MaxConnsPerHost)
-	case c.InitialConnsPerHost < 1 || c.InitialConnsPerHost > c.MaxConnsPerHost:
-		return fmt.Errorf("%w: Config.InitialConnsPerHost must be in [1, MaxConnsPerHost %d], got %d", ErrInvalidConfig, c.MaxConnsPerHost, c.InitialConnsPerHost)
-	case c.LastErrorMax < 16:
-		return fmt.Errorf("%w: Config.LastErrorMax must be ≥ 16 bytes, got %d", ErrInvalidConfig, c.LastErrorMax)
 	}
-	return c.Retry.validate("Config.Retry")
-}
-
-// RegisterFlags registers the tunables on fs under the "dispatch." prefix,
-// with the defaults as flag defaults, writing into c. Dependencies and hooks
-// are not flags; cmd/node sets them.
-func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	d := DefaultConfig()
-	fs.DurationVar(&c.PollInterval, "dispatch.poll-interval", d.PollInterval, "fallback sweep period when nothing wakes the dispatcher")
-	fs.DurationVar(&c.WakeDebounce, "dispatch.wake-debounce", d.WakeDebounce, "shortest gap between a sweep and a wake-triggered sweep")
-	fs.DurationVar(&c.RefillDebounce, "dispatch.refill-debounce", d.RefillDebounce, "shortest gap between a sweep and one triggered by finished deliveries")
-	fs.IntVar(&c.BatchSize, "dispatch.batch-size", d.BatchSize, "most rows one sweep claims (all namespaces)")
-	fs.IntVar(&c.MaxInFlight, "dispatch.max-in-flight", d.MaxInFlight, "most rows this node delivers at once")
-	fs.DurationVar(&c.DeliveryTimeout, "dispatch.delivery-timeout", d.DeliveryTimeout, "timeout of one HTTP delivery attempt")
-	fs.DurationVar(&c.VisibilityTimeout, "dispatch.visibility-timeout", 0, "age at which an unsettled claim is re-armed (0: delivery-timeout + 30s)")
-	fs.DurationVar(&c.RearmInterval, "dispatch.rearm-interval", d.RearmInterval, "how often stale claims are re-armed")
-	fs.DurationVar(&c.SettleTimeout, "dispatch.settle-timeout", d.SettleTimeout, "timeout of one settle call to the store")
-	fs.DurationVar(&c.Retry.Base, "dispatch.retry-base", d.Retry.Base, "first retry backoff")
-	fs.Float64Var(&c.Retry.Factor, "dispatch.retry-factor", d.Retry.Factor, "backoff multiplier per attempt")
-	fs.DurationVar(&c.Retry.Cap, "dispatch.retry-cap", d.Retry.Cap, "largest backoff, Retry-After included")
-	fs.Func("dispatch.max-attempts", fmt.Sprintf("delivery attempts before a row is dead-lettered (default %d)", d.Retry.MaxAttempts), func(s string) error {
-		var n uint32
-		if _, err := fmt.Sscanf(s, "%d", &n); err != nil {
-			return fmt.Errorf("dispatch.max-attempts: %w", err)
-		}
-		c.Retry.MaxAttempts = n
-		return nil
-	})
-	fs.Float64Var(&c.Retry.Jitter, "dispatch.retry-jitter", d.Retry.Jitter, "backoff jitter fraction (0.2 = ±20%; negative disables)")
-	fs.IntVar(&c.MaxConnsPerHost, "dispatch.max-conns-per-host", d.MaxConnsPerHost, "upper bound of each target host's adaptive concurrency limit")
-	fs.IntVar(&c.LastErrorMax, "dispatch.last-error-max", d.LastErrorMax, "bytes of last_error kept per row")
+	return c.Tunables.Validate()
 }

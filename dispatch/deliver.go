@@ -475,7 +475,7 @@ func (d *Dispatcher) policyFor(namespace string) RetryPolicy {
 		return d.cfg.Retry
 	}
 	p = p.withDefaults(d.cfg.Retry)
-	if err := p.validate("RetryPolicyFor(" + strconv.Quote(namespace) + ")"); err != nil {
+	if err := p.validate(func(field string) string { return "RetryPolicyFor(" + strconv.Quote(namespace) + ")." + field }); err != nil {
 		if _, warned := d.warnedPolicy.LoadOrStore(namespace, struct{}{}); !warned {
 			d.log.Warn("dispatch: invalid per-namespace retry policy; using the node's", "namespace", namespace, "error", err)
 		}

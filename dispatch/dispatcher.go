@@ -74,10 +74,9 @@ type Dispatcher struct {
 
 // New validates cfg (after filling defaults) and builds a Dispatcher. It
 // registers the metrics on cfg.Registerer. Errors wrap ErrInvalidConfig
-// and name the bad field, or report a metrics registration conflict.
+// and name the bad fields, or report a metrics registration conflict.
 // Nothing runs until Run (or SweepOnce) is called.
 func New(cfg Config) (*Dispatcher, error) {
-	cfg.fillDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}

@@ -144,10 +144,12 @@ type bundle struct {
 // Planner, Now, Registerer and Logger when they are unset.
 func testConfig(targets Targets) Config {
 	return Config{
-		Targets:         targets,
-		PollInterval:    20 * time.Millisecond,
-		DeliveryTimeout: 2 * time.Second,
-		RearmInterval:   50 * time.Millisecond,
+		Targets: targets,
+		Tunables: Tunables{
+			PollInterval:    20 * time.Millisecond,
+			DeliveryTimeout: 2 * time.Second,
+			RearmInterval:   50 * time.Millisecond,
+		},
 	}
 }
 

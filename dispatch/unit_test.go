@@ -16,7 +16,7 @@ import (
 )
 
 func TestConfigDefaults(t *testing.T) {
-	c := DefaultConfig()
+	c := DefaultTunables()
 	checks := []struct {
 		name      string
 		got, want any
@@ -41,7 +41,7 @@ func TestConfigDefaults(t *testing.T) {
 		}
 	}
 	// The visibility timeout follows a custom delivery timeout.
-	c2 := Config{DeliveryTimeout: 3 * time.Second}
+	c2 := Tunables{DeliveryTimeout: 3 * time.Second}
 	c2.fillDefaults()
 	if c2.VisibilityTimeout != 33*time.Second {
 		t.Errorf("VisibilityTimeout with DeliveryTimeout 3s = %v, want 33s", c2.VisibilityTimeout)
@@ -64,20 +64,20 @@ func TestConfigValidation(t *testing.T) {
 		{"store required", func(c *Config) { c.Store = nil }, "Config.Store"},
 		{"planner required", func(c *Config) { c.Planner = nil }, "Config.Planner"},
 		{"targets required", func(c *Config) { c.Targets = nil }, "Config.Targets"},
-		{"visibility not above delivery timeout", func(c *Config) { c.DeliveryTimeout, c.VisibilityTimeout = 5*time.Second, 5*time.Second }, "Config.VisibilityTimeout"},
-		{"negative poll interval", func(c *Config) { c.PollInterval = -time.Millisecond }, "Config.PollInterval"},
-		{"debounce not below poll", func(c *Config) { c.PollInterval, c.WakeDebounce = 10*time.Millisecond, 10*time.Millisecond }, "Config.WakeDebounce"},
-		{"negative batch", func(c *Config) { c.BatchSize = -1 }, "Config.BatchSize"},
-		{"negative max in flight", func(c *Config) { c.MaxInFlight = -1 }, "Config.MaxInFlight"},
-		{"negative conns", func(c *Config) { c.MaxConnsPerHost = -3 }, "Config.MaxConnsPerHost"},
-		{"initial conns above max", func(c *Config) { c.MaxConnsPerHost, c.InitialConnsPerHost = 4, 5 }, "Config.InitialConnsPerHost"},
-		{"refill debounce below wake debounce", func(c *Config) { c.WakeDebounce, c.RefillDebounce = 3*time.Millisecond, time.Millisecond }, "Config.RefillDebounce"},
-		{"refill debounce not below poll", func(c *Config) { c.RefillDebounce = c.PollInterval }, "Config.RefillDebounce"},
-		{"tiny last error", func(c *Config) { c.LastErrorMax = 8 }, "Config.LastErrorMax"},
-		{"retry factor below 1", func(c *Config) { c.Retry.Factor = 0.5 }, "Config.Retry.Factor"},
-		{"retry cap below base", func(c *Config) { c.Retry.Base, c.Retry.Cap = time.Second, time.Millisecond }, "Config.Retry.Cap"},
-		{"jitter above 1", func(c *Config) { c.Retry.Jitter = 1.5 }, "Config.Retry.Jitter"},
-		{"negative base", func(c *Config) { c.Retry.Base = -time.Second }, "Config.Retry.Base"},
+		{"visibility not above delivery timeout", func(c *Config) { c.DeliveryTimeout, c.VisibilityTimeout = 5*time.Second, 5*time.Second }, "--visibility-timeout"},
+		{"negative poll interval", func(c *Config) { c.PollInterval = -time.Millisecond }, "--poll-interval"},
+		{"debounce not below poll", func(c *Config) { c.PollInterval, c.WakeDebounce = 10*time.Millisecond, 10*time.Millisecond }, "WakeDebounce"},
+		{"negative batch", func(c *Config) { c.BatchSize = -1 }, "--batch-size"},
+		{"negative max in flight", func(c *Config) { c.MaxInFlight = -1 }, "MaxInFlight"},
+		{"negative conns", func(c *Config) { c.MaxConnsPerHost = -3 }, "--max-conns-per-host"},
+		{"initial conns above max", func(c *Config) { c.MaxConnsPerHost, c.InitialConnsPerHost = 4, 5 }, "InitialConnsPerHost"},
+		{"refill debounce below wake debounce", func(c *Config) { c.WakeDebounce, c.RefillDebounce = 3*time.Millisecond, time.Millisecond }, "RefillDebounce"},
+		{"refill debounce not below poll", func(c *Config) { c.RefillDebounce = c.PollInterval }, "RefillDebounce"},
+		{"tiny last error", func(c *Config) { c.LastErrorMax = 8 }, "LastErrorMax"},
+		{"retry factor below 1", func(c *Config) { c.Retry.Factor = 0.5 }, "--retry-factor"},
+		{"retry cap below base", func(c *Config) { c.Retry.Base, c.Retry.Cap = time.Second, time.Millisecond }, "--retry-cap"},
+		{"jitter above 1", func(c *Config) { c.Retry.Jitter = 1.5 }, "Retry.Jitter"},
+		{"negative base", func(c *Config) { c.Retry.Base = -time.Second }, "--retry-base"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -108,19 +108,33 @@ func TestConfigValidation(t *testing.T) {
 	})
 }
 
+// TestRegisterFlags pins the node's dispatch flags: their names, that they
+// write the tunables, and that the derived tunables follow what they give.
 func TestRegisterFlags(t *testing.T) {
-	var c Config
+	var c Tunables
 	fs := flag.NewFlagSet("x", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	c.RegisterFlags(fs)
-	if err := fs.Parse([]string{"-dispatch.batch-size=64", "-dispatch.max-attempts=3", "-dispatch.retry-base=1s"}); err != nil {
+	if err := fs.Parse([]string{"-batch-size=64", "-max-attempts=3", "-retry-base=1s", "-delivery-timeout=1m", "-max-conns-per-host=4", "-poll-interval=6ms"}); err != nil {
 		t.Fatal(err)
 	}
-	if c.BatchSize != 64 || c.Retry.MaxAttempts != 3 || c.Retry.Base != time.Second || c.PollInterval != DefaultPollInterval {
-		t.Fatalf("flags gave %+v", c)
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Validate: %v", err)
 	}
-	if err := fs.Parse([]string{"-dispatch.max-attempts=lots"}); err == nil {
+	want := DefaultTunables()
+	want.BatchSize, want.Retry.MaxAttempts, want.Retry.Base, want.DeliveryTimeout = 64, 3, time.Second, time.Minute
+	want.MaxConnsPerHost, want.PollInterval = 4, 6*time.Millisecond
+	want.VisibilityTimeout, want.InitialConnsPerHost, want.RefillDebounce = time.Minute+DefaultVisibilitySlack, 4, 3*time.Millisecond
+	if c != want {
+		t.Fatalf("flags gave\n%+v\nwant\n%+v", c, want)
+	}
+	if err := fs.Parse([]string{"-max-attempts=lots"}); err == nil {
 		t.Fatal("a non-numeric max-attempts was accepted")
+	}
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	if got := strings.Join(names, " "); got != "batch-size delivery-timeout max-attempts max-conns-per-host poll-interval retry-base retry-cap retry-factor visibility-timeout" {
+		t.Errorf("flags %s", got)
 	}
 }
 

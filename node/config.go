@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fairshard/fairshard/cluster"
+	"github.com/fairshard/fairshard/dispatch"
 	"github.com/fairshard/fairshard/egress"
 	"github.com/fairshard/fairshard/kv"
 	"github.com/fairshard/fairshard/lease"
@@ -229,27 +230,11 @@ type Config struct {
 	// test suites running many nodes on one busy machine).
 	GossipProfile string
 
-	// PollInterval is the dispatcher's sweep interval. Defaults to 20 ms.
-	PollInterval time.Duration
-	// BatchSize is the most rows one sweep claims. Defaults to 256.
-	BatchSize int
-	// DeliveryTimeout bounds one delivery attempt. Defaults to 10 s.
-	DeliveryTimeout time.Duration
-	// VisibilityTimeout is how long a claim may last before the reaper
-	// re-arms it. Defaults to DeliveryTimeout + 30 s; must exceed it.
-	VisibilityTimeout time.Duration
-	// RetryBase, RetryFactor and RetryCap shape the exponential backoff;
-	// defaults 500 ms, 2, 5 min.
-	RetryBase   time.Duration
-	RetryFactor float64
-	RetryCap    time.Duration
-	// MaxAttempts is the number of delivery attempts before a row is dead
-	// lettered. Defaults to 10.
-	MaxAttempts int
-	// MaxConnsPerHost is the upper bound of the adaptive concurrency limit
-	// of each target host (scheme://host:port): rows this node delivers
-	// to it at once. Defaults to 512.
-	MaxConnsPerHost int
+	// Dispatch is the dispatcher's tunables: sweep interval and batch,
+	// delivery and visibility timeouts, the node's retry policy and the
+	// per-host concurrency bound. Its flags, defaults and checks are the
+	// dispatch package's (dispatch.Tunables.RegisterFlags, Validate).
+	Dispatch dispatch.Tunables
 
 	// ReplicationFactor is the replication factor R a new cluster starts
 	// with: every shard is kept on R nodes (1–5, capped by the active
@@ -372,15 +357,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	})
 	fs.StringVar(&c.GossipKeyFile, "gossip-key-file", "", "file of base64 gossip keys, one a line, primary first; read again on SIGHUP to rotate keys without restarts (instead of --gossip-key)")
 	fs.StringVar(&c.GossipProfile, "gossip-profile", "lan", "memberlist timings: lan, fast (tests and demos on loopback) or shared-host (fast with probe timeouts a busy machine meets: test suites)")
-	fs.DurationVar(&c.PollInterval, "poll-interval", 20*time.Millisecond, "dispatcher sweep interval")
-	fs.IntVar(&c.BatchSize, "batch-size", 256, "most rows claimed per sweep")
-	fs.DurationVar(&c.DeliveryTimeout, "delivery-timeout", 10*time.Second, "timeout of one delivery attempt")
-	fs.DurationVar(&c.VisibilityTimeout, "visibility-timeout", 0, "claim lease before the reaper re-arms a row (default: delivery timeout + 30s)")
-	fs.DurationVar(&c.RetryBase, "retry-base", 500*time.Millisecond, "first retry backoff")
-	fs.Float64Var(&c.RetryFactor, "retry-factor", 2, "backoff multiplier per attempt")
-	fs.DurationVar(&c.RetryCap, "retry-cap", 5*time.Minute, "largest retry backoff")
-	fs.IntVar(&c.MaxAttempts, "max-attempts", 10, "delivery attempts before a row is dead-lettered")
-	fs.IntVar(&c.MaxConnsPerHost, "max-conns-per-host", 512, "upper bound of each target host's adaptive concurrency limit (rows this node delivers at once to one scheme://host:port)")
+	c.Dispatch.RegisterFlags(fs)
 	fs.IntVar(&c.ReplicationFactor, "replication-factor", 2, "copies of every shard, 1-5, cluster-wide: seeds a new cluster's value (PUT /v1/cluster changes it live); capped by the active members")
 	fs.IntVar(&c.WriteCopies, "write-copies", 0, "replicas every appended row must be durable on before the append is answered (else 503); 0: 2 when R >= 2 in a multi-node cluster, else 1")
 	fs.DurationVar(&c.RepairInterval, "repair-interval", 2*time.Second, "how often primaries compare shard digests with their backups (repair)")
@@ -579,36 +556,12 @@ func (c *Config) validateGossip(errs *configErrors) {
 	}
 }
 
-// validateDelivery checks the sweep and delivery settings and defaults the
-// visibility timeout to the delivery timeout + 30s. The visibility timeout
-// must exceed the delivery timeout, or live deliveries get re-armed.
+// validateDelivery checks the dispatcher's tunables and fills the derived
+// ones (dispatch.Tunables.Validate: the visibility timeout defaults to the
+// delivery timeout + 30s and must exceed it).
 func (c *Config) validateDelivery(errs *configErrors) {
-	if c.PollInterval <= 0 {
-		errs.bad("poll-interval", "must be positive")
-	}
-	if c.BatchSize <= 0 {
-		errs.bad("batch-size", "must be positive")
-	}
-	if c.DeliveryTimeout <= 0 {
-		errs.bad("delivery-timeout", "must be positive")
-	}
-	if c.VisibilityTimeout == 0 {
-		c.VisibilityTimeout = c.DeliveryTimeout + 30*time.Second
-	}
-	if c.VisibilityTimeout <= c.DeliveryTimeout {
-		errs.bad("visibility-timeout", "%v must exceed --delivery-timeout %v, or live deliveries get re-armed", c.VisibilityTimeout, c.DeliveryTimeout)
-	}
-	if c.RetryBase <= 0 || c.RetryCap < c.RetryBase {
-		errs.bad("retry-base", "must be positive and at most --retry-cap")
-	}
-	if c.RetryFactor < 1 {
-		errs.bad("retry-factor", "must be at least 1")
-	}
-	if c.MaxAttempts < 1 {
-		errs.bad("max-attempts", "must be at least 1")
-	}
-	if c.MaxConnsPerHost < 1 {
-		errs.bad("max-conns-per-host", "must be at least 1")
+	if err := c.Dispatch.Validate(); err != nil {
+		errs.add(err)
 	}
 }
 

@@ -176,7 +176,7 @@ func TestNewRefusesBadStarts(t *testing.T) {
 	}{
 		{"zero shards", func(c *node.Config) { c.Shards = 0 }, "--shards"},
 		{"bad log level", func(c *node.Config) { c.LogLevel = "loud" }, "--log-level"},
-		{"visibility below delivery timeout", func(c *node.Config) { c.VisibilityTimeout = time.Second }, "--visibility-timeout"},
+		{"visibility below delivery timeout", func(c *node.Config) { c.Dispatch.VisibilityTimeout = time.Second }, "--visibility-timeout"},
 		{"advertise gossip not an IP", func(c *node.Config) { c.AdvertiseGossip = "example.com:7946" }, "--advertise-gossip"},
 		{"bad default target", func(c *node.Config) { c.DefaultTarget = "ftp://x" }, "--default-target"},
 		{"locked data dir", func(c *node.Config) { c.DataDir = running.cfg.DataDir }, "in use by another process"},

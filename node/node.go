@@ -362,14 +362,13 @@ func (n *Node) joinMembership() error {
 }
 
 // claimPath is what decides which rows a sweep may claim and where they
-// go: the node's retry policy, the routes' targets and target-host limits,
-// the per-namespace ceilings and the planner that applies them.
+// go: the routes' targets and target-host limits, the per-namespace
+// ceilings and the planner that applies them.
 type claimPath struct {
-	nodeRetry dispatch.RetryPolicy
-	targets   dispatch.TargetsFunc
-	hosts     *dispatch.HostLimits
-	ceilings  *quota.ByMode
-	planner   *backpressure.Planner
+	targets  dispatch.TargetsFunc
+	hosts    *dispatch.HostLimits
+	ceilings *quota.ByMode
+	planner  *backpressure.Planner
 }
 
 // buildClaimPath opens the runtime settings on the gossiped config and
@@ -378,17 +377,17 @@ type claimPath struct {
 func (n *Node) buildClaimPath() (claimPath, error) {
 	cfg, reg, log, store := n.cfg, n.reg, n.log, n.store
 	var cp claimPath
-	cp.nodeRetry = dispatch.RetryPolicy{Base: cfg.RetryBase, Factor: cfg.RetryFactor, Cap: cfg.RetryCap, MaxAttempts: uint32(cfg.MaxAttempts)}
 	defaultMode, _ := quota.ParseMode(cfg.DefaultQuotaMode) // validated
 	n.settings = settings.New(settings.Config{
-		KV: n.cl.KV(), DefaultTarget: cfg.DefaultTarget, NodeRetry: cp.nodeRetry,
+		KV: n.cl.KV(), DefaultTarget: cfg.DefaultTarget, NodeRetry: cfg.Dispatch.Retry,
 		DefaultMaxInFlight: cfg.DefaultMaxInFlight, DefaultMode: defaultMode, QuotaTTL: cfg.QuotaTTL,
 	})
 	cp.targets = dispatch.TargetsFunc(n.settings.DispatchTarget)
 	// The target hosts' limits are one ceiling of the planner (beside each
 	// namespace's) and the dispatcher's record of what is on the wire.
 	var err error
-	cp.hosts, err = dispatch.NewHostLimits(dispatch.HostLimitsConfig{Targets: cp.targets, MaxConnsPerHost: cfg.MaxConnsPerHost, Registerer: reg})
+	cp.hosts, err = dispatch.NewHostLimits(dispatch.HostLimitsConfig{Targets: cp.targets, MaxConnsPerHost: cfg.Dispatch.MaxConnsPerHost,
+		InitialConnsPerHost: cfg.Dispatch.InitialConnsPerHost, Registerer: reg})
 	if err != nil {
 		return cp, fmt.Errorf("create target host limits: %w", err)
 	}
@@ -396,7 +395,7 @@ func (n *Node) buildClaimPath() (claimPath, error) {
 	policies := n.settings.Policies()
 	n.leases, err = lease.NewService(lease.ServiceConfig{
 		Self: n.name, ShardCount: cfg.Shards, LeaseLength: cfg.LeaseLength, Refresh: cfg.LeaseRefresh,
-		Drain: cfg.DeliveryTimeout, Policies: policies, Ownership: n.ownership, Terms: n.termStart, LatestTerm: n.latestTerm,
+		Drain: cfg.Dispatch.DeliveryTimeout, Policies: policies, Ownership: n.ownership, Terms: n.termStart, LatestTerm: n.latestTerm,
 		Store: store, Eligible: func(r outbox.ClaimScope) bool { return n.disp.Eligible(r) }, Call: n.peers.Lease, Handoff: n.peers.LeaseHandoff,
 		Wake: func() { n.disp.Wake() }, Claims: n.claims(store),
 		Label: n.nsLabels.Label, Registerer: reg, Logger: log,
@@ -432,7 +431,7 @@ func (n *Node) buildReplication() error {
 		LeftoverInterval: cfg.HandoffInterval,
 		// A delivery the old primary started ends within the delivery
 		// timeout; its settle is shipped within milliseconds.
-		HandoverTimeout: cfg.DeliveryTimeout + 5*time.Second,
+		HandoverTimeout: cfg.Dispatch.DeliveryTimeout + 5*time.Second,
 		// A leaving last node waits this long for a member that failed to
 		// return: the time memberlist still tells a dead member so (it can
 		// refute), at least 5 s (the fast profiles' 2 s is shorter than the
@@ -453,27 +452,22 @@ func (n *Node) buildDispatcher(cp claimPath, egressPolicy *egress.Policy) (*repl
 	rows := replication.NewStore(n.store, n.repl)
 	var err error
 	n.disp, err = dispatch.New(dispatch.Config{
-		Store:             rows,
-		Planner:           cp.planner,
-		Claiming:          n.leases.Claiming,
-		AfterSweep:        n.leases.AfterSweep,
-		Writable:          n.storeWritable,
-		Fence:             n.pause,
-		Targets:           cp.targets,
-		Hosts:             cp.hosts,
-		Held:              n.settings.HeldWorkflows,
-		RetryPolicyFor:    n.settings.RetryPolicyFor,
-		Paused:            n.settings.Paused,
-		Logger:            n.log,
-		Registerer:        n.reg,
-		PollInterval:      cfg.PollInterval,
-		BatchSize:         cfg.BatchSize,
-		DeliveryTimeout:   cfg.DeliveryTimeout,
-		VisibilityTimeout: cfg.VisibilityTimeout,
-		MaxConnsPerHost:   cfg.MaxConnsPerHost,
-		Retry:             cp.nodeRetry,
-		Egress:            egressPolicy,
-		NamespaceLabel:    n.nsLabels.Label,
+		Store:          rows,
+		Planner:        cp.planner,
+		Claiming:       n.leases.Claiming,
+		AfterSweep:     n.leases.AfterSweep,
+		Writable:       n.storeWritable,
+		Fence:          n.pause,
+		Targets:        cp.targets,
+		Hosts:          cp.hosts,
+		Held:           n.settings.HeldWorkflows,
+		RetryPolicyFor: n.settings.RetryPolicyFor,
+		Paused:         n.settings.Paused,
+		Logger:         n.log,
+		Registerer:     n.reg,
+		Tunables:       cfg.Dispatch,
+		Egress:         egressPolicy,
+		NamespaceLabel: n.nsLabels.Label,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create dispatcher: %w", err)

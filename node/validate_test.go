@@ -30,10 +30,10 @@ func TestValidateReportsEveryErrorInFlagOrder(t *testing.T) {
 	c.DefaultTarget = "ftp://x/{namespace}"
 	c.GossipKeyFile = missing
 	c.GossipProfile = "wan"
-	c.PollInterval, c.BatchSize, c.DeliveryTimeout = 0, 0, time.Second
-	c.VisibilityTimeout = time.Second
-	c.RetryBase, c.RetryCap, c.RetryFactor = 2*time.Second, time.Second, 0.5
-	c.MaxAttempts, c.MaxConnsPerHost = 0, 0
+	c.Dispatch.PollInterval, c.Dispatch.BatchSize, c.Dispatch.DeliveryTimeout = -time.Millisecond, -1, time.Second
+	c.Dispatch.VisibilityTimeout = time.Second
+	c.Dispatch.Retry.Base, c.Dispatch.Retry.Cap, c.Dispatch.Retry.Factor = 2*time.Second, time.Second, 0.5
+	c.Dispatch.MaxConnsPerHost = -1
 	c.ReplicationFactor, c.WriteCopies = 0, -1
 	c.RepairInterval, c.HandoffInterval, c.HandoffBatch, c.HandoffBatchBytes = 0, 0, 0, 0
 	c.ShutdownGrace, c.TombstoneRetention = 0, 0
@@ -83,7 +83,7 @@ func TestValidateFillsDefaultsAndResolvesFiles(t *testing.T) {
 	c.GossipKeyFile = keyFile
 	c.APITokenFile = write("token", " tok \n")
 	c.ClusterSecretFile = write("secret", secret+"\n")
-	c.VisibilityTimeout, c.DeliveryTimeout = 0, 5*time.Second
+	c.Dispatch.VisibilityTimeout, c.Dispatch.DeliveryTimeout = 0, 5*time.Second
 	c.DefaultQuotaMode, c.LeaseLength, c.LeaseRefresh = "", 0, 0
 	c.AllowOrigins = []string{"HTTPS://Admin.Example/"}
 	c.AllowHosts = []string{"[::1]", "Api.Example."}
@@ -97,8 +97,8 @@ func TestValidateFillsDefaultsAndResolvesFiles(t *testing.T) {
 	if c.APIToken != "tok" || c.ClusterSecret != secret {
 		t.Errorf("APIToken, ClusterSecret = %q, %q, want the files' contents", c.APIToken, c.ClusterSecret)
 	}
-	if c.VisibilityTimeout != 35*time.Second {
-		t.Errorf("VisibilityTimeout = %v, want delivery timeout + 30s", c.VisibilityTimeout)
+	if c.Dispatch.VisibilityTimeout != 35*time.Second {
+		t.Errorf("VisibilityTimeout = %v, want delivery timeout + 30s", c.Dispatch.VisibilityTimeout)
 	}
 	if c.DefaultQuotaMode != "exact" || c.LeaseLength <= 0 || c.LeaseRefresh <= 0 || c.LeaseRefresh > c.LeaseLength {
 		t.Errorf("quota mode %q, lease %v refresh %v: want exact and the lease defaults", c.DefaultQuotaMode, c.LeaseLength, c.LeaseRefresh)
@@ -154,7 +154,7 @@ func TestValidateFillsDefaultsAndResolvesFiles(t *testing.T) {
 			"--pprof-addr: needs --api-token (or --api-token-file): profiles are served only behind it"},
 		{"token and join without a secret", func(c *node.Config) { c.APIToken, c.Join = "tok", []string{"127.0.0.1:1"} },
 			"--cluster-secret: is required with --api-token and --join"},
-		{"no delivery timeout", func(c *node.Config) { c.DeliveryTimeout = 0 },
+		{"negative delivery timeout", func(c *node.Config) { c.Dispatch.DeliveryTimeout = -time.Second },
 			"--delivery-timeout: must be positive"},
 	} {
 		c := node.DefaultConfig()
@@ -167,7 +167,7 @@ func TestValidateFillsDefaultsAndResolvesFiles(t *testing.T) {
 	}
 }
 
-const wantAllWrong = "--node-name: is empty (and the hostname is unknown)\n--data-dir: is empty\n--http-addr: \"nohost\" is not host:port: address nohost: missing port in address\n--gossip-addr: \"nogossip\" is not host:port: address nogossip: missing port in address\n--advertise-gossip: \"name:7946\" must be ip:port with an IP literal\n--advertise-http: \"noport\" is not host:port\n--join: \"seed\" is not host:port\n--join-wait: must be positive\n--shards: must be at least 1\n--default-target: \"ftp://x/{namespace}\" is not an http(s) URL\n--gossip-key-file: read gossip keys: open DIR/missing: no such file or directory\n--gossip-profile: \"wan\" is not lan, fast or shared-host\n--poll-interval: must be positive\n--batch-size: must be positive\n--visibility-timeout: 1s must exceed --delivery-timeout 1s, or live deliveries get re-armed\n--retry-base: must be positive and at most --retry-cap\n--retry-factor: must be at least 1\n--max-attempts: must be at least 1\n--max-conns-per-host: must be at least 1\n--replication-factor: 0 is not between 1 and 5\n--write-copies: -1 is not between 0 (automatic) and 5\n--repair-interval: must be positive\n--handoff-interval: must be positive\n--handoff-batch: must be at least 1\n--handoff-batch-bytes: must be between 1 and 33554432\n--shutdown-grace: must be positive\n--tombstone-retention: must be positive\n--default-quota-mode: \"loose\" is not exact or proportional\n--lease-length: 1ms is not between 10ms and 10m0s\n--lease-refresh: 1h0m0s is not between 1ms and --lease-length 1ms\n--max-namespaces: 0 is not between 1 and 25000 (the gossiped config's entry cap)\n--max-targets: -1 is not between 1 and 25000 (the gossiped config's entry cap)\n--max-holds: 1073741824 is not between 1 and 25000 (the gossiped config's entry cap)\n--log-level: \"loud\" is not debug, info, warn or error\n--log-format: \"xml\" is not text or json\n--api-token-file: DIR/empty is empty\n--pprof-addr: \"nohostport\" is not host:port: address nohostport: missing port in address\n--cluster-secret-file: open DIR/missing: no such file or directory\n--cluster-secret: is 5 bytes, at least 16 are required (e.g. openssl rand -hex 32)\n--allow-origin: \"admin.example\" is not an origin (scheme://host[:port], e.g. https://admin.example)\n--allow-host: \"http://x\" is not a host name or an IP (no port, no scheme)\n--target-allow: \"::bad::\" is not a CIDR, an IP or a host name\n--http-read-timeout: must be positive\n--http-idle-timeout: must be positive\n--peer-check-interval: must be positive\n--metrics-namespaces: -1 is not between 0 and 10000\nrefusing to start without secrets: --advertise-gossip name:7946 listens beyond loopback, so it needs --gossip-key (or --gossip-key-file); generate them with `fairshard secrets`, or pass --insecure to run unauthenticated on purpose (docs/operations.md \"Security\")"
+const wantAllWrong = "--node-name: is empty (and the hostname is unknown)\n--data-dir: is empty\n--http-addr: \"nohost\" is not host:port: address nohost: missing port in address\n--gossip-addr: \"nogossip\" is not host:port: address nogossip: missing port in address\n--advertise-gossip: \"name:7946\" must be ip:port with an IP literal\n--advertise-http: \"noport\" is not host:port\n--join: \"seed\" is not host:port\n--join-wait: must be positive\n--shards: must be at least 1\n--default-target: \"ftp://x/{namespace}\" is not an http(s) URL\n--gossip-key-file: read gossip keys: open DIR/missing: no such file or directory\n--gossip-profile: \"wan\" is not lan, fast or shared-host\n--poll-interval: must be positive, got -1ms\n--batch-size: must be at least 1 row, got -1\n--visibility-timeout: 1s must exceed --delivery-timeout 1s, or live deliveries get re-armed\n--retry-factor: must be at least 1, got 0.5\n--retry-cap: 1s must be at least --retry-base 2s\n--max-conns-per-host: must be at least 1, got -1\n--replication-factor: 0 is not between 1 and 5\n--write-copies: -1 is not between 0 (automatic) and 5\n--repair-interval: must be positive\n--handoff-interval: must be positive\n--handoff-batch: must be at least 1\n--handoff-batch-bytes: must be between 1 and 33554432\n--shutdown-grace: must be positive\n--tombstone-retention: must be positive\n--default-quota-mode: \"loose\" is not exact or proportional\n--lease-length: 1ms is not between 10ms and 10m0s\n--lease-refresh: 1h0m0s is not between 1ms and --lease-length 1ms\n--max-namespaces: 0 is not between 1 and 25000 (the gossiped config's entry cap)\n--max-targets: -1 is not between 1 and 25000 (the gossiped config's entry cap)\n--max-holds: 1073741824 is not between 1 and 25000 (the gossiped config's entry cap)\n--log-level: \"loud\" is not debug, info, warn or error\n--log-format: \"xml\" is not text or json\n--api-token-file: DIR/empty is empty\n--pprof-addr: \"nohostport\" is not host:port: address nohostport: missing port in address\n--cluster-secret-file: open DIR/missing: no such file or directory\n--cluster-secret: is 5 bytes, at least 16 are required (e.g. openssl rand -hex 32)\n--allow-origin: \"admin.example\" is not an origin (scheme://host[:port], e.g. https://admin.example)\n--allow-host: \"http://x\" is not a host name or an IP (no port, no scheme)\n--target-allow: \"::bad::\" is not a CIDR, an IP or a host name\n--http-read-timeout: must be positive\n--http-idle-timeout: must be positive\n--peer-check-interval: must be positive\n--metrics-namespaces: -1 is not between 0 and 10000\nrefusing to start without secrets: --advertise-gossip name:7946 listens beyond loopback, so it needs --gossip-key (or --gossip-key-file); generate them with `fairshard secrets`, or pass --insecure to run unauthenticated on purpose (docs/operations.md \"Security\")"
 
 const wantConflicts = `--gossip-key-file: and --gossip-key are both set: keep the keys in one place
 --api-token-file: and --api-token are both set: keep the token in one place

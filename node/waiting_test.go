@@ -63,7 +63,7 @@ func (n *tnode) waitReason(key, want string) waitingView {
 func TestRowWaiting(t *testing.T) {
 	t.Parallel()
 	// One connection per target host: the host ceiling shows with 2 rows.
-	n := startNode(t, func(c *node.Config) { c.MaxConnsPerHost = 1 })
+	n := startNode(t, func(c *node.Config) { c.Dispatch.MaxConnsPerHost = 1 })
 	ok := newTarget(t)
 	failing := newTarget(t)
 	failing.SetStatus(http.StatusInternalServerError)

@@ -121,7 +121,7 @@ func TestEnvMapping(t *testing.T) {
 	want.NodeName, want.DataDir, want.Join, want.Shards = "from-env", "/tmp/env-data", []string{"10.0.0.1:7946", "10.0.0.2:7946"}, 64
 	want.DefaultMaxInFlight, want.DefaultTarget, want.APIToken = 9, "http://t:9/{namespace}", "tok" // the cluster secret never defaults to the token
 	want.ClusterSecret = "cluster-secret-from-env"
-	want.GossipKeys, want.PollInterval = [][]byte{bytes.Repeat([]byte{7}, 16), bytes.Repeat([]byte{8}, 32)}, 5*time.Millisecond
+	want.GossipKeys, want.Dispatch.PollInterval = [][]byte{bytes.Repeat([]byte{7}, 16), bytes.Repeat([]byte{8}, 32)}, 5*time.Millisecond
 	want.HTTPAddr, want.LogFormat = "127.0.0.1:2222", "text" // flags win
 	if err := want.Validate(); err != nil {
 		t.Fatal(err)

@@ -47,11 +47,11 @@ func Config(dir string) node.Config {
 	cfg.HTTPAddr = net.JoinHostPort(ip, "0")
 	cfg.GossipAddr = net.JoinHostPort(ip, "0")
 	cfg.GossipProfile = GossipProfile
-	cfg.PollInterval = 10 * time.Millisecond
+	cfg.Dispatch.PollInterval = 10 * time.Millisecond
 	cfg.HandoffInterval = 200 * time.Millisecond
-	cfg.RetryBase = 20 * time.Millisecond
-	cfg.RetryCap = 200 * time.Millisecond
-	cfg.DeliveryTimeout = 5 * time.Second
+	cfg.Dispatch.Retry.Base = 20 * time.Millisecond
+	cfg.Dispatch.Retry.Cap = 200 * time.Millisecond
+	cfg.Dispatch.DeliveryTimeout = 5 * time.Second
 	cfg.ShutdownGrace = 10 * time.Second
 	cfg.QuotaTTL = 50 * time.Millisecond
 	return cfg

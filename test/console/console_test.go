@@ -60,9 +60,9 @@ func startNode(t *testing.T, i int, join []string) *tnode {
 	t.Helper()
 	cfg := testnode.Config(t.TempDir())
 	cfg.NodeName = fmt.Sprintf("console-%d", i)
-	cfg.PollInterval = 20 * time.Millisecond
-	cfg.RetryBase = 50 * time.Millisecond
-	cfg.MaxAttempts = 3
+	cfg.Dispatch.PollInterval = 20 * time.Millisecond
+	cfg.Dispatch.Retry.Base = 50 * time.Millisecond
+	cfg.Dispatch.Retry.MaxAttempts = 3
 	cfg.APIToken, cfg.ClusterSecret = token, clusterSecret
 	cfg.Join = join
 	n := testnode.Start(t, cfg)
