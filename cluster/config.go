@@ -2,14 +2,11 @@ package cluster
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -336,44 +333,4 @@ func splitHostPort(hp string) (hostPort, error) {
 type hostPort struct {
 	host string
 	port uint16
-}
-
-// RegisterFlags registers the node-level cluster settings on fs under the
-// "cluster." prefix, with c's current values as defaults (so call it on
-// DefaultConfig()); parsing fs writes into c. Timing stays with the
-// profile. cmd/node alone applies environment overrides (STYLE §2).
-func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Name, "cluster.node-name", c.Name, "node name, unique in the cluster (default: the hostname)")
-	fs.StringVar(&c.BindAddr, "cluster.bind-addr", c.BindAddr, "gossip bind IP (UDP and TCP)")
-	fs.IntVar(&c.BindPort, "cluster.bind-port", c.BindPort, "gossip bind port; 0 picks a free one")
-	fs.StringVar(&c.AdvertiseAddr, "cluster.advertise-addr", c.AdvertiseAddr, "gossip IP peers should use (behind NAT); an IP literal")
-	fs.IntVar(&c.AdvertisePort, "cluster.advertise-port", c.AdvertisePort, "gossip port peers should use")
-	fs.Func("cluster.join", "comma-separated seed addresses host:port; a DNS name joins every address it resolves to", func(s string) error {
-		c.Join = nil
-		for _, a := range strings.Split(s, ",") {
-			if a = strings.TrimSpace(a); a != "" {
-				c.Join = append(c.Join, a)
-			}
-		}
-		return nil
-	})
-	fs.Func("cluster.shard-count", fmt.Sprintf("the cluster's fixed shard count (default %d)", c.ShardCount), func(s string) error {
-		n, err := strconv.ParseUint(s, 10, 32)
-		if err != nil {
-			return err
-		}
-		c.ShardCount = uint32(n)
-		return nil
-	})
-	fs.StringVar(&c.APIAddr, "cluster.api-addr", c.APIAddr, "this node's HTTP API address host:port, as peers should reach it")
-	fs.Func("cluster.secret-key", "base64 gossip encryption key of 16, 24 or 32 bytes (default: no encryption)", func(s string) error {
-		k, err := base64.StdEncoding.DecodeString(s)
-		if err != nil {
-			return err
-		}
-		c.SecretKey = k
-		return nil
-	})
-	fs.DurationVar(&c.RejoinInterval, "cluster.rejoin-interval", c.RejoinInterval, "how often to re-join seeds that are not members")
-	fs.DurationVar(&c.LeavePropagateDelay, "cluster.leave-propagate-delay", c.LeavePropagateDelay, "wait after the leave broadcast so it spreads")
 }

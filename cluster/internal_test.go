@@ -3,9 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"errors"
-	"flag"
 	"fmt"
 	"log"
 	"log/slog"
@@ -449,32 +447,5 @@ func TestLogBridge(t *testing.T) {
 		if r := logs.recs[i]; r.Level != w.level || r.Message != w.msg {
 			t.Errorf("record %d = %v %q, want %v %q", i, r.Level, r.Message, w.level, w.msg)
 		}
-	}
-}
-
-func TestRegisterFlags(t *testing.T) {
-	cfg := DefaultConfig()
-	fs := flag.NewFlagSet("node", flag.ContinueOnError)
-	cfg.RegisterFlags(fs)
-	err := fs.Parse([]string{
-		"-cluster.node-name=fs-1", "-cluster.bind-addr=10.0.0.5", "-cluster.bind-port=7000",
-		"-cluster.advertise-addr=192.0.2.1", "-cluster.join=seed-a:7946, seed-b:7946",
-		"-cluster.shard-count=4096", "-cluster.api-addr=fs-1:8080",
-		"-cluster.secret-key=" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1}, 32)),
-		"-cluster.rejoin-interval=5s",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg.Name != "fs-1" || cfg.BindAddr != "10.0.0.5" || cfg.BindPort != 7000 || cfg.AdvertiseAddr != "192.0.2.1" ||
-		!slices.Equal(cfg.Join, []string{"seed-a:7946", "seed-b:7946"}) || cfg.ShardCount != 4096 ||
-		cfg.APIAddr != "fs-1:8080" || len(cfg.SecretKey) != 32 || cfg.RejoinInterval != 5*time.Second {
-		t.Fatalf("flags not applied: %+v", cfg)
-	}
-	if err := cfg.withDefaults().validate(); err != nil {
-		t.Fatalf("flag-built config invalid: %v", err)
-	}
-	if err := fs.Parse([]string{"-cluster.shard-count=-1"}); err == nil {
-		t.Fatal("negative shard count accepted")
 	}
 }
