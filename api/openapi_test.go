@@ -737,7 +737,7 @@ func TestSpecAgainstRealNode(t *testing.T) {
 		cv.mu.Unlock()
 
 		// A lone node told to make every row durable on 2 replicas: 503.
-		lone := startNode(t, func(c *node.Config) { c.WriteCopies = 2 })
+		lone := startNode(t, func(c *node.Config) { c.Replication.WriteCopies = 2 })
 		lv, lproxy := newValidator(t, doc, "http://"+lone.APIAddr())
 		if status, body := send(t, lproxy.URL, http.MethodPost, "/v1/rows", `{"rows":[{"dispatch_key":"k1"}]}`, false); status != http.StatusServiceUnavailable {
 			t.Errorf("an append to a lone node with --write-copies 2: HTTP %d, want 503: %s", status, body)

@@ -363,7 +363,7 @@ func (d *demoRun) addNode(ctx context.Context, i int) error {
 	cfg.GossipProfile = "fast"
 	cfg.ClusterSecret, cfg.GossipKeys = d.secret, [][]byte{d.gossipKey}
 	cfg.DefaultTarget = d.target
-	cfg.HandoffInterval = time.Second
+	cfg.Replication.LeftoverInterval = time.Second
 	cfg.ShutdownGrace = 15 * time.Second
 	// Exact quota mode (the default): a 3 s lease, so a coordinator moved
 	// by the demo's join and leave learns for 3 s rather than 10 (the fast

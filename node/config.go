@@ -99,12 +99,6 @@ const (
 	DefaultMaxHolds = 10_000
 )
 
-// MaxHandoffBatchBytes is the largest --handoff-batch-bytes: a handoff call
-// then holds at most this many row bytes plus one row, which fits the
-// receiving route's body limit (httpapi.MaxHandoffBodyBytes) as JSON
-// (base64 payloads grow by a third).
-const MaxHandoffBatchBytes = 32 << 20
-
 // Config is the node's boot configuration: fixed after start. Runtime
 // settings (namespace quotas, pauses, targets, holds) live in the gossiped
 // cluster config instead. Every field has a flag (RegisterFlags); cmd/node
@@ -244,25 +238,11 @@ type Config struct {
 	// flag differs follows the cluster and logs the difference. Defaults
 	// to 2.
 	ReplicationFactor int
-	// WriteCopies is the write-copies minimum: an append is answered only
-	// once every row is durable on this many members of its replica set,
-	// else 503 with Retry-After. 0 (the default) is automatic: 2 when R ≥
-	// 2 and the node is part of a multi-node cluster (it has seeds or has
-	// seen another member), 1 otherwise. Capped by R.
-	WriteCopies int
-	// RepairInterval is how often a primary compares its shards' digests
-	// with its backups' (anti-entropy). Defaults to 2 s.
-	RepairInterval time.Duration
-	// HandoffInterval is how often the handoff loop runs besides on every
-	// ownership change. Defaults to 5 s.
-	HandoffInterval time.Duration
-	// HandoffBatch is the most rows per handoff call. Defaults to 500.
-	HandoffBatch int
-	// HandoffBatchBytes is the byte budget of one handoff call (rows as
-	// outbox.RowBytes counts them; a call may exceed it by one row, so a
-	// single large row still moves). Defaults to 8 MiB; at most
-	// MaxHandoffBatchBytes, so every call fits the receiver's body limit.
-	HandoffBatchBytes int
+	// Replication is the replicator's tunables: the write-copies minimum,
+	// the repair and handoff intervals and the handoff batch limits. Its
+	// flags, defaults and checks are the replication package's
+	// (replication.Tunables.RegisterFlags, Validate).
+	Replication replication.Tunables
 	// ShutdownGrace is the graceful stop's grace: in-flight deliveries get
 	// half of it to finish; a leave still handing off rows after it logs
 	// so and goes on until every row held here is held elsewhere (only a
@@ -359,11 +339,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.GossipProfile, "gossip-profile", "lan", "memberlist timings: lan, fast (tests and demos on loopback) or shared-host (fast with probe timeouts a busy machine meets: test suites)")
 	c.Dispatch.RegisterFlags(fs)
 	fs.IntVar(&c.ReplicationFactor, "replication-factor", 2, "copies of every shard, 1-5, cluster-wide: seeds a new cluster's value (PUT /v1/cluster changes it live); capped by the active members")
-	fs.IntVar(&c.WriteCopies, "write-copies", 0, "replicas every appended row must be durable on before the append is answered (else 503); 0: 2 when R >= 2 in a multi-node cluster, else 1")
-	fs.DurationVar(&c.RepairInterval, "repair-interval", 2*time.Second, "how often primaries compare shard digests with their backups (repair)")
-	fs.DurationVar(&c.HandoffInterval, "handoff-interval", 5*time.Second, "period of the pass that hands copies of shards no longer replicated here to their replica sets (it also runs on every ownership change)")
-	fs.IntVar(&c.HandoffBatch, "handoff-batch", 500, "most rows per handoff call")
-	fs.IntVar(&c.HandoffBatchBytes, "handoff-batch-bytes", 8<<20, "byte budget of one handoff call (payloads and fields; one larger row still moves alone)")
+	c.Replication.RegisterFlags(fs)
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 30*time.Second, "graceful stop: in-flight deliveries get half of it; a leave past it says so and goes on until every row is handed off (a second signal exits at once)")
 	fs.DurationVar(&c.TombstoneRetention, "tombstone-retention", 24*time.Hour, "dedupe window: how long finished rows keep their key")
 	fs.DurationVar(&c.QuotaTTL, "quota-ttl", 2*time.Second, "how long a namespace quota is cached")
@@ -571,20 +547,8 @@ func (c *Config) validateReplication(errs *configErrors) {
 	if c.ReplicationFactor < 1 || c.ReplicationFactor > replication.MaxFactor {
 		errs.bad("replication-factor", "%d is not between 1 and %d", c.ReplicationFactor, replication.MaxFactor)
 	}
-	if c.WriteCopies < 0 || c.WriteCopies > replication.MaxFactor {
-		errs.bad("write-copies", "%d is not between 0 (automatic) and %d", c.WriteCopies, replication.MaxFactor)
-	}
-	if c.RepairInterval <= 0 {
-		errs.bad("repair-interval", "must be positive")
-	}
-	if c.HandoffInterval <= 0 {
-		errs.bad("handoff-interval", "must be positive")
-	}
-	if c.HandoffBatch < 1 {
-		errs.bad("handoff-batch", "must be at least 1")
-	}
-	if c.HandoffBatchBytes < 1 || c.HandoffBatchBytes > MaxHandoffBatchBytes {
-		errs.bad("handoff-batch-bytes", "must be between 1 and %d", MaxHandoffBatchBytes)
+	if err := c.Replication.Validate(); err != nil {
+		errs.add(err)
 	}
 }
 

@@ -213,7 +213,7 @@ func TestReadBack(t *testing.T) {
 // an hour apart here, only shipping the change can.
 func TestCancelReachesTheBackups(t *testing.T) {
 	t.Parallel()
-	nodes := startCluster(t, 2, func(_ int, c *node.Config) { c.ReplicationFactor, c.RepairInterval = 2, time.Hour })
+	nodes := startCluster(t, 2, func(_ int, c *node.Config) { c.ReplicationFactor, c.Replication.PollInterval = 2, time.Hour })
 	a := nodes[0]
 	pause(t, nodes, "cb")
 	a.appendRows(rowIn{"dispatch_key": "cb-1", "namespace": "cb"})

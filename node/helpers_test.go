@@ -37,7 +37,7 @@ func testConfig(t testing.TB) node.Config {
 	// API per node; the replicated behaviour (R = 2, the default) has its
 	// own tests (replication_test.go) and the e2e scenarios.
 	cfg.ReplicationFactor = 1
-	cfg.RepairInterval = 200 * time.Millisecond
+	cfg.Replication.PollInterval = 200 * time.Millisecond
 	// Exact quota mode: a short lease, so a coordinator that moves with a
 	// join learns for 1 s, not the production 10 s.
 	cfg.LeaseLength = time.Second

@@ -36,7 +36,6 @@ import (
 	"github.com/fairshard/fairshard/quota"
 	"github.com/fairshard/fairshard/replication"
 	"github.com/fairshard/fairshard/shards"
-	"github.com/fairshard/fairshard/transfer"
 )
 
 // DataFileName is the bbolt file inside a node's data dir.
@@ -420,24 +419,23 @@ func (n *Node) buildClaimPath() (claimPath, error) {
 func (n *Node) buildReplication() error {
 	cfg := n.cfg
 	n.replPeers = replication.NewHTTPPeers(n.auth.Transport)
+	tunables := cfg.Replication
+	// A delivery the old primary started ends within the delivery
+	// timeout; its settle is shipped within milliseconds.
+	tunables.HandoverTimeout = cfg.Dispatch.DeliveryTimeout + 5*time.Second
+	// A leaving last node waits this long for a member that failed to
+	// return: the time memberlist still tells a dead member so (it can
+	// refute), at least 5 s (the fast profiles' 2 s is shorter than the
+	// stalls of a loaded host).
+	tunables.FailedPeerWait = max(gossipProfile(cfg.GossipProfile).Config.GossipToTheDeadTime, 5*time.Second)
 	var err error
 	n.repl, err = replication.New(replication.Config{
 		Self: n.name, ShardCount: cfg.Shards, Local: n.store, Peers: n.replPeers,
-		WriteCopies: cfg.WriteCopies, Seeded: len(cfg.Join) > 0,
-		Scope:            n.setClaimScope,
-		Wake:             func() { n.disp.Wake() },
-		Limits:           transfer.Limits{MaxRows: cfg.HandoffBatch, MaxBytes: cfg.HandoffBatchBytes},
-		PollInterval:     cfg.RepairInterval,
-		LeftoverInterval: cfg.HandoffInterval,
-		// A delivery the old primary started ends within the delivery
-		// timeout; its settle is shipped within milliseconds.
-		HandoverTimeout: cfg.Dispatch.DeliveryTimeout + 5*time.Second,
-		// A leaving last node waits this long for a member that failed to
-		// return: the time memberlist still tells a dead member so (it can
-		// refute), at least 5 s (the fast profiles' 2 s is shorter than the
-		// stalls of a loaded host).
-		FailedPeerWait: max(gossipProfile(cfg.GossipProfile).Config.GossipToTheDeadTime, 5*time.Second),
-		Logger:         n.log, Registerer: n.reg,
+		Seeded:   len(cfg.Join) > 0,
+		Scope:    n.setClaimScope,
+		Wake:     func() { n.disp.Wake() },
+		Tunables: tunables,
+		Logger:   n.log, Registerer: n.reg,
 	})
 	return err
 }

@@ -41,7 +41,7 @@ func TestUnreachableMember(t *testing.T) {
 		}
 	})
 	fast := func(c *node.Config) {
-		c.PeerCheckInterval, c.HandoffInterval = 100*time.Millisecond, 100*time.Millisecond
+		c.PeerCheckInterval, c.Replication.LeftoverInterval = 100*time.Millisecond, 100*time.Millisecond
 	}
 	a := startNode(t, fast)
 	c := startNode(t, func(cfg *node.Config) {

@@ -18,7 +18,7 @@ import (
 // replicated sets R (and the write-copies minimum, 0: automatic) on every
 // node of a test cluster.
 func replicated(r, w int) func(int, *node.Config) {
-	return func(_ int, c *node.Config) { c.ReplicationFactor, c.WriteCopies = r, w }
+	return func(_ int, c *node.Config) { c.ReplicationFactor, c.Replication.WriteCopies = r, w }
 }
 
 // replicationOut is GET /v1/cluster's "replication", decoded as the Go

@@ -3,8 +3,10 @@ package replication
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -79,8 +81,9 @@ const (
 	// DefaultSyncConcurrency is how many shards sync at once.
 	DefaultSyncConcurrency = 8
 	// DefaultLeftoverInterval is how often copies of shards this node no
-	// longer replicates are checked and dropped.
-	DefaultLeftoverInterval = time.Second
+	// longer replicates are checked and dropped (they are also checked on
+	// every ownership change).
+	DefaultLeftoverInterval = 5 * time.Second
 	// DefaultHandoverTimeout is the longest a new primary waits, before it
 	// claims from a shard, for the other live members to finish the
 	// deliveries they claimed of it and ship their settles (handover.go).
@@ -112,6 +115,11 @@ const (
 	DefaultFailedPeerWait = 30 * time.Second
 	// MaxFactor is the largest replication factor.
 	MaxFactor = 5
+	// MaxBatchBytes is the largest Limits.MaxBytes: a batch then holds at
+	// most this many row bytes plus one row, which fits the receiving
+	// route's body limit (httpapi.MaxHandoffBodyBytes) as JSON (base64
+	// payloads grow by a third).
+	MaxBatchBytes = 32 << 20
 )
 
 // Config configures a Replicator.
@@ -126,12 +134,6 @@ type Config struct {
 	Local Local
 	// Peers reaches the other members (required).
 	Peers Peers
-	// WriteCopies is the write-copies minimum: an append is answered only
-	// once every row is durable on that many members of its replica set.
-	// 0 means automatic: 2 when R ≥ 2 and the node is, or was, part of a
-	// multi-member cluster (Seeded, or it has seen another member), else
-	// 1, so a one-node cluster works. An explicit value is capped by R.
-	WriteCopies int
 	// Seeded is true when the node was started with seeds to join: it is
 	// meant to run in a multi-member cluster, so the automatic write-copies
 	// minimum is 2 (with R ≥ 2) even while it sees no other member.
@@ -142,8 +144,33 @@ type Config struct {
 	// Wake, when set, is called after rows were stored here by a write or
 	// a merge (the dispatcher may have new work).
 	Wake func()
+	// Tunables are the write-copies minimum, batch limits, intervals and
+	// timeouts (their own type so node configuration embeds them with
+	// their flags).
+	Tunables
+
+	// Now is the clock (default time.Now): stamps forwarded rows.
+	Now func() time.Time
+	// Logger receives sync, repair and drop events (default: discard).
+	Logger *slog.Logger
+	// Registerer, when set, receives the replication metrics (and those of
+	// the transfer.Mover that drops copies).
+	Registerer prometheus.Registerer
+}
+
+// Tunables are the replicator's settings. A zero field means "use the
+// default" (the Default* constants above; Limits: transfer's); a negative
+// one is refused. RegisterFlags exposes the operator-facing ones as the
+// node's flags.
+type Tunables struct {
+	// WriteCopies is the write-copies minimum: an append is answered only
+	// once every row is durable on that many members of its replica set.
+	// 0 means automatic: 2 when R ≥ 2 and the node is, or was, part of a
+	// multi-member cluster (Seeded, or it has seen another member), else
+	// 1, so a one-node cluster works. An explicit value is capped by R.
+	WriteCopies int
 	// Limits bound sync pages and shipped and moved batches (rows and
-	// bytes; transfer defaults).
+	// bytes; transfer defaults). MaxBytes is at most MaxBatchBytes.
 	Limits transfer.Limits
 	// ShipInterval, ShipBatch, MaxPending, PollInterval, SyncRetry,
 	// SyncConcurrency, LeftoverInterval, CallTimeout and WriteTimeout: see
@@ -169,15 +196,72 @@ type Config struct {
 	// FailedPeerWait: see DefaultFailedPeerWait (View.PeerFailedAt). The
 	// node sets it to its gossip's GossipToTheDeadTime.
 	FailedPeerWait time.Duration
-	// Now is the clock (default time.Now): stamps forwarded rows.
-	Now func() time.Time
-	// Logger receives sync, repair and drop events (default: discard).
-	Logger *slog.Logger
-	// Registerer, when set, receives the replication metrics (and those of
-	// the transfer.Mover that drops copies).
-	Registerer prometheus.Registerer
 }
 
+// RegisterFlags registers the operator-facing tunables on fs as the node's
+// flags (their names, defaults and help are the node's), writing into t.
+// Every other tunable is left zero (its default).
+func (t *Tunables) RegisterFlags(fs *flag.FlagSet) {
+	fs.IntVar(&t.WriteCopies, "write-copies", 0, "replicas every appended row must be durable on before the append is answered (else 503); 0: 2 when R >= 2 in a multi-node cluster, else 1")
+	fs.DurationVar(&t.PollInterval, "repair-interval", DefaultPollInterval, "how often primaries compare shard digests with their backups (repair)")
+	fs.DurationVar(&t.LeftoverInterval, "handoff-interval", DefaultLeftoverInterval, "period of the pass that hands copies of shards no longer replicated here to their replica sets (it also runs on every ownership change)")
+	fs.IntVar(&t.Limits.MaxRows, "handoff-batch", transfer.DefaultMaxRows, "most rows per handoff call")
+	fs.IntVar(&t.Limits.MaxBytes, "handoff-batch-bytes", transfer.DefaultMaxBytes, "byte budget of one handoff call (payloads and fields; one larger row still moves alone)")
+}
+
+// Validate fills the zero tunables with their defaults, then checks them.
+// The errors (joined) name a field by its flag where it has one
+// ("--repair-interval: must be positive, got -1s"), else by its name, the
+// flags first in the order RegisterFlags registers them. New calls it; the
+// node calls it once at start-up on the values its flags gave.
+func (t *Tunables) Validate() error {
+	var errs []error
+	bad := func(name, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", name, fmt.Sprintf(format, args...)))
+	}
+	duration := func(name string, d *time.Duration, def time.Duration) {
+		if *d == 0 {
+			*d = def
+		}
+		if *d < 0 {
+			bad(name, "must be positive, got %v", *d)
+		}
+	}
+	count := func(name string, n *int, def, most int) {
+		if *n == 0 {
+			*n = def
+		}
+		switch {
+		case *n < 0:
+			bad(name, "must be at least 1, got %d", *n)
+		case *n > most:
+			bad(name, "%d is not between 1 and %d", *n, most)
+		}
+	}
+	if t.WriteCopies < 0 || t.WriteCopies > MaxFactor {
+		bad("--write-copies", "%d is not between 0 (automatic) and %d", t.WriteCopies, MaxFactor)
+	}
+	duration("--repair-interval", &t.PollInterval, DefaultPollInterval)
+	duration("--handoff-interval", &t.LeftoverInterval, DefaultLeftoverInterval)
+	count("--handoff-batch", &t.Limits.MaxRows, transfer.DefaultMaxRows, math.MaxInt)
+	count("--handoff-batch-bytes", &t.Limits.MaxBytes, transfer.DefaultMaxBytes, MaxBatchBytes)
+	duration("ShipInterval", &t.ShipInterval, DefaultShipInterval)
+	duration("SyncRetry", &t.SyncRetry, DefaultSyncRetry)
+	duration("CallTimeout", &t.CallTimeout, DefaultCallTimeout)
+	duration("ShipTimeout", &t.ShipTimeout, DefaultShipTimeout)
+	duration("WriteTimeout", &t.WriteTimeout, DefaultWriteTimeout)
+	duration("HandoverTimeout", &t.HandoverTimeout, DefaultHandoverTimeout)
+	duration("HandoverInterval", &t.HandoverInterval, DefaultHandoverInterval)
+	duration("FailoverGrace", &t.FailoverGrace, DefaultFailoverGrace)
+	duration("FailedPeerWait", &t.FailedPeerWait, DefaultFailedPeerWait)
+	count("ShipBatch", &t.ShipBatch, DefaultShipBatch, math.MaxInt)
+	count("MaxPending", &t.MaxPending, DefaultMaxPending, math.MaxInt)
+	count("SyncConcurrency", &t.SyncConcurrency, DefaultSyncConcurrency, math.MaxInt)
+	return errors.Join(errs...)
+}
+
+// validate checks the dependencies and the tunables (Tunables.Validate,
+// which fills their defaults) and fills the clock and the logger.
 func (c *Config) validate() error {
 	var errs []error
 	if c.Self == "" {
@@ -195,42 +279,11 @@ func (c *Config) validate() error {
 	if c.Scope == nil {
 		errs = append(errs, errors.New("Scope is nil"))
 	}
-	if c.WriteCopies < 0 || c.WriteCopies > MaxFactor {
-		errs = append(errs, fmt.Errorf("WriteCopies %d is not between 0 (automatic) and %d", c.WriteCopies, MaxFactor))
+	if err := c.Tunables.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("replication: config: %w", errors.Join(errs...))
-	}
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
-	def(&c.ShipInterval, DefaultShipInterval)
-	def(&c.PollInterval, DefaultPollInterval)
-	def(&c.SyncRetry, DefaultSyncRetry)
-	def(&c.LeftoverInterval, DefaultLeftoverInterval)
-	def(&c.CallTimeout, DefaultCallTimeout)
-	def(&c.ShipTimeout, DefaultShipTimeout)
-	def(&c.WriteTimeout, DefaultWriteTimeout)
-	def(&c.HandoverTimeout, DefaultHandoverTimeout)
-	def(&c.HandoverInterval, DefaultHandoverInterval)
-	def(&c.FailoverGrace, DefaultFailoverGrace)
-	def(&c.FailedPeerWait, DefaultFailedPeerWait)
-	if c.ShipBatch <= 0 {
-		c.ShipBatch = DefaultShipBatch
-	}
-	if c.MaxPending <= 0 {
-		c.MaxPending = DefaultMaxPending
-	}
-	if c.SyncConcurrency <= 0 {
-		c.SyncConcurrency = DefaultSyncConcurrency
-	}
-	if c.Limits.MaxRows <= 0 {
-		c.Limits.MaxRows = transfer.DefaultMaxRows
-	}
-	if c.Limits.MaxBytes <= 0 {
-		c.Limits.MaxBytes = transfer.DefaultMaxBytes
 	}
 	if c.Now == nil {
 		c.Now = time.Now

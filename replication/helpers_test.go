@@ -125,16 +125,18 @@ func (c *tcluster) start(n *tnode) {
 			n.scope = slices.Clone(owned)
 			n.scopeMu.Unlock()
 		},
-		Seeded:       true,
-		PollInterval: 100 * time.Millisecond, SyncRetry: 50 * time.Millisecond,
-		LeftoverInterval: 100 * time.Millisecond, CallTimeout: 5 * time.Second,
-		// WriteTimeout stays at its default (10 s): under -race at CI load one
-		// fan-out of 3,000 rows to a backup can take longer than 2 s, and the
-		// set-up write would fail on the machine, not on the product.
-		WriteTimeout: replication.DefaultWriteTimeout,
-		Limits:       c.limits,
-		Now:          func() time.Time { return n.now() },
-		Registerer:   n.reg,
+		Seeded: true,
+		Tunables: replication.Tunables{
+			PollInterval: 100 * time.Millisecond, SyncRetry: 50 * time.Millisecond,
+			LeftoverInterval: 100 * time.Millisecond, CallTimeout: 5 * time.Second,
+			// WriteTimeout stays at its default (10 s): under -race at CI load one
+			// fan-out of 3,000 rows to a backup can take longer than 2 s, and the
+			// set-up write would fail on the machine, not on the product.
+			WriteTimeout: replication.DefaultWriteTimeout,
+			Limits:       c.limits,
+		},
+		Now:        func() time.Time { return n.now() },
+		Registerer: n.reg,
 	}
 	if c.opts != nil {
 		c.opts(&cfg)

@@ -48,7 +48,7 @@ func Config(dir string) node.Config {
 	cfg.GossipAddr = net.JoinHostPort(ip, "0")
 	cfg.GossipProfile = GossipProfile
 	cfg.Dispatch.PollInterval = 10 * time.Millisecond
-	cfg.HandoffInterval = 200 * time.Millisecond
+	cfg.Replication.LeftoverInterval = 200 * time.Millisecond
 	cfg.Dispatch.Retry.Base = 20 * time.Millisecond
 	cfg.Dispatch.Retry.Cap = 200 * time.Millisecond
 	cfg.Dispatch.DeliveryTimeout = 5 * time.Second
