@@ -17,6 +17,7 @@ package api_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -118,9 +119,7 @@ func normalise(method, path string) string {
 			segs[i] = "{}"
 		}
 	}
-	if method == "" {
-		method = "ANY"
-	}
+	method = cmp.Or(method, "ANY")
 	return strings.ToUpper(method) + " " + strings.Join(segs, "/")
 }
 

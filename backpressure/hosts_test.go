@@ -1,6 +1,7 @@
 package backpressure_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -171,9 +172,7 @@ func TestHostCeiling(t *testing.T) {
 				b.add(t, ns, tq, n)
 			}
 			batch := tc.batch
-			if batch == 0 {
-				batch = 256
-			}
+			batch = cmp.Or(batch, 256)
 			s := sweep(t, p, b, batch, nil)
 			got := perNamespace(s.Rows)
 			if !maps.Equal(got, tc.want) {

@@ -2,6 +2,7 @@ package boltstore
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -75,9 +76,7 @@ type CompactResult struct {
 // original twice and the copy twice; about a second per few hundred MB.
 func Compact(ctx context.Context, path string, opts CompactOptions) (CompactResult, error) {
 	start := time.Now()
-	if opts.LockTimeout == 0 {
-		opts.LockTimeout = LockTimeoutDefault
-	}
+	opts.LockTimeout = cmp.Or(opts.LockTimeout, LockTimeoutDefault)
 	sopts := Options{LockTimeout: opts.LockTimeout}.withDefaults()
 	var res CompactResult
 	existed, err := precheckFile(path)

@@ -2,6 +2,7 @@ package boltstore
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -297,9 +298,7 @@ func scribbleBodies(t *testing.T, path string, every int64, from int64, n int64)
 	fi, err := f.Stat()
 	must(t, err)
 	ps := int64(os.Getpagesize())
-	if n == 0 {
-		n = ps - from
-	}
+	n = cmp.Or(n, ps-from)
 	rng := rand.New(rand.NewPCG(11, uint64(every)))
 	buf := make([]byte, n)
 	for off := 2 * ps; off < fi.Size(); off += every * ps {

@@ -1,6 +1,7 @@
 package boltstore
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"time"
@@ -93,27 +94,15 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
-	if o.LockTimeout == 0 {
-		o.LockTimeout = LockTimeoutDefault
-	}
-	if o.TombstoneRetention == 0 {
-		o.TombstoneRetention = TombstoneRetentionDefault
-	}
-	if o.DeadLetterRetention == 0 {
-		o.DeadLetterRetention = DeadLetterRetentionDefault
-	}
+	o.LockTimeout = cmp.Or(o.LockTimeout, LockTimeoutDefault)
+	o.TombstoneRetention = cmp.Or(o.TombstoneRetention, TombstoneRetentionDefault)
+	o.DeadLetterRetention = cmp.Or(o.DeadLetterRetention, DeadLetterRetentionDefault)
 	if o.DeadLetterRetention >= 0 && o.DeadLetterRetention < o.TombstoneRetention {
 		o.DeadLetterRetention = o.TombstoneRetention
 	}
-	if o.MaxBatchRows == 0 {
-		o.MaxBatchRows = MaxBatchRowsDefault
-	}
-	if o.RecoverInterval == 0 {
-		o.RecoverInterval = RecoverIntervalDefault
-	}
-	if o.PackInterval == 0 {
-		o.PackInterval = PackIntervalDefault
-	}
+	o.MaxBatchRows = cmp.Or(o.MaxBatchRows, MaxBatchRowsDefault)
+	o.RecoverInterval = cmp.Or(o.RecoverInterval, RecoverIntervalDefault)
+	o.PackInterval = cmp.Or(o.PackInterval, PackIntervalDefault)
 	if o.Now == nil {
 		o.Now = time.Now
 	}

@@ -2,6 +2,7 @@ package client
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -87,9 +88,7 @@ func (r RetryConfig) withDefaults() RetryConfig {
 		r.MaxDelay = DefaultMaxDelay
 	}
 	r.MaxDelay = max(r.MaxDelay, r.BaseDelay)
-	if r.MaxRetryAfter == 0 {
-		r.MaxRetryAfter = DefaultMaxRetryAfter
-	}
+	r.MaxRetryAfter = cmp.Or(r.MaxRetryAfter, DefaultMaxRetryAfter)
 	return r
 }
 
@@ -162,9 +161,7 @@ func New(opts Options) (*Client, error) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	if opts.UserAgent == "" {
-		opts.UserAgent = defaultUserAgent
-	}
+	opts.UserAgent = cmp.Or(opts.UserAgent, defaultUserAgent)
 	c := &Client{opts: opts, retry: opts.Retry.withDefaults(), http: opts.HTTPClient, nodes: nodes}
 	if c.http == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()

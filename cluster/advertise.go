@@ -172,9 +172,7 @@ func chooseAdvertise(ifs []netInterface, routes []defaultRoute) AdvertiseChoice 
 		}
 		for _, a := range usable(ifc.Addrs) {
 			if a.IsPrivate() || sharedAddressSpace.Contains(a) {
-				if first == "" {
-					first = ifc.Name
-				}
+				first = cmp.Or(first, ifc.Name)
 				cands = append(cands, a.String())
 			}
 		}

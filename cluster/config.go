@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -206,27 +207,17 @@ func (c *Config) withDefaults() *Config {
 		mc := *c.Config
 		out.Config = &mc
 	}
-	if out.ShardCount == 0 {
-		out.ShardCount = DefaultShardCount
-	}
-	if out.ReplicationFactor == 0 {
-		out.ReplicationFactor = 1
-	}
-	if out.RejoinInterval == 0 {
-		out.RejoinInterval = DefaultRejoinInterval
-	}
-	if out.LeavePropagateDelay == 0 {
-		out.LeavePropagateDelay = DefaultLeavePropagateDelay
-	}
+	out.ShardCount = cmp.Or(out.ShardCount, DefaultShardCount)
+	out.ReplicationFactor = cmp.Or(out.ReplicationFactor, 1)
+	out.RejoinInterval = cmp.Or(out.RejoinInterval, DefaultRejoinInterval)
+	out.LeavePropagateDelay = cmp.Or(out.LeavePropagateDelay, DefaultLeavePropagateDelay)
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}
 	if out.Resolver == nil {
 		out.Resolver = net.DefaultResolver
 	}
-	if out.protocolVersion == 0 {
-		out.protocolVersion = ProtocolVersion
-	}
+	out.protocolVersion = cmp.Or(out.protocolVersion, ProtocolVersion)
 	return &out
 }
 

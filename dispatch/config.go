@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -122,21 +123,11 @@ func DefaultRetryPolicy() RetryPolicy {
 
 // withDefaults fills zero fields from base.
 func (p RetryPolicy) withDefaults(base RetryPolicy) RetryPolicy {
-	if p.Base == 0 {
-		p.Base = base.Base
-	}
-	if p.Factor == 0 {
-		p.Factor = base.Factor
-	}
-	if p.Cap == 0 {
-		p.Cap = base.Cap
-	}
-	if p.MaxAttempts == 0 {
-		p.MaxAttempts = base.MaxAttempts
-	}
-	if p.Jitter == 0 {
-		p.Jitter = base.Jitter
-	}
+	p.Base = cmp.Or(p.Base, base.Base)
+	p.Factor = cmp.Or(p.Factor, base.Factor)
+	p.Cap = cmp.Or(p.Cap, base.Cap)
+	p.MaxAttempts = cmp.Or(p.MaxAttempts, base.MaxAttempts)
+	p.Jitter = cmp.Or(p.Jitter, base.Jitter)
 	return p
 }
 
@@ -331,36 +322,19 @@ func DefaultTunables() Tunables {
 // fillDefaults replaces zero tunables by their defaults; the derived ones
 // follow the fields they derive from.
 func (t *Tunables) fillDefaults() {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
-			*d = v
-		}
-	}
-	def(&t.PollInterval, DefaultPollInterval)
-	def(&t.WakeDebounce, DefaultWakeDebounce)
-	def(&t.RefillDebounce, max(min(DefaultRefillDebounce, t.PollInterval/2), t.WakeDebounce))
-	def(&t.DeliveryTimeout, DefaultDeliveryTimeout)
-	def(&t.VisibilityTimeout, t.DeliveryTimeout+DefaultVisibilitySlack)
-	def(&t.RearmInterval, DefaultRearmInterval)
-	def(&t.SettleTimeout, DefaultSettleTimeout)
-	if t.BatchSize == 0 {
-		t.BatchSize = DefaultBatchSize
-	}
-	if t.MaxInFlight == 0 {
-		t.MaxInFlight = DefaultMaxInFlight
-	}
-	if t.MaxConnsPerHost == 0 {
-		t.MaxConnsPerHost = DefaultMaxConnsPerHost
-	}
-	if t.InitialConnsPerHost == 0 {
-		t.InitialConnsPerHost = min(DefaultInitialConnsPerHost, t.MaxConnsPerHost)
-	}
-	if t.LastErrorMax == 0 {
-		t.LastErrorMax = DefaultLastErrorMax
-	}
-	if t.BodyExcerptMax == 0 {
-		t.BodyExcerptMax = DefaultBodyExcerptMax
-	}
+	t.PollInterval = cmp.Or(t.PollInterval, DefaultPollInterval)
+	t.WakeDebounce = cmp.Or(t.WakeDebounce, DefaultWakeDebounce)
+	t.RefillDebounce = cmp.Or(t.RefillDebounce, max(min(DefaultRefillDebounce, t.PollInterval/2), t.WakeDebounce))
+	t.DeliveryTimeout = cmp.Or(t.DeliveryTimeout, DefaultDeliveryTimeout)
+	t.VisibilityTimeout = cmp.Or(t.VisibilityTimeout, t.DeliveryTimeout+DefaultVisibilitySlack)
+	t.RearmInterval = cmp.Or(t.RearmInterval, DefaultRearmInterval)
+	t.SettleTimeout = cmp.Or(t.SettleTimeout, DefaultSettleTimeout)
+	t.BatchSize = cmp.Or(t.BatchSize, DefaultBatchSize)
+	t.MaxInFlight = cmp.Or(t.MaxInFlight, DefaultMaxInFlight)
+	t.MaxConnsPerHost = cmp.Or(t.MaxConnsPerHost, DefaultMaxConnsPerHost)
+	t.InitialConnsPerHost = cmp.Or(t.InitialConnsPerHost, min(DefaultInitialConnsPerHost, t.MaxConnsPerHost))
+	t.LastErrorMax = cmp.Or(t.LastErrorMax, DefaultLastErrorMax)
+	t.BodyExcerptMax = cmp.Or(t.BodyExcerptMax, DefaultBodyExcerptMax)
 	t.Retry = t.Retry.withDefaults(DefaultRetryPolicy())
 }
 

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -149,9 +150,7 @@ func newDeliveryRequest(ctx context.Context, row *outbox.Row, t Target, now time
 		return nil, err
 	}
 	ct := row.ContentType
-	if ct == "" {
-		ct = "application/octet-stream"
-	}
+	ct = cmp.Or(ct, "application/octet-stream")
 	h := req.Header
 	for name, v := range t.Headers {
 		h.Set(name, v)

@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -99,15 +100,9 @@ type hostTemplate struct {
 // metrics and returns an empty HostLimits. Errors wrap ErrInvalidConfig
 // and name the field, or report a metrics registration conflict.
 func NewHostLimits(cfg HostLimitsConfig) (*HostLimits, error) {
-	if cfg.MaxConnsPerHost == 0 {
-		cfg.MaxConnsPerHost = DefaultMaxConnsPerHost
-	}
-	if cfg.InitialConnsPerHost == 0 {
-		cfg.InitialConnsPerHost = min(DefaultInitialConnsPerHost, cfg.MaxConnsPerHost)
-	}
-	if cfg.IdleExpiry == 0 {
-		cfg.IdleExpiry = DefaultHostIdleExpiry
-	}
+	cfg.MaxConnsPerHost = cmp.Or(cfg.MaxConnsPerHost, DefaultMaxConnsPerHost)
+	cfg.InitialConnsPerHost = cmp.Or(cfg.InitialConnsPerHost, min(DefaultInitialConnsPerHost, cfg.MaxConnsPerHost))
+	cfg.IdleExpiry = cmp.Or(cfg.IdleExpiry, DefaultHostIdleExpiry)
 	switch {
 	case cfg.Targets == nil:
 		return nil, fmt.Errorf("%w: HostLimitsConfig.Targets is required", ErrInvalidConfig)

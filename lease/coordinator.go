@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -101,18 +102,10 @@ type CoordinatorConfig struct {
 
 func (c *CoordinatorConfig) withDefaults() (CoordinatorConfig, error) {
 	out := *c
-	if out.LeaseLength == 0 {
-		out.LeaseLength = DefaultLeaseLength
-	}
-	if out.RefreshInterval == 0 {
-		out.RefreshInterval = min(DefaultRefreshInterval, out.LeaseLength)
-	}
-	if out.LearningPeriod == 0 {
-		out.LearningPeriod = out.LeaseLength
-	}
-	if out.Turn == 0 {
-		out.Turn = DefaultTurnRefreshes * out.RefreshInterval
-	}
+	out.LeaseLength = cmp.Or(out.LeaseLength, DefaultLeaseLength)
+	out.RefreshInterval = cmp.Or(out.RefreshInterval, min(DefaultRefreshInterval, out.LeaseLength))
+	out.LearningPeriod = cmp.Or(out.LearningPeriod, out.LeaseLength)
+	out.Turn = cmp.Or(out.Turn, DefaultTurnRefreshes*out.RefreshInterval)
 	if out.Epoch == nil {
 		out.Epoch = func() uint64 { return 0 }
 	}

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -308,9 +309,7 @@ func jsonFieldError(prefix string, err error) *FieldError {
 		return prefix + "." + name
 	}
 	field := prefix
-	if field == "" {
-		field = "body"
-	}
+	field = cmp.Or(field, "body")
 	var te *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &te) && te.Field != "":

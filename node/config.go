@@ -2,6 +2,7 @@ package node
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/base64"
 	"errors"
 	"flag"
@@ -567,18 +568,12 @@ func (c *Config) validateRetention(errs *configErrors) {
 // lease timing to the lease package's defaults, then checks that the
 // refresh interval is at most the lease length.
 func (c *Config) validateQuotaLeases(errs *configErrors) {
-	if c.DefaultQuotaMode == "" {
-		c.DefaultQuotaMode = "exact"
-	}
+	c.DefaultQuotaMode = cmp.Or(c.DefaultQuotaMode, "exact")
 	if _, err := quota.ParseMode(c.DefaultQuotaMode); err != nil {
 		errs.bad("default-quota-mode", "%q is not exact or proportional", c.DefaultQuotaMode)
 	}
-	if c.LeaseLength == 0 {
-		c.LeaseLength = lease.DefaultLeaseLength
-	}
-	if c.LeaseRefresh == 0 {
-		c.LeaseRefresh = min(lease.DefaultRefreshInterval, c.LeaseLength)
-	}
+	c.LeaseLength = cmp.Or(c.LeaseLength, lease.DefaultLeaseLength)
+	c.LeaseRefresh = cmp.Or(c.LeaseRefresh, min(lease.DefaultRefreshInterval, c.LeaseLength))
 	if c.LeaseLength < 10*time.Millisecond || c.LeaseLength > lease.MaxLeaseMS*time.Millisecond {
 		errs.bad("lease-length", "%v is not between 10ms and %v", c.LeaseLength, lease.MaxLeaseMS*time.Millisecond)
 	}

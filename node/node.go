@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -574,9 +575,7 @@ func (n *Node) clusterConfig(httpBound *net.TCPAddr) (*cluster.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--gossip-addr %q: bad port", cfg.GossipAddr)
 	}
-	if host == "" {
-		host = "0.0.0.0"
-	}
+	host = cmp.Or(host, "0.0.0.0")
 	c.BindAddr, c.BindPort = host, port
 	advIP := ""
 	if cfg.AdvertiseGossip != "" {

@@ -34,6 +34,7 @@
 package nodeauth
 
 import (
+	"cmp"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -136,9 +137,7 @@ func New(cfg Config) (*Auth, error) {
 	if cfg.Window <= 0 {
 		cfg.Window = DefaultWindow
 	}
-	if cfg.ProofTTL == 0 {
-		cfg.ProofTTL = DefaultProofTTL
-	}
+	cfg.ProofTTL = cmp.Or(cfg.ProofTTL, DefaultProofTTL)
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}

@@ -2,6 +2,7 @@ package nodeauth
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -108,9 +109,7 @@ func (t *transport) send(req *http.Request, body []byte) (*http.Response, error)
 		out.Body, out.GetBody, out.ContentLength = nil, nil, 0
 	}
 	host := out.Host
-	if host == "" {
-		host = out.URL.Host
-	}
+	host = cmp.Or(host, out.URL.Host)
 	h := header{ts: t.a.cfg.Now().UnixMilli(), nonce: newNonce(), digest: BodyDigest(body)}
 	h.sig = base64.RawURLEncoding.EncodeToString(requestSig(t.a.reqKeys[0], out.Method, host, out.URL.RequestURI(), h.ts, h.nonce, h.digest))
 	out.Header.Set(HeaderRequest, h.requestString())

@@ -228,9 +228,7 @@ func NormalizeIncoming(r *Row, now time.Time) {
 	if r.Status == StatusClaimed {
 		r.Status = StatusPending
 	}
-	if r.Attempt == 0 {
-		r.Attempt = 1
-	}
+	r.Attempt = cmp.Or(r.Attempt, 1)
 	if r.CreatedAt.IsZero() {
 		r.CreatedAt = now
 	}

@@ -1,6 +1,7 @@
 package transfer_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -103,9 +104,7 @@ func digests(t testing.TB, s interface {
 
 func newMover(t testing.TB, src transfer.Source, cfg transfer.MoverConfig) *transfer.Mover {
 	t.Helper()
-	if cfg.ReleaseBackoff == 0 {
-		cfg.ReleaseBackoff = time.Millisecond
-	}
+	cfg.ReleaseBackoff = cmp.Or(cfg.ReleaseBackoff, time.Millisecond)
 	mv, err := transfer.NewMover(src, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"cmp"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -216,9 +217,7 @@ func Verify(h http.Header, body []byte, now time.Time, tolerance time.Duration, 
 	if err != nil {
 		return fmt.Errorf("%w: %q is not integer seconds", ErrTimestamp, tsv)
 	}
-	if tolerance == 0 {
-		tolerance = DefaultTolerance
-	}
+	tolerance = cmp.Or(tolerance, DefaultTolerance)
 	if tolerance > 0 {
 		if d := now.Sub(time.Unix(ts, 0)); d > tolerance || d < -tolerance {
 			return fmt.Errorf("%w: %d is %v from now, the tolerance is %v", ErrTimestamp, ts, d.Round(time.Second), tolerance)

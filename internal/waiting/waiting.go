@@ -12,6 +12,7 @@
 package waiting
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -183,9 +184,7 @@ func message(rs Reason, f Facts, ceiling uint32) string {
 	switch rs {
 	case InTransfer:
 		owner := f.Owner
-		if owner == "" {
-			owner = "no live member"
-		}
+		owner = cmp.Or(owner, "no live member")
 		return fmt.Sprintf("Shard %d is owned by %s, not by %s which holds the row; the handoff moves it to the owner, which claims it there.",
 			r.Shard, owner, f.Node)
 	case NamespacePaused:

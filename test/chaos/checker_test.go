@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
@@ -66,27 +67,13 @@ func (o checkOpts) withDefaults() checkOpts {
 	if o.InFlightBound == nil {
 		o.InFlightBound = documentedInFlightBound
 	}
-	if o.CalmSettle == 0 {
-		o.CalmSettle = 2 * time.Second
-	}
-	if o.SettleLag == 0 {
-		o.SettleLag = 10 * time.Second
-	}
-	if o.ConvergeBound == 0 {
-		o.ConvergeBound = 10 * time.Second
-	}
-	if o.PollEvery == 0 {
-		o.PollEvery = 250 * time.Millisecond
-	}
-	if o.ProgressBound == 0 {
-		o.ProgressBound = 20 * time.Second
-	}
-	if o.GoroutineSlack == 0 {
-		o.GoroutineSlack = 10
-	}
-	if o.FDSlack == 0 {
-		o.FDSlack = 2
-	}
+	o.CalmSettle = cmp.Or(o.CalmSettle, 2*time.Second)
+	o.SettleLag = cmp.Or(o.SettleLag, 10*time.Second)
+	o.ConvergeBound = cmp.Or(o.ConvergeBound, 10*time.Second)
+	o.PollEvery = cmp.Or(o.PollEvery, 250*time.Millisecond)
+	o.ProgressBound = cmp.Or(o.ProgressBound, 20*time.Second)
+	o.GoroutineSlack = cmp.Or(o.GoroutineSlack, 10)
+	o.FDSlack = cmp.Or(o.FDSlack, 2)
 	return o
 }
 

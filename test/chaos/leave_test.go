@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 )
@@ -37,9 +38,7 @@ type leaveStatus struct {
 
 func (s leaveStatus) String() string {
 	e := s.LastError
-	if e == "" {
-		e = "none"
-	}
+	e = cmp.Or(e, "none")
 	return fmt.Sprintf("shards_left %d, rows_handed_off %d, stranded_rows %d, last_error: %s", s.ShardsLeft, s.RowsHandedOff, s.StrandedRows, e)
 }
 

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -259,15 +260,9 @@ func newCluster(t *testing.T, opts clusterOpts) *testCluster {
 	if fairshardBin == "" {
 		t.Fatal("e2e: binary not built (TestMain)")
 	}
-	if opts.Shards == 0 {
-		opts.Shards = 1024
-	}
-	if opts.DefaultMaxInFlight == 0 {
-		opts.DefaultMaxInFlight = 1024
-	}
-	if opts.TargetDelay == 0 {
-		opts.TargetDelay = 20 * time.Millisecond
-	}
+	opts.Shards = cmp.Or(opts.Shards, 1024)
+	opts.DefaultMaxInFlight = cmp.Or(opts.DefaultMaxInFlight, 1024)
+	opts.TargetDelay = cmp.Or(opts.TargetDelay, 20*time.Millisecond)
 	c := &testCluster{t: t, dir: t.TempDir(), opts: opts}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 64
