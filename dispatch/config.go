@@ -341,9 +341,13 @@ func (t *Tunables) fillDefaults() {
 // Validate fills the zero tunables with their defaults, then checks every
 // field. The errors (joined, each wrapping ErrInvalidConfig) name a field
 // by its flag where it has one ("--poll-interval: must be positive, got
-// -1ms"), else by its name ("WakeDebounce: ..."): the flags first, in the
-// order RegisterFlags registers them. dispatch.New calls it; the node calls
-// it once at start-up on the values its flags gave.
+// -1ms"), else by its name ("MaxInFlight: ..."): the flags first, in the
+// order RegisterFlags registers them (Retry.Jitter with the retry flags).
+// The filled defaults stay in t, the derived ones too (VisibilityTimeout,
+// RefillDebounce, InitialConnsPerHost): a second call checks the same
+// values, so change a field a derived one follows before the first call.
+// dispatch.New calls it; the node calls it at start-up on the values its
+// flags gave.
 func (t *Tunables) Validate() error {
 	t.fillDefaults()
 	var errs []error
@@ -367,8 +371,11 @@ func (t *Tunables) Validate() error {
 	}{{"WakeDebounce", t.WakeDebounce}, {"RefillDebounce", t.RefillDebounce}, {"RearmInterval", t.RearmInterval}, {"SettleTimeout", t.SettleTimeout}} {
 		check(p.d > 0, p.name, "must be positive, got %v", p.d)
 	}
-	if t.PollInterval > 0 {
-		check(t.WakeDebounce < t.PollInterval, "WakeDebounce", "%v must be below --poll-interval %v", t.WakeDebounce, t.PollInterval)
+	switch {
+	case t.PollInterval <= 0:
+	case t.WakeDebounce >= t.PollInterval:
+		check(false, "--poll-interval", "%v must exceed WakeDebounce %v", t.PollInterval, t.WakeDebounce)
+	default:
 		check(t.RefillDebounce >= t.WakeDebounce && t.RefillDebounce < t.PollInterval, "RefillDebounce",
 			"%v must be in [WakeDebounce %v, --poll-interval %v)", t.RefillDebounce, t.WakeDebounce, t.PollInterval)
 	}
@@ -398,7 +405,9 @@ func retryFlag(field string) string {
 
 // RegisterFlags registers the operator-facing tunables on fs as the node's
 // flags (their names, defaults and help are the node's), writing into t.
-// Every other tunable is set to its default.
+// It first replaces all of t by DefaultTunables, then leaves the derived
+// tunables at 0 (VisibilityTimeout, RefillDebounce, InitialConnsPerHost)
+// for Validate to derive from the values the flags give.
 func (t *Tunables) RegisterFlags(fs *flag.FlagSet) {
 	*t = DefaultTunables()
 	// The derived tunables stay 0: Validate derives them from the values
@@ -411,7 +420,7 @@ func (t *Tunables) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&t.Retry.Base, "retry-base", t.Retry.Base, "first retry backoff")
 	fs.Float64Var(&t.Retry.Factor, "retry-factor", t.Retry.Factor, "backoff multiplier per attempt")
 	fs.DurationVar(&t.Retry.Cap, "retry-cap", t.Retry.Cap, "largest retry backoff")
-	fs.Var((*attemptsFlag)(&t.Retry.MaxAttempts), "max-attempts", "delivery attempts (a `number`) before a row is dead-lettered")
+	fs.Var((*attemptsFlag)(&t.Retry.MaxAttempts), "max-attempts", "delivery `attempts` before a row is dead-lettered")
 	fs.IntVar(&t.MaxConnsPerHost, "max-conns-per-host", t.MaxConnsPerHost, "upper bound of each target host's adaptive concurrency limit (rows this node delivers at once to one scheme://host:port)")
 }
 
@@ -421,7 +430,7 @@ type attemptsFlag uint32
 func (a *attemptsFlag) String() string { return strconv.FormatUint(uint64(*a), 10) }
 
 func (a *attemptsFlag) Set(s string) error {
-	n, err := strconv.ParseUint(s, 10, 32)
+	n, err := strconv.ParseUint(s, 0, 32)
 	if err != nil {
 		return errors.New("not a count of attempts (0 to 4294967295)")
 	}

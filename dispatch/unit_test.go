@@ -66,7 +66,7 @@ func TestConfigValidation(t *testing.T) {
 		{"targets required", func(c *Config) { c.Targets = nil }, "Config.Targets"},
 		{"visibility not above delivery timeout", func(c *Config) { c.DeliveryTimeout, c.VisibilityTimeout = 5*time.Second, 5*time.Second }, "--visibility-timeout"},
 		{"negative poll interval", func(c *Config) { c.PollInterval = -time.Millisecond }, "--poll-interval"},
-		{"debounce not below poll", func(c *Config) { c.PollInterval, c.WakeDebounce = 10*time.Millisecond, 10*time.Millisecond }, "WakeDebounce"},
+		{"debounce not below poll", func(c *Config) { c.PollInterval, c.WakeDebounce = 10*time.Millisecond, 10*time.Millisecond }, "--poll-interval: 10ms must exceed WakeDebounce"},
 		{"negative batch", func(c *Config) { c.BatchSize = -1 }, "--batch-size"},
 		{"negative max in flight", func(c *Config) { c.MaxInFlight = -1 }, "MaxInFlight"},
 		{"negative conns", func(c *Config) { c.MaxConnsPerHost = -3 }, "--max-conns-per-host"},

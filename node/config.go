@@ -102,7 +102,9 @@ const (
 
 // Config is the node's boot configuration: fixed after start. Runtime
 // settings (namespace quotas, pauses, targets, holds) live in the gossiped
-// cluster config instead. Every field has a flag (RegisterFlags); cmd/node
+// cluster config instead. Every field but Version has a flag
+// (RegisterFlags), and the embedded package tunables have one each for
+// those an operator sets (the rest keep their package defaults); cmd/node
 // maps each flag to the environment variable FAIRSHARD_<FLAG_NAME>.
 type Config struct {
 	// NodeName is this node's unique name in the cluster. Defaults to the
@@ -242,7 +244,10 @@ type Config struct {
 	// Replication is the replicator's tunables: the write-copies minimum,
 	// the repair and handoff intervals and the handoff batch limits. Its
 	// flags, defaults and checks are the replication package's
-	// (replication.Tunables.RegisterFlags, Validate).
+	// (replication.Tunables.RegisterFlags, Validate). The node sets two of
+	// them from its other settings when it starts: HandoverTimeout to the
+	// delivery timeout + 5 s, FailedPeerWait to its gossip profile's
+	// GossipToTheDeadTime (at least 5 s).
 	Replication replication.Tunables
 	// ShutdownGrace is the graceful stop's grace: in-flight deliveries get
 	// half of it to finish; a leave still handing off rows after it logs
@@ -429,8 +434,10 @@ func splitList(s string) []string {
 	return out
 }
 
-// Validate checks the configuration once, at start-up, and fills derived
-// defaults (VisibilityTimeout, ClusterSecret). Messages name the flag.
+// Validate checks the configuration once, at start-up, and fills the
+// defaults left to it: the package tunables' (dispatch and replication
+// Tunables.Validate, VisibilityTimeout among them), the quota mode and
+// lease timings, ClusterSecret. Messages name the flag.
 func (c *Config) Validate() error {
 	var errs configErrors
 	c.validateIdentity(&errs)

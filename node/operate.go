@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"errors"
@@ -31,7 +32,7 @@ func registerBuildInfo(reg prometheus.Registerer, version string) error {
 		Name: "fairshard_build_info",
 		Help: "Always 1; the labels say what the binary was built from: release version, module version, VCS revision, whether the tree was modified, Go version.",
 		ConstLabels: prometheus.Labels{
-			"version": cmpOr(bi.Version, "dev"), "module_version": bi.ModuleVersion,
+			"version": cmp.Or(bi.Version, "dev"), "module_version": bi.ModuleVersion,
 			"revision": bi.Revision, "modified": strconv.FormatBool(bi.Modified), "go_version": bi.GoVersion,
 		},
 	})
@@ -40,13 +41,6 @@ func registerBuildInfo(reg prometheus.Registerer, version string) error {
 		return fmt.Errorf("register fairshard_build_info: %w", err)
 	}
 	return nil
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // SecretFlags are the flags of `fairshard serve` whose value is a secret.

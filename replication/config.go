@@ -117,8 +117,8 @@ const (
 	MaxFactor = 5
 	// MaxBatchBytes is the largest Limits.MaxBytes: a batch then holds at
 	// most this many row bytes plus one row, which fits the receiving
-	// route's body limit (httpapi.MaxHandoffBodyBytes) as JSON (base64
-	// payloads grow by a third).
+	// route's body limit (MaxBodyBytes) as JSON (base64 payloads grow by a
+	// third).
 	MaxBatchBytes = 32 << 20
 )
 
@@ -194,13 +194,14 @@ type Tunables struct {
 	// FailoverGrace: see DefaultFailoverGrace.
 	FailoverGrace time.Duration
 	// FailedPeerWait: see DefaultFailedPeerWait (View.PeerFailedAt). The
-	// node sets it to its gossip's GossipToTheDeadTime.
+	// node sets it to its gossip's GossipToTheDeadTime, at least 5 s.
 	FailedPeerWait time.Duration
 }
 
 // RegisterFlags registers the operator-facing tunables on fs as the node's
 // flags (their names, defaults and help are the node's), writing into t.
-// Every other tunable is left zero (its default).
+// The other tunables are left as they are (zero: Validate fills their
+// defaults).
 func (t *Tunables) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&t.WriteCopies, "write-copies", 0, "replicas every appended row must be durable on before the append is answered (else 503); 0: 2 when R >= 2 in a multi-node cluster, else 1")
 	fs.DurationVar(&t.PollInterval, "repair-interval", DefaultPollInterval, "how often primaries compare shard digests with their backups (repair)")
@@ -212,8 +213,9 @@ func (t *Tunables) RegisterFlags(fs *flag.FlagSet) {
 // Validate fills the zero tunables with their defaults, then checks them.
 // The errors (joined) name a field by its flag where it has one
 // ("--repair-interval: must be positive, got -1s"), else by its name, the
-// flags first in the order RegisterFlags registers them. New calls it; the
-// node calls it once at start-up on the values its flags gave.
+// flags first in the order RegisterFlags registers them. The filled
+// defaults stay in t, so a second call checks the same values. New calls
+// it; the node calls it at start-up on the values its flags gave.
 func (t *Tunables) Validate() error {
 	var errs []error
 	bad := func(name, format string, args ...any) {

@@ -25,7 +25,7 @@ const (
 	// PathPrefix starts every replication route.
 	PathPrefix = "/internal/v1/replication/"
 	// MaxBodyBytes bounds a request body (a batch is bounded by the
-	// sender's Limits.MaxBytes, at most 32 MiB, plus one row).
+	// sender's Limits.MaxBytes, at most MaxBatchBytes, plus one row).
 	MaxBodyBytes = 64 << 20
 	// forwardBody bounds a forwarded append (the public append is ≤ 10 MiB).
 	forwardBody = 16 << 20

@@ -1,6 +1,7 @@
 package settings
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -304,7 +305,7 @@ func (s *Settings) RetryPolicyFor(ns string) (dispatch.RetryPolicy, bool) {
 	// Fields left out come from the node's policy; keep the merged policy
 	// valid (base ≤ cap) by moving the field the override did not set, so
 	// the rest of the override (max_attempts, say) is never dropped.
-	base, capd := cmpOr(p.Base, s.nodeRetry.Base), cmpOr(p.Cap, s.nodeRetry.Cap)
+	base, capd := cmp.Or(p.Base, s.nodeRetry.Base), cmp.Or(p.Cap, s.nodeRetry.Cap)
 	if capd > 0 && base > capd {
 		if p.Base == 0 {
 			p.Base = capd
@@ -313,13 +314,6 @@ func (s *Settings) RetryPolicyFor(ns string) (dispatch.RetryPolicy, bool) {
 		}
 	}
 	return p, true
-}
-
-func cmpOr(a, b time.Duration) time.Duration {
-	if a != 0 {
-		return a
-	}
-	return b
 }
 
 // Target resolves a route's delivery target: its own, else the node
