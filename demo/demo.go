@@ -368,7 +368,7 @@ func (d *demoRun) addNode(ctx context.Context, i int) error {
 	// Exact quota mode (the default): a 3 s lease, so a coordinator moved
 	// by the demo's join and leave learns for 3 s rather than 10 (the fast
 	// gossip profile detects changes in about a second).
-	cfg.LeaseLength = 3 * time.Second
+	cfg.Lease.LeaseLength = 3 * time.Second
 	if live := d.live(); len(live) > 0 {
 		cfg.Join = []string{live[0].n.GossipAddr()}
 	}

@@ -29,8 +29,9 @@ type DemandStore interface {
 type ServiceConfig struct {
 	Self       string
 	ShardCount uint32
-	// LeaseLength, Refresh: Config.LeaseLength and LeaseRefresh.
-	LeaseLength, Refresh time.Duration
+	// Timings are the lease length and refresh interval (zero: the
+	// defaults; NewService validates them).
+	Timings
 	// Drain is the delivery timeout: how long a silent node's last
 	// holding still counts after its grant expired (CoordinatorConfig).
 	Drain     time.Duration
@@ -98,6 +99,9 @@ type Service struct {
 }
 
 func NewService(cfg ServiceConfig) (*Service, error) {
+	if err := cfg.Timings.Validate(); err != nil {
+		return nil, fmt.Errorf("lease: %w", err)
+	}
 	l := &Service{cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1), wants: map[string]uint32{}, shipBusy: map[string]bool{}}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)

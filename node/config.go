@@ -263,13 +263,10 @@ type Config struct {
 	// "exact" (capacity leases; the default) or "proportional" (the seed's
 	// ceil(quota × owned/total)). See docs/api.md "Quota modes".
 	DefaultQuotaMode string
-	// LeaseLength is how long an exact-mode capacity lease lasts without a
-	// refresh, and how long a new coordinator learns after a failover.
-	// Defaults to 10 s; at most 10 min.
-	LeaseLength time.Duration
-	// LeaseRefresh is how often a node refreshes its leases (one call per
-	// coordinator node). Defaults to 250 ms; at most LeaseLength.
-	LeaseRefresh time.Duration
+	// Lease is the exact quota mode's lease length and refresh interval;
+	// its flags, defaults and checks are the lease package's
+	// (lease.Timings.RegisterFlags, Validate).
+	Lease lease.Timings
 	// MaxNamespaces, MaxTargets and MaxHolds cap the gossiped config:
 	// namespaces with settings, routes with their own target, workflows
 	// held. An admin call past a cap is answered 409. Default to
@@ -350,8 +347,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.TombstoneRetention, "tombstone-retention", 24*time.Hour, "dedupe window: how long finished rows keep their key")
 	fs.DurationVar(&c.QuotaTTL, "quota-ttl", 2*time.Second, "how long a namespace quota is cached")
 	fs.StringVar(&c.DefaultQuotaMode, "default-quota-mode", "exact", "quota mode of a namespace without one: exact (cluster-wide capacity leases) or proportional (ceil(quota × owned/total) per node)")
-	fs.DurationVar(&c.LeaseLength, "lease-length", 10*time.Second, "exact quota mode: how long a capacity lease lasts without a refresh (and how long a new coordinator learns)")
-	fs.DurationVar(&c.LeaseRefresh, "lease-refresh", 250*time.Millisecond, "exact quota mode: how often a node refreshes its capacity leases")
+	c.Lease.RegisterFlags(fs)
 	fs.IntVar(&c.MaxNamespaces, "max-namespaces", DefaultMaxNamespaces, "most namespaces with settings (cluster-wide, gossiped config)")
 	fs.IntVar(&c.MaxTargets, "max-targets", DefaultMaxTargets, "most routes with their own delivery target (cluster-wide)")
 	fs.IntVar(&c.MaxHolds, "max-holds", DefaultMaxHolds, "most workflows held at once (cluster-wide)")
@@ -579,13 +575,8 @@ func (c *Config) validateQuotaLeases(errs *configErrors) {
 	if _, err := quota.ParseMode(c.DefaultQuotaMode); err != nil {
 		errs.bad("default-quota-mode", "%q is not exact or proportional", c.DefaultQuotaMode)
 	}
-	c.LeaseLength = cmp.Or(c.LeaseLength, lease.DefaultLeaseLength)
-	c.LeaseRefresh = cmp.Or(c.LeaseRefresh, min(lease.DefaultRefreshInterval, c.LeaseLength))
-	if c.LeaseLength < 10*time.Millisecond || c.LeaseLength > lease.MaxLeaseMS*time.Millisecond {
-		errs.bad("lease-length", "%v is not between 10ms and %v", c.LeaseLength, lease.MaxLeaseMS*time.Millisecond)
-	}
-	if c.LeaseRefresh < time.Millisecond || c.LeaseRefresh > c.LeaseLength {
-		errs.bad("lease-refresh", "%v is not between 1ms and --lease-length %v", c.LeaseRefresh, c.LeaseLength)
+	if err := c.Lease.Validate(); err != nil {
+		errs.add(err)
 	}
 }
 

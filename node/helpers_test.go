@@ -40,8 +40,8 @@ func testConfig(t testing.TB) node.Config {
 	cfg.Replication.PollInterval = 200 * time.Millisecond
 	// Exact quota mode: a short lease, so a coordinator that moves with a
 	// join learns for 1 s, not the production 10 s.
-	cfg.LeaseLength = time.Second
-	cfg.LeaseRefresh = 50 * time.Millisecond
+	cfg.Lease.LeaseLength = time.Second
+	cfg.Lease.Refresh = 50 * time.Millisecond
 	return cfg
 }
 

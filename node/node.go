@@ -394,7 +394,7 @@ func (n *Node) buildClaimPath() (claimPath, error) {
 	n.peers = peer.NewClient(n.auth)
 	policies := n.settings.Policies()
 	n.leases, err = lease.NewService(lease.ServiceConfig{
-		Self: n.name, ShardCount: cfg.Shards, LeaseLength: cfg.LeaseLength, Refresh: cfg.LeaseRefresh,
+		Self: n.name, ShardCount: cfg.Shards, Timings: cfg.Lease,
 		Drain: cfg.Dispatch.DeliveryTimeout, Policies: policies, Ownership: n.ownership, Terms: n.termStart, LatestTerm: n.latestTerm,
 		Store: store, Eligible: func(r outbox.ClaimScope) bool { return n.disp.Eligible(r) }, Call: n.peers.Lease, Handoff: n.peers.LeaseHandoff,
 		Wake: func() { n.disp.Wake() }, Claims: n.claims(store),
@@ -676,7 +676,7 @@ func (n *Node) updateTerms(s *cluster.OwnershipSnapshot) {
 	now := time.Now()
 	start := now
 	if len(s.Members) <= 1 {
-		start = now.Add(-2 * n.cfg.LeaseLength)
+		start = now.Add(-2 * n.cfg.Lease.LeaseLength)
 	}
 	var old []time.Time
 	if p := n.terms.Load(); p != nil {

@@ -39,7 +39,7 @@ func TestValidateReportsEveryErrorInFlagOrder(t *testing.T) {
 	c.Replication.Limits.MaxRows, c.Replication.Limits.MaxBytes = -1, 64<<20
 	c.ShutdownGrace, c.TombstoneRetention = 0, 0
 	c.DefaultQuotaMode = "loose"
-	c.LeaseLength, c.LeaseRefresh = time.Millisecond, time.Hour
+	c.Lease.LeaseLength, c.Lease.Refresh = time.Millisecond, time.Hour
 	c.MaxNamespaces, c.MaxTargets, c.MaxHolds = 0, -1, 1<<30
 	c.LogLevel, c.LogFormat = "loud", "xml"
 	c.APITokenFile = empty
@@ -85,7 +85,7 @@ func TestValidateFillsDefaultsAndResolvesFiles(t *testing.T) {
 	c.APITokenFile = write("token", " tok \n")
 	c.ClusterSecretFile = write("secret", secret+"\n")
 	c.Dispatch.VisibilityTimeout, c.Dispatch.DeliveryTimeout = 0, 5*time.Second
-	c.DefaultQuotaMode, c.LeaseLength, c.LeaseRefresh = "", 0, 0
+	c.DefaultQuotaMode, c.Lease.LeaseLength, c.Lease.Refresh = "", 0, 0
 	c.AllowOrigins = []string{"HTTPS://Admin.Example/"}
 	c.AllowHosts = []string{"[::1]", "Api.Example."}
 	c.PprofAddr = "127.0.0.1:6060"
@@ -101,8 +101,8 @@ func TestValidateFillsDefaultsAndResolvesFiles(t *testing.T) {
 	if c.Dispatch.VisibilityTimeout != 35*time.Second {
 		t.Errorf("VisibilityTimeout = %v, want delivery timeout + 30s", c.Dispatch.VisibilityTimeout)
 	}
-	if c.DefaultQuotaMode != "exact" || c.LeaseLength <= 0 || c.LeaseRefresh <= 0 || c.LeaseRefresh > c.LeaseLength {
-		t.Errorf("quota mode %q, lease %v refresh %v: want exact and the lease defaults", c.DefaultQuotaMode, c.LeaseLength, c.LeaseRefresh)
+	if c.DefaultQuotaMode != "exact" || c.Lease.LeaseLength <= 0 || c.Lease.Refresh <= 0 || c.Lease.Refresh > c.Lease.LeaseLength {
+		t.Errorf("quota mode %q, lease %v refresh %v: want exact and the lease defaults", c.DefaultQuotaMode, c.Lease.LeaseLength, c.Lease.Refresh)
 	}
 	if strings.Join(c.AllowOrigins, ",") != "https://admin.example" || strings.Join(c.AllowHosts, ",") != "::1,api.example" {
 		t.Errorf("AllowOrigins %q, AllowHosts %q: want them normalised", c.AllowOrigins, c.AllowHosts)
