@@ -192,7 +192,7 @@ func (d *Dispatcher) deliver(row outbox.Row, t Target, gen uint64) result {
 		// The expanded target URL does not parse or a signing secret is
 		// unreadable: a configuration error the operator can fix, so the
 		// row waits rather than use up attempts.
-		d.log.Warn("dispatch: target unusable; row back to pending", "namespace", row.Namespace, "task_queue", row.TaskQueue, "error", err)
+		d.cfg.Logger.Warn("dispatch: target unusable; row back to pending", "namespace", row.Namespace, "task_queue", row.TaskQueue, "error", err)
 		return result{kind: outcomeWait}
 	}
 
@@ -375,7 +375,7 @@ const settleBackoff = 2 * time.Second
 // re-armed on the next start.
 func (d *Dispatcher) settle(row outbox.Row, res result) {
 	if res.kind == outcomeAbandoned {
-		d.log.Debug("dispatch: delivery abandoned by a hard stop; the claim will be re-armed",
+		d.cfg.Logger.Debug("dispatch: delivery abandoned by a hard stop; the claim will be re-armed",
 			"dispatch_key", row.DispatchKey, "namespace", row.Namespace)
 		return
 	}
@@ -390,11 +390,11 @@ func (d *Dispatcher) settle(row outbox.Row, res result) {
 		}
 		d.m.settleErrors.Inc()
 		if errors.Is(err, outbox.ErrClosed) || d.deliveryCtx.Err() != nil {
-			d.log.Error("dispatch: settle failed; the claim will be re-armed after the visibility timeout",
+			d.cfg.Logger.Error("dispatch: settle failed; the claim will be re-armed after the visibility timeout",
 				"dispatch_key", row.DispatchKey, "namespace", row.Namespace, "error", err)
 			return
 		}
-		d.log.Warn("dispatch: settle failed; trying again", "dispatch_key", row.DispatchKey,
+		d.cfg.Logger.Warn("dispatch: settle failed; trying again", "dispatch_key", row.DispatchKey,
 			"namespace", row.Namespace, "retry_in", wait, "error", err)
 		select {
 		case <-d.deliveryCtx.Done():
@@ -414,7 +414,7 @@ func (d *Dispatcher) settleOnce(row outbox.Row, res result, now time.Time) error
 	var err error
 	switch res.kind {
 	case outcomeDone:
-		if err = d.store.Complete(ctx, outbox.CompleteParams{DispatchKey: row.DispatchKey, Claim: row.Version, Now: now, StatusCode: res.status}); err == nil {
+		if err = d.cfg.Store.Complete(ctx, outbox.CompleteParams{DispatchKey: row.DispatchKey, Claim: row.Version, Now: now, StatusCode: res.status}); err == nil {
 			d.m.delivered.WithLabelValues(label).Inc()
 			d.m.enqueueToDel.WithLabelValues(label).Observe(max(now.Sub(row.CreatedAt), 0).Seconds())
 		}
@@ -422,14 +422,14 @@ func (d *Dispatcher) settleOnce(row outbox.Row, res result, now time.Time) error
 		// Not sent: this process was paused after the claim. Back to
 		// pending, same attempt; the shard's primary now (this node after
 		// its handover, or another) claims it again.
-		err = d.store.Retry(ctx, outbox.RetryParams{DispatchKey: row.DispatchKey, Claim: row.Version, NextAttempt: attempt, VisibleAfter: now, LastError: row.LastError, Unattempted: true})
+		err = d.cfg.Store.Retry(ctx, outbox.RetryParams{DispatchKey: row.DispatchKey, Claim: row.Version, NextAttempt: attempt, VisibleAfter: now, LastError: row.LastError, Unattempted: true})
 		d.m.fenced.WithLabelValues(label).Inc()
 	case outcomeWait:
 		// The route lost its (usable) target after the claim: back to
 		// pending, same attempt, last_error kept; the sweep filter now skips
 		// the route.
-		err = d.store.Retry(ctx, outbox.RetryParams{DispatchKey: row.DispatchKey, Claim: row.Version, NextAttempt: attempt, VisibleAfter: now, LastError: row.LastError, Unattempted: true})
-		d.log.Info("dispatch: route lost its delivery target; row back to pending",
+		err = d.cfg.Store.Retry(ctx, outbox.RetryParams{DispatchKey: row.DispatchKey, Claim: row.Version, NextAttempt: attempt, VisibleAfter: now, LastError: row.LastError, Unattempted: true})
+		d.cfg.Logger.Info("dispatch: route lost its delivery target; row back to pending",
 			"dispatch_key", row.DispatchKey, "namespace", ns, "task_queue", row.TaskQueue)
 	case outcomeRetry:
 		if res.unknown {
@@ -438,25 +438,25 @@ func (d *Dispatcher) settleOnce(row outbox.Row, res result, now time.Time) error
 		policy := d.policyFor(ns)
 		if attempt >= policy.MaxAttempts {
 			msg := d.bound(fmt.Sprintf("attempts exhausted (%d of %d): %s", attempt, policy.MaxAttempts, res.lastError))
-			if err = d.store.Fail(ctx, outbox.FailParams{DispatchKey: row.DispatchKey, Claim: row.Version, LastError: msg, Now: now, StatusCode: res.status}); err == nil {
+			if err = d.cfg.Store.Fail(ctx, outbox.FailParams{DispatchKey: row.DispatchKey, Claim: row.Version, LastError: msg, Now: now, StatusCode: res.status}); err == nil {
 				d.m.failed.WithLabelValues(label).Inc()
-				d.log.Warn("dispatch: row failed (dead letter): attempts exhausted",
+				d.cfg.Logger.Warn("dispatch: row failed (dead letter): attempts exhausted",
 					"dispatch_key", row.DispatchKey, "namespace", ns, "task_queue", row.TaskQueue, "attempt", attempt, "last_error", msg)
 			}
 			break
 		}
 		delay := retryDelay(policy, attempt, res)
 		msg := d.bound(res.lastError)
-		if err = d.store.Retry(ctx, outbox.RetryParams{DispatchKey: row.DispatchKey, Claim: row.Version, NextAttempt: attempt + 1, VisibleAfter: now.Add(delay), LastError: msg, StatusCode: res.status, Now: now}); err == nil {
+		if err = d.cfg.Store.Retry(ctx, outbox.RetryParams{DispatchKey: row.DispatchKey, Claim: row.Version, NextAttempt: attempt + 1, VisibleAfter: now.Add(delay), LastError: msg, StatusCode: res.status, Now: now}); err == nil {
 			d.m.retried.WithLabelValues(label).Inc()
-			d.log.Debug("dispatch: delivery failed; retrying after backoff",
+			d.cfg.Logger.Debug("dispatch: delivery failed; retrying after backoff",
 				"dispatch_key", row.DispatchKey, "namespace", ns, "attempt", attempt, "backoff", delay, "last_error", msg)
 		}
 	case outcomeFail:
 		msg := d.bound(res.lastError)
-		if err = d.store.Fail(ctx, outbox.FailParams{DispatchKey: row.DispatchKey, Claim: row.Version, LastError: msg, Now: now, StatusCode: res.status}); err == nil {
+		if err = d.cfg.Store.Fail(ctx, outbox.FailParams{DispatchKey: row.DispatchKey, Claim: row.Version, LastError: msg, Now: now, StatusCode: res.status}); err == nil {
 			d.m.failed.WithLabelValues(label).Inc()
-			d.log.Warn("dispatch: row failed (dead letter): permanent delivery error",
+			d.cfg.Logger.Warn("dispatch: row failed (dead letter): permanent delivery error",
 				"dispatch_key", row.DispatchKey, "namespace", ns, "task_queue", row.TaskQueue, "attempt", attempt, "last_error", msg)
 		}
 	}
@@ -476,7 +476,7 @@ func (d *Dispatcher) policyFor(namespace string) RetryPolicy {
 	p = p.withDefaults(d.cfg.Retry)
 	if err := p.validate(func(field string) string { return "RetryPolicyFor(" + strconv.Quote(namespace) + ")." + field }); err != nil {
 		if _, warned := d.warnedPolicy.LoadOrStore(namespace, struct{}{}); !warned {
-			d.log.Warn("dispatch: invalid per-namespace retry policy; using the node's", "namespace", namespace, "error", err)
+			d.cfg.Logger.Warn("dispatch: invalid per-namespace retry policy; using the node's", "namespace", namespace, "error", err)
 		}
 		return d.cfg.Retry
 	}

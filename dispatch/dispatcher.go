@@ -3,7 +3,6 @@ package dispatch
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"net/http"
@@ -24,12 +23,10 @@ import (
 // context.
 type Dispatcher struct {
 	cfg          Config
-	store        Store
 	client       *http.Client
 	ownTransport *http.Transport // built by New, closed when Run returns; nil if injected
 	hosts        *HostLimits     // per-target-host limits and rows in flight
 	m            *metrics
-	log          *slog.Logger
 	// startedAt is the clock reading at New: claims older than it were
 	// made by an earlier run of this node (RearmAllOnStart).
 	startedAt time.Time
@@ -86,9 +83,7 @@ func New(cfg Config) (*Dispatcher, error) {
 	}
 	d := &Dispatcher{
 		cfg:        cfg,
-		store:      cfg.Store,
 		m:          m,
-		log:        cfg.Logger,
 		startedAt:  cfg.Now(),
 		wake:       make(chan struct{}, 1),
 		refill:     make(chan struct{}, 1),
@@ -162,7 +157,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	if _, err := d.RearmAllOnStart(claimCtx); err != nil && claimCtx.Err() == nil {
 		// The reaper retries the start pass on its next tick.
 		d.m.sweepErrors.Inc()
-		d.log.Warn("dispatch: re-arm of claims left from before start failed; retrying on the next re-arm tick", "error", err)
+		d.cfg.Logger.Warn("dispatch: re-arm of claims left from before start failed; retrying on the next re-arm tick", "error", err)
 	}
 	var loops sync.WaitGroup
 	loops.Go(func() { d.sweepLoop(claimCtx) })
@@ -335,7 +330,7 @@ func (d *Dispatcher) SweepOnce(ctx context.Context) (backpressure.Sweep, error) 
 	if d.cfg.Claiming != nil {
 		done = d.cfg.Claiming()
 	}
-	sw, err := d.cfg.Planner.Sweep(ctx, d.store, backpressure.SweepRequest{Batch: budget, Held: held, Eligible: d.Eligible})
+	sw, err := d.cfg.Planner.Sweep(ctx, d.cfg.Store, backpressure.SweepRequest{Batch: budget, Held: held, Eligible: d.Eligible})
 	done()
 	d.m.sweepDur.Observe(time.Since(start).Seconds())
 	d.report(sw, budget) // first: a delivery may end before launch returns, and its answer wakes a short sweep
@@ -346,7 +341,7 @@ func (d *Dispatcher) SweepOnce(ctx context.Context) (backpressure.Sweep, error) 
 	if err != nil {
 		if ctx.Err() == nil {
 			d.m.sweepErrors.Inc()
-			d.log.Warn("dispatch: sweep failed; retrying on the next tick",
+			d.cfg.Logger.Warn("dispatch: sweep failed; retrying on the next tick",
 				"error", err, "num_rows_claimed", len(sw.Rows))
 		}
 		return sw, err
@@ -417,7 +412,7 @@ func (d *Dispatcher) report(sw backpressure.Sweep, budget int) {
 	}
 	if len(sw.Rows) > 0 && len(sw.Hosts) == 0 && !d.warnedUngated.Load() {
 		if _, gated := d.hosts.HostOf(sw.Rows[0].Route()); gated && !d.warnedUngated.Swap(true) {
-			d.log.Warn("dispatch: the planner claims without the target hosts' limits (give it the dispatcher's HostLimits: PlannerConfig.Hosts); " +
+			d.cfg.Logger.Warn("dispatch: the planner claims without the target hosts' limits (give it the dispatcher's HostLimits: PlannerConfig.Hosts); " +
 				"rows may wait for a connection inside their delivery timeout")
 		}
 	}

@@ -42,7 +42,7 @@ func (d *Dispatcher) RearmAllOnStart(ctx context.Context) (int, error) {
 func (d *Dispatcher) rearm(ctx context.Context, olderThan, visibleAfter time.Time, why string) (int, error) {
 	total := 0
 	for {
-		rows, err := d.store.RearmStale(ctx, outbox.RearmParams{
+		rows, err := d.cfg.Store.RearmStale(ctx, outbox.RearmParams{
 			OlderThan:    olderThan,
 			VisibleAfter: visibleAfter,
 			Limit:        rearmBatch,
@@ -58,7 +58,7 @@ func (d *Dispatcher) rearm(ctx context.Context, olderThan, visibleAfter time.Tim
 		}
 	}
 	if total > 0 {
-		d.log.Info("dispatch: re-armed claims to pending", "reason", why, "num_rows", total)
+		d.cfg.Logger.Info("dispatch: re-armed claims to pending", "reason", why, "num_rows", total)
 		d.Wake()
 	}
 	return total, nil
@@ -76,12 +76,12 @@ func (d *Dispatcher) reapOnce(ctx context.Context) {
 	if !d.startRearmDone.Load() {
 		if _, err := d.RearmAllOnStart(ctx); err != nil && ctx.Err() == nil {
 			d.m.sweepErrors.Inc()
-			d.log.Warn("dispatch: re-arm of claims left from before start failed; retrying next tick", "error", err)
+			d.cfg.Logger.Warn("dispatch: re-arm of claims left from before start failed; retrying next tick", "error", err)
 		}
 	}
 	d.hosts.expire(time.Now())
 	if _, err := d.RearmOnce(ctx); err != nil && ctx.Err() == nil {
 		d.m.sweepErrors.Inc()
-		d.log.Warn("dispatch: re-arm of stale claims failed; retrying next tick", "error", err)
+		d.cfg.Logger.Warn("dispatch: re-arm of stale claims failed; retrying next tick", "error", err)
 	}
 }
