@@ -371,13 +371,12 @@ func (t *Tunables) Validate() error {
 	}{{"WakeDebounce", t.WakeDebounce}, {"RefillDebounce", t.RefillDebounce}, {"RearmInterval", t.RearmInterval}, {"SettleTimeout", t.SettleTimeout}} {
 		check(p.d > 0, p.name, "must be positive, got %v", p.d)
 	}
-	switch {
-	case t.PollInterval <= 0:
-	case t.WakeDebounce >= t.PollInterval:
-		check(false, "--poll-interval", "%v must exceed WakeDebounce %v", t.PollInterval, t.WakeDebounce)
-	default:
-		check(t.RefillDebounce >= t.WakeDebounce && t.RefillDebounce < t.PollInterval, "RefillDebounce",
-			"%v must be in [WakeDebounce %v, --poll-interval %v)", t.RefillDebounce, t.WakeDebounce, t.PollInterval)
+	if t.PollInterval > 0 { // else reported above
+		check(t.WakeDebounce < t.PollInterval, "--poll-interval", "%v must exceed WakeDebounce %v", t.PollInterval, t.WakeDebounce)
+		if t.WakeDebounce < t.PollInterval { // else RefillDebounce, derived from both, is out of range too
+			check(t.RefillDebounce >= t.WakeDebounce && t.RefillDebounce < t.PollInterval, "RefillDebounce",
+				"%v must be in [WakeDebounce %v, --poll-interval %v)", t.RefillDebounce, t.WakeDebounce, t.PollInterval)
+		}
 	}
 	check(t.MaxInFlight >= 1, "MaxInFlight", "must be at least 1 row, got %d", t.MaxInFlight)
 	if t.MaxConnsPerHost >= 1 {
