@@ -10,16 +10,13 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/fairshard/fairshard/cluster"
 	"github.com/fairshard/fairshard/dispatch"
-	"github.com/fairshard/fairshard/egress"
 	"github.com/fairshard/fairshard/kv"
 	"github.com/fairshard/fairshard/lease"
-	"github.com/fairshard/fairshard/nodeauth"
 	"github.com/fairshard/fairshard/quota"
 	"github.com/fairshard/fairshard/replication"
 )
@@ -119,18 +116,8 @@ type Config struct {
 	// AdvertiseHTTP is the host:port other nodes use to reach this node's
 	// API; derived from HTTPAddr (and the gossip advertise IP) when empty.
 	AdvertiseHTTP string
-	// GossipAddr is the memberlist bind address (UDP and TCP). Defaults to
-	// 127.0.0.1:7946.
-	GossipAddr string
-	// AdvertiseGossip is the ip:port peers use to reach this node's gossip
-	// (matters behind NAT); derived when empty.
-	AdvertiseGossip string
-	// Join lists host:port seeds; a DNS name resolving to several addresses
-	// joins them all.
-	Join []string
-	// JoinWait bounds how long Start waits for a seed to answer before the
-	// node serves alone (it owns no shard while it waits). Defaults to 10 s.
-	JoinWait time.Duration
+	// Gossip is the memberlist addresses, seeds, keys and profile.
+	Gossip
 	// Shards is the cluster's shard count, fixed for the cluster's life.
 	// Defaults to 1024.
 	Shards uint32
@@ -141,63 +128,12 @@ type Config struct {
 	// own; "{namespace}" and "{task_queue}" are substituted. Empty: such
 	// routes wait.
 	DefaultTarget string
-	// APIToken, when set, is required as "Authorization: Bearer <token>" on
-	// every /v1 call. Health and metrics stay open.
-	APIToken string
-	// AllowOrigins are the web origins ("https://admin.example": scheme,
-	// host, port) whose cross-site writes the API serves
-	// (--allow-origin), e.g. a console hosted elsewhere. Empty: a write a
-	// browser marks cross-site is refused (403); the node's own origin
-	// (its /ui/) never needs listing.
-	AllowOrigins []string
-	// AllowHosts are host names and IPs served as a request's Host when
-	// no APIToken is set (--allow-host), beside loopback names and the
-	// node's own addresses: the names a proxy or a DNS alias uses for
-	// it. Other Hosts are refused (421), since that is what a page
-	// reaching the node by DNS rebinding sends. Ignored with APIToken.
-	AllowHosts []string
-	// ClusterSecret authenticates node-to-node calls both ways (package
-	// nodeauth: every /internal/ request and its answer are signed with
-	// keys derived from it; it never travels). At least 16 bytes; never
-	// the API token. Empty: with APIToken set, the node signs with a
-	// per-process secret, so its /internal/ routes answer nobody else,
-	// and it may not join others (Validate refuses Join); without
-	// APIToken, node-to-node calls are not authenticated (allowed on
-	// loopback or with Insecure).
-	ClusterSecret string
-	// PprofAddr, when set, is the listen address of a separate listener
-	// serving net/http/pprof under /debug/pprof/, always behind the API
-	// token (Validate requires APIToken) and on loopback unless
-	// PprofInsecure; /debug/pprof/cmdline shows the arguments with secret
-	// values redacted (ScrubArgs). Empty (the default): no profiling
-	// endpoint.
-	PprofAddr string
-	// PprofInsecure allows PprofAddr beyond loopback (profiles show the
-	// program's code paths, memory use and goroutines to whoever holds
-	// the API token); /v1/cluster then lists it as exposed.
-	PprofInsecure bool
-	// APITokenFile, when set, holds the API token instead of --api-token
-	// (the file's content, edge whitespace trimmed), so the token is not
-	// in the process arguments (ps, /proc/PID/cmdline).
-	APITokenFile string
+	// Security is the API token, cluster secret, browser and Host
+	// allow lists, profiling listener and egress policy.
+	Security
 	// Version is the binary's release version (cmd/node's main.version),
 	// reported by the fairshard_build_info metric; "" reads "dev".
 	Version string
-	// ClusterSecretFile, when set, holds the cluster secret instead of
-	// --cluster-secret (the file's content, edge whitespace trimmed).
-	ClusterSecretFile string
-	// Insecure allows listening beyond loopback without a cluster secret
-	// and a gossip key: the node then logs a warning at start and every
-	// hour, and /v1/cluster and fairshard_insecure say so. Without it such
-	// a node refuses to start.
-	Insecure bool
-	// TargetAllow is the egress policy of deliveries (--target-allow):
-	// CIDRs, IPs and host names, checked at dial time against the address
-	// dialled (package egress): an address in a CIDR is allowed; a listed
-	// name reaches only public addresses and those in a CIDR, never
-	// egress.DefaultDeny. Empty: every address but link-local, cloud
-	// metadata, unspecified and multicast ones (egress.DefaultDeny).
-	TargetAllow []string
 	// HTTPReadTimeout bounds reading one request, body included (a client
 	// trickling a body is cut off); HTTPIdleTimeout closes keep-alive
 	// connections idle that long. Default to 60 s and 2 min.
@@ -209,23 +145,6 @@ type Config struct {
 	// on namespace-labelled metrics; the others are counted under
 	// "_other". Defaults to 100.
 	MetricsNamespaces int
-	// GossipKeys encrypt gossip: 16, 24 or 32 bytes each (base64 in flags
-	// and env, comma-separated), at most cluster.MaxGossipKeys, primary
-	// first: the primary encrypts, every key decrypts. A rotation changes
-	// the list in three cluster-wide steps (docs/operations.md "Rotating
-	// the gossip key"). Empty: no encryption.
-	GossipKeys [][]byte
-	// GossipKeyFile, when set, holds the gossip keys instead of
-	// --gossip-key: base64 keys one a line, primary first, blank lines and
-	// lines starting with # ignored. Validate reads it into GossipKeys; the
-	// node reads it again on ReloadGossipKeys (SIGHUP), so keys rotate
-	// without restarts.
-	GossipKeyFile string
-	// GossipProfile picks memberlist timings: "lan" (default), "fast"
-	// (short probe and push/pull intervals, for tests and demos on
-	// loopback) or "shared-host" (fast with longer probe timeouts, for
-	// test suites running many nodes on one busy machine).
-	GossipProfile string
 
 	// Dispatch is the dispatcher's tunables: sweep interval and batch,
 	// delivery and visibility timeouts, the node's retry policy and the
@@ -294,52 +213,18 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.NodeName, "node-name", host, "unique node name in the cluster")
 	fs.StringVar(&c.DataDir, "data-dir", "./data", "directory of this node's bbolt outbox file; with {slot} (e.g. /data/{slot}) the node takes the first free slot dir, and the node name bound to that slot wins over --node-name")
 	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:8080", "HTTP API listen address (beyond loopback the node needs --cluster-secret and --gossip-key, or --insecure)")
+	c.Gossip.registerFlags(fs)
+	c.Security.registerFlags(fs)
 	fs.StringVar(&c.AdvertiseHTTP, "advertise-http", "", "host:port other nodes use for this node's API (default: derived)")
-	fs.StringVar(&c.GossipAddr, "gossip-addr", "127.0.0.1:7946", "gossip (memberlist) bind address, UDP and TCP (beyond loopback the node needs --cluster-secret and --gossip-key, or --insecure)")
-	fs.StringVar(&c.AdvertiseGossip, "advertise-gossip", "", "ip:port peers use to reach this node's gossip (default: the bound IP, or for 0.0.0.0 an address of the default route's interface, logged at start)")
-	fs.Func("join", "comma-separated host:port seeds to join (DNS names join every address)", func(s string) error {
-		c.Join = splitList(s)
-		return nil
-	})
-	fs.DurationVar(&c.JoinWait, "join-wait", 10*time.Second, "how long start-up waits for a seed to answer before serving alone (owning nothing meanwhile)")
 	fs.Func("shards", "cluster shard count, fixed per cluster (default 1024)", uintFlag(&c.Shards))
 	c.Shards = 1024
 	fs.Func("default-max-in-flight", "quota (rows) of a namespace without a quota record (default 1024)", uintFlag(&c.DefaultMaxInFlight))
 	c.DefaultMaxInFlight = 1024
 	fs.StringVar(&c.DefaultTarget, "default-target", "", "delivery URL for routes without a target; {namespace} and {task_queue} are substituted")
-	fs.StringVar(&c.APIToken, "api-token", "", "bearer token required on /v1 calls (default: none); on the command line it is visible to ps: prefer --api-token-file or FAIRSHARD_API_TOKEN")
-	fs.StringVar(&c.APITokenFile, "api-token-file", "", "file holding the API token (instead of --api-token)")
-	fs.Func("allow-origin", "comma-separated web origins (scheme://host[:port]) whose cross-site writes the API serves (default: none; the node's own /ui/ needs none)", func(s string) error {
-		c.AllowOrigins = splitList(s)
-		return nil
-	})
-	fs.Func("allow-host", "comma-separated host names and IPs served as the Host of a request when --api-token is not set, beside loopback names and the node's own addresses (default: none)", func(s string) error {
-		c.AllowHosts = splitList(s)
-		return nil
-	})
-	fs.StringVar(&c.PprofAddr, "pprof-addr", "", "listen address of a separate net/http/pprof listener (/debug/pprof/), behind --api-token (required), loopback only unless --pprof-insecure; empty: off")
-	fs.BoolVar(&c.PprofInsecure, "pprof-insecure", false, "allow --pprof-addr beyond loopback (still behind --api-token; listed as exposed in /v1/cluster)")
-	fs.StringVar(&c.ClusterSecret, "cluster-secret", "", "shared secret (at least 16 bytes, not the API token) that signs node-to-node calls both ways; required beyond loopback unless --insecure; on the command line it is visible to ps: prefer --cluster-secret-file or FAIRSHARD_CLUSTER_SECRET")
-	fs.StringVar(&c.ClusterSecretFile, "cluster-secret-file", "", "file holding the cluster secret (instead of --cluster-secret)")
-	fs.BoolVar(&c.Insecure, "insecure", false, "allow listening beyond loopback without --cluster-secret and --gossip-key: node-to-node calls unauthenticated, gossip in clear (warned at start and every hour)")
-	fs.Func("target-allow", "comma-separated CIDRs and host names delivery targets may connect to, checked at dial time on the address dialled: a listed name reaches public addresses and those in a listed CIDR, never metadata or link-local (default: any address but link-local, cloud metadata, unspecified and multicast)", func(s string) error {
-		c.TargetAllow = splitList(s)
-		return nil
-	})
 	fs.DurationVar(&c.HTTPReadTimeout, "http-read-timeout", 60*time.Second, "bound on reading one request, body included (slow clients are cut off)")
 	fs.DurationVar(&c.HTTPIdleTimeout, "http-idle-timeout", 2*time.Minute, "keep-alive connections idle this long are closed")
 	fs.DurationVar(&c.PeerCheckInterval, "peer-check-interval", 2*time.Second, "how often each other member's API is probed; one that fails 3 times in a row is shown unreachable in /v1/cluster and counted (backoff up to 5x)")
 	fs.IntVar(&c.MetricsNamespaces, "metrics-namespaces", 100, "namespaces with their own label on namespace-labelled metrics; the rest are summed under \"_other\"")
-	fs.Func("gossip-key", "comma-separated base64 gossip encryption keys of 16, 24 or 32 bytes, primary first: the first encrypts, each decrypts (default: none; rotation: see docs/operations.md \"Rotating the gossip key\"); on the command line they are visible to ps: prefer --gossip-key-file or FAIRSHARD_GOSSIP_KEY", func(s string) error {
-		keys, err := ParseGossipKeys(strings.Split(s, ","))
-		if err != nil {
-			return err
-		}
-		c.GossipKeys = keys
-		return nil
-	})
-	fs.StringVar(&c.GossipKeyFile, "gossip-key-file", "", "file of base64 gossip keys, one a line, primary first; read again on SIGHUP to rotate keys without restarts (instead of --gossip-key)")
-	fs.StringVar(&c.GossipProfile, "gossip-profile", "lan", "memberlist timings: lan, fast (tests and demos on loopback) or shared-host (fast with probe timeouts a busy machine meets: test suites)")
 	c.Dispatch.RegisterFlags(fs)
 	fs.IntVar(&c.ReplicationFactor, "replication-factor", 2, "copies of every shard, 1-5, cluster-wide: seeds a new cluster's value (PUT /v1/cluster changes it live); capped by the active members")
 	c.Replication.RegisterFlags(fs)
@@ -437,18 +322,16 @@ func splitList(s string) []string {
 func (c *Config) Validate() error {
 	var errs configErrors
 	c.validateIdentity(&errs)
+	c.Gossip.validate(&errs)
 	c.validateDefaultTarget(&errs)
-	c.validateGossip(&errs)
 	c.validateDelivery(&errs)
 	c.validateReplication(&errs)
 	c.validateRetention(&errs)
 	c.validateQuotaLeases(&errs)
 	c.validateSettingsCaps(&errs)
 	c.validateLogging(&errs)
-	c.validateAPIToken(&errs)
-	c.validatePprof(&errs)
-	c.validateClusterSecret(&errs)
-	c.validateHTTPExposure(&errs)
+	c.Security.validate(&errs, c.Join)
+	c.validateHTTPServing(&errs)
 	c.validateSecretsWhenExposed(&errs)
 	return errors.Join(errs...)
 }
@@ -465,8 +348,7 @@ func (e *configErrors) bad(flag, format string, args ...any) {
 func (e *configErrors) add(err error) { *e = append(*e, err) }
 
 // validateIdentity checks what names and places the node: its name, data
-// directory, listen and advertised addresses, seeds and shard count.
-// An advertised gossip address must be an IP literal: peers dial it as is.
+// directory, HTTP listen and advertised addresses and shard count.
 func (c *Config) validateIdentity(errs *configErrors) {
 	if c.NodeName == "" {
 		errs.bad("node-name", "is empty (and the hostname is unknown)")
@@ -477,27 +359,10 @@ func (c *Config) validateIdentity(errs *configErrors) {
 	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
 		errs.bad("http-addr", "%q is not host:port: %v", c.HTTPAddr, err)
 	}
-	if _, _, err := net.SplitHostPort(c.GossipAddr); err != nil {
-		errs.bad("gossip-addr", "%q is not host:port: %v", c.GossipAddr, err)
-	}
-	if c.AdvertiseGossip != "" {
-		h, _, err := net.SplitHostPort(c.AdvertiseGossip)
-		if err != nil || net.ParseIP(h) == nil {
-			errs.bad("advertise-gossip", "%q must be ip:port with an IP literal", c.AdvertiseGossip)
-		}
-	}
 	if c.AdvertiseHTTP != "" {
 		if _, _, err := net.SplitHostPort(c.AdvertiseHTTP); err != nil {
 			errs.bad("advertise-http", "%q is not host:port", c.AdvertiseHTTP)
 		}
-	}
-	for _, j := range c.Join {
-		if _, _, err := net.SplitHostPort(j); err != nil {
-			errs.bad("join", "%q is not host:port", j)
-		}
-	}
-	if len(c.Join) > 0 && c.JoinWait <= 0 {
-		errs.bad("join-wait", "must be positive")
 	}
 	if c.Shards == 0 {
 		errs.bad("shards", "must be at least 1")
@@ -512,27 +377,6 @@ func (c *Config) validateDefaultTarget(errs *configErrors) {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			errs.bad("default-target", "%q is not an http(s) URL", c.DefaultTarget)
 		}
-	}
-}
-
-// validateGossip loads the gossip keys from --gossip-key-file (the file and
-// --gossip-key may not disagree) and checks the gossip profile.
-func (c *Config) validateGossip(errs *configErrors) {
-	if c.GossipKeyFile != "" {
-		// Validate may run twice (cmd/node, then New): keys equal to the
-		// file's are the file's.
-		keys, err := LoadGossipKeys(c.GossipKeyFile)
-		switch {
-		case err != nil:
-			errs.bad("gossip-key-file", "%v", err)
-		case len(c.GossipKeys) > 0 && !slices.EqualFunc(c.GossipKeys, keys, bytes.Equal):
-			errs.bad("gossip-key-file", "and --gossip-key are both set: keep the keys in one place")
-		default:
-			c.GossipKeys = keys
-		}
-	}
-	if c.GossipProfile != "lan" && c.GossipProfile != "fast" && c.GossipProfile != "shared-host" {
-		errs.bad("gossip-profile", "%q is not lan, fast or shared-host", c.GossipProfile)
 	}
 }
 
@@ -605,95 +449,9 @@ func (c *Config) validateLogging(errs *configErrors) {
 	}
 }
 
-// validateAPIToken reads the API token from --api-token-file: the file must
-// not be empty and may not disagree with --api-token.
-func (c *Config) validateAPIToken(errs *configErrors) {
-	if c.APITokenFile != "" {
-		b, err := os.ReadFile(c.APITokenFile)
-		tok := strings.TrimSpace(string(b))
-		switch {
-		case err != nil:
-			errs.bad("api-token-file", "%v", err)
-		case tok == "":
-			errs.bad("api-token-file", "%s is empty", c.APITokenFile)
-		case c.APIToken != "" && c.APIToken != tok:
-			errs.bad("api-token-file", "and --api-token are both set: keep the token in one place")
-		default:
-			c.APIToken = tok
-		}
-	}
-}
-
-// validatePprof checks the profiling listener: it is served only behind the
-// API token, and beyond loopback only with --pprof-insecure.
-func (c *Config) validatePprof(errs *configErrors) {
-	if c.PprofAddr != "" {
-		host, _, err := net.SplitHostPort(c.PprofAddr)
-		switch {
-		case err != nil:
-			errs.bad("pprof-addr", "%q is not host:port: %v", c.PprofAddr, err)
-		case c.APIToken == "":
-			errs.bad("pprof-addr", "needs --api-token (or --api-token-file): profiles are served only behind it")
-		case !loopbackHost(host) && !c.PprofInsecure:
-			errs.bad("pprof-addr", "%q listens beyond loopback: bind 127.0.0.1, or pass --pprof-insecure to expose profiles on purpose", c.PprofAddr)
-		}
-	}
-}
-
-// validateClusterSecret reads the cluster secret from --cluster-secret-file
-// and checks it: required for a joining node with an API token, long
-// enough, and different from the API token, so API clients cannot make
-// node-to-node calls.
-func (c *Config) validateClusterSecret(errs *configErrors) {
-	if c.ClusterSecretFile != "" {
-		b, err := os.ReadFile(c.ClusterSecretFile)
-		sec := strings.TrimSpace(string(b))
-		switch {
-		case err != nil:
-			errs.bad("cluster-secret-file", "%v", err)
-		case c.ClusterSecret != "" && c.ClusterSecret != sec:
-			errs.bad("cluster-secret-file", "and --cluster-secret are both set: keep the secret in one place")
-		default:
-			c.ClusterSecret = sec
-		}
-	}
-	if c.APIToken != "" && c.ClusterSecret == "" && len(c.Join) > 0 {
-		errs.bad("cluster-secret", "is required with --api-token and --join: without it the node-to-node routes (/internal/) of a cluster "+
-			"would answer anyone who reaches --http-addr, token or not; give every node the same --cluster-secret-file "+
-			"(or FAIRSHARD_CLUSTER_SECRET; `fairshard secrets` prints one)")
-	}
-	if c.ClusterSecret != "" && len(c.ClusterSecret) < nodeauth.MinSecretBytes {
-		errs.bad("cluster-secret", "is %d bytes, at least %d are required (e.g. openssl rand -hex 32)", len(c.ClusterSecret), nodeauth.MinSecretBytes)
-	}
-	if c.ClusterSecret != "" && c.ClusterSecret == c.APIToken {
-		errs.bad("cluster-secret", "must differ from --api-token: API clients must not be able to make node-to-node calls")
-	}
-}
-
-// validateHTTPExposure checks and normalises (lower case, no trailing dot
-// or slash) the allowed browser origins and Host names, the delivery
-// targets' allow list, the HTTP server timeouts, the peer check interval
-// and the metrics namespace cap.
-func (c *Config) validateHTTPExposure(errs *configErrors) {
-	for i, o := range c.AllowOrigins {
-		u, err := url.Parse(o)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
-			strings.TrimSuffix(u.Path, "/") != "" || u.RawQuery != "" || u.Fragment != "" {
-			errs.bad("allow-origin", "%q is not an origin (scheme://host[:port], e.g. https://admin.example)", o)
-			continue
-		}
-		c.AllowOrigins[i] = strings.ToLower(u.Scheme + "://" + u.Host)
-	}
-	for i, h := range c.AllowHosts {
-		if !validHost(h) {
-			errs.bad("allow-host", "%q is not a host name or an IP (no port, no scheme)", h)
-			continue
-		}
-		c.AllowHosts[i] = strings.ToLower(strings.TrimSuffix(strings.Trim(h, "[]"), "."))
-	}
-	if _, err := egress.Parse(c.TargetAllow); err != nil {
-		errs.bad("target-allow", "%v", err)
-	}
+// validateHTTPServing checks the HTTP server timeouts, the peer check
+// interval and the metrics namespace cap.
+func (c *Config) validateHTTPServing(errs *configErrors) {
 	if c.HTTPReadTimeout <= 0 {
 		errs.bad("http-read-timeout", "must be positive")
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/fairshard/fairshard/cluster"
@@ -54,7 +55,7 @@ func (n *Node) Start(ctx context.Context) error {
 // up by the ownership watcher.
 func (n *Node) awaitFirstJoin(ctx context.Context) (err error) {
 	defer func() {
-		n.awaitingJoin.Store(false)
+		n.seeds.awaiting.Store(false)
 		if err == nil {
 			n.applySnapshot(n.cl.Recompute())
 		}
@@ -74,7 +75,7 @@ func (n *Node) awaitFirstJoin(ctx context.Context) (err error) {
 	var tally joinTally
 	for {
 		done := make(chan result, 1)
-		n.joins.Go(func() {
+		n.seeds.attempts.Go(func() {
 			c, err := n.cl.Join(context.Background(), n.cfg.Join...)
 			done <- result{c, err}
 		})
@@ -201,26 +202,26 @@ func (n *Node) applySnapshot(s *cluster.OwnershipSnapshot) {
 	if s == nil {
 		return
 	}
-	n.snapMu.Lock()
-	defer n.snapMu.Unlock()
-	if cur := n.applied.Load(); cur != nil && s.Version < cur.Version {
+	n.view.mu.Lock()
+	defer n.view.mu.Unlock()
+	if cur := n.view.applied.Load(); cur != nil && s.Version < cur.Version {
 		return
 	}
-	if n.awaitingJoin.Load() {
+	if n.seeds.awaiting.Load() {
 		s = s.OwningNothing()
 		n.store.SetOwnedShards(s.Owned)
 	} else {
 		n.repl.Apply(viewOf(s))
 	}
 	n.updateTerms(s)
-	n.applied.Store(s)
+	n.view.applied.Store(s)
 	n.disp.Wake()
 }
 
 // ownership returns the node's applied ownership view (applySnapshot):
 // the one snapshot claim scope, ceilings, append routing and handoff all
 // read. Never nil after New.
-func (n *Node) ownership() *cluster.OwnershipSnapshot { return n.applied.Load() }
+func (n *Node) ownership() *cluster.OwnershipSnapshot { return n.view.applied.Load() }
 
 // Ready reports whether the node serves: store open and able to commit
 // (storeWritable: false after a failed commit or fsync, a full disk, until
@@ -270,17 +271,33 @@ func (n *Node) Close() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_ = n.svc.Stop(ctx)
-	n.releaseMu.Lock()
-	defer n.releaseMu.Unlock()
-	return n.releaseErr
+	return n.releaseErrs.get()
 }
 
 // released records what failed releasing a resource, for Close.
 func (n *Node) released(err error) error {
-	if err != nil {
-		n.releaseMu.Lock()
-		n.releaseErr = errors.Join(n.releaseErr, err)
-		n.releaseMu.Unlock()
-	}
+	n.releaseErrs.add(err)
 	return err
+}
+
+// errorSet collects errors from concurrent callers.
+type errorSet struct {
+	mu  sync.Mutex
+	err error
+}
+
+// add joins err (nil is ignored) to what s holds.
+func (s *errorSet) add(err error) {
+	if err != nil {
+		s.mu.Lock()
+		s.err = errors.Join(s.err, err)
+		s.mu.Unlock()
+	}
+}
+
+// get returns what s holds: nil, or the errors joined.
+func (s *errorSet) get() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
 }

@@ -104,6 +104,43 @@ var (
 	_ writableStore      = (*boltstore.Store)(nil)
 )
 
+// httpServing is the API's listener and server (addr: the advertised
+// host:port) and, with --pprof-addr, the profiling ones (operate.go; nil
+// when off).
+type httpServing struct {
+	ln   net.Listener
+	srv  *http.Server
+	addr string
+	// served is set once the HTTP server serves (else Stop closes ln).
+	served   atomic.Bool
+	pprofLn  net.Listener
+	pprofSrv *http.Server
+}
+
+// joinState is the first join of the seeds: awaiting is true from Start
+// until a join succeeded or JoinWait passed (the node owns no shard
+// meanwhile); attempts counts the join attempts still running
+// (memberlist's Join cannot be interrupted): the cluster's stop waits for
+// them.
+type joinState struct {
+	awaiting atomic.Bool
+	attempts sync.WaitGroup
+}
+
+// ownershipView is the node's one applied ownership view: mu orders
+// applySnapshot calls; applied is published after the store's claim scope
+// was set from it (ownership()); terms[s] is when this node became
+// primary of shard s under it (zero: it is not), the lease coordinator's
+// term start. snaps and unsubscribe are the cluster subscription the
+// ownership service applies.
+type ownershipView struct {
+	mu          sync.Mutex
+	applied     atomic.Pointer[cluster.OwnershipSnapshot]
+	terms       atomic.Pointer[[]time.Time]
+	snaps       <-chan *cluster.OwnershipSnapshot
+	unsubscribe func()
+}
+
 // Node is one fairshard process: store, membership, dispatcher, handoff and
 // the HTTP API, wired in dependency order and run as services of one
 // lifecycle.Manager (services.go). Build with New, run with Start, stop
@@ -126,9 +163,6 @@ type Node struct {
 	api       *httpapi.API
 	stats     *statsMetrics
 	leases    *lease.Service
-	// terms[s] is when this node became primary of shard s under its
-	// applied view (zero: it is not): the lease coordinator's term start.
-	terms atomic.Pointer[[]time.Time]
 	// auth signs and verifies node-to-node calls: under the cluster
 	// secret, or a per-process one (ownSecret) when --api-token is set
 	// without one; nil when the node has neither (no credentials at all:
@@ -139,36 +173,19 @@ type Node struct {
 	reach     *reachability
 	security  securityState
 
-	ln      net.Listener
-	srv     *http.Server
-	apiAddr string
-	// pprofLn and pprofSrv serve --pprof-addr (operate.go); nil when off.
-	pprofLn  net.Listener
-	pprofSrv *http.Server
+	// serving is the API listener and server, and the pprof one.
+	serving httpServing
 
 	// svc runs the node's services in their declared order (services.go).
-	svc *lifecycle.Manager
-	// served is set once the HTTP server serves (else Stop closes ln).
-	served  atomic.Bool
+	svc     *lifecycle.Manager
 	ready   atomic.Bool
 	failed  chan error // Failed; 1-buffered
 	slotDir string     // the claimed {slot} dir; "" without slots
-	// awaitingJoin is true from Start until the first join of the seeds
-	// succeeded or JoinWait passed; the node owns no shard meanwhile.
-	awaitingJoin atomic.Bool
-	// joins counts the join attempts of awaitFirstJoin still running
-	// (memberlist's Join cannot be interrupted); the cluster's stop waits
-	// for them.
-	joins sync.WaitGroup
-	// snapMu orders applySnapshot calls; applied is the node's one applied
-	// ownership view (ownership()), published after the store's claim
-	// scope was set from it.
-	snapMu  sync.Mutex
-	applied atomic.Pointer[cluster.OwnershipSnapshot]
-	// snaps and unsubscribe are the cluster subscription the ownership
-	// service applies.
-	snaps       <-chan *cluster.OwnershipSnapshot
-	unsubscribe func()
+	// seeds tracks the first join of the seeds.
+	seeds joinState
+	// view is the node's applied ownership view and the cluster
+	// subscription it is applied from.
+	view ownershipView
 	// pause notices the process not running for a while and fences its
 	// claims and coordinator terms (onPause).
 	pause *pause.Watch
@@ -176,10 +193,9 @@ type Node struct {
 	// deliveries' drain takes half of what is left of it; a leave still
 	// handing off rows after it says so and goes on.
 	graceEnd atomic.Pointer[time.Time]
-	// releaseErr collects what failed releasing resources (cluster
+	// releaseErrs collects what failed releasing resources (cluster
 	// shutdown, store close): what Close returns.
-	releaseMu  sync.Mutex
-	releaseErr error
+	releaseErrs errorSet
 }
 
 // New opens the node's bbolt store in cfg.DataDir, binds its HTTP listener
@@ -261,7 +277,7 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 	if err := n.listen(); err != nil {
 		return nil, err
 	}
-	ln := n.ln
+	ln := n.serving.ln
 	undo = append(undo, func() { _ = ln.Close() })
 	if err := n.joinMembership(); err != nil {
 		return nil, err
@@ -287,7 +303,7 @@ func build(cfg Config, store Store, reg *prometheus.Registry, log *slog.Logger, 
 			return nil, err
 		}
 	}
-	log.Info("node created", "api_addr", n.apiAddr, "gossip_addr", cl.GossipAddr(), "shards", cfg.Shards)
+	log.Info("node created", "api_addr", n.serving.addr, "gossip_addr", cl.GossipAddr(), "shards", cfg.Shards)
 	return n, nil
 }
 
@@ -338,7 +354,7 @@ func (n *Node) listen() error {
 	if err != nil {
 		return fmt.Errorf("listen on --http-addr %s: %w", n.cfg.HTTPAddr, err)
 	}
-	n.ln = ln
+	n.serving.ln = ln
 	return nil
 }
 
@@ -346,7 +362,7 @@ func (n *Node) listen() error {
 // joined the node is alone and owns every shard, and that first snapshot
 // is also the store's default claim scope.
 func (n *Node) joinMembership() error {
-	ccfg, err := n.clusterConfig(n.ln.Addr().(*net.TCPAddr))
+	ccfg, err := n.clusterConfig(n.serving.ln.Addr().(*net.TCPAddr))
 	if err != nil {
 		return err
 	}
@@ -356,8 +372,8 @@ func (n *Node) joinMembership() error {
 	}
 	n.cl = cl
 	n.name = cl.Name()
-	n.apiAddr = ccfg.APIAddr
-	n.applied.Store(cl.Snapshot()) // alone, owning every shard: the store's default scope too
+	n.serving.addr = ccfg.APIAddr
+	n.view.applied.Store(cl.Snapshot()) // alone, owning every shard: the store's default scope too
 	return nil
 }
 
@@ -496,7 +512,7 @@ func (n *Node) buildAPI(cp claimPath, rows *replication.Store) error {
 	if err != nil {
 		return err
 	}
-	n.srv = newHTTPServer(n.auth.Middleware(n.api.Handler()), cfg) // security.go
+	n.serving.srv = newHTTPServer(n.auth.Middleware(n.api.Handler()), cfg) // security.go
 	return nil
 }
 
@@ -505,12 +521,12 @@ func (n *Node) Name() string { return n.name }
 
 // APIAddr returns the host:port other nodes and clients use for this
 // node's API.
-func (n *Node) APIAddr() string { return n.apiAddr }
+func (n *Node) APIAddr() string { return n.serving.addr }
 
 // ListenAddr returns the host:port the HTTP listener is bound to. It
 // differs from APIAddr when --advertise-http names another address (a
 // proxy, a NAT mapping); with --http-addr port 0 it tells the chosen port.
-func (n *Node) ListenAddr() string { return n.ln.Addr().String() }
+func (n *Node) ListenAddr() string { return n.serving.ln.Addr().String() }
 
 // GossipAddr returns the ip:port peers use to reach this node's gossip
 // (what --join takes).
@@ -679,7 +695,7 @@ func (n *Node) updateTerms(s *cluster.OwnershipSnapshot) {
 		start = now.Add(-2 * n.cfg.Lease.LeaseLength)
 	}
 	var old []time.Time
-	if p := n.terms.Load(); p != nil {
+	if p := n.view.terms.Load(); p != nil {
 		old = *p
 	}
 	terms := make([]time.Time, s.ShardCount)
@@ -690,7 +706,7 @@ func (n *Node) updateTerms(s *cluster.OwnershipSnapshot) {
 			terms[sh] = start
 		}
 	}
-	n.terms.Store(&terms)
+	n.view.terms.Store(&terms)
 }
 
 // renewTerms starts a new coordinator term, now, for every shard this node
@@ -699,8 +715,8 @@ func (n *Node) updateTerms(s *cluster.OwnershipSnapshot) {
 // since while the process did not run another node may have coordinated
 // and granted (onPause).
 func (n *Node) renewTerms() {
-	n.snapMu.Lock()
-	defer n.snapMu.Unlock()
+	n.view.mu.Lock()
+	defer n.view.mu.Unlock()
 	s := n.ownership()
 	if len(s.Members) <= 1 {
 		return // alone: nobody else could have granted
@@ -710,7 +726,7 @@ func (n *Node) renewTerms() {
 	for _, sh := range s.Owned {
 		terms[sh] = now
 	}
-	n.terms.Store(&terms)
+	n.view.terms.Store(&terms)
 }
 
 // onPause is the pause watch's callback (internal/pause): the process did
@@ -755,7 +771,7 @@ func gossipProfile(name string) *cluster.Config {
 // latestTerm returns the latest term start among the shards this node is
 // primary of (zero: none).
 func (n *Node) latestTerm() time.Time {
-	p := n.terms.Load()
+	p := n.view.terms.Load()
 	if p == nil {
 		return time.Time{}
 	}
@@ -771,7 +787,7 @@ func (n *Node) latestTerm() time.Time {
 // termStart returns when this node became primary of shard under its
 // applied view; zero when it is not.
 func (n *Node) termStart(shard uint32) time.Time {
-	p := n.terms.Load()
+	p := n.view.terms.Load()
 	if p == nil || int(shard) >= len(*p) {
 		return time.Time{}
 	}

@@ -140,9 +140,9 @@ func (n *Node) startPprof(context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listen on --pprof-addr %s: %w", n.cfg.PprofAddr, err)
 	}
-	n.pprofLn = ln
+	n.serving.pprofLn = ln
 	// Profiles take up to their ?seconds=; the write timeout leaves room.
-	n.pprofSrv = &http.Server{Handler: pprofHandler(n.cfg.APIToken), ReadHeaderTimeout: 10 * time.Second}
+	n.serving.pprofSrv = &http.Server{Handler: pprofHandler(n.cfg.APIToken), ReadHeaderTimeout: 10 * time.Second}
 	if n.cfg.PprofInsecure && !loopbackAddr(ln.Addr()) {
 		n.log.Warn("profiling endpoint listening beyond loopback (--pprof-insecure): whoever holds the API token and reaches it can read profiles", "pprof_addr", ln.Addr().String())
 	} else {
@@ -152,18 +152,18 @@ func (n *Node) startPprof(context.Context) error {
 }
 
 func (n *Node) runPprof(context.Context) error {
-	if err := n.pprofSrv.Serve(n.pprofLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := n.serving.pprofSrv.Serve(n.serving.pprofLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("pprof server: %w", err)
 	}
 	return nil
 }
 
 func (n *Node) stopPprof(ctx context.Context) error {
-	if n.pprofSrv == nil {
+	if n.serving.pprofSrv == nil {
 		return nil
 	}
-	if err := n.pprofSrv.Shutdown(ctx); err != nil {
-		return n.pprofSrv.Close()
+	if err := n.serving.pprofSrv.Shutdown(ctx); err != nil {
+		return n.serving.pprofSrv.Close()
 	}
 	return nil
 }
@@ -171,10 +171,10 @@ func (n *Node) stopPprof(ctx context.Context) error {
 // PprofAddr returns the bound address of the profiling listener, "" when
 // --pprof-addr is not set or the node has not started.
 func (n *Node) PprofAddr() string {
-	if n.pprofLn == nil {
+	if n.serving.pprofLn == nil {
 		return ""
 	}
-	return n.pprofLn.Addr().String()
+	return n.serving.pprofLn.Addr().String()
 }
 
 // loopbackAddr reports whether a listener's address is a loopback IP.

@@ -75,10 +75,10 @@ func TestReadyzIsNodeReady(t *testing.T) {
 	// replacing the injected one between the two reads (CI saw /readyz
 	// 503, then Ready() true): judge only rounds the injected view lasted.
 	for try := 0; ; try++ {
-		n.applied.Store(&unaccepted)
+		n.view.applied.Store(&unaccepted)
 		st, b := readyz()
 		ready := n.Ready()
-		if n.applied.Load() != &unaccepted {
+		if n.view.applied.Load() != &unaccepted {
 			if try == 50 {
 				t.Fatal("the ownership loop replaced the injected view in 50 rounds out of 50")
 			}
@@ -89,7 +89,7 @@ func TestReadyzIsNodeReady(t *testing.T) {
 		}
 		break
 	}
-	n.applied.Store(accepted)
+	n.view.applied.Store(accepted)
 	want("accepted again", http.StatusOK, "ready")
 
 	cause := errors.New("commit: no space left on device")

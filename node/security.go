@@ -165,7 +165,7 @@ func (n *Node) browserPolicy() httpapi.BrowserPolicy {
 		return p
 	}
 	names := map[string]bool{}
-	for _, hp := range []string{n.cfg.HTTPAddr, n.cfg.AdvertiseHTTP, n.apiAddr, n.ln.Addr().String()} {
+	for _, hp := range []string{n.cfg.HTTPAddr, n.cfg.AdvertiseHTTP, n.serving.addr, n.serving.ln.Addr().String()} {
 		if h := httpapi.RequestHost(hp); h != "" {
 			names[h] = true
 		}

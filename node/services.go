@@ -54,7 +54,7 @@ func (n *Node) services() []lifecycle.Service {
 			n.replPeers.Close()
 			return nil
 		}},
-		{Name: "http", Start: func(context.Context) error { n.served.Store(true); return nil },
+		{Name: "http", Start: func(context.Context) error { n.serving.served.Store(true); return nil },
 			Run: n.serveHTTP, Stop: n.stopHTTP},
 		{Name: "cluster", Start: n.startCluster, Stop: n.stopCluster},
 		{Name: "refusal", Run: n.watchRefusal},
@@ -90,7 +90,7 @@ func (n *Node) services() []lifecycle.Service {
 
 // serveHTTP serves the API until the server is shut down.
 func (n *Node) serveHTTP(context.Context) error {
-	if err := n.srv.Serve(n.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := n.serving.srv.Serve(n.serving.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("http server: %w", err)
 	}
 	return nil
@@ -103,14 +103,14 @@ func (n *Node) serveHTTP(context.Context) error {
 // peer that dialled just before the stop kept one, with its goroutines,
 // after the node was gone (goleak in the node tests, twice in CI).
 func (n *Node) stopHTTP(context.Context) error {
-	if !n.served.Load() {
-		_ = n.ln.Close()
+	if !n.serving.served.Load() {
+		_ = n.serving.ln.Close()
 		return nil
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if err := n.srv.Shutdown(sctx); err != nil {
-		_ = n.srv.Close()
+	if err := n.serving.srv.Shutdown(sctx); err != nil {
+		_ = n.serving.srv.Close()
 	}
 	return nil
 }
@@ -137,7 +137,7 @@ func (n *Node) stopCluster(ctx context.Context) error {
 			n.releaseSlot() // left: no longer a live member (slot.go)
 		}
 	}
-	n.joins.Wait()
+	n.seeds.attempts.Wait()
 	if err := n.cl.Shutdown(); err != nil {
 		errs = append(errs, n.released(fmt.Errorf("cluster shutdown: %w", err)))
 	}
@@ -164,20 +164,20 @@ func (n *Node) watchRefusal(ctx context.Context) error {
 // then its view ("I own every shard") would let it claim rows a live owner
 // holds too (e.g. rows it had handed off just before a crash).
 func (n *Node) startOwnership(context.Context) error {
-	n.awaitingJoin.Store(len(n.cfg.Join) > 0)
-	n.snaps, n.unsubscribe = n.cl.Subscribe("node")
+	n.seeds.awaiting.Store(len(n.cfg.Join) > 0)
+	n.view.snaps, n.view.unsubscribe = n.cl.Subscribe("node")
 	n.applySnapshot(n.cl.Snapshot())
 	return nil
 }
 
 // ownershipLoop applies every snapshot the cluster publishes.
 func (n *Node) ownershipLoop(ctx context.Context) error {
-	defer n.unsubscribe()
+	defer n.view.unsubscribe()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case s, ok := <-n.snaps:
+		case s, ok := <-n.view.snaps:
 			if !ok {
 				return nil
 			}
@@ -189,7 +189,7 @@ func (n *Node) ownershipLoop(ctx context.Context) error {
 // join waits for the first join of the seeds (awaitFirstJoin), then
 // applies the view it brought.
 func (n *Node) join(ctx context.Context) error {
-	if n.awaitingJoin.Load() {
+	if n.seeds.awaiting.Load() {
 		if err := n.awaitFirstJoin(ctx); err != nil {
 			return err
 		}
