@@ -9,6 +9,8 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -115,7 +117,7 @@ func (c *Cluster) handleMemberMsg(buf []byte) {
 			return
 		}
 		select {
-		case c.queries <- q:
+		case c.acceptance.queries <- q:
 		default:
 		}
 	case msgMemberAnswer:
@@ -123,10 +125,10 @@ func (c *Cluster) handleMemberMsg(buf []byte) {
 		if err != nil || a.Subject != c.name {
 			return
 		}
-		c.acceptMu.Lock()
-		c.answers[a.Sender] = a.HeldAt
-		c.acceptMu.Unlock()
-		poke(c.acceptWake)
+		c.acceptance.mu.Lock()
+		c.acceptance.answers[a.Sender] = a.HeldAt
+		c.acceptance.mu.Unlock()
+		poke(c.acceptance.wake)
 	}
 }
 
@@ -139,7 +141,7 @@ func (c *Cluster) answerLoop(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case q := <-c.queries:
+		case q := <-c.acceptance.queries:
 			a := memberAnswer{Nonce: q.Nonce, Sender: c.name, Subject: q.From}
 			if m, ok := c.Snapshot().Member(q.From); ok {
 				a.HeldAt = m.GossipAddr
@@ -185,14 +187,14 @@ func (c *Cluster) acceptLoop(ctx context.Context) error {
 	defer t.Stop()
 	var nonce uint64
 	since := time.Now()
-	for !c.accepted.Load() {
+	for !c.acceptance.accepted.Load() {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-		case <-c.acceptWake:
+		case <-c.acceptance.wake:
 		}
-		if c.accepted.Load() || c.left.Load() {
+		if c.acceptance.accepted.Load() || c.left.Load() {
 			return nil
 		}
 		self := c.GossipAddr()
@@ -205,11 +207,11 @@ func (c *Cluster) acceptLoop(ctx context.Context) error {
 		if len(peers) == 0 {
 			continue // alone: the join loop looks for the seeds
 		}
-		c.acceptMu.Lock()
+		c.acceptance.mu.Lock()
 		var ask []peer
 		others := map[string]bool{}
 		for _, p := range peers {
-			held, ok := c.answers[p.name]
+			held, ok := c.acceptance.answers[p.name]
 			if !ok || held != self {
 				ask = append(ask, p)
 			}
@@ -217,11 +219,11 @@ func (c *Cluster) acceptLoop(ctx context.Context) error {
 				others[held] = true
 			}
 		}
-		for a := range c.conflicts {
+		for a := range c.acceptance.conflicts {
 			others[a] = true
 		}
-		clear(c.conflicts)
-		c.acceptMu.Unlock()
+		clear(c.acceptance.conflicts)
+		c.acceptance.mu.Unlock()
 
 		if len(ask) == 0 {
 			c.accept(fmt.Sprintf("confirmed by every live peer (%d)", len(peers)), time.Since(since))
@@ -265,23 +267,23 @@ func (c *Cluster) checkHeldElsewhere(ctx context.Context, addrs []string) error 
 			c.refuseSelf(err)
 			return err
 		}
-		c.acceptMu.Lock()
-		last, logged := c.heldLogged[a]
+		c.acceptance.mu.Lock()
+		last, logged := c.acceptance.heldLogged[a]
 		if !logged || time.Since(last) >= refusalLogEvery {
-			c.heldLogged[a] = time.Now()
-			c.acceptMu.Unlock()
+			c.acceptance.heldLogged[a] = time.Now()
+			c.acceptance.mu.Unlock()
 			c.log.Warn("the cluster still holds this node's name at another address, which does not answer: a previous run of this node? Owning no shards until the peers release the name",
 				"held_at", a, "self", c.GossipAddr(), "released_after", "failure detection + "+c.cfg.DeadNodeReclaimTime.String())
 			continue
 		}
-		c.acceptMu.Unlock()
+		c.acceptance.mu.Unlock()
 	}
 	return nil
 }
 
 // accept makes this node an owner: final for the Cluster's life.
 func (c *Cluster) accept(why string, waited time.Duration) {
-	if c.accepted.Swap(true) {
+	if c.acceptance.accepted.Swap(true) {
 		return
 	}
 	c.log.Info("accepted by the cluster: this node owns shards from now on", "how", why, "waited", waited.Round(time.Millisecond).String())
@@ -291,13 +293,13 @@ func (c *Cluster) accept(why string, waited time.Duration) {
 // refuseSelf records that the cluster refuses this node for good and
 // closes Refused.
 func (c *Cluster) refuseSelf(err error) {
-	c.acceptMu.Lock()
-	defer c.acceptMu.Unlock()
-	if c.refusedErr != nil {
+	c.acceptance.mu.Lock()
+	defer c.acceptance.mu.Unlock()
+	if c.acceptance.refusedErr != nil {
 		return
 	}
-	c.refusedErr = err
-	close(c.refusedCh)
+	c.acceptance.refusedErr = err
+	close(c.acceptance.refusedCh)
 	c.metrics.refused.WithLabelValues("name_conflict").Inc()
 	c.log.Error("refused by the cluster: another live node uses this node's name", "error", err)
 }
@@ -306,10 +308,10 @@ func (c *Cluster) refuseSelf(err error) {
 // holds this node's name at addr; the accept loop pings it. It runs under
 // memberlist's node lock: record and poke, nothing more.
 func (c *Cluster) noteConflict(addr string) {
-	c.acceptMu.Lock()
-	c.conflicts[addr] = true
-	c.acceptMu.Unlock()
-	poke(c.acceptWake)
+	c.acceptance.mu.Lock()
+	c.acceptance.conflicts[addr] = true
+	c.acceptance.mu.Unlock()
+	poke(c.acceptance.wake)
 }
 
 // Accepted reports whether the cluster has accepted this node, so that it
@@ -317,14 +319,14 @@ func (c *Cluster) noteConflict(addr string) {
 // a node without seeds, after AcceptAlone, or once every live peer holds
 // it at its own address. OwnershipSnapshot.Accepted carries the same
 // value as of the snapshot.
-func (c *Cluster) Accepted() bool { return c.accepted.Load() }
+func (c *Cluster) Accepted() bool { return c.acceptance.accepted.Load() }
 
 // AcceptAlone accepts this node as a cluster of its own if it has no live
 // peer (the caller found no seed to join and serves alone) and reports
 // whether it is accepted now. With live peers it changes nothing: their
 // confirmation decides.
 func (c *Cluster) AcceptAlone() bool {
-	if c.accepted.Load() {
+	if c.acceptance.accepted.Load() {
 		return true
 	}
 	for _, p := range c.livePeers() {
@@ -341,17 +343,37 @@ func (c *Cluster) AcceptAlone() bool {
 // ErrNameConflict). A refused node owns nothing and never will; the
 // process should stop (without Leave, which would carry the other node's
 // name).
-func (c *Cluster) Refused() <-chan struct{} { return c.refusedCh }
+func (c *Cluster) Refused() <-chan struct{} { return c.acceptance.refusedCh }
 
 // RefusedErr returns why the cluster refused this node, nil while it has
 // not.
 func (c *Cluster) RefusedErr() error {
-	c.acceptMu.Lock()
-	defer c.acceptMu.Unlock()
-	return c.refusedErr
+	c.acceptance.mu.Lock()
+	defer c.acceptance.mu.Unlock()
+	return c.acceptance.refusedErr
 }
 
 // ErrNameConflict is returned (wrapped, naming the name and both
 // addresses) by Join and RefusedErr when another live member uses this
 // node's name: the cluster refuses the newcomer.
 var ErrNameConflict = errors.New("cluster: node name already used by a live member")
+
+// acceptance is what this node knows of its own acceptance by the members
+// (accept.go): accepted once the members hold it at its address; answers
+// maps each peer name to the address it holds this node at ("" none);
+// conflicts are the addresses memberlist saw this node's name at;
+// heldLogged rate-limits the "held elsewhere" log line; refusedErr is why
+// the node was refused for good, refusedCh closed then; queries and wake
+// (1-buffered) feed the acceptance loop. mu guards the maps and
+// refusedErr.
+type acceptance struct {
+	accepted   atomic.Bool
+	mu         sync.Mutex
+	answers    map[string]string
+	conflicts  map[string]bool
+	heldLogged map[string]time.Time
+	refusedErr error
+	refusedCh  chan struct{}
+	queries    chan memberQuery
+	wake       chan struct{}
+}

@@ -90,29 +90,16 @@ type Cluster struct {
 	snap        atomic.Pointer[OwnershipSnapshot]
 	factor      atomic.Int64 // the replication factor R of the next recompute
 	numMembers  atomic.Int64 // live members at the last recompute, for the broadcast queue
-	subMu       sync.Mutex
-	subs        map[*subscriber]struct{} // nil after Shutdown
+	subs        subscribers
 
 	// gossiped config
 	kv         *kv.Store
 	broadcasts *memberlist.TransmitLimitedQueue
 
-	// acceptance (accept.go)
-	accepted   atomic.Bool
-	acceptMu   sync.Mutex
-	answers    map[string]string    // peer name → the address it holds this node at ("" none)
-	conflicts  map[string]bool      // addresses memberlist saw this node's name at
-	heldLogged map[string]time.Time // rate limit of the "held elsewhere" log line
-	refusedErr error
-	refusedCh  chan struct{} // closed when refused for good
-	queries    chan memberQuery
-	acceptWake chan struct{} // 1-buffered
-
-	// peer admission
-	refuseMu      sync.Mutex
-	refusedLogged map[string]time.Time
-	refusalSeq    uint64
-	lastRefusal   refusal
+	// acceptance is this node's acceptance by the members (accept.go).
+	acceptance acceptance
+	// admission rate-limits and records the refusals of peers (delegate.go).
+	admission admission
 
 	// lifecycle: every background loop runs in loops, started in order
 	// (kv persistence, kv collection, recompute, memberlist, join) and
@@ -177,7 +164,7 @@ func New(cfg *Config) (*Cluster, error) {
 	c.Recompute()
 	c.startLoops()
 	st := c.kv.Stats()
-	c.log.Info("cluster node created", "gossip_addr", c.GossipAddr(), "api_addr", cfg.APIAddr, "accepted", c.accepted.Load(), "gossip_keys", c.GossipKeys(),
+	c.log.Info("cluster node created", "gossip_addr", c.GossipAddr(), "api_addr", cfg.APIAddr, "accepted", c.acceptance.accepted.Load(), "gossip_keys", c.GossipKeys(),
 		"shard_count", cfg.ShardCount, "config_entries", st.Live, "config_tombstones", st.Tombstones)
 	return c, nil
 }
@@ -189,24 +176,26 @@ func New(cfg *Config) (*Cluster, error) {
 // (accept.go).
 func newCluster(cfg *Config) *Cluster {
 	c := &Cluster{
-		cfg:           cfg,
-		name:          cfg.Name,
-		protocol:      cfg.protocolVersion,
-		log:           cfg.Logger.With("component", "cluster", "node", cfg.Name),
-		state:         MemberActive,
-		recomputeCh:   make(chan struct{}, 1),
-		peers:         make(map[string]peer),
-		failed:        make(map[string]time.Time),
-		subs:          make(map[*subscriber]struct{}),
-		refusedLogged: make(map[string]time.Time),
-		answers:       make(map[string]string),
-		conflicts:     make(map[string]bool),
-		heldLogged:    make(map[string]time.Time),
-		refusedCh:     make(chan struct{}),
-		queries:       make(chan memberQuery, maxQueuedQueries),
-		acceptWake:    make(chan struct{}, 1),
+		cfg:         cfg,
+		name:        cfg.Name,
+		protocol:    cfg.protocolVersion,
+		log:         cfg.Logger.With("component", "cluster", "node", cfg.Name),
+		state:       MemberActive,
+		recomputeCh: make(chan struct{}, 1),
+		peers:       make(map[string]peer),
+		failed:      make(map[string]time.Time),
+		subs:        subscribers{set: make(map[*subscriber]struct{})},
+		admission:   admission{logged: make(map[string]time.Time)},
+		acceptance: acceptance{
+			answers:    make(map[string]string),
+			conflicts:  make(map[string]bool),
+			heldLogged: make(map[string]time.Time),
+			refusedCh:  make(chan struct{}),
+			queries:    make(chan memberQuery, maxQueuedQueries),
+			wake:       make(chan struct{}, 1),
+		},
 	}
-	c.accepted.Store(len(cfg.Join) == 0)
+	c.acceptance.accepted.Store(len(cfg.Join) == 0)
 	c.loops = lifecycle.NewGroup(c.log)
 	return c
 }
@@ -418,21 +407,21 @@ func (c *Cluster) Join(ctx context.Context, addrs ...string) (int, error) {
 }
 
 func (c *Cluster) joinAddrs(targets []string) (int, error) {
-	c.refuseMu.Lock()
-	before := c.refusalSeq
-	c.refuseMu.Unlock()
+	c.admission.mu.Lock()
+	before := c.admission.seq
+	c.admission.mu.Unlock()
 	var dialled map[string]uint64
 	if c.dials != nil {
 		dialled = c.dials.counts(targets)
 	}
 	n, err := c.ml.Join(targets)
 	if err == nil {
-		poke(c.acceptWake) // ask the new peers now, not at the next tick
+		poke(c.acceptance.wake) // ask the new peers now, not at the next tick
 		return n, c.checkJoinConflicts()
 	}
-	c.refuseMu.Lock()
-	r := c.lastRefusal
-	c.refuseMu.Unlock()
+	c.admission.mu.Lock()
+	r := c.admission.last
+	c.admission.mu.Unlock()
 	if r.seq > before {
 		return n, fmt.Errorf("join %v: %w", targets, r.err)
 	}
@@ -456,12 +445,12 @@ func (c *Cluster) checkJoinConflicts() error {
 	if err := c.RefusedErr(); err != nil {
 		return err
 	}
-	if c.accepted.Load() {
+	if c.acceptance.accepted.Load() {
 		return nil
 	}
-	c.acceptMu.Lock()
-	addrs := slices.Sorted(maps.Keys(c.conflicts))
-	c.acceptMu.Unlock()
+	c.acceptance.mu.Lock()
+	addrs := slices.Sorted(maps.Keys(c.acceptance.conflicts))
+	c.acceptance.mu.Unlock()
 	return c.checkHeldElsewhere(context.Background(), addrs)
 }
 
@@ -629,7 +618,7 @@ func (c *Cluster) Leave(ctx context.Context) error {
 		flush.Stop()
 	}
 
-	if !c.accepted.Load() {
+	if !c.acceptance.accepted.Load() {
 		c.Recompute()
 		c.log.Info("left without a leave message: the cluster never accepted this node", "refused", c.RefusedErr())
 		return nil
@@ -681,12 +670,12 @@ func (c *Cluster) Shutdown() error {
 	c.kv.Close()
 	c.metrics.unregister()
 
-	c.subMu.Lock()
-	for s := range c.subs {
+	c.subs.mu.Lock()
+	for s := range c.subs.set {
 		close(s.ch)
 	}
-	c.subs = nil
-	c.subMu.Unlock()
+	c.subs.set = nil
+	c.subs.mu.Unlock()
 	c.log.Info("cluster node shut down")
 	return err
 }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -83,7 +84,7 @@ func (d *delegate) NotifyMerge(peers []*memberlist.Node) error {
 // (a live duplicate refuses this node; a dead earlier run is waited out).
 func (d *delegate) NotifyConflict(existing, other *memberlist.Node) {
 	c := d.c
-	if existing.Name == c.name && !c.accepted.Load() {
+	if existing.Name == c.name && !c.acceptance.accepted.Load() {
 		c.noteConflict(other.Address())
 		return
 	}
@@ -125,22 +126,32 @@ type refusal struct {
 
 func (c *Cluster) refuse(n *memberlist.Node, reason string, err error) error {
 	c.metrics.refused.WithLabelValues(reason).Inc()
-	c.refuseMu.Lock()
-	c.refusalSeq++
-	c.lastRefusal = refusal{seq: c.refusalSeq, err: err}
+	c.admission.mu.Lock()
+	c.admission.seq++
+	c.admission.last = refusal{seq: c.admission.seq, err: err}
 	key := n.Name + "\x00" + reason
 	now := time.Now()
-	last, seen := c.refusedLogged[key]
+	last, seen := c.admission.logged[key]
 	logIt := !seen || now.Sub(last) >= refusalLogEvery
 	if logIt {
-		if len(c.refusedLogged) >= 1024 { // bound the map against name floods
-			clear(c.refusedLogged)
+		if len(c.admission.logged) >= 1024 { // bound the map against name floods
+			clear(c.admission.logged)
 		}
-		c.refusedLogged[key] = now
+		c.admission.logged[key] = now
 	}
-	c.refuseMu.Unlock()
+	c.admission.mu.Unlock()
 	if logIt {
 		c.log.Warn("refusing peer", "peer", n.Name, "peer_addr", n.Address(), "reason", reason, "error", err)
 	}
 	return err
+}
+
+// admission records the peers this node refused (delegate.go): logged
+// rate-limits the refusal log line per peer; seq counts the refusals and
+// last is the latest. mu guards them.
+type admission struct {
+	mu     sync.Mutex
+	logged map[string]time.Time
+	seq    uint64
+	last   refusal
 }

@@ -76,7 +76,7 @@ func newMetrics(c *Cluster) *metrics {
 		Name: "fairshard_cluster_accepted",
 		Help: "1 once the cluster has accepted this node as a member (it may own shards); 0 while its peers have not confirmed it, e.g. while they still hold its name at another address.",
 	}, func() float64 {
-		if c.accepted.Load() {
+		if c.acceptance.accepted.Load() {
 			return 1
 		}
 		return 0

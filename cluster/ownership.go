@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fairshard/fairshard/shards"
@@ -185,7 +186,7 @@ func (c *Cluster) Recompute() *OwnershipSnapshot {
 	defer c.recomputeMu.Unlock()
 
 	nodes := c.livePeers()
-	accepted := c.accepted.Load()
+	accepted := c.acceptance.accepted.Load()
 	members := make([]Member, 0, len(nodes))
 	active := make([]string, 0, len(nodes))
 	for _, n := range nodes {
@@ -265,20 +266,20 @@ type subscriber struct {
 // closes every subscription channel.
 func (c *Cluster) Subscribe(name string) (<-chan *OwnershipSnapshot, func()) {
 	s := &subscriber{name: name, ch: make(chan *OwnershipSnapshot, 1)}
-	c.subMu.Lock()
-	if c.subs == nil { // shut down
-		c.subMu.Unlock()
+	c.subs.mu.Lock()
+	if c.subs.set == nil { // shut down
+		c.subs.mu.Unlock()
 		close(s.ch)
 		return s.ch, func() {}
 	}
-	c.subs[s] = struct{}{}
+	c.subs.set[s] = struct{}{}
 	s.ch <- c.snap.Load()
-	c.subMu.Unlock()
+	c.subs.mu.Unlock()
 	return s.ch, func() {
-		c.subMu.Lock()
-		defer c.subMu.Unlock()
-		if _, ok := c.subs[s]; ok {
-			delete(c.subs, s)
+		c.subs.mu.Lock()
+		defer c.subs.mu.Unlock()
+		if _, ok := c.subs.set[s]; ok {
+			delete(c.subs.set, s)
 			close(s.ch)
 		}
 	}
@@ -287,9 +288,9 @@ func (c *Cluster) Subscribe(name string) (<-chan *OwnershipSnapshot, func()) {
 // publish offers snap to every subscriber without blocking: if a
 // subscriber has not read the previous snapshot, it is replaced.
 func (c *Cluster) publish(snap *OwnershipSnapshot) {
-	c.subMu.Lock()
-	defer c.subMu.Unlock()
-	for s := range c.subs {
+	c.subs.mu.Lock()
+	defer c.subs.mu.Unlock()
+	for s := range c.subs.set {
 		select {
 		case s.ch <- snap:
 			continue
@@ -363,4 +364,11 @@ func epochsOf(prev, next *OwnershipSnapshot) []uint64 {
 		}
 	}
 	return out
+}
+
+// subscribers is the set of ownership subscriptions (Subscribe); set is
+// nil after Shutdown. mu guards it.
+type subscribers struct {
+	mu  sync.Mutex
+	set map[*subscriber]struct{}
 }
