@@ -12,8 +12,9 @@
 // add.
 //
 // It also holds the wire types the server and the Go client share (the
-// error codes, Waiting and LeaveStatus, wire.go), so the client imports no
-// server package. The package has no dependencies and no state.
+// error codes, Waiting and LeaveStatus in wire.go; the cluster, shard,
+// namespace-totals, target and bulk-call answers in views.go), so the
+// client imports no server package and the two cannot drift apart. The package has no dependencies and no state.
 package api
 
 import _ "embed"

@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/fairshard/fairshard/api"
 )
 
 // The read-back and list calls: targets and holds read back, rows listed,
@@ -13,29 +15,19 @@ import (
 
 // NamespaceTotals are a namespace's counts summed over the members that
 // answered, with each member's.
-type NamespaceTotals struct {
-	Pending     int `json:"pending"`
-	Claimed     int `json:"claimed"`
-	DeadLetters int `json:"dead_letters"`
-	// DeliveredTotal counts rows delivered since each node started; a
-	// rate is its change over time.
-	DeliveredTotal uint64               `json:"delivered_total"`
-	Nodes          []NodeNamespaceStats `json:"nodes"`
-	// UnreachableNodes did not answer: their counts are missing.
-	UnreachableNodes []string `json:"unreachable_nodes"`
-}
+type NamespaceTotals = api.NamespaceTotals
 
 // NodeNamespaceStats is one member's counts of a namespace.
-type NodeNamespaceStats struct {
-	Node           string `json:"node"`
-	Pending        int    `json:"pending"`
-	Claimed        int    `json:"claimed"`
-	DeadLetters    int    `json:"dead_letters"`
-	DeliveredTotal uint64 `json:"delivered_total"`
-	// DeliveryP99Seconds is the 99th percentile of one delivery attempt on
-	// the node since it started (seconds, a histogram bucket's bound).
-	DeliveryP99Seconds float64 `json:"delivery_p99_seconds"`
-}
+type NodeNamespaceStats = api.NodeNamespaceStats
+
+// TargetView is a route's target as read back, secrets redacted.
+type TargetView = api.TargetView
+
+// TargetList is every route's own target and the nodes' default.
+type TargetList = api.TargetList
+
+// PurgeResult counts the dead letters purged cluster-wide.
+type PurgeResult = api.PurgeResult
 
 // RowAttempt is one settled delivery attempt of a row.
 type RowAttempt struct {
@@ -49,29 +41,6 @@ type RowAttempt struct {
 	// StatusCode is the target's HTTP status; 0 when there was none.
 	StatusCode int    `json:"status_code,omitempty"`
 	Error      string `json:"error,omitempty"`
-}
-
-// TargetView is a route's target as read back: secrets in the URL (a
-// password, query values named like token, key, secret, sig, password,
-// auth, credential, code) read "REDACTED".
-type TargetView struct {
-	Namespace string `json:"namespace"`
-	TaskQueue string `json:"task_queue"`
-	URL       string `json:"url"`
-	TimeoutMS int64  `json:"timeout_ms,omitempty"`
-	// SigningSecretFingerprints and HeaderNames are the route's signing
-	// secrets by fingerprint and static headers by name (never their
-	// values); empty for the default target or a route without them.
-	SigningSecretFingerprints []string `json:"signing_secret_fingerprints,omitempty"`
-	HeaderNames               []string `json:"header_names,omitempty"`
-	// Source is "route" (the route's own) or "default" (--default-target).
-	Source string `json:"source"`
-}
-
-// TargetList is every route's own target and the nodes' default.
-type TargetList struct {
-	Targets       []TargetView `json:"targets"`
-	DefaultTarget string       `json:"default_target"`
 }
 
 // GetTarget reads the route's target back: its own, else the nodes'
@@ -188,13 +157,6 @@ func (c *Client) Cancel(ctx context.Context, dispatchKey, reason string) (*Cance
 		return nil, err
 	}
 	return &out, nil
-}
-
-// PurgeResult counts the dead letters purged cluster-wide.
-type PurgeResult struct {
-	Purged int `json:"purged"`
-	// UnreachableNodes did not answer: their dead letters were not purged.
-	UnreachableNodes []string `json:"unreachable_nodes"`
 }
 
 // PurgeDeadLetters turns the namespace's dead letters (all, or those of

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+
+	"github.com/fairshard/fairshard/api"
 )
 
 // MaxDeadLetterPage is the most dead letters one page may hold.
@@ -101,13 +103,7 @@ func (c *Client) DeadLetterPagesOf(ctx context.Context, namespace string, q Dead
 }
 
 // RedriveResult is the answer to Redrive.
-type RedriveResult struct {
-	// Redriven counts the dead letters moved back to pending, cluster-wide.
-	Redriven int `json:"redriven"`
-	// UnreachableNodes did not answer: their dead letters were not redriven
-	// (call again once they are back).
-	UnreachableNodes []string `json:"unreachable_nodes"`
-}
+type RedriveResult = api.RedriveResult
 
 // Redrive moves the namespace's dead letters back to pending with attempt
 // 1, on every node: those with the given dispatch_keys, or all of them when

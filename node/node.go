@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/backpressure"
 	"github.com/fairshard/fairshard/boltstore"
 	"github.com/fairshard/fairshard/cluster"
@@ -171,7 +172,9 @@ type Node struct {
 	ownSecret bool
 	nsLabels  *nslabel.Limiter
 	reach     *reachability
-	security  securityState
+	// security is what the node says about its own protection
+	// (/v1/cluster's "security", fairshard_insecure, the hourly warning).
+	security api.Security
 
 	// serving is the API listener and server, and the pprof one.
 	serving httpServing
@@ -500,7 +503,7 @@ func (n *Node) buildAPI(cp claimPath, rows *replication.Store) error {
 		return err
 	}
 	n.api, err = httpapi.New(httpapi.Config{
-		Self: n.name, ShardCount: cfg.Shards, APIToken: cfg.APIToken, Browser: n.browserPolicy(), Security: n.securityView, Reachable: n.reach.Reachable,
+		Self: n.name, ShardCount: cfg.Shards, APIToken: cfg.APIToken, Browser: n.browserPolicy(), Security: n.security, Reachable: n.reach.Reachable,
 		DefaultMaxInFlight: cfg.DefaultMaxInFlight,
 		MaxNamespaces:      cfg.MaxNamespaces, MaxTargets: cfg.MaxTargets, MaxHolds: cfg.MaxHolds,
 		Store: rows, Router: n.router, Settings: n.settings, Ownership: n.ownership, Peers: n.peers,

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/internal/httpapi"
 	"github.com/fairshard/fairshard/internal/tick"
 )
@@ -41,7 +42,7 @@ func newHTTPServer(h http.Handler, cfg Config) *http.Server {
 	}
 }
 
-// Modes of the node-to-node routes (/internal/), securityState's
+// Modes of the node-to-node routes (/internal/), api.Security's
 // InternalRoutes.
 const (
 	// internalSigned: calls signed with the cluster secret, both ways.
@@ -76,34 +77,16 @@ func (n *Node) nodeSecret() string {
 	return hex.EncodeToString(b)
 }
 
-// securityState is what the node says about its own protection: in
-// /v1/cluster ("security"), fairshard_insecure and the hourly warning.
-type securityState struct {
-	// Insecure is --insecure.
-	Insecure bool `json:"insecure"`
-	// NodeAuth: node-to-node calls are signed both ways (--cluster-secret).
-	NodeAuth bool `json:"node_auth"`
-	// InternalRoutes says who the node-to-node routes answer:
-	// "cluster_secret" (members holding it), "this_node_only" (an API
-	// token without a cluster secret: nobody else) or "open" (no
-	// credentials at all).
-	InternalRoutes string `json:"internal_routes"`
-	// GossipEncrypted: gossip is encrypted (--gossip-key).
-	GossipEncrypted bool `json:"gossip_encrypted"`
-	// Exposed lists the listen and advertised addresses beyond loopback,
-	// the profiling listener's (--pprof-addr) included.
-	Exposed []string `json:"exposed"`
-}
-
-// unprotected reports whether anything is left open: node-to-node calls
-// unauthenticated or gossip in clear.
-func (s securityState) unprotected() bool { return !s.NodeAuth || !s.GossipEncrypted }
+// unprotected reports whether s leaves anything open: node-to-node calls
+// unauthenticated or gossip in clear (fairshard_insecure, the hourly
+// warning).
+func unprotected(s api.Security) bool { return !s.NodeAuth || !s.GossipEncrypted }
 
 // insecureWarnEvery is how often an unprotected node repeats its warning.
 const insecureWarnEvery = time.Hour
 
 func (n *Node) initSecurity(reg prometheus.Registerer) error {
-	n.security = securityState{
+	n.security = api.Security{
 		Insecure: n.cfg.Insecure, NodeAuth: n.cfg.ClusterSecret != "",
 		GossipEncrypted: len(n.cfg.GossipKeys) > 0, Exposed: n.cfg.ExposedAddrs(),
 	}
@@ -127,7 +110,7 @@ func (n *Node) initSecurity(reg prometheus.Registerer) error {
 		Name: "fairshard_insecure",
 		Help: "1 when this node runs without node-to-node authentication (--cluster-secret) or without gossip encryption (--gossip-key): allowed on loopback or with --insecure.",
 	}, func() float64 {
-		if n.security.unprotected() {
+		if unprotected(n.security) {
 			return 1
 		}
 		return 0
@@ -135,14 +118,11 @@ func (n *Node) initSecurity(reg prometheus.Registerer) error {
 	return reg.Register(g)
 }
 
-// securityView is /v1/cluster's "security" object.
-func (n *Node) securityView() any { return n.security }
-
 // warnInsecure logs, at start and every hour, what an unprotected node
 // leaves open.
 func (n *Node) warnInsecure(ctx context.Context) error {
 	s := n.security
-	if !s.unprotected() {
+	if !unprotected(s) {
 		return nil
 	}
 	warn := func() {

@@ -206,43 +206,11 @@ func (r *Replicator) MissingOf(ctx context.Context, kvs []KeyVersion) (MissingRe
 	return rep, nil
 }
 
-// Status is this node's replication state for operators (GET /v1/cluster).
-type Status struct {
-	// Factor is the cluster's replication factor R; Copies what every
-	// replica set gets now, min(R, active members).
-	Factor int `json:"replication_factor"`
-	Copies int `json:"copies"`
-	// WriteCopies is the write-copies minimum applied by this node.
-	WriteCopies int `json:"write_copies"`
-	// UnderReplicated: Copies < Factor (too few members), or some shard
-	// this node is primary of lacks a synced copy.
-	UnderReplicated bool `json:"under_replicated"`
-	// UnderReplicatedShards and UnderReplicatedRows count this node's
-	// primary shards with fewer than R synced copies, and their rows here
-	// (as of the last poll, PolledAt).
-	UnderReplicatedShards int       `json:"under_replicated_shards"`
-	UnderReplicatedRows   int64     `json:"under_replicated_rows"`
-	PolledAt              time.Time `json:"polled_at,omitzero"`
-	// ReplicaShards counts the shards this node is a replica of;
-	// SyncingShards those it has not synced yet.
-	ReplicaShards int `json:"replica_shards"`
-	SyncingShards int `json:"syncing_shards"`
-	// PendingChanges counts (row, backup) state changes not yet shipped.
-	PendingChanges int `json:"pending_changes"`
-	// HandoverShards counts the shards this node became primary of and
-	// does not claim from yet: another live member still delivers rows of
-	// them or ships their settles (bounded by the handover timeout).
-	HandoverShards int `json:"handover_shards"`
-	// Leave is the hand-off progress of a leaving node (absent otherwise):
-	// a graceful stop ends only once every row held here is held by its
-	// shard's replica set.
-	Leave *api.LeaveStatus `json:"leave,omitempty"`
-}
-
-// Status returns this node's replication state.
-func (r *Replicator) Status() Status {
+// Status returns this node's replication state (GET /v1/cluster's
+// "replication").
+func (r *Replicator) Status() api.ReplicationStatus {
 	v := r.view.Load()
-	st := Status{PendingChanges: r.ship.pending()}
+	st := api.ReplicationStatus{PendingChanges: r.ship.pending()}
 	if v == nil {
 		return st
 	}
@@ -264,34 +232,12 @@ func (r *Replicator) Status() Status {
 	return st
 }
 
-// ReplicaStatus is one replica's state of a shard as its answer says.
-type ReplicaStatus struct {
-	Node string `json:"node"`
-	// Role is "primary" or "backup".
-	Role string `json:"role"`
-	// Reachable: the replica answered; the fields below are its answer.
-	Reachable bool   `json:"reachable"`
-	Synced    bool   `json:"synced"`
-	Rows      int64  `json:"rows"`
-	Sum       uint64 `json:"digest"`
-}
-
-// ShardStatus is one shard's replica set and sync state (GET
-// /v1/shards/{n}).
-type ShardStatus struct {
-	Shard    uint32          `json:"shard"`
-	Replicas []ReplicaStatus `json:"replicas"`
-	// InSync: every replica answered, is synced and has the same digest.
-	InSync bool `json:"in_sync"`
-	// HeldHere counts the rows of the shard held by the answering node
-	// (a leftover copy when it is not a replica).
-	HeldHere int64 `json:"held_here"`
-}
-
-// ShardStatus asks every replica of shard for its state, live.
-func (r *Replicator) ShardStatus(ctx context.Context, shard uint32) (ShardStatus, error) {
+// ShardStatus asks every replica of shard for its state, live (GET
+// /v1/shards/{shard}); an error for a shard out of range or a failed read
+// of the local digest.
+func (r *Replicator) ShardStatus(ctx context.Context, shard uint32) (api.ShardStatus, error) {
 	v := r.view.Load()
-	out := ShardStatus{Shard: shard, Replicas: []ReplicaStatus{}}
+	out := api.ShardStatus{Shard: shard, Replicas: []api.ReplicaStatus{}}
 	if shard >= r.cfg.ShardCount {
 		return out, fmt.Errorf("shard %d ≥ shard count %d", shard, r.cfg.ShardCount)
 	}
@@ -305,7 +251,7 @@ func (r *Replicator) ShardStatus(ctx context.Context, shard uint32) (ShardStatus
 	}
 	out.InSync = len(v.set(shard)) > 0
 	for i, m := range v.set(shard) {
-		rs := ReplicaStatus{Node: m, Role: "backup"}
+		rs := api.ReplicaStatus{Node: m, Role: "backup"}
 		if i == 0 {
 			rs.Role = "primary"
 		}
@@ -320,9 +266,9 @@ func (r *Replicator) ShardStatus(ctx context.Context, shard uint32) (ShardStatus
 		}
 		if err == nil {
 			st, _ := stateOf(rep, shard)
-			rs.Reachable, rs.Synced, rs.Rows, rs.Sum = true, st.Synced && rep.Joined, st.Rows, st.Sum
+			rs.Reachable, rs.Synced, rs.Rows, rs.Digest = true, st.Synced && rep.Joined, st.Rows, st.Sum
 		}
-		if !rs.Reachable || !rs.Synced || (len(out.Replicas) > 0 && (rs.Rows != out.Replicas[0].Rows || rs.Sum != out.Replicas[0].Sum)) {
+		if !rs.Reachable || !rs.Synced || (len(out.Replicas) > 0 && (rs.Rows != out.Replicas[0].Rows || rs.Digest != out.Replicas[0].Digest)) {
 			out.InSync = false
 		}
 		out.Replicas = append(out.Replicas, rs)

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/cluster"
 	"github.com/fairshard/fairshard/internal/peer"
 	"github.com/fairshard/fairshard/internal/settings"
@@ -449,7 +450,7 @@ func (a *API) handleRedrive(w http.ResponseWriter, r *http.Request) {
 		return nil
 	})
 	a.cfg.Dispatcher.Wake()
-	writeJSON(w, http.StatusOK, map[string]any{"redriven": total, "unreachable_nodes": unreachable})
+	writeJSON(w, http.StatusOK, api.RedriveResult{Redriven: total, UnreachableNodes: unreachable})
 }
 
 // validateRedriveKeys checks a redrive's keys (public and internal).
@@ -519,46 +520,21 @@ func (a *API) peerMembers() []peerRef {
 
 // ---- cluster views ----
 
-type memberView struct {
-	Name               string   `json:"name"`
-	APIAddr            string   `json:"api_addr"`
-	GossipAddr         string   `json:"gossip_addr"`
-	GossipKeys         []string `json:"gossip_keys"`
-	State              string   `json:"state"`
-	Reachable          bool     `json:"reachable"`
-	OwnedShards        int      `json:"owned_shards"`
-	OwnedShardFraction float64  `json:"owned_shard_fraction"`
-}
-
 func (a *API) handleCluster(w http.ResponseWriter, r *http.Request) {
 	snap := a.cfg.Ownership()
-	members := make([]memberView, 0, len(snap.Members))
+	out := api.Cluster{Node: a.cfg.Self, Accepted: snap.Accepted, ShardCount: snap.ShardCount, OwnershipVersion: snap.Version,
+		Members: make([]api.Member, 0, len(snap.Members)), Replication: a.cfg.Replication.Status(), Security: a.cfg.Security}
 	for _, m := range snap.Members {
 		owned := snap.Table.OwnedCount(m.Name)
 		reachable := m.Name == a.cfg.Self || a.cfg.Reachable == nil || a.cfg.Reachable(m.Name)
-		members = append(members, memberView{Name: m.Name, APIAddr: m.APIAddr, GossipAddr: m.GossipAddr, GossipKeys: commaList(m.GossipKeys), State: string(m.State), Reachable: reachable,
+		out.Members = append(out.Members, api.Member{Name: m.Name, APIAddr: m.APIAddr, GossipAddr: m.GossipAddr, GossipKeys: commaList(m.GossipKeys), State: string(m.State), Reachable: reachable,
 			OwnedShards: owned, OwnedShardFraction: float64(owned) / float64(snap.ShardCount)})
 	}
-	// Shards whose rows are held here though this node is not one of their
-	// replicas (a rebalance, a drain): handed to their sets, then deleted.
-	pending := 0
 	if left, err := a.cfg.Replication.Leftovers(r.Context()); err == nil {
-		pending = len(left)
-	}
-	out := map[string]any{
-		"node":              a.cfg.Self,
-		"accepted":          snap.Accepted,
-		"shard_count":       snap.ShardCount,
-		"ownership_version": snap.Version,
-		"members":           members,
-		"replication":       a.cfg.Replication.Status(),
-		"handoff": map[string]any{
-			"shards_pending": pending,
-		},
-		"security": a.security(),
+		out.Handoff.ShardsPending = len(left)
 	}
 	if a.cfg.Leases != nil {
-		out["leases_learning"] = a.cfg.Leases.Learning()
+		out.LeasesLearning = a.cfg.Leases.Learning()
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -596,22 +572,17 @@ func (a *API) handlePutCluster(w http.ResponseWriter, r *http.Request) {
 
 func (a *API) handleShards(w http.ResponseWriter, _ *http.Request) {
 	snap := a.cfg.Ownership()
-	type shardView struct {
-		Shard    uint32   `json:"shard"`
-		Owner    string   `json:"owner"`
-		Replicas []string `json:"replicas"`
-	}
-	out := make([]shardView, snap.ShardCount)
+	out := api.ShardTable{ShardCount: snap.ShardCount, OwnershipVersion: snap.Version, ReplicationFactor: snap.Factor,
+		Shards: make([]api.ShardOwner, snap.ShardCount)}
 	sets := snap.ReplicaSets()
 	for s := range snap.ShardCount {
 		reps := sets[s]
 		if reps == nil {
 			reps = []string{}
 		}
-		out[s] = shardView{Shard: s, Owner: snap.Table.Owner(s), Replicas: reps}
+		out.Shards[s] = api.ShardOwner{Shard: s, Owner: snap.Table.Owner(s), Replicas: reps}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"shard_count": snap.ShardCount, "ownership_version": snap.Version,
-		"replication_factor": snap.Factor, "shards": out})
+	writeJSON(w, http.StatusOK, out)
 }
 
 // handleShard shows one shard's replica set and each replica's sync state

@@ -53,9 +53,9 @@ type Store interface {
 type Replication interface {
 	replication.Server
 	// Status is this node's replication state.
-	Status() replication.Status
+	Status() api.ReplicationStatus
 	// ShardStatus asks every replica of a shard for its state.
-	ShardStatus(ctx context.Context, shard uint32) (replication.ShardStatus, error)
+	ShardStatus(ctx context.Context, shard uint32) (api.ShardStatus, error)
 	// Leftovers lists the shards holding rows here that this node does
 	// not replicate (still to hand to their replica sets).
 	Leftovers(ctx context.Context) ([]uint32, error)
@@ -92,8 +92,8 @@ type Config struct {
 	// Browser keeps out requests a web page makes a browser send (Host,
 	// Origin, Sec-Fetch-Site and Content-Type checks; browser.go).
 	Browser BrowserPolicy
-	// Security is /v1/cluster's "security" object (nil: omitted).
-	Security func() any
+	// Security is /v1/cluster's "security": what protects this node.
+	Security api.Security
 	// Reachable reports whether a member's API answers health checks
 	// (/v1/cluster's "reachable"; nil: every member is).
 	Reachable func(member string) bool
@@ -178,13 +178,6 @@ func New(cfg Config) (*API, error) {
 	}
 	a.handler = a.routes()
 	return a, nil
-}
-
-func (a *API) security() any {
-	if a.cfg.Security == nil {
-		return nil
-	}
-	return a.cfg.Security()
 }
 
 // Handler returns the API's HTTP handler.

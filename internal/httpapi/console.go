@@ -78,36 +78,19 @@ func (a *API) consoleRoutes(pub, internal func(string, http.HandlerFunc)) {
 
 // ---- targets and holds ----
 
-// targetReadView is a route's target as read back: the URL with its secrets
-// redacted (see RedactURL), signing secrets by fingerprint and static
-// headers by name (settings.TargetSettings.Redacted), never their values.
-type targetReadView struct {
-	Namespace string `json:"namespace"`
-	TaskQueue string `json:"task_queue"`
-	URL       string `json:"url"`
-	TimeoutMS int64  `json:"timeout_ms,omitempty"`
-	// SigningSecretFingerprints and HeaderNames are a route target's
-	// credentials, redacted (absent for the default target).
-	SigningSecretFingerprints []string `json:"signing_secret_fingerprints,omitempty"`
-	HeaderNames               []string `json:"header_names,omitempty"`
-	// Source is "route" (set for this route) or "default" (the node's
-	// --default-target).
-	Source string `json:"source"`
-}
-
 // routeTargetView is a route's own target as read back.
-func routeTargetView(ns, tq string, t settings.TargetSettings) targetReadView {
+func routeTargetView(ns, tq string, t settings.TargetSettings) api.TargetView {
 	r := t.Redacted()
-	return targetReadView{Namespace: ns, TaskQueue: tq, URL: RedactURL(r.URL), TimeoutMS: r.TimeoutMS,
+	return api.TargetView{Namespace: ns, TaskQueue: tq, URL: RedactURL(r.URL), TimeoutMS: r.TimeoutMS,
 		SigningSecretFingerprints: r.SigningSecretFingerprints, HeaderNames: r.HeaderNames, Source: "route"}
 }
 
 func (a *API) handleListTargets(w http.ResponseWriter, _ *http.Request) {
-	out := []targetReadView{}
+	out := api.TargetList{Targets: []api.TargetView{}, DefaultTarget: RedactURL(a.cfg.Settings.DefaultTarget())}
 	for _, t := range a.cfg.Settings.Targets() {
-		out = append(out, routeTargetView(t.Namespace, t.TaskQueue, t.TargetSettings))
+		out.Targets = append(out.Targets, routeTargetView(t.Namespace, t.TaskQueue, t.TargetSettings))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"targets": out, "default_target": RedactURL(a.cfg.Settings.DefaultTarget())})
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (a *API) handleGetTarget(w http.ResponseWriter, r *http.Request) {
@@ -121,7 +104,7 @@ func (a *API) handleGetTarget(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if d := a.cfg.Settings.DefaultTarget(); d != "" {
-		writeJSON(w, http.StatusOK, targetReadView{Namespace: ns, TaskQueue: tq, URL: RedactURL(d), Source: "default"})
+		writeJSON(w, http.StatusOK, api.TargetView{Namespace: ns, TaskQueue: tq, URL: RedactURL(d), Source: "default"})
 		return
 	}
 	writeError(w, &APIError{Status: http.StatusNotFound, Code: api.CodeNotFound,
@@ -518,48 +501,23 @@ func (a *API) handlePurge(w http.ResponseWriter, r *http.Request) {
 		mu.Unlock()
 		return nil
 	})
-	writeJSON(w, http.StatusOK, map[string]any{"purged": total, "unreachable_nodes": unreachable})
+	writeJSON(w, http.StatusOK, api.PurgeResult{Purged: total, UnreachableNodes: unreachable})
 }
 
 // ---- namespace views with cluster-wide totals ----
 
-// nodeNamespaceStats is one node's counts of one namespace.
-type nodeNamespaceStats struct {
-	Node        string `json:"node"`
-	Pending     int    `json:"pending"`
-	Claimed     int    `json:"claimed"`
-	DeadLetters int    `json:"dead_letters"`
-	// DeliveredTotal is fairshard_rows_delivered_total of the namespace
-	// on the node since it started (a rate is its change over time).
-	DeliveredTotal uint64 `json:"delivered_total"`
-	// DeliveryP99Seconds estimates the 99th percentile of one delivery
-	// attempt (fairshard_delivery_duration_seconds, since the node
-	// started; the upper bound of its bucket), 0 with no attempt.
-	DeliveryP99Seconds float64 `json:"delivery_p99_seconds"`
-}
-
 // statsResponse is the internal stats route's answer: every namespace
 // holding rows or with metrics on the node.
 type statsResponse struct {
-	Node       string                        `json:"node"`
-	Namespaces map[string]nodeNamespaceStats `json:"namespaces"`
-}
-
-// clusterTotals sums a namespace's counts over the members that answered.
-type clusterTotals struct {
-	Pending          int                  `json:"pending"`
-	Claimed          int                  `json:"claimed"`
-	DeadLetters      int                  `json:"dead_letters"`
-	DeliveredTotal   uint64               `json:"delivered_total"`
-	Nodes            []nodeNamespaceStats `json:"nodes"`
-	UnreachableNodes []string             `json:"unreachable_nodes"`
+	Node       string                            `json:"node"`
+	Namespaces map[string]api.NodeNamespaceStats `json:"namespaces"`
 }
 
 // namespaceClusterView is a namespace view (this node's counts) plus its
 // cluster-wide totals.
 type namespaceClusterView struct {
 	namespaceView
-	Cluster clusterTotals `json:"cluster"`
+	Cluster api.NamespaceTotals `json:"cluster"`
 }
 
 // localStats reads this node's counts and delivery metrics per namespace.
@@ -568,9 +526,9 @@ func (a *API) localStats(ctx context.Context) (statsResponse, map[string]outbox.
 	if err != nil {
 		return statsResponse{}, nil, err
 	}
-	out := statsResponse{Node: a.cfg.Self, Namespaces: map[string]nodeNamespaceStats{}}
+	out := statsResponse{Node: a.cfg.Self, Namespaces: map[string]api.NodeNamespaceStats{}}
 	for ns, s := range st {
-		out.Namespaces[ns] = nodeNamespaceStats{Node: a.cfg.Self, Pending: s.Pending, Claimed: s.Claimed, DeadLetters: s.Failed}
+		out.Namespaces[ns] = api.NodeNamespaceStats{Node: a.cfg.Self, Pending: s.Pending, Claimed: s.Claimed, DeadLetters: s.Failed}
 	}
 	for _, mf := range a.deliveryMetrics() {
 		switch mf.GetName() {
@@ -703,8 +661,8 @@ func (a *API) peerStats(ctx context.Context, local statsResponse) ([]statsRespon
 	return all, unreachable
 }
 
-func totalsOf(ns string, all []statsResponse, unreachable []string) clusterTotals {
-	t := clusterTotals{Nodes: []nodeNamespaceStats{}, UnreachableNodes: unreachable}
+func totalsOf(ns string, all []statsResponse, unreachable []string) api.NamespaceTotals {
+	t := api.NamespaceTotals{Nodes: []api.NodeNamespaceStats{}, UnreachableNodes: unreachable}
 	for _, s := range all {
 		n := s.Namespaces[ns]
 		n.Node = s.Node
