@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"time"
 
 	"github.com/fairshard/fairshard/api"
 )
@@ -30,18 +29,14 @@ type TargetList = api.TargetList
 type PurgeResult = api.PurgeResult
 
 // RowAttempt is one settled delivery attempt of a row.
-type RowAttempt struct {
-	Attempt    uint32    `json:"attempt"`
-	ClaimedAt  time.Time `json:"claimed_at"`
-	FinishedAt time.Time `json:"finished_at"`
-	// DurationMS is from the claim to the settle, in ms.
-	DurationMS int64 `json:"duration_ms"`
-	// Outcome is "done", "retry" or "failed" (dead-lettered).
-	Outcome string `json:"outcome"`
-	// StatusCode is the target's HTTP status; 0 when there was none.
-	StatusCode int    `json:"status_code,omitempty"`
-	Error      string `json:"error,omitempty"`
-}
+type RowAttempt = api.RowAttempt
+
+// RowPage is one page of a row listing, ordered by dispatch_key.
+type RowPage = api.RowPage
+
+// CancelResult is what a cancel did: Cancelled is false for a row being
+// delivered or already finished (Row shows its status).
+type CancelResult = api.CancelResult
 
 // GetTarget reads the route's target back: its own, else the nodes'
 // default. A route without either returns an *Error matching ErrNotFound.
@@ -101,17 +96,6 @@ type RowQuery struct {
 	After string
 }
 
-// RowPage is one page of a row listing, ordered by dispatch_key.
-type RowPage struct {
-	Rows []RowInfo `json:"rows"`
-	// Next is the cursor of the following page ("" when complete). A page
-	// may be short, even empty, with a Next: each node examines a bounded
-	// number of rows per page.
-	Next string `json:"next"`
-	// UnreachableNodes did not answer: their rows are missing.
-	UnreachableNodes []string `json:"unreachable_nodes"`
-}
-
 // ListRows returns one page of the namespace's rows on every node.
 func (c *Client) ListRows(ctx context.Context, namespace string, q RowQuery) (*RowPage, error) {
 	v := url.Values{}
@@ -132,15 +116,6 @@ func (c *Client) ListRows(ctx context.Context, namespace string, q RowQuery) (*R
 		return nil, err
 	}
 	return &out, nil
-}
-
-// CancelResult is what a cancel did: Cancelled is false for a row being
-// delivered or already finished (Row shows its status).
-type CancelResult struct {
-	DispatchKey string   `json:"dispatch_key"`
-	Cancelled   bool     `json:"cancelled"`
-	Message     string   `json:"message"`
-	Row         *RowInfo `json:"row,omitempty"`
 }
 
 // Cancel withdraws a pending row wherever it is held (reason, ≤ 256

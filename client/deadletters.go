@@ -14,16 +14,9 @@ import (
 const MaxDeadLetterPage = 1000
 
 // DeadLetterPage is one page of a namespace's dead letters, gathered from
-// every node and ordered by dispatch_key.
-type DeadLetterPage struct {
-	Rows []RowInfo `json:"rows"`
-	// Next is the cursor of the following page ("" on the last page); pass
-	// it as DeadLetterQuery.After.
-	Next string `json:"next"`
-	// UnreachableNodes are members that did not answer: their dead letters
-	// are missing from this page.
-	UnreachableNodes []string `json:"unreachable_nodes"`
-}
+// every node and ordered by dispatch_key; pass its Next as
+// DeadLetterQuery.After.
+type DeadLetterPage = api.RowPage
 
 // DeadLetterQuery selects a page.
 type DeadLetterQuery struct {

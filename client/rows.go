@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fairshard/fairshard/api"
 )
 
 // Append limits of the API (api/openapi.yaml; docs/api.md "Appending
@@ -94,36 +96,21 @@ func (r *Row) wire() wireRow {
 }
 
 // AppendStatus is one row's outcome of an append.
-type AppendStatus string
+type AppendStatus = api.AppendStatus
 
+// The append outcomes.
 const (
 	// Created: the row is new and durable on its shard's replicas
 	// (AppendResult.Copies of them).
-	Created AppendStatus = "created"
+	Created = api.AppendCreated
 	// Duplicate: a row with this dispatch_key exists (live, or finished
 	// within the dedupe window); nothing was changed. A retried append whose
 	// first attempt stored the row answers this too.
-	Duplicate AppendStatus = "duplicate"
-	// Accepted was answered by nodes before replicated shards (the owner
-	// could not be reached; the row was held by the answering node). Nodes
-	// no longer answer it: a row is stored only on its replica set, or the
-	// append fails with CodeInsufficientCopies or CodeUnavailable.
-	Accepted AppendStatus = "accepted"
+	Duplicate = api.AppendDuplicate
 )
 
 // AppendResult is one row's answer to an append, in the order of the rows.
-type AppendResult struct {
-	DispatchKey string       `json:"dispatch_key"`
-	Status      AppendStatus `json:"status"`
-	// Shard is xxhash64(dispatch_key) mod the cluster's shard count.
-	Shard uint32 `json:"shard"`
-	// Node is the replica that coordinated the write (the shard's
-	// primary, unless it could not be reached).
-	Node string `json:"node"`
-	// Copies counts the replicas the row is durable (fsync'd) on: at least
-	// the cluster's write-copies minimum.
-	Copies int `json:"copies"`
-}
+type AppendResult = api.AppendResult
 
 // Append stores rows durably and returns one result per row, in order. It
 // returns only once every row is fsync'd on some node.
@@ -227,59 +214,26 @@ func shiftRowIndex(err error, offset int) error {
 }
 
 // Status is a row's state (the vocabulary of DESIGN.md).
-type Status string
+type Status = api.RowStatus
 
+// The row states.
 const (
 	// StatusPending: waiting to be claimed (maybe delayed or backing off).
-	StatusPending Status = "pending"
+	StatusPending = api.RowPending
 	// StatusClaimed: claimed by its owner and being delivered.
-	StatusClaimed Status = "claimed"
+	StatusClaimed = api.RowClaimed
 	// StatusDone: delivered (the target answered 2xx).
-	StatusDone Status = "done"
+	StatusDone = api.RowDone
 	// StatusFailed: a dead letter (a permanent failure, or attempts ran
 	// out); Redrive sends it again.
-	StatusFailed Status = "failed"
+	StatusFailed = api.RowFailed
 	// StatusCancelled: cancelled before delivery.
-	StatusCancelled Status = "cancelled"
+	StatusCancelled = api.RowCancelled
 )
 
-// RowInfo is a stored row as the API shows it (Get, dead letters).
-type RowInfo struct {
-	DispatchKey  string `json:"dispatch_key"`
-	WorkflowID   string `json:"workflow_id,omitempty"`
-	Ordinal      uint64 `json:"ordinal"`
-	Namespace    string `json:"namespace"`
-	TaskQueue    string `json:"task_queue"`
-	ActivityType string `json:"activity_type,omitempty"`
-	// Payload is the row's payload bytes (the API sends them as
-	// payload_base64), whatever form it was appended in.
-	Payload []byte `json:"payload_base64,omitempty"`
-	// PayloadSize is the payload's size in bytes where the payload was
-	// left out (the API's payload_bytes, in dead-letter pages with
-	// DeadLetterQuery.OmitPayload).
-	PayloadSize int    `json:"payload_bytes,omitempty"`
-	ContentType string `json:"content_type,omitempty"`
-	Status      Status `json:"status"`
-	// Attempt is the delivery attempt the row is at, from 1.
-	Attempt uint32 `json:"attempt"`
-	// VisibleAfter is when the row may next be claimed (delay, backoff).
-	VisibleAfter time.Time  `json:"visible_after"`
-	ClaimedAt    *time.Time `json:"claimed_at,omitempty"`
-	CreatedAt    time.Time  `json:"created_at"`
-	FinishedAt   *time.Time `json:"finished_at,omitempty"`
-	// LastError is the last failed attempt's error (status and a bounded
-	// excerpt of the target's answer).
-	LastError string `json:"last_error,omitempty"`
-	Shard     uint32 `json:"shard"`
-	// Node is the node holding the row.
-	Node string `json:"node,omitempty"`
-	// Waiting says why a pending or claimed row has not been delivered
-	// yet (Get only; nil for finished rows).
-	Waiting *Waiting `json:"waiting,omitempty"`
-	// Attempts is the row's last settled attempts (at most 20) on the node
-	// holding it, oldest first (Get only).
-	Attempts []RowAttempt `json:"attempts,omitempty"`
-}
+// RowInfo is a stored row as the API shows it (Get, row and dead-letter
+// pages).
+type RowInfo = api.Row
 
 // Get returns the row with this dispatch_key, wherever it is held in the
 // cluster. A key no node knows (never appended, or finished and past the

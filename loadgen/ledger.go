@@ -178,7 +178,7 @@ func (l *Ledger) acked(seqs []int64, keys []string, res []client.AppendResult) {
 	l.batches++
 	for i, seq := range seqs {
 		switch res[i].Status {
-		case client.Created, client.Duplicate, client.Accepted:
+		case client.Created, client.Duplicate:
 		default:
 			l.refused = append(l.refused, fmt.Sprintf("row %s: unknown append status %q", keys[i], res[i].Status))
 			continue

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fairshard/fairshard/internal/peer"
+	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/internal/poll"
 )
 
@@ -44,9 +44,9 @@ func TestFinishedRowsPackedAnswerAsBefore(t *testing.T) {
 		return n.metric("fairshard_store_tombstones_packed_total") >= 42, fmt.Sprintf("packed: %v", n.metric("fairshard_store_tombstones_packed_total"))
 	})
 
-	get := func(k string) peer.RowView {
+	get := func(k string) api.Row {
 		t.Helper()
-		var v peer.RowView
+		var v api.Row
 		n.mustDo(http.MethodGet, "/v1/rows/"+escapeKey(k), nil, http.StatusOK, &v)
 		return v
 	}

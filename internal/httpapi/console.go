@@ -211,7 +211,7 @@ func rowQuery(r *http.Request) (outbox.RowQuery, error) {
 
 // rowsPage is one node's (or the merged) page of a listing.
 type rowsPage struct {
-	Rows []peer.RowView `json:"rows"`
+	Rows []api.Row `json:"rows"`
 	// Next is the cursor of the following page ("" when complete).
 	Next string `json:"next"`
 }
@@ -275,16 +275,16 @@ func (a *API) handleListRows(w http.ResponseWriter, r *http.Request) {
 // its cursor is the last row kept, or that smallest Next.
 func mergeRowPages(pages []rowsPage, limit int) rowsPage {
 	cut, bounded := "", false
-	var all []peer.RowView
+	var all []api.Row
 	for _, p := range pages {
 		all = append(all, p.Rows...)
 		if p.Next != "" && (!bounded || p.Next < cut) {
 			cut, bounded = p.Next, true
 		}
 	}
-	slices.SortFunc(all, func(x, y peer.RowView) int { return strings.Compare(x.DispatchKey, y.DispatchKey) })
-	all = slices.CompactFunc(all, func(x, y peer.RowView) bool { return x.DispatchKey == y.DispatchKey })
-	out := rowsPage{Rows: []peer.RowView{}}
+	slices.SortFunc(all, func(x, y api.Row) int { return strings.Compare(x.DispatchKey, y.DispatchKey) })
+	all = slices.CompactFunc(all, func(x, y api.Row) bool { return x.DispatchKey == y.DispatchKey })
+	out := rowsPage{Rows: []api.Row{}}
 	for _, v := range all {
 		if bounded && v.DispatchKey > cut {
 			break
@@ -312,11 +312,11 @@ type cancelRequest struct {
 // Cancelled whether this call cancelled it (false for a row claimed or
 // already finished); Row is the row as it is now.
 type cancelResult struct {
-	DispatchKey string        `json:"dispatch_key"`
-	Cancelled   bool          `json:"cancelled"`
-	Found       bool          `json:"-"`
-	Message     string        `json:"message"`
-	Row         *peer.RowView `json:"row,omitempty"`
+	DispatchKey string   `json:"dispatch_key"`
+	Cancelled   bool     `json:"cancelled"`
+	Found       bool     `json:"-"`
+	Message     string   `json:"message"`
+	Row         *api.Row `json:"row,omitempty"`
 }
 
 // maxCancelReasonBytes bounds a cancel's reason (stored as last_error).

@@ -4,7 +4,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/fairshard/fairshard/internal/peer"
+	"github.com/fairshard/fairshard/api"
 )
 
 func TestRedactURL(t *testing.T) {
@@ -25,15 +25,15 @@ func TestRedactURL(t *testing.T) {
 	}
 }
 
-func views(keys ...string) []peer.RowView {
-	out := make([]peer.RowView, len(keys))
+func views(keys ...string) []api.Row {
+	out := make([]api.Row, len(keys))
 	for i, k := range keys {
-		out[i] = peer.RowView{DispatchKey: k}
+		out[i] = api.Row{DispatchKey: k}
 	}
 	return out
 }
 
-func keysOfViews(vs []peer.RowView) []string {
+func keysOfViews(vs []api.Row) []string {
 	out := make([]string, len(vs))
 	for i, v := range vs {
 		out[i] = v.DispatchKey
@@ -81,7 +81,7 @@ func TestMergeRowPages(t *testing.T) {
 			}
 			scanned++
 			p.Next = k
-			p.Rows = append(p.Rows, peer.RowView{DispatchKey: k})
+			p.Rows = append(p.Rows, api.Row{DispatchKey: k})
 			if len(p.Rows) == limit {
 				if i == len(rows)-1 {
 					p.Next = ""

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/internal/peer"
 	"github.com/fairshard/fairshard/outbox"
 )
@@ -68,7 +69,7 @@ func parseDeadLetterQuery(r *http.Request) (peer.DeadLetterQuery, error) {
 // backups hold copies of the same rows): the store skips the others by
 // key before reading them, so a backup's large payloads cost this read
 // nothing.
-func (a *API) localDeadLetters(ctx context.Context, ns string, q peer.DeadLetterQuery) ([]peer.RowView, bool, error) {
+func (a *API) localDeadLetters(ctx context.Context, ns string, q peer.DeadLetterQuery) ([]api.Row, bool, error) {
 	page, err := a.cfg.Store.ListDeadLetterPage(ctx, ns, outbox.DeadLetterQuery{
 		After: q.After, Through: q.Through, Limit: q.Limit, MaxBytes: q.MaxBytes,
 		WithoutPayload: !q.WithPayload, Keep: a.primaryIn(a.cfg.Ownership())})
@@ -78,7 +79,7 @@ func (a *API) localDeadLetters(ctx context.Context, ns string, q peer.DeadLetter
 	views := peer.ViewsOf(page.Rows, a.cfg.Self)
 	if !q.WithPayload {
 		for i := range views {
-			views[i].PayloadBytes = page.PayloadBytes[i]
+			views[i].PayloadSize = page.PayloadBytes[i]
 		}
 	}
 	return views, page.More, nil
@@ -139,7 +140,7 @@ func (a *API) deadLetterParts(ctx context.Context, ns string, q peer.DeadLetterQ
 			if err != nil {
 				return nil, nil, err
 			}
-			part.rows = append(part.rows, deadLetterJSON{key: views[i].DispatchKey, json: b, full: fullJSONBytes(len(b), views[i].PayloadBytes)})
+			part.rows = append(part.rows, deadLetterJSON{key: views[i].DispatchKey, json: b, full: fullJSONBytes(len(b), views[i].PayloadSize)})
 		}
 		parts = append(parts, part)
 	}

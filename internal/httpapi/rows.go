@@ -17,20 +17,6 @@ import (
 	"github.com/fairshard/fairshard/shards"
 )
 
-// appendResult is one row's answer to POST /v1/rows.
-type appendResult struct {
-	DispatchKey string `json:"dispatch_key"`
-	// Status is "created" or "duplicate".
-	Status string `json:"status"`
-	Shard  uint32 `json:"shard"`
-	// Node is the replica that coordinated the write (its shard's
-	// primary, unless the primary could not be reached).
-	Node string `json:"node"`
-	// Copies counts the replicas the row is durable (fsync'd) on: at
-	// least the write-copies minimum.
-	Copies int `json:"copies"`
-}
-
 // ---- appends ----
 
 func (a *API) handleAppend(w http.ResponseWriter, r *http.Request) {
@@ -69,9 +55,9 @@ func (a *API) handleAppend(w http.ResponseWriter, r *http.Request) {
 		writeError(w, ae)
 		return
 	}
-	results := make([]appendResult, len(routed))
+	results := make([]api.AppendResult, len(routed))
 	for i, res := range routed {
-		results[i] = appendResult{DispatchKey: res.DispatchKey, Status: res.Status, Shard: res.Shard, Node: res.Node, Copies: res.Copies}
+		results[i] = api.AppendResult{DispatchKey: res.DispatchKey, Status: api.AppendStatus(res.Status), Shard: res.Shard, Node: res.Node, Copies: res.Copies}
 		a.m.appendRows.WithLabelValues(res.Status).Inc()
 	}
 	a.cfg.Dispatcher.Wake()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/backpressure"
 
 	"github.com/fairshard/fairshard/internal/peer"
@@ -19,11 +20,11 @@ import (
 // dispatcher's target check, the planner's quota cache and the claimed
 // count the dispatcher's ceiling reads. A failed claimed-count read leaves
 // the ceiling facts out rather than failing the lookup.
-func (a *API) lookupView(ctx context.Context, row outbox.Row) peer.RowView {
+func (a *API) lookupView(ctx context.Context, row outbox.Row) api.Row {
 	v := peer.ViewOf(row, a.cfg.Self)
 	v.Waiting = a.explain(ctx, row, time.Now().UTC())
 	if h, err := a.cfg.Store.Attempts(ctx, row.DispatchKey); err == nil {
-		v.Attempts = h
+		v.Attempts = peer.AttemptsOf(h)
 	} else {
 		a.log.Warn("row lookup: attempt history unreadable", "dispatch_key", row.DispatchKey, "err", err)
 	}

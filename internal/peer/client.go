@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/nodeauth"
 )
 
@@ -126,15 +127,15 @@ func (c *Client) CallBody(ctx context.Context, method, apiAddr, path, contentTyp
 // GetRow returns the row of key held by the peer at apiAddr (its answer as
 // is: the row and the peer's name); an error wrapping ErrNotFound when it
 // holds none.
-func (c *Client) GetRow(ctx context.Context, apiAddr, key string) (RowView, error) {
-	var v RowView
+func (c *Client) GetRow(ctx context.Context, apiAddr, key string) (api.Row, error) {
+	var v api.Row
 	err := c.Call(ctx, http.MethodGet, apiAddr, PathRows+url.PathEscape(key), nil, &v)
 	return v, err
 }
 
 // DeadLetters returns the peer's part of a dead-letter page of ns (q: the
 // part's bounds, with or without payloads) with its rows as the peer
-// encoded them (peer.RowView JSON), so the asking node can pass them on
+// encoded them (peer.api.Row JSON), so the asking node can pass them on
 // without decoding and encoding the payloads again. The answer is read
 // whole: its size is about q.MaxBytes (plus one row), not the peer's
 // dead letters.
@@ -189,7 +190,7 @@ func (q DeadLetterQuery) Values() url.Values {
 // nodes of earlier versions) says the node has dead letters after the last
 // row sent (and not after the query's Through).
 type DeadLettersResponse struct {
-	Rows []RowView `json:"rows"`
+	Rows []api.Row `json:"rows"`
 	More *bool     `json:"more,omitempty"`
 }
 

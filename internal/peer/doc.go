@@ -3,7 +3,7 @@
 // lookups, dead-letter pages, redrives; batched capacity-lease calls,
 // lease.go; forwarded appends, copies and shard sync are package
 // replication's own routes), authenticated with the
-// cluster secret, and the shapes those routes exchange (RowView, also the
+// cluster secret, and the shapes those routes exchange (api.Row, also the
 // public API's row). The routes themselves are served by package httpapi.
 // It knows nothing of ownership or stores: callers choose the peer.
 package peer
