@@ -12,9 +12,11 @@
 // add.
 //
 // It also holds the wire types the server and the Go client share (the
-// error codes, Waiting and LeaveStatus in wire.go; the cluster, shard,
-// namespace-totals, target and bulk-call answers in views.go), so the
-// client imports no server package and the two cannot drift apart. The package has no dependencies and no state.
+// error codes, Waiting and LeaveStatus in wire.go; rows, pages, cancels
+// and appends in rows.go; the namespace view in namespaces.go; the
+// cluster, shard, namespace-totals, target and bulk-call answers in
+// views.go), so the client imports no server package and the two cannot
+// drift apart. The package has no dependencies and no state.
 package api
 
 import _ "embed"

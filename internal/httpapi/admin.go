@@ -34,48 +34,21 @@ const (
 	maxDeadLetterPage = 1000
 )
 
-// namespaceView is GET /v1/namespaces/{ns}: the namespace's cluster-wide
-// settings plus this node's counts, ceiling and headroom.
+// namespaceView is a namespace as the API shows it (api.Namespace) plus,
+// in exact mode, its lease: this node's grant, wants, the coordinator and
+// the lease expiry, and (GET of one namespace) the coordinator's view of
+// every node.
 type namespaceView struct {
-	Namespace string `json:"namespace"`
-	// MaxInFlight is the cluster-wide quota (rows); MaxInFlightDefault says
-	// whether it is the node default because none was set.
-	MaxInFlight        uint32 `json:"max_in_flight"`
-	MaxInFlightDefault bool   `json:"max_in_flight_default"`
-	Paused             bool   `json:"paused"`
-	// Mode is the quota mode, "exact" or "proportional";
-	// ModeDefault says it is the node default because none was set.
-	Mode        string `json:"mode"`
-	ModeDefault bool   `json:"mode_default"`
-	// Retry is the namespace's retry policy override, if any.
-	Retry *settings.RetrySettings `json:"retry,omitempty"`
-	// Node is the node these counts come from.
-	Node               string  `json:"node"`
-	Pending            int     `json:"pending"`
-	Claimed            int     `json:"claimed"`
-	DeadLetters        int     `json:"dead_letters"`
-	OwnedShardFraction float64 `json:"owned_shard_fraction"`
-	// Ceiling is this node's per-node ceiling (rows): its unexpired lease
-	// in exact mode, ceil(quota × owned/total) in proportional mode, 0
-	// when paused (the planner's own quota.Source); Headroom is Ceiling −
-	// Claimed (≥ 0).
-	Ceiling  uint32 `json:"ceiling"`
-	Headroom int    `json:"headroom"`
-	// Lease is the exact-mode lease: this node's grant, wants, the
-	// coordinator and the lease expiry, and (GET of one namespace) the
-	// coordinator's view of every node.
+	api.Namespace
 	Lease *leaseView `json:"lease,omitempty"`
-	// WaitingRoutes are task queues whose rows wait because no delivery
-	// target is configured for them (nor a node default).
-	WaitingRoutes []string `json:"waiting_routes,omitempty"`
 }
 
 // namespaceView builds ns's view; withCluster also reads the lease
 // coordinator's state (GET of one namespace, not the list).
 func (a *API) namespaceView(ctx context.Context, ns string, st outbox.NamespaceStats, withCluster bool) namespaceView {
 	s, _ := a.cfg.Settings.Namespace(ns)
-	v := namespaceView{Namespace: ns, Paused: s.Paused, Retry: s.Retry, Node: a.cfg.Self,
-		Pending: st.Pending, Claimed: st.Claimed, DeadLetters: st.Failed}
+	v := namespaceView{Namespace: api.Namespace{Name: ns, Paused: s.Paused, Retry: retryView(s.Retry), Node: a.cfg.Self,
+		Pending: st.Pending, Claimed: st.Claimed, DeadLetters: st.Failed}}
 	if s.MaxInFlight != nil {
 		v.MaxInFlight = *s.MaxInFlight
 	} else {
@@ -94,6 +67,15 @@ func (a *API) namespaceView(ctx context.Context, ns string, st outbox.NamespaceS
 		}
 	}
 	return v
+}
+
+// retryView is a stored retry override as the API shows it (nil: none).
+func retryView(r *settings.RetrySettings) *api.NamespaceRetry {
+	if r == nil {
+		return nil
+	}
+	return &api.NamespaceRetry{Base: time.Duration(r.BaseMS) * time.Millisecond, Factor: r.Factor,
+		Cap: time.Duration(r.CapMS) * time.Millisecond, MaxAttempts: r.MaxAttempts}
 }
 
 // handlePutNamespace sets max_in_flight, paused, retry and/or mode; absent
@@ -396,7 +378,7 @@ func (a *API) handleInternalRedrive(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	var req peer.RedriveRequest
+	var req peer.DeadLetterKeys
 	if err := decodeBody(w, r, &req); err != nil {
 		writeError(w, err)
 		return
@@ -422,7 +404,7 @@ func (a *API) handleRedrive(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	var req peer.RedriveRequest
+	var req peer.DeadLetterKeys
 	if r.ContentLength != 0 {
 		if err := decodeBody(w, r, &req); err != nil {
 			writeError(w, err)

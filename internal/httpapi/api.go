@@ -245,12 +245,12 @@ func (a *API) routes() http.Handler {
 	for _, pattern := range replication.Routes() {
 		internal(pattern, repl.ServeHTTP)
 	}
-	internal("GET /internal/v1/rows/{key...}", a.handleInternalGetRow)
-	internal("GET /internal/v1/namespaces/{ns}/dead-letters", a.handleInternalDeadLetters)
-	internal("POST /internal/v1/namespaces/{ns}/dead-letters/redrive", a.handleInternalRedrive)
-	internal("POST "+peer.PathLeases, a.handleInternalLease)
-	internal("POST "+peer.PathLeaseHandoff, a.handleInternalLeaseHandoff)
-	internal("GET "+peer.PathLeases+"/{ns}", a.handleInternalLeaseStatus)
+	internal(peer.RouteRow, a.handleInternalGetRow)
+	internal(peer.RouteDeadLetters, a.handleInternalDeadLetters)
+	internal(peer.RouteRedrive, a.handleInternalRedrive)
+	internal(peer.RouteLease, a.handleInternalLease)
+	internal(peer.RouteLeaseHandoff, a.handleInternalLeaseHandoff)
+	internal(peer.RouteLeaseStatus, a.handleInternalLeaseStatus)
 
 	mux.Handle("GET "+webui.Prefix, webui.Handler())
 	mux.Handle("GET /ui", http.RedirectHandler(webui.Prefix, http.StatusMovedPermanently))

@@ -43,17 +43,6 @@ type ConsoleStore interface {
 	PendingRoutes(ctx context.Context, now time.Time) ([]outbox.ClaimScope, error)
 }
 
-// Internal routes of the read-back.
-const (
-	pathInternalStats  = "/internal/v1/stats"
-	pathInternalCancel = "/internal/v1/rows/cancel"
-)
-
-func pathInternalRows(ns string) string { return "/internal/v1/namespaces/" + ns + "/rows" }
-func pathInternalPurge(ns string) string {
-	return "/internal/v1/namespaces/" + ns + "/dead-letters/purge"
-}
-
 // Limits of the read-back.
 const (
 	maxRowPage     = 1000
@@ -70,10 +59,10 @@ func (a *API) consoleRoutes(pub, internal func(string, http.HandlerFunc)) {
 	pub("POST /v1/rows/cancel", a.handleCancel)
 	pub("POST /v1/namespaces/{ns}/dead-letters/purge", a.handlePurge)
 
-	internal("GET "+pathInternalStats, a.handleInternalStats)
-	internal("GET /internal/v1/namespaces/{ns}/rows", a.handleInternalRows)
-	internal("POST "+pathInternalCancel, a.handleInternalCancel)
-	internal("POST /internal/v1/namespaces/{ns}/dead-letters/purge", a.handleInternalPurge)
+	internal(peer.RouteStats, a.handleInternalStats)
+	internal(peer.RouteRows, a.handleInternalRows)
+	internal(peer.RouteCancel, a.handleInternalCancel)
+	internal(peer.RoutePurge, a.handleInternalPurge)
 }
 
 // ---- targets and holds ----
@@ -209,19 +198,14 @@ func rowQuery(r *http.Request) (outbox.RowQuery, error) {
 	return q, nil
 }
 
-// rowsPage is one node's (or the merged) page of a listing.
-type rowsPage struct {
-	Rows []api.Row `json:"rows"`
-	// Next is the cursor of the following page ("" when complete).
-	Next string `json:"next"`
-}
-
-func (a *API) localRows(ctx context.Context, q outbox.RowQuery) (rowsPage, error) {
+// localRows is this node's page of a listing (its UnreachableNodes
+// empty).
+func (a *API) localRows(ctx context.Context, q outbox.RowQuery) (api.RowPage, error) {
 	p, err := a.cfg.Store.ListRows(ctx, q)
 	if err != nil {
-		return rowsPage{}, err
+		return api.RowPage{}, err
 	}
-	return rowsPage{Rows: peer.ViewsOf(p.Rows, a.cfg.Self), Next: p.Next}, nil
+	return api.RowPage{Rows: peer.ViewsOf(p.Rows, a.cfg.Self), Next: p.Next}, nil
 }
 
 func (a *API) handleInternalRows(w http.ResponseWriter, r *http.Request) {
@@ -252,12 +236,12 @@ func (a *API) handleListRows(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	pages := []rowsPage{local}
+	pages := []api.RowPage{local}
 	var mu sync.Mutex
-	path := pathInternalRows(url.PathEscape(q.Namespace)) + "?" + r.URL.RawQuery
+	query := r.URL.Query()
 	unreachable := a.fanOut(r.Context(), peerReadTimeout, func(ctx context.Context, m peerRef) error {
-		var p rowsPage
-		if err := a.cfg.Peers.Call(ctx, http.MethodGet, m.addr, path, nil, &p); err != nil {
+		p, err := a.cfg.Peers.Rows(ctx, m.addr, q.Namespace, query)
+		if err != nil {
 			return err
 		}
 		mu.Lock()
@@ -266,14 +250,15 @@ func (a *API) handleListRows(w http.ResponseWriter, r *http.Request) {
 		return nil
 	})
 	out := mergeRowPages(pages, q.Limit)
-	writeJSON(w, http.StatusOK, map[string]any{"rows": out.Rows, "next": out.Next, "unreachable_nodes": unreachable})
+	out.UnreachableNodes = unreachable
+	writeJSON(w, http.StatusOK, out)
 }
 
 // mergeRowPages merges the nodes' pages of one listing: every node has
 // examined its rows up to its Next (all of them when Next is ""), so the
 // merged page holds the rows up to the smallest Next, at most limit, and
 // its cursor is the last row kept, or that smallest Next.
-func mergeRowPages(pages []rowsPage, limit int) rowsPage {
+func mergeRowPages(pages []api.RowPage, limit int) api.RowPage {
 	cut, bounded := "", false
 	var all []api.Row
 	for _, p := range pages {
@@ -284,7 +269,7 @@ func mergeRowPages(pages []rowsPage, limit int) rowsPage {
 	}
 	slices.SortFunc(all, func(x, y api.Row) int { return strings.Compare(x.DispatchKey, y.DispatchKey) })
 	all = slices.CompactFunc(all, func(x, y api.Row) bool { return x.DispatchKey == y.DispatchKey })
-	out := rowsPage{Rows: []api.Row{}}
+	out := api.RowPage{Rows: []api.Row{}}
 	for _, v := range all {
 		if bounded && v.DispatchKey > cut {
 			break
@@ -303,27 +288,11 @@ func mergeRowPages(pages []rowsPage, limit int) rowsPage {
 
 // ---- cancel ----
 
-type cancelRequest struct {
-	DispatchKey string `json:"dispatch_key"`
-	Reason      string `json:"reason,omitempty"`
-}
-
-// cancelResult is a cancel's answer: Found says a node holds the row;
-// Cancelled whether this call cancelled it (false for a row claimed or
-// already finished); Row is the row as it is now.
-type cancelResult struct {
-	DispatchKey string   `json:"dispatch_key"`
-	Cancelled   bool     `json:"cancelled"`
-	Found       bool     `json:"-"`
-	Message     string   `json:"message"`
-	Row         *api.Row `json:"row,omitempty"`
-}
-
 // maxCancelReasonBytes bounds a cancel's reason (stored as last_error).
 const maxCancelReasonBytes = 256
 
-func (a *API) decodeCancel(w http.ResponseWriter, r *http.Request) (cancelRequest, error) {
-	var req cancelRequest
+func (a *API) decodeCancel(w http.ResponseWriter, r *http.Request) (peer.CancelRequest, error) {
+	var req peer.CancelRequest
 	if err := decodeBody(w, r, &req); err != nil {
 		return req, err
 	}
@@ -336,25 +305,25 @@ func (a *API) decodeCancel(w http.ResponseWriter, r *http.Request) (cancelReques
 	return req, nil
 }
 
-// cancelLocal cancels the row here if this node holds it.
-func (a *API) cancelLocal(ctx context.Context, req cancelRequest) (cancelResult, error) {
-	res := cancelResult{DispatchKey: req.DispatchKey}
+// cancelLocal cancels the row here if this node holds it; found says it
+// does.
+func (a *API) cancelLocal(ctx context.Context, req peer.CancelRequest) (res api.CancelResult, found bool, err error) {
+	res = api.CancelResult{DispatchKey: req.DispatchKey}
 	if _, err := a.cfg.Store.Get(ctx, req.DispatchKey); errors.Is(err, outbox.ErrNotFound) {
-		return res, nil
+		return res, false, nil
 	} else if err != nil {
-		return res, err
+		return res, false, err
 	}
-	res.Found = true
 	reason := cmp.Or(req.Reason, "cancelled by an operator")
 	// The store ships the cancel to the backups (a failover must not
 	// deliver the row), whatever happens to the read-back below.
 	ok, err := a.cfg.Store.Cancel(ctx, outbox.CancelParams{DispatchKey: req.DispatchKey, Reason: reason, Now: time.Now().UTC()})
 	if err != nil {
-		return res, err
+		return res, true, err
 	}
 	row, err := a.cfg.Store.Get(ctx, req.DispatchKey)
 	if err != nil {
-		return res, err
+		return res, true, err
 	}
 	v := a.lookupView(ctx, row)
 	res.Cancelled, res.Row = ok, &v
@@ -363,7 +332,7 @@ func (a *API) cancelLocal(ctx context.Context, req cancelRequest) (cancelResult,
 	} else {
 		res.Message = fmt.Sprintf("not cancelled: the row is %s on %s (only pending rows can be cancelled)", row.Status, a.cfg.Self)
 	}
-	return res, nil
+	return res, true, nil
 }
 
 func (a *API) handleInternalCancel(w http.ResponseWriter, r *http.Request) {
@@ -372,12 +341,12 @@ func (a *API) handleInternalCancel(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	res, err := a.cancelLocal(r.Context(), req)
+	res, found, err := a.cancelLocal(r.Context(), req)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	if !res.Found {
+	if !found {
 		writeError(w, &APIError{Status: http.StatusNotFound, Code: api.CodeNotFound, Message: "not here"})
 		return
 	}
@@ -410,12 +379,12 @@ func (a *API) handleCancel(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, name := range order {
 		if name == a.cfg.Self {
-			res, err := a.cancelLocal(r.Context(), req)
+			res, found, err := a.cancelLocal(r.Context(), req)
 			if err != nil {
 				writeError(w, err)
 				return
 			}
-			if res.Found {
+			if found {
 				a.cfg.Dispatcher.Wake()
 				writeJSON(w, http.StatusOK, res)
 				return
@@ -423,8 +392,7 @@ func (a *API) handleCancel(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		cctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		var res cancelResult
-		err := a.cfg.Peers.Call(cctx, http.MethodPost, addrs[name], pathInternalCancel, req, &res)
+		res, err := a.cfg.Peers.Cancel(cctx, addrs[name], req)
 		cancel()
 		if err == nil {
 			writeJSON(w, http.StatusOK, res)
@@ -436,12 +404,8 @@ func (a *API) handleCancel(w http.ResponseWriter, r *http.Request) {
 
 // ---- dead-letter purge (fanned out) ----
 
-type purgeRequest struct {
-	Keys []string `json:"keys,omitempty"`
-}
-
-func (a *API) decodePurge(w http.ResponseWriter, r *http.Request) (purgeRequest, error) {
-	var req purgeRequest
+func (a *API) decodePurge(w http.ResponseWriter, r *http.Request) (peer.DeadLetterKeys, error) {
+	var req peer.DeadLetterKeys
 	if r.ContentLength != 0 {
 		if err := decodeBody(w, r, &req); err != nil {
 			return req, err
@@ -466,7 +430,7 @@ func (a *API) handleInternalPurge(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]int{"purged": n})
+	writeJSON(w, http.StatusOK, peer.PurgeResponse{Purged: n})
 }
 
 // handlePurge purges dead letters (all of the namespace's, or the listed
@@ -490,14 +454,12 @@ func (a *API) handlePurge(w http.ResponseWriter, r *http.Request) {
 	}
 	var mu sync.Mutex
 	unreachable := a.fanOut(r.Context(), peerCallTimeout, func(ctx context.Context, m peerRef) error {
-		var out struct {
-			Purged int `json:"purged"`
-		}
-		if err := a.cfg.Peers.Call(ctx, http.MethodPost, m.addr, pathInternalPurge(url.PathEscape(ns)), req, &out); err != nil {
+		n, err := a.cfg.Peers.Purge(ctx, m.addr, ns, req)
+		if err != nil {
 			return err
 		}
 		mu.Lock()
-		total += out.Purged
+		total += n
 		mu.Unlock()
 		return nil
 	})
@@ -506,27 +468,13 @@ func (a *API) handlePurge(w http.ResponseWriter, r *http.Request) {
 
 // ---- namespace views with cluster-wide totals ----
 
-// statsResponse is the internal stats route's answer: every namespace
-// holding rows or with metrics on the node.
-type statsResponse struct {
-	Node       string                            `json:"node"`
-	Namespaces map[string]api.NodeNamespaceStats `json:"namespaces"`
-}
-
-// namespaceClusterView is a namespace view (this node's counts) plus its
-// cluster-wide totals.
-type namespaceClusterView struct {
-	namespaceView
-	Cluster api.NamespaceTotals `json:"cluster"`
-}
-
 // localStats reads this node's counts and delivery metrics per namespace.
-func (a *API) localStats(ctx context.Context) (statsResponse, map[string]outbox.NamespaceStats, error) {
+func (a *API) localStats(ctx context.Context) (peer.NodeStats, map[string]outbox.NamespaceStats, error) {
 	st, err := a.cfg.Store.NamespaceStats(ctx)
 	if err != nil {
-		return statsResponse{}, nil, err
+		return peer.NodeStats{}, nil, err
 	}
-	out := statsResponse{Node: a.cfg.Self, Namespaces: map[string]api.NodeNamespaceStats{}}
+	out := peer.NodeStats{Node: a.cfg.Self, Namespaces: map[string]api.NodeNamespaceStats{}}
 	for ns, s := range st {
 		out.Namespaces[ns] = api.NodeNamespaceStats{Node: a.cfg.Self, Pending: s.Pending, Claimed: s.Claimed, DeadLetters: s.Failed}
 	}
@@ -633,7 +581,7 @@ const readBackBudget = 1500 * time.Millisecond
 
 // clusterStats gathers every member's stats: this node's, then the peers'
 // (fanned out), and the members that did not answer.
-func (a *API) clusterStats(ctx context.Context) ([]statsResponse, map[string]outbox.NamespaceStats, []string, error) {
+func (a *API) clusterStats(ctx context.Context) ([]peer.NodeStats, map[string]outbox.NamespaceStats, []string, error) {
 	local, st, err := a.localStats(ctx)
 	if err != nil {
 		return nil, nil, nil, err
@@ -644,12 +592,12 @@ func (a *API) clusterStats(ctx context.Context) ([]statsResponse, map[string]out
 
 // peerStats fans out for the peers' stats; it returns them with local,
 // sorted by node, and the members that did not answer.
-func (a *API) peerStats(ctx context.Context, local statsResponse) ([]statsResponse, []string) {
-	all := []statsResponse{local}
+func (a *API) peerStats(ctx context.Context, local peer.NodeStats) ([]peer.NodeStats, []string) {
+	all := []peer.NodeStats{local}
 	var mu sync.Mutex
 	unreachable := a.fanOut(ctx, peerReadTimeout, func(ctx context.Context, m peerRef) error {
-		var s statsResponse
-		if err := a.cfg.Peers.Call(ctx, http.MethodGet, m.addr, pathInternalStats, nil, &s); err != nil {
+		s, err := a.cfg.Peers.Stats(ctx, m.addr)
+		if err != nil {
 			return err
 		}
 		mu.Lock()
@@ -657,11 +605,11 @@ func (a *API) peerStats(ctx context.Context, local statsResponse) ([]statsRespon
 		mu.Unlock()
 		return nil
 	})
-	slices.SortFunc(all, func(x, y statsResponse) int { return strings.Compare(x.Node, y.Node) })
+	slices.SortFunc(all, func(x, y peer.NodeStats) int { return strings.Compare(x.Node, y.Node) })
 	return all, unreachable
 }
 
-func totalsOf(ns string, all []statsResponse, unreachable []string) api.NamespaceTotals {
+func totalsOf(ns string, all []peer.NodeStats, unreachable []string) api.NamespaceTotals {
 	t := api.NamespaceTotals{Nodes: []api.NodeNamespaceStats{}, UnreachableNodes: unreachable}
 	for _, s := range all {
 		n := s.Namespaces[ns]
@@ -695,7 +643,9 @@ func (a *API) handleGetNamespaceCluster(w http.ResponseWriter, r *http.Request) 
 	wg.Go(func() { nv = a.namespaceView(ctx, ns, st[ns], true) })
 	all, unreachable := a.peerStats(ctx, local)
 	wg.Wait()
-	writeJSON(w, http.StatusOK, namespaceClusterView{namespaceView: nv, Cluster: totalsOf(ns, all, unreachable)})
+	totals := totalsOf(ns, all, unreachable)
+	nv.Cluster = &totals
+	writeJSON(w, http.StatusOK, nv)
 }
 
 func (a *API) handleListNamespacesCluster(w http.ResponseWriter, r *http.Request) {
@@ -715,9 +665,11 @@ func (a *API) handleListNamespacesCluster(w http.ResponseWriter, r *http.Request
 	for ns := range a.cfg.Settings.Namespaces() {
 		names[ns] = true
 	}
-	out := make([]namespaceClusterView, 0, len(names))
+	out := make([]namespaceView, 0, len(names))
 	for _, ns := range slices.Sorted(maps.Keys(names)) {
-		out = append(out, namespaceClusterView{namespaceView: a.namespaceView(r.Context(), ns, st[ns], false), Cluster: totalsOf(ns, all, unreachable)})
+		v, totals := a.namespaceView(r.Context(), ns, st[ns], false), totalsOf(ns, all, unreachable)
+		v.Cluster = &totals
+		out = append(out, v)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"namespaces": out, "unreachable_nodes": unreachable})
 }

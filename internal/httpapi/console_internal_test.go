@@ -46,17 +46,17 @@ func keysOfViews(vs []api.Row) []string {
 func TestMergeRowPages(t *testing.T) {
 	cases := []struct {
 		name     string
-		pages    []rowsPage
+		pages    []api.RowPage
 		limit    int
 		want     []string
 		wantNext string
 	}{
-		{"all complete, fits", []rowsPage{{Rows: views("a", "c")}, {Rows: views("b")}}, 5, []string{"a", "b", "c"}, ""},
-		{"all complete, more than the limit", []rowsPage{{Rows: views("a", "c")}, {Rows: views("b", "d")}}, 3, []string{"a", "b", "c"}, "c"},
-		{"a node's scan stopped early: cut there", []rowsPage{{Rows: views("a", "x"), Next: ""}, {Rows: views("b"), Next: "m"}}, 5, []string{"a", "b"}, "m"},
-		{"a full node page: cut at its last row", []rowsPage{{Rows: views("a", "b"), Next: "b"}, {Rows: views("c")}}, 2, []string{"a", "b"}, "b"},
-		{"nothing yet, cursor moves", []rowsPage{{Next: "k"}, {}}, 5, []string{}, "k"},
-		{"duplicates (copies on two nodes) once", []rowsPage{{Rows: views("a", "b")}, {Rows: views("b")}}, 5, []string{"a", "b"}, ""},
+		{"all complete, fits", []api.RowPage{{Rows: views("a", "c")}, {Rows: views("b")}}, 5, []string{"a", "b", "c"}, ""},
+		{"all complete, more than the limit", []api.RowPage{{Rows: views("a", "c")}, {Rows: views("b", "d")}}, 3, []string{"a", "b", "c"}, "c"},
+		{"a node's scan stopped early: cut there", []api.RowPage{{Rows: views("a", "x"), Next: ""}, {Rows: views("b"), Next: "m"}}, 5, []string{"a", "b"}, "m"},
+		{"a full node page: cut at its last row", []api.RowPage{{Rows: views("a", "b"), Next: "b"}, {Rows: views("c")}}, 2, []string{"a", "b"}, "b"},
+		{"nothing yet, cursor moves", []api.RowPage{{Next: "k"}, {}}, 5, []string{}, "k"},
+		{"duplicates (copies on two nodes) once", []api.RowPage{{Rows: views("a", "b")}, {Rows: views("b")}}, 5, []string{"a", "b"}, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -69,8 +69,8 @@ func TestMergeRowPages(t *testing.T) {
 	// Paging through three nodes' rows with scan budgets returns every row
 	// once, in order.
 	nodes := [][]string{{"a", "d", "g", "j"}, {"b", "e", "h"}, {"c", "f", "i", "k", "l"}}
-	page := func(rows []string, after string, limit, budget int) rowsPage {
-		var p rowsPage
+	page := func(rows []string, after string, limit, budget int) api.RowPage {
+		var p api.RowPage
 		scanned := 0
 		for i, k := range rows {
 			if k <= after {
@@ -95,7 +95,7 @@ func TestMergeRowPages(t *testing.T) {
 	var seen []string
 	after := ""
 	for range 50 {
-		var pages []rowsPage
+		var pages []api.RowPage
 		for i, rows := range nodes {
 			pages = append(pages, page(rows, after, 2, i+1))
 		}

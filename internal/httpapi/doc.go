@@ -1,9 +1,10 @@
 // Package httpapi is a node's HTTP API: the public /v1 routes (appends,
 // row lookups, namespace settings, targets, holds, dead letters, cluster
-// and shard views; bearer token when configured), the node-to-node
-// /internal/v1 routes (forwarded appends, handoff batches, row lookups,
-// dead-letter pages, redrives; cluster secret) and the open /metrics,
-// /healthz and /readyz. api/openapi.yaml describes every public route;
+// and shard views; bearer token when configured), the server side of the
+// node-to-node /internal/v1 routes (their patterns, wire types and client
+// are package peer's; replication's own are mounted from package
+// replication; cluster secret) and the open /metrics, /healthz and
+// /readyz. api/openapi.yaml describes every public route;
 // the api package's test checks the routes (Routes) against it.
 //
 // It decodes and validates (a bad request is answered 4xx with a JSON

@@ -19,13 +19,12 @@ import (
 // ErrNotFound is returned (wrapped) by calls the peer answered 404.
 var ErrNotFound = errors.New("not found on peer")
 
-// The node-to-node routes (served by package httpapi, authenticated by
-// package nodeauth's middleware on the /internal/ prefix).
-const (
-	PathRows = "/internal/v1/rows/" // + escaped dispatch_key
-)
+// PathRows is the prefix of a row lookup on one node (+ the escaped
+// dispatch_key; RouteRow).
+const PathRows = "/internal/v1/rows/"
 
-// PathDeadLetters and PathRedrive are a namespace's dead-letter routes.
+// PathDeadLetters is a namespace's dead-letter page on one node (ns
+// escaped).
 func PathDeadLetters(ns string) string { return "/internal/v1/namespaces/" + ns + "/dead-letters" }
 
 // PathRedrive is a namespace's redrive route.
@@ -147,15 +146,16 @@ func (c *Client) DeadLetters(ctx context.Context, apiAddr, ns string, q DeadLett
 
 // Redrive redrives the peer's dead letters of ns (all, or req.Keys) and
 // returns how many it redrove.
-func (c *Client) Redrive(ctx context.Context, apiAddr, ns string, req RedriveRequest) (int, error) {
+func (c *Client) Redrive(ctx context.Context, apiAddr, ns string, req DeadLetterKeys) (int, error) {
 	var resp RedriveResponse
 	err := c.Call(ctx, http.MethodPost, apiAddr, PathRedrive(ns), req, &resp)
 	return resp.Redriven, err
 }
 
-// RedriveRequest is the body of a redrive: the keys, or none for every
-// dead letter of the namespace.
-type RedriveRequest struct {
+// DeadLetterKeys is the body of a redrive or a purge (public and
+// node-to-node): the dispatch_keys, or none for every dead letter of the
+// namespace.
+type DeadLetterKeys struct {
 	Keys []string `json:"keys,omitempty"`
 }
 

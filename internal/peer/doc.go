@@ -1,9 +1,11 @@
-// Package peer is how one node talks to another: a Client for the
-// node-to-node routes of the public API's fan-outs (/internal/v1: row
-// lookups, dead-letter pages, redrives; batched capacity-lease calls,
-// lease.go; forwarded appends, copies and shard sync are package
-// replication's own routes), authenticated with the
-// cluster secret, and the shapes those routes exchange (api.Row, also the
-// public API's row). The routes themselves are served by package httpapi.
-// It knows nothing of ownership or stores: callers choose the peer.
+// Package peer is the node-to-node protocol of the public API's fan-outs:
+// every /internal/v1 route's pattern (routes.go), path, request and answer
+// types, and a Client method calling each (row lookups, dead-letter pages,
+// redrives and purges, row listings, cancels, namespace counts, batched
+// capacity-lease calls). Package httpapi serves the routes under these
+// patterns, from the same local reads as its /v1 routes; package nodeauth's
+// middleware signs and verifies every call. Forwarded appends, copies and
+// shard sync are package replication's own routes (its http.go, server and
+// client side by side). It knows nothing of ownership or stores: callers
+// choose the peer.
 package peer
