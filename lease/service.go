@@ -180,7 +180,7 @@ func (l *Service) Grants() quota.Grants { return l.client }
 func (l *Service) Claiming() (done func()) { return l.client.Claiming() }
 
 // Poke asks for a refresh soon (a namespace new on this node wants
-// capacity, see leasePoker). It never blocks.
+// capacity: AfterSweep). It never blocks.
 func (l *Service) Poke() {
 	select {
 	case l.wake <- struct{}{}:
@@ -196,7 +196,7 @@ func (l *Service) asked(ns string) bool {
 	return ok
 }
 
-// afterSweep runs after each of the dispatcher's sweeps: an exact-mode
+// AfterSweep runs after each of the dispatcher's sweeps: an exact-mode
 // namespace that has visible pending rows here, no grant, and was not in
 // this node's last lease demand (rows of it just arrived) asks for an
 // early refresh, so a namespace new on this node gets capacity within a

@@ -11,6 +11,22 @@ import (
 	"github.com/fairshard/fairshard/outbox"
 )
 
+// handoverState holds the shards waiting before this node claims them;
+// Replicator.mu guards it.
+type handoverState struct {
+	// since holds the shards this node became primary of while another
+	// member was live, since when: out of the claim scope until nobody
+	// else delivers them.
+	since map[uint32]time.Time
+	// failoverUntil holds, per shard waiting for a handover because its
+	// old primary vanished from the view, the end of its FailoverGrace:
+	// no round releases it before.
+	failoverUntil map[uint32]time.Time
+	// pullRetry holds, per shard waiting for a handover, when a failed
+	// pull from a leftover copy may be tried again.
+	pullRetry map[uint32]pullBackoff
+}
+
 // Handover: claims are not replicated, so a member that becomes a
 // shard's primary while the old primary is alive (a node joined, R was
 // raised, the old primary drains or came back) would find the rows the
@@ -61,27 +77,27 @@ func (r *Replicator) startHandoverLocked(prev, v *View, alone bool) {
 	now := time.Now()
 	for s := range r.cfg.ShardCount {
 		primary := !v.Leaving && v.primary(s) == v.Self
-		_, grace := r.failoverUntil[s]
+		_, grace := r.handovers.failoverUntil[s]
 		gained := prev == nil || prev.Leaving || prev.primary(s) != v.Self
 		switch {
 		case !primary:
 			r.endHandoverLocked(s)
 		case gained && failedOver(prev, v, s):
-			if _, ok := r.handover[s]; !ok {
-				r.handover[s] = now
+			if _, ok := r.handovers.since[s]; !ok {
+				r.handovers.since[s] = now
 			}
 			if !grace {
-				r.failoverUntil[s] = now.Add(r.cfg.FailoverGrace)
+				r.handovers.failoverUntil[s] = now.Add(r.cfg.FailoverGrace)
 			}
 		case alone && !grace:
 			r.endHandoverLocked(s)
 		case gained:
-			if _, ok := r.handover[s]; !ok {
-				r.handover[s] = now
+			if _, ok := r.handovers.since[s]; !ok {
+				r.handovers.since[s] = now
 			}
 		}
 	}
-	r.m.handoverShards.Set(float64(len(r.handover)))
+	r.m.handoverShards.Set(float64(len(r.handovers.since)))
 }
 
 // failedOver reports whether shard s's primary in prev is gone from v
@@ -114,12 +130,12 @@ func (r *Replicator) Fence() {
 	now := time.Now()
 	for s := range r.cfg.ShardCount {
 		if v.primary(s) == v.Self {
-			if _, ok := r.handover[s]; !ok {
-				r.handover[s] = now
+			if _, ok := r.handovers.since[s]; !ok {
+				r.handovers.since[s] = now
 			}
 		}
 	}
-	r.m.handoverShards.Set(float64(len(r.handover)))
+	r.m.handoverShards.Set(float64(len(r.handovers.since)))
 	r.updateScopeLocked()
 	r.mu.Unlock()
 	wake(r.handoverWake)
@@ -136,8 +152,8 @@ func (r *Replicator) Fence() {
 func (r *Replicator) handoverRound(ctx context.Context) bool {
 	v := r.view.Load()
 	r.mu.Lock()
-	waiting := make([]uint32, 0, len(r.handover))
-	for s := range r.handover {
+	waiting := make([]uint32, 0, len(r.handovers.since))
+	for s := range r.handovers.since {
 		waiting = append(waiting, s)
 	}
 	r.mu.Unlock()
@@ -163,8 +179,8 @@ func (r *Replicator) handoverRound(ctx context.Context) bool {
 	r.pullFromLeftovers(ctx, v, pulls)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.m.handoverShards.Set(float64(len(r.handover)))
-	return len(r.handover) > 0
+	r.m.handoverShards.Set(float64(len(r.handovers.since)))
+	return len(r.handovers.since) > 0
 }
 
 // judgeHandoversLocked decides each waiting shard's handover from the
@@ -179,22 +195,22 @@ func (r *Replicator) judgeHandoversLocked(v *View, waiting []uint32, peers []str
 	var pulls []handoverPull
 	now := time.Now()
 	for _, s := range waiting {
-		since, ok := r.handover[s]
+		since, ok := r.handovers.since[s]
 		if !ok {
 			continue
 		}
-		if until, ok := r.failoverUntil[s]; ok && now.Before(until) {
+		if until, ok := r.handovers.failoverUntil[s]; ok && now.Before(until) {
 			continue // a refute may still hand the shard back
 		}
 		busy, leftovers := handoverBlocker(v, s, peers, states, mine[s])
 		switch {
 		case busy == "" && len(leftovers) == 0:
 			r.releaseHandoverLocked(s, since)
-		case busy == "" && !r.synced[s]:
+		case busy == "" && !r.syncs.synced[s]:
 			// The pull waits for our sync (and the claim scope waits for
 			// the sync too).
 		case busy == "":
-			if b, ok := r.pullRetry[s]; ok && b.since.Equal(since) && now.Before(b.next) {
+			if b, ok := r.handovers.pullRetry[s]; ok && b.since.Equal(since) && now.Before(b.next) {
 				continue // the last pull failed: backing off
 			}
 			pulls = append(pulls, handoverPull{shard: s, since: since, holders: leftovers})
@@ -271,7 +287,7 @@ func (r *Replicator) pullFromLeftovers(ctx context.Context, v *View, pulls []han
 func (r *Replicator) endLeftoverPull(ctx context.Context, v *View, job handoverPull, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if cur, ok := r.handover[job.shard]; !ok || !cur.Equal(job.since) || r.view.Load() != v {
+	if cur, ok := r.handovers.since[job.shard]; !ok || !cur.Equal(job.since) || r.view.Load() != v {
 		return // released, or a new view: its own round follows
 	}
 	switch {
@@ -282,13 +298,13 @@ func (r *Replicator) endLeftoverPull(ctx context.Context, v *View, job handoverP
 			"shard", job.shard, "waited", time.Since(job.since).Round(time.Millisecond), "because", err)
 		r.releaseHandoverLocked(job.shard, job.since)
 	default:
-		b := r.pullRetry[job.shard]
+		b := r.handovers.pullRetry[job.shard]
 		if !b.since.Equal(job.since) {
 			b = pullBackoff{since: job.since}
 		}
 		b.wait = min(max(2*b.wait, 250*time.Millisecond), 5*time.Second)
 		b.next = time.Now().Add(b.wait)
-		r.pullRetry[job.shard] = b
+		r.handovers.pullRetry[job.shard] = b
 		if ctx.Err() == nil {
 			r.log.Info("handover: pull from a leftover copy failed; retrying", "shard", job.shard, "in", b.wait, "err", err)
 		}
@@ -338,7 +354,7 @@ func (r *Replicator) releaseHandoverLocked(s uint32, since time.Time) {
 
 // endHandoverLocked forgets shard s's handover wait. r.mu held.
 func (r *Replicator) endHandoverLocked(s uint32) {
-	delete(r.handover, s)
-	delete(r.pullRetry, s)
-	delete(r.failoverUntil, s)
+	delete(r.handovers.since, s)
+	delete(r.handovers.pullRetry, s)
+	delete(r.handovers.failoverUntil, s)
 }

@@ -11,6 +11,20 @@ import (
 	"github.com/fairshard/fairshard/outbox"
 )
 
+// repairState is what the digest polls learned; Replicator.mu guards it.
+type repairState struct {
+	// mismatch is what the last polls saw of each (shard, peer) whose
+	// digests disagreed.
+	mismatch map[syncKey]mismatchState
+	// under is the last poll's count of under-replicated primary shards.
+	under underCounts
+	// fullRepair marks peers whose change queue was dropped: all their
+	// shards are compared by the next poll.
+	fullRepair map[string]bool
+	// urgentRetry backs off failing lost-mark repairs.
+	urgentRetry map[syncKey]urgentRetry
+}
+
 // Repair (anti-entropy): every PollInterval, and at once after a
 // membership change, a primary asks each backup for its state of the
 // shards they share (States: digest and sync state). A shard whose digests
@@ -53,7 +67,7 @@ func (r *Replicator) pollLoop(ctx context.Context) error {
 // next poll compares its shards at once.
 func (r *Replicator) markFullRepair(member string) {
 	r.mu.Lock()
-	r.fullRepair[member] = true
+	r.repairs.fullRepair[member] = true
 	r.mu.Unlock()
 	wake(r.pollWake)
 }
@@ -225,18 +239,18 @@ func (r *Replicator) mismatchRepairsLocked(byPeer map[string][]uint32, mine map[
 		if !ok || !rep.Joined {
 			continue
 		}
-		delete(r.fullRepair, p)
+		delete(r.repairs.fullRepair, p)
 		for _, s := range shards {
 			key := syncKey{s, p}
 			st, _ := stateOf(rep, s)
 			d := mine[s]
-			if !r.synced[s] || !st.Synced || (st.Rows == d.Rows && st.Sum == d.Sum) {
-				delete(r.mismatch, key)
+			if !r.syncs.synced[s] || !st.Synced || (st.Rows == d.Rows && st.Sum == d.Sum) {
+				delete(r.repairs.mismatch, key)
 				continue
 			}
-			prev := r.mismatch[key]
+			prev := r.repairs.mismatch[key]
 			cur := mismatchState{streak: prev.streak + 1, mine: d, theirs: st}
-			r.mismatch[key] = cur
+			r.repairs.mismatch[key] = cur
 			quiet := prev.streak > 0 && prev.mine == d && prev.theirs.Rows == st.Rows && prev.theirs.Sum == st.Sum
 			if (quiet || cur.streak >= repairAfterPolls) && !marked[key] {
 				jobs = append(jobs, repairJob{shard: s, peer: p, streak: cur.streak})
@@ -287,8 +301,8 @@ func (r *Replicator) repair(ctx context.Context, v *View, j repairJob, lost []lo
 		return
 	}
 	r.mu.Lock()
-	delete(r.mismatch, key)
-	delete(r.urgentRetry, key)
+	delete(r.repairs.mismatch, key)
+	delete(r.repairs.urgentRetry, key)
 	r.mu.Unlock()
 	// The diff read both key lists after the marks were taken: the peer
 	// now holds every change a mark of (peer, shard) stands for, even if
@@ -311,7 +325,7 @@ func (r *Replicator) updateUnderLocked(v *View, primaries []uint32, mine map[uin
 	shards, rows := 0, int64(0)
 	for _, s := range primaries {
 		set := v.set(s)
-		under := len(set) < v.Factor || !r.synced[s]
+		under := len(set) < v.Factor || !r.syncs.synced[s]
 		for _, b := range set[1:] {
 			if under {
 				break
@@ -329,7 +343,7 @@ func (r *Replicator) updateUnderLocked(v *View, primaries []uint32, mine map[uin
 			rows += mine[s].Rows
 		}
 	}
-	r.under = underCounts{shards: shards, rows: rows, at: time.Now()}
+	r.repairs.under = underCounts{shards: shards, rows: rows, at: time.Now()}
 	r.m.underShards.Set(float64(shards))
 	r.m.underRows.Set(float64(rows))
 }
@@ -344,7 +358,7 @@ type underCounts struct {
 func (r *Replicator) isSynced(shard uint32) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.synced[shard]
+	return r.syncs.synced[shard]
 }
 
 // urgentDue reports whether a lost mark's repair of key may run now (not
@@ -352,7 +366,7 @@ func (r *Replicator) isSynced(shard uint32) bool {
 func (r *Replicator) urgentDue(key syncKey) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	b, ok := r.urgentRetry[key]
+	b, ok := r.repairs.urgentRetry[key]
 	return !ok || !time.Now().Before(b.next)
 }
 
@@ -360,8 +374,8 @@ func (r *Replicator) urgentDue(key syncKey) bool {
 func (r *Replicator) urgentFailed(key syncKey) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	b := r.urgentRetry[key]
+	b := r.repairs.urgentRetry[key]
 	b.wait = min(max(2*b.wait, r.cfg.PollInterval), urgentBackoffMax)
 	b.next = time.Now().Add(b.wait)
-	r.urgentRetry[key] = b
+	r.repairs.urgentRetry[key] = b
 }

@@ -30,43 +30,19 @@ type Replicator struct {
 
 	view atomic.Pointer[View]
 
-	// mu guards the sync state below.
+	// mu guards the three states below and scope and peak.
 	mu sync.Mutex
-	// synced[s]: this node is a replica of s and counts as a synced copy.
-	synced []bool
+	// syncs is what shard sync knows of the copies (sync.go).
+	syncs syncState
+	// repairs is what the digest polls learned (repair.go).
+	repairs repairState
+	// handovers are the shards waiting before this node claims them
+	// (handover.go).
+	handovers handoverState
 	// scope is the claim scope last handed to Config.Scope.
 	scope []uint32
-	// peerStates holds the latest States answer of each peer (primary
-	// polls and sync rounds), for the under-replication figures and the
-	// leftover drop.
-	peerStates map[string]peerState
 	// peak is the most live members seen in one view (write-copies auto).
 	peak int
-	// tokens keeps the resume token of an interrupted bulk copy, per
-	// (shard, source).
-	tokens map[syncKey][]byte
-	// mismatch is what the last polls saw of each (shard, peer) whose
-	// digests disagreed (repair.go).
-	mismatch map[syncKey]mismatchState
-	// under is the last poll's count of under-replicated primary shards.
-	under underCounts
-	// fullRepair marks peers whose change queue was dropped: all their
-	// shards are compared by the next poll.
-	fullRepair map[string]bool
-
-	// handover holds the shards this node became primary of while another
-	// member was live, since when: out of the claim scope until nobody
-	// else delivers them (handover.go).
-	handover map[uint32]time.Time
-	// failoverUntil holds, per shard waiting for a handover because its
-	// old primary vanished from the view, the end of its FailoverGrace:
-	// no round releases it before (handover.go).
-	failoverUntil map[uint32]time.Time
-	// pullRetry holds, per shard waiting for a handover, when a failed
-	// pull from a leftover copy may be tried again (handover.go).
-	pullRetry map[uint32]pullBackoff
-	// urgentRetry backs off failing lost-mark repairs (repair.go).
-	urgentRetry map[syncKey]urgentRetry
 
 	ship *shipper
 	// appends merges the backup appends of concurrent Writes (coalesce.go).
@@ -104,19 +80,16 @@ func New(cfg Config) (*Replicator, error) {
 	}
 	r := &Replicator{
 		cfg: cfg, log: cfg.Logger.With(slog.String("component", "replication")), m: m,
-		synced:        make([]bool, cfg.ShardCount),
-		peerStates:    map[string]peerState{},
-		tokens:        map[syncKey][]byte{},
-		mismatch:      map[syncKey]mismatchState{},
-		fullRepair:    map[string]bool{},
-		handover:      map[uint32]time.Time{},
-		failoverUntil: map[uint32]time.Time{},
-		pullRetry:     map[uint32]pullBackoff{},
-		urgentRetry:   map[syncKey]urgentRetry{},
-		syncWake:      make(chan struct{}, 1),
-		pollWake:      make(chan struct{}, 1),
-		dropWake:      make(chan struct{}, 1),
-		handoverWake:  make(chan struct{}, 1),
+		syncs: syncState{synced: make([]bool, cfg.ShardCount), peerStates: map[string]peerState{},
+			tokens: map[syncKey][]byte{}},
+		repairs: repairState{mismatch: map[syncKey]mismatchState{}, fullRepair: map[string]bool{},
+			urgentRetry: map[syncKey]urgentRetry{}},
+		handovers: handoverState{since: map[uint32]time.Time{}, failoverUntil: map[uint32]time.Time{},
+			pullRetry: map[uint32]pullBackoff{}},
+		syncWake:     make(chan struct{}, 1),
+		pollWake:     make(chan struct{}, 1),
+		dropWake:     make(chan struct{}, 1),
+		handoverWake: make(chan struct{}, 1),
 	}
 	r.ship = newShipper(r)
 	r.appends = newAppendBatcher(r.cfg.Peers.Append, r.cfg.WriteTimeout)
@@ -181,13 +154,13 @@ func (r *Replicator) Apply(v *View) {
 		in := v.inSet(v.Self, s) && !v.Leaving
 		switch {
 		case !in:
-			r.synced[s] = false
+			r.syncs.synced[s] = false
 		case alone:
-			r.synced[s] = true
+			r.syncs.synced[s] = true
 		case rejoined:
-			r.synced[s] = false
+			r.syncs.synced[s] = false
 		case prev == nil || !prev.inSet(v.Self, s) || prev.Leaving:
-			r.synced[s] = false
+			r.syncs.synced[s] = false
 		}
 	}
 	r.peak = max(r.peak, len(v.Addrs))
@@ -224,7 +197,7 @@ func (r *Replicator) updateScopeLocked() {
 	var scope []uint32
 	if v != nil && !v.Leaving {
 		for s := range r.cfg.ShardCount {
-			if _, waiting := r.handover[s]; r.synced[s] && v.primary(s) == v.Self && !waiting {
+			if _, waiting := r.handovers.since[s]; r.syncs.synced[s] && v.primary(s) == v.Self && !waiting {
 				scope = append(scope, s)
 			}
 		}
@@ -245,7 +218,7 @@ func (r *Replicator) updateGaugesLocked(v *View) {
 	r.m.writeCopies.Set(float64(r.writeCopiesLocked(v)))
 	n := 0
 	for s := range r.cfg.ShardCount {
-		if v.inSet(v.Self, s) && !r.synced[s] {
+		if v.inSet(v.Self, s) && !r.syncs.synced[s] {
 			n++
 		}
 	}
@@ -279,7 +252,7 @@ func (r *Replicator) WriteCopies() int {
 func (r *Replicator) Synced(shard uint32) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return int(shard) < len(r.synced) && r.synced[shard]
+	return int(shard) < len(r.syncs.synced) && r.syncs.synced[shard]
 }
 
 // markSynced records that this node finished syncing shard, if it is still
@@ -292,8 +265,8 @@ func (r *Replicator) markSynced(v *View, shard uint32) bool {
 	if cur != v && (cur == nil || !cur.inSet(cur.Self, shard) || !slices.Equal(cur.set(shard), v.set(shard)) || cur.Leaving) {
 		return false
 	}
-	if !r.synced[shard] {
-		r.synced[shard] = true
+	if !r.syncs.synced[shard] {
+		r.syncs.synced[shard] = true
 		r.m.syncedShards.Inc()
 	}
 	r.updateScopeLocked()

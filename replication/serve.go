@@ -99,7 +99,7 @@ func (r *Replicator) States(ctx context.Context, shards []uint32) (StatesReply, 
 			// Asked by a peer while its view is alone after having had
 			// peers: it is about to rejoin and its copy may be stale
 			// (Apply's rejoined): not a synced source for anyone.
-			st.Replica, st.Synced = true, r.synced[s] && !isolated
+			st.Replica, st.Synced = true, r.syncs.synced[s] && !isolated
 		}
 		if v != nil {
 			st.Primary = v.primary(s)
@@ -200,7 +200,7 @@ func (r *Replicator) MissingOf(ctx context.Context, kvs []KeyVersion) (MissingRe
 	v := r.view.Load()
 	r.mu.Lock()
 	for s := range rep.Synced {
-		rep.Synced[s] = v != nil && !v.Leaving && v.inSet(v.Self, s) && r.synced[s]
+		rep.Synced[s] = v != nil && !v.Leaving && v.inSet(v.Self, s) && r.syncs.synced[s]
 	}
 	r.mu.Unlock()
 	return rep, nil
@@ -220,13 +220,13 @@ func (r *Replicator) Status() api.ReplicationStatus {
 	for s := range r.cfg.ShardCount {
 		if v.inSet(v.Self, s) && !v.Leaving {
 			st.ReplicaShards++
-			if !r.synced[s] {
+			if !r.syncs.synced[s] {
 				st.SyncingShards++
 			}
 		}
 	}
-	st.UnderReplicatedShards, st.UnderReplicatedRows, st.PolledAt = r.under.shards, r.under.rows, r.under.at
-	st.HandoverShards = len(r.handover)
+	st.UnderReplicatedShards, st.UnderReplicatedRows, st.PolledAt = r.repairs.under.shards, r.repairs.under.rows, r.repairs.under.at
+	st.HandoverShards = len(r.handovers.since)
 	st.Leave = r.leaveStatus(v)
 	st.UnderReplicated = st.Copies < st.Factor || st.UnderReplicatedShards > 0
 	return st

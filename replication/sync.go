@@ -14,6 +14,20 @@ import (
 	"github.com/fairshard/fairshard/transfer"
 )
 
+// syncState is what shard sync knows of the copies; Replicator.mu guards
+// it.
+type syncState struct {
+	// synced[s]: this node is a replica of s and counts as a synced copy.
+	synced []bool
+	// peerStates holds the latest States answer of each peer (primary
+	// polls and sync rounds), for the under-replication figures and the
+	// leftover drop.
+	peerStates map[string]peerState
+	// tokens keeps the resume token of an interrupted bulk copy, per
+	// (shard, source).
+	tokens map[syncKey][]byte
+}
+
 // Shard sync: a node that joins a shard's replica set (a new member, a
 // restart, a set change) copies the shard before it counts as a copy and
 // before, as primary, it claims from it. Every sync round:
@@ -59,7 +73,7 @@ func (r *Replicator) toSync(v *View) []uint32 {
 		return nil
 	}
 	for s := range r.cfg.ShardCount {
-		if !r.synced[s] && v.inSet(v.Self, s) {
+		if !r.syncs.synced[s] && v.inSet(v.Self, s) {
 			out = append(out, s)
 		}
 	}
@@ -254,7 +268,7 @@ func (r *Replicator) recordStates(peer string, rep StatesReply) {
 	r.ship.noteStates(r.view.Load(), peer, rep, now)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	ps := r.peerStates[peer]
+	ps := r.syncs.peerStates[peer]
 	if ps.states == nil {
 		ps.states = map[uint32]ShardState{}
 	}
@@ -262,7 +276,7 @@ func (r *Replicator) recordStates(peer string, rep StatesReply) {
 	for _, st := range rep.States {
 		ps.states[st.Shard] = st
 	}
-	r.peerStates[peer] = ps
+	r.syncs.peerStates[peer] = ps
 }
 
 // localDigests returns this node's digest of every shard holding rows.
@@ -361,16 +375,16 @@ func (r *Replicator) pull(ctx context.Context, v *View, shard uint32, peer strin
 	if mine.Rows == 0 {
 		key := syncKey{shard, peer}
 		r.mu.Lock()
-		from := r.tokens[key]
+		from := r.syncs.tokens[key]
 		r.mu.Unlock()
 		next, st, err := transfer.Copy(ctx, remoteReader{r: r, addr: addr}, pullSink{r: r}, shard, from, r.cfg.Limits)
 		r.m.syncRows.WithLabelValues("bulk").Add(float64(st.Rows))
 		r.m.syncBytes.WithLabelValues("bulk").Add(float64(st.Bytes))
 		r.mu.Lock()
 		if err != nil {
-			r.tokens[key] = next
+			r.syncs.tokens[key] = next
 		} else {
-			delete(r.tokens, key)
+			delete(r.syncs.tokens, key)
 		}
 		r.mu.Unlock()
 		if err != nil {
