@@ -14,6 +14,7 @@ import (
 
 	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/cluster"
+	"github.com/fairshard/fairshard/internal/httperr"
 	"github.com/fairshard/fairshard/internal/peer"
 	"github.com/fairshard/fairshard/internal/settings"
 	"github.com/fairshard/fairshard/outbox"
@@ -90,7 +91,7 @@ func (a *API) handlePutNamespace(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var body map[string]json.RawMessage
-	if err := decodeBody(w, r, &body); err != nil {
+	if err := httperr.DecodeJSON(w, r, &body); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -107,7 +108,7 @@ func (a *API) handlePutNamespace(w http.ResponseWriter, r *http.Request) {
 			}
 			q, err := strconv.ParseUint(string(raw), 10, 32)
 			if err != nil || q > MaxQuota {
-				writeError(w, fieldError("max_in_flight", "must be an integer from 0 to %d (or null for the default)", MaxQuota))
+				writeError(w, httperr.Field("max_in_flight", "must be an integer from 0 to %d (or null for the default)", MaxQuota))
 				return
 			}
 			q32 := uint32(q)
@@ -119,7 +120,7 @@ func (a *API) handlePutNamespace(w http.ResponseWriter, r *http.Request) {
 				p = true
 			case "false":
 			default:
-				writeError(w, fieldError("paused", "must be true or false"))
+				writeError(w, httperr.Field("paused", "must be true or false"))
 				return
 			}
 			u.Paused = &p
@@ -130,7 +131,7 @@ func (a *API) handlePutNamespace(w http.ResponseWriter, r *http.Request) {
 			}
 			var rs settings.RetrySettings
 			if err := strictUnmarshal(raw, &rs); err != nil {
-				writeError(w, fieldError("retry", "must be an object with base_ms, factor, cap_ms, max_attempts: %v", err))
+				writeError(w, httperr.Field("retry", "must be an object with base_ms, factor, cap_ms, max_attempts: %v", err))
 				return
 			}
 			if err := validateRetry(&rs); err != nil {
@@ -145,12 +146,12 @@ func (a *API) handlePutNamespace(w http.ResponseWriter, r *http.Request) {
 			}
 			var m quota.Mode
 			if err := json.Unmarshal(raw, &m); err != nil || m == quota.ModeDefault {
-				writeError(w, fieldError("mode", `must be "exact" or "proportional" (or null for the node default)`))
+				writeError(w, httperr.Field("mode", `must be "exact" or "proportional" (or null for the node default)`))
 				return
 			}
 			u.Mode = m
 		default:
-			writeError(w, fieldError(k, "unknown field (want max_in_flight, paused, retry, mode)"))
+			writeError(w, httperr.Field(k, "unknown field (want max_in_flight, paused, retry, mode)"))
 			return
 		}
 	}
@@ -166,22 +167,22 @@ func (a *API) handlePutNamespace(w http.ResponseWriter, r *http.Request) {
 	}
 	a.cfg.Dispatcher.Wake()
 	stats, _ := a.cfg.Store.NamespaceStats(r.Context())
-	writeJSON(w, http.StatusOK, a.namespaceView(r.Context(), ns, stats[ns], false))
+	httperr.WriteJSON(w, http.StatusOK, a.namespaceView(r.Context(), ns, stats[ns], false))
 }
 
 // validateRetry checks an override's bounds; the error names the field.
 func validateRetry(r *settings.RetrySettings) error {
 	switch {
 	case r.BaseMS < 0 || r.BaseMS > time.Hour.Milliseconds():
-		return fieldError("retry.base_ms", "must be between 0 (node default) and %d", time.Hour.Milliseconds())
+		return httperr.Field("retry.base_ms", "must be between 0 (node default) and %d", time.Hour.Milliseconds())
 	case r.Factor != 0 && (r.Factor < 1 || r.Factor > 10):
-		return fieldError("retry.factor", "must be 0 (node default) or between 1 and 10")
+		return httperr.Field("retry.factor", "must be 0 (node default) or between 1 and 10")
 	case r.CapMS < 0 || r.CapMS > (24*time.Hour).Milliseconds():
-		return fieldError("retry.cap_ms", "must be between 0 (node default) and %d", (24 * time.Hour).Milliseconds())
+		return httperr.Field("retry.cap_ms", "must be between 0 (node default) and %d", (24 * time.Hour).Milliseconds())
 	case r.CapMS > 0 && r.BaseMS > r.CapMS:
-		return fieldError("retry.cap_ms", "must be at least retry.base_ms")
+		return httperr.Field("retry.cap_ms", "must be at least retry.base_ms")
 	case r.MaxAttempts > 1000:
-		return fieldError("retry.max_attempts", "must be between 0 (node default) and 1000")
+		return httperr.Field("retry.max_attempts", "must be between 0 (node default) and 1000")
 	}
 	return nil
 }
@@ -204,13 +205,13 @@ func (a *API) handlePutTarget(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req targetRequest
-	if err := decodeBody(w, r, &req); err != nil {
+	if err := httperr.DecodeJSON(w, r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
 	t := settings.TargetSettings{URL: req.URL, TimeoutMS: req.TimeoutMS}
 	if len(t.URL) > MaxTargetURLBytes {
-		writeError(w, fieldError("url", "is %d bytes, the limit is %d", len(t.URL), MaxTargetURLBytes))
+		writeError(w, httperr.Field("url", "is %d bytes, the limit is %d", len(t.URL), MaxTargetURLBytes))
 		return
 	}
 	if err := checkText("url", t.URL, MaxTargetURLBytes); err != nil {
@@ -219,11 +220,11 @@ func (a *API) handlePutTarget(w http.ResponseWriter, r *http.Request) {
 	}
 	u, perr := url.Parse(strings.NewReplacer("{namespace}", "ns", "{task_queue}", "tq").Replace(t.URL))
 	if t.URL == "" || perr != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		writeError(w, fieldError("url", "must be an absolute http(s) URL"))
+		writeError(w, httperr.Field("url", "must be an absolute http(s) URL"))
 		return
 	}
 	if t.TimeoutMS < 0 || settings.DurationMS(t.TimeoutMS) > MaxTargetTimeout {
-		writeError(w, fieldError("timeout_ms", "must be between 0 (node default) and %d", MaxTargetTimeout.Milliseconds()))
+		writeError(w, httperr.Field("timeout_ms", "must be between 0 (node default) and %d", MaxTargetTimeout.Milliseconds()))
 		return
 	}
 	if err := req.checkCredentials(&t); err != nil {
@@ -241,7 +242,7 @@ func (a *API) handlePutTarget(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.cfg.Dispatcher.Wake()
-	writeJSON(w, http.StatusOK, targetView{Namespace: ns, TaskQueue: tq, RedactedTarget: t.Redacted()})
+	httperr.WriteJSON(w, http.StatusOK, targetView{Namespace: ns, TaskQueue: tq, RedactedTarget: t.Redacted()})
 }
 
 func (a *API) handleDeleteTarget(w http.ResponseWriter, r *http.Request) {
@@ -261,7 +262,7 @@ func (a *API) handleDeleteTarget(w http.ResponseWriter, r *http.Request) {
 func holdWorkflow(r *http.Request) (string, error) {
 	wf := r.PathValue("wf")
 	if wf == "" || len(wf) > MaxWorkflowIDBytes {
-		return "", fieldError("workflow_id", "must be 1-%d bytes", MaxWorkflowIDBytes)
+		return "", httperr.Field("workflow_id", "must be 1-%d bytes", MaxWorkflowIDBytes)
 	}
 	if err := checkText("workflow_id", wf, MaxWorkflowIDBytes); err != nil {
 		return "", err
@@ -285,7 +286,7 @@ func (a *API) handleHold(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"workflow_id": r.PathValue("wf"), "held": true})
+	httperr.WriteJSON(w, http.StatusOK, map[string]any{"workflow_id": r.PathValue("wf"), "held": true})
 }
 
 func (a *API) handleRelease(w http.ResponseWriter, r *http.Request) {
@@ -299,7 +300,7 @@ func (a *API) handleRelease(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.cfg.Dispatcher.Wake()
-	writeJSON(w, http.StatusOK, map[string]any{"workflow_id": r.PathValue("wf"), "held": false})
+	httperr.WriteJSON(w, http.StatusOK, map[string]any{"workflow_id": r.PathValue("wf"), "held": false})
 }
 
 // ---- dead letters: deadletters.go (each shard's listed by its primary);
@@ -379,7 +380,7 @@ func (a *API) handleInternalRedrive(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req peer.DeadLetterKeys
-	if err := decodeBody(w, r, &req); err != nil {
+	if err := httperr.DecodeJSON(w, r, &req); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -393,7 +394,7 @@ func (a *API) handleInternalRedrive(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.cfg.Dispatcher.Wake()
-	writeJSON(w, http.StatusOK, peer.RedriveResponse{Redriven: count})
+	httperr.WriteJSON(w, http.StatusOK, peer.RedriveResponse{Redriven: count})
 }
 
 // handleRedrive moves dead letters (all of the namespace's, or the listed
@@ -406,7 +407,7 @@ func (a *API) handleRedrive(w http.ResponseWriter, r *http.Request) {
 	}
 	var req peer.DeadLetterKeys
 	if r.ContentLength != 0 {
-		if err := decodeBody(w, r, &req); err != nil {
+		if err := httperr.DecodeJSON(w, r, &req); err != nil {
 			writeError(w, err)
 			return
 		}
@@ -432,17 +433,17 @@ func (a *API) handleRedrive(w http.ResponseWriter, r *http.Request) {
 		return nil
 	})
 	a.cfg.Dispatcher.Wake()
-	writeJSON(w, http.StatusOK, api.RedriveResult{Redriven: total, UnreachableNodes: unreachable})
+	httperr.WriteJSON(w, http.StatusOK, api.RedriveResult{Redriven: total, UnreachableNodes: unreachable})
 }
 
 // validateRedriveKeys checks a redrive's keys (public and internal).
 func validateRedriveKeys(keys []string) error {
 	if len(keys) > maxDeadLetterPage*10 {
-		return tooLarge("keys", "%d keys exceed the limit of %d per redrive", len(keys), maxDeadLetterPage*10)
+		return httperr.TooLarge("keys", "%d keys exceed the limit of %d per redrive", len(keys), maxDeadLetterPage*10)
 	}
 	for i, k := range keys {
 		if k == "" || len(k) > MaxKeyBytes {
-			return fieldError("keys["+strconv.Itoa(i)+"]", "must be 1-%d bytes", MaxKeyBytes)
+			return httperr.Field("keys["+strconv.Itoa(i)+"]", "must be 1-%d bytes", MaxKeyBytes)
 		}
 	}
 	return nil
@@ -518,7 +519,7 @@ func (a *API) handleCluster(w http.ResponseWriter, r *http.Request) {
 	if a.cfg.Leases != nil {
 		out.LeasesLearning = a.cfg.Leases.Learning()
 	}
-	writeJSON(w, http.StatusOK, out)
+	httperr.WriteJSON(w, http.StatusOK, out)
 }
 
 // clusterUpdate is PUT /v1/cluster's body.
@@ -533,23 +534,23 @@ type clusterUpdate struct {
 // drops the extra copies once the smaller sets are synced.
 func (a *API) handlePutCluster(w http.ResponseWriter, r *http.Request) {
 	var u clusterUpdate
-	if err := decodeBody(w, r, &u); err != nil {
+	if err := httperr.DecodeJSON(w, r, &u); err != nil {
 		writeError(w, err)
 		return
 	}
 	if u.ReplicationFactor == nil {
-		writeError(w, fieldError("replication_factor", "is required"))
+		writeError(w, httperr.Field("replication_factor", "is required"))
 		return
 	}
 	if f := *u.ReplicationFactor; f < 1 || f > replication.MaxFactor {
-		writeError(w, fieldError("replication_factor", "%d is not between 1 and %d", f, replication.MaxFactor))
+		writeError(w, httperr.Field("replication_factor", "%d is not between 1 and %d", f, replication.MaxFactor))
 		return
 	}
 	if err := a.cfg.SetReplicationFactor(r.Context(), *u.ReplicationFactor); err != nil {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"replication_factor": *u.ReplicationFactor})
+	httperr.WriteJSON(w, http.StatusOK, map[string]any{"replication_factor": *u.ReplicationFactor})
 }
 
 func (a *API) handleShards(w http.ResponseWriter, _ *http.Request) {
@@ -564,7 +565,7 @@ func (a *API) handleShards(w http.ResponseWriter, _ *http.Request) {
 		}
 		out.Shards[s] = api.ShardOwner{Shard: s, Owner: snap.Table.Owner(s), Replicas: reps}
 	}
-	writeJSON(w, http.StatusOK, out)
+	httperr.WriteJSON(w, http.StatusOK, out)
 }
 
 // handleShard shows one shard's replica set and each replica's sync state
@@ -572,7 +573,7 @@ func (a *API) handleShards(w http.ResponseWriter, _ *http.Request) {
 func (a *API) handleShard(w http.ResponseWriter, r *http.Request) {
 	n, err := strconv.ParseUint(r.PathValue("shard"), 10, 32)
 	if err != nil || uint32(n) >= a.cfg.ShardCount {
-		writeError(w, fieldError("shard", "%q is not a shard number from 0 to %d", r.PathValue("shard"), a.cfg.ShardCount-1))
+		writeError(w, httperr.Field("shard", "%q is not a shard number from 0 to %d", r.PathValue("shard"), a.cfg.ShardCount-1))
 		return
 	}
 	st, err := a.cfg.Replication.ShardStatus(r.Context(), uint32(n))
@@ -580,7 +581,7 @@ func (a *API) handleShard(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, st)
+	httperr.WriteJSON(w, http.StatusOK, st)
 }
 
 // commaList splits a comma-separated list (a member's key fingerprints),

@@ -3,7 +3,6 @@ package httpapi
 import (
 	"context"
 	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +21,7 @@ import (
 	"github.com/fairshard/fairshard/api"
 	"github.com/fairshard/fairshard/backpressure"
 	"github.com/fairshard/fairshard/cluster"
+	"github.com/fairshard/fairshard/internal/httperr"
 	"github.com/fairshard/fairshard/internal/peer"
 	"github.com/fairshard/fairshard/internal/router"
 	"github.com/fairshard/fairshard/internal/settings"
@@ -218,7 +218,7 @@ func (a *API) routes() http.Handler {
 	pub("POST /v1/rows", a.handleAppend)
 	pub("GET /v1/rows/{key...}", a.handleGetRow)
 	pub("GET /v1/rows", func(w http.ResponseWriter, _ *http.Request) {
-		writeError(w, &APIError{Status: http.StatusNotFound, Code: api.CodeNotFound, Field: "dispatch_key",
+		writeError(w, &httperr.Error{Status: http.StatusNotFound, Code: api.CodeNotFound, Field: "dispatch_key",
 			Message: "dispatch_key: missing; GET /v1/rows/{dispatch_key}"})
 	})
 	pub("GET /v1/namespaces", a.handleListNamespacesCluster)
@@ -256,7 +256,7 @@ func (a *API) routes() http.Handler {
 	mux.Handle("GET /ui", http.RedirectHandler(webui.Prefix, http.StatusMovedPermanently))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.cfg.Gatherer, promhttp.HandlerOpts{Registry: a.cfg.Registerer}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		httperr.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !a.cfg.Ready() || a.Draining() {
@@ -266,10 +266,10 @@ func (a *API) routes() http.Handler {
 					msg = "not ready: the store cannot write: " + err.Error()
 				}
 			}
-			writeError(w, &APIError{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, Message: msg})
+			writeError(w, &httperr.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, Message: msg})
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+		httperr.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
 	return browserGuard(a.cfg.Browser, jsonMuxErrors(mux.ServeMux))
 }
@@ -322,11 +322,11 @@ func (m *muxErrorWriter) WriteHeader(status int) {
 	switch status {
 	case http.StatusNotFound:
 		m.skipped = true
-		writeError(m.ResponseWriter, &APIError{Status: status, Code: api.CodeNotFound, Message: "no such endpoint: " + m.r.URL.Path})
+		writeError(m.ResponseWriter, &httperr.Error{Status: status, Code: api.CodeNotFound, Message: "no such endpoint: " + m.r.URL.Path})
 	case http.StatusMethodNotAllowed:
 		m.skipped = true
 		m.ResponseWriter.Header().Del("Content-Type")
-		writeError(m.ResponseWriter, &APIError{Status: status, Code: api.CodeMethodNotAllowed,
+		writeError(m.ResponseWriter, &httperr.Error{Status: status, Code: api.CodeMethodNotAllowed,
 			Message: fmt.Sprintf("method %s not allowed on %s (allowed: %s)", m.r.Method, m.r.URL.Path, m.ResponseWriter.Header().Get("Allow"))})
 	default:
 		m.ResponseWriter.WriteHeader(status)
@@ -351,32 +351,18 @@ func auth(token string, h http.HandlerFunc) http.Handler {
 		scheme, cred, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(strings.TrimLeft(cred, " ")), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="fairshard"`)
-			writeError(w, &APIError{Status: http.StatusUnauthorized, Code: api.CodeUnauthorized, Message: "missing or wrong bearer token"})
+			writeError(w, &httperr.Error{Status: http.StatusUnauthorized, Code: api.CodeUnauthorized, Message: "missing or wrong bearer token"})
 			return
 		}
 		h(w, r)
 	})
 }
 
-// decodeBody strictly decodes a small JSON body (≤ 1 MiB) into v.
-func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
-	r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return &APIError{Status: http.StatusBadRequest, Code: api.CodeInvalidJSON, Field: "body", Message: "body: " + err.Error()}
-	}
-	if dec.More() {
-		return &APIError{Status: http.StatusBadRequest, Code: api.CodeInvalidJSON, Field: "body", Message: "body: unexpected data after the JSON value"}
-	}
-	return nil
-}
-
 func pathName(r *http.Request, param string) (string, error) {
 	v := r.PathValue(param)
 	if !ValidName(v) {
 		field := map[string]string{"ns": "namespace", "tq": "task_queue"}[param]
-		return "", fieldError(field, "%q must be 1-64 letters, digits, '-', '_' or '.'", v)
+		return "", httperr.Field(field, "%q must be 1-64 letters, digits, '-', '_' or '.'", v)
 	}
 	return v, nil
 }

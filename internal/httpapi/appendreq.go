@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fairshard/fairshard/api"
+	"github.com/fairshard/fairshard/internal/httperr"
 	"github.com/fairshard/fairshard/internal/settings"
 	"github.com/fairshard/fairshard/outbox"
 )
@@ -63,15 +64,15 @@ type appendRequest struct {
 
 // decodeAppend reads and validates a whole POST /v1/rows body. It returns
 // rows ready for the store (created/visible times relative to now), or an
-// *APIError naming the first bad field; on error nothing may be written.
+// *httperr.Error naming the first bad field; on error nothing may be written.
 func decodeAppend(w http.ResponseWriter, r *http.Request, now time.Time) ([]outbox.Row, error) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, tooLarge("body", "request body exceeds %d bytes", MaxRequestBytes)
+			return nil, httperr.TooLarge("body", "request body exceeds %d bytes", MaxRequestBytes)
 		}
-		return nil, &APIError{Status: http.StatusBadRequest, Code: api.CodeInvalidJSON, Field: "body", Message: "body: " + err.Error()}
+		return nil, &httperr.Error{Status: http.StatusBadRequest, Code: api.CodeInvalidJSON, Field: "body", Message: "body: " + err.Error()}
 	}
 	var req appendRequest
 	if err := strictUnmarshal(body, &req); err != nil {
@@ -79,11 +80,11 @@ func decodeAppend(w http.ResponseWriter, r *http.Request, now time.Time) ([]outb
 	}
 	switch {
 	case req.Rows == nil:
-		return nil, fieldError("rows", "is required")
+		return nil, httperr.Field("rows", "is required")
 	case len(req.Rows) == 0:
-		return nil, fieldError("rows", "is empty")
+		return nil, httperr.Field("rows", "is empty")
 	case len(req.Rows) > MaxBatchRows:
-		return nil, tooLarge("rows", "%d rows exceed the limit of %d per request", len(req.Rows), MaxBatchRows)
+		return nil, httperr.TooLarge("rows", "%d rows exceed the limit of %d per request", len(req.Rows), MaxBatchRows)
 	}
 	rows := make([]outbox.Row, len(req.Rows))
 	for i, raw := range req.Rows {
@@ -101,10 +102,10 @@ func decodeAppend(w http.ResponseWriter, r *http.Request, now time.Time) ([]outb
 	return rows, nil
 }
 
-// jsonError turns a decoding error into an invalid_json APIError naming
+// jsonError turns a decoding error into an invalid_json httperr.Error naming
 // the field it is about: prefix+name for a value of the wrong type or an
 // unknown field, else whole (the JSON text itself is bad).
-func jsonError(prefix, whole string, err error) *APIError {
+func jsonError(prefix, whole string, err error) *httperr.Error {
 	field := whole
 	var te *json.UnmarshalTypeError
 	switch {
@@ -115,7 +116,7 @@ func jsonError(prefix, whole string, err error) *APIError {
 			field = prefix + name
 		}
 	}
-	return &APIError{Status: http.StatusBadRequest, Code: api.CodeInvalidJSON, Field: field, Message: field + ": " + err.Error()}
+	return &httperr.Error{Status: http.StatusBadRequest, Code: api.CodeInvalidJSON, Field: field, Message: field + ": " + err.Error()}
 }
 
 // unknownFieldPrefix starts encoding/json's DisallowUnknownFields error
@@ -141,14 +142,14 @@ func strictUnmarshal(data []byte, v any) error {
 
 func checkText(field, v string, maxBytes int) error {
 	if len(v) > maxBytes {
-		return fieldError(field, "is %d bytes, the limit is %d", len(v), maxBytes)
+		return httperr.Field(field, "is %d bytes, the limit is %d", len(v), maxBytes)
 	}
 	if !utf8.ValidString(v) {
-		return fieldError(field, "is not valid UTF-8")
+		return httperr.Field(field, "is not valid UTF-8")
 	}
 	for _, c := range v {
 		if c < 0x20 || c == 0x7f {
-			return fieldError(field, "contains a control character")
+			return httperr.Field(field, "contains a control character")
 		}
 	}
 	return nil
@@ -167,22 +168,22 @@ func checkText(field, v string, maxBytes int) error {
 func checkDispatchKey(field, key string) error {
 	switch {
 	case key == "":
-		return fieldError(field, "is empty")
+		return httperr.Field(field, "is empty")
 	case len(key) > MaxKeyBytes:
-		return fieldError(field, "is %d bytes, the limit is %d", len(key), MaxKeyBytes)
+		return httperr.Field(field, "is %d bytes, the limit is %d", len(key), MaxKeyBytes)
 	case !utf8.ValidString(key):
-		return fieldError(field, "is not valid UTF-8")
+		return httperr.Field(field, "is not valid UTF-8")
 	case strings.TrimSpace(key) == "":
-		return fieldError(field, "is only whitespace")
+		return httperr.Field(field, "is only whitespace")
 	}
 	first, _ := utf8.DecodeRuneInString(key)
 	last, _ := utf8.DecodeLastRuneInString(key)
 	if unicode.IsSpace(first) || unicode.IsSpace(last) {
-		return fieldError(field, "has leading or trailing whitespace, which the Idempotency-Key header would not carry to the target")
+		return httperr.Field(field, "has leading or trailing whitespace, which the Idempotency-Key header would not carry to the target")
 	}
 	for i, c := range key {
 		if c < 0x20 || c == 0x7f {
-			return fieldError(field, "contains the control character U+%04X at byte %d, which an HTTP header value (Idempotency-Key) cannot carry", c, i)
+			return httperr.Field(field, "contains the control character U+%04X at byte %d, which an HTTP header value (Idempotency-Key) cannot carry", c, i)
 		}
 	}
 	return nil
@@ -193,7 +194,7 @@ func (in *appendRow) toRow(i int, now time.Time) (outbox.Row, error) {
 	row := outbox.Row{Namespace: outbox.DefaultName, TaskQueue: outbox.DefaultName, CreatedAt: now, VisibleAfter: now, Attempt: 1}
 	if in.WorkflowID != nil {
 		if *in.WorkflowID == "" {
-			return row, fieldError(f("workflow_id"), "is empty")
+			return row, httperr.Field(f("workflow_id"), "is empty")
 		}
 		if err := checkText(f("workflow_id"), *in.WorkflowID, MaxWorkflowIDBytes); err != nil {
 			return row, err
@@ -212,25 +213,25 @@ func (in *appendRow) toRow(i int, now time.Time) (outbox.Row, error) {
 	case in.WorkflowID != nil && in.Ordinal != nil:
 		row.DispatchKey = outbox.DefaultDispatchKey(row.WorkflowID, row.Ordinal)
 		if len(row.DispatchKey) > MaxKeyBytes {
-			return row, fieldError(f("dispatch_key"), "derived key is longer than %d bytes", MaxKeyBytes)
+			return row, httperr.Field(f("dispatch_key"), "derived key is longer than %d bytes", MaxKeyBytes)
 		}
 		if first, _ := utf8.DecodeRuneInString(row.WorkflowID); unicode.IsSpace(first) {
-			return row, fieldError(f("workflow_id"), "starts with whitespace, so the derived dispatch_key (workflow_id:ordinal) would not reach the target intact in the Idempotency-Key header")
+			return row, httperr.Field(f("workflow_id"), "starts with whitespace, so the derived dispatch_key (workflow_id:ordinal) would not reach the target intact in the Idempotency-Key header")
 		}
 	case in.WorkflowID != nil:
-		return row, fieldError(f("ordinal"), "is required with workflow_id when dispatch_key is absent")
+		return row, httperr.Field(f("ordinal"), "is required with workflow_id when dispatch_key is absent")
 	default:
-		return row, fieldError(f("dispatch_key"), "is required (or give workflow_id and ordinal)")
+		return row, httperr.Field(f("dispatch_key"), "is required (or give workflow_id and ordinal)")
 	}
 	if in.Namespace != nil {
 		if !ValidName(*in.Namespace) {
-			return row, fieldError(f("namespace"), "must be 1-64 letters, digits, '-', '_' or '.'")
+			return row, httperr.Field(f("namespace"), "must be 1-64 letters, digits, '-', '_' or '.'")
 		}
 		row.Namespace = *in.Namespace
 	}
 	if in.TaskQueue != nil {
 		if !ValidName(*in.TaskQueue) {
-			return row, fieldError(f("task_queue"), "must be 1-64 letters, digits, '-', '_' or '.'")
+			return row, httperr.Field(f("task_queue"), "must be 1-64 letters, digits, '-', '_' or '.'")
 		}
 		row.TaskQueue = *in.TaskQueue
 	}
@@ -243,17 +244,17 @@ func (in *appendRow) toRow(i int, now time.Time) (outbox.Row, error) {
 	hasJSON := len(in.Payload) > 0 && !bytes.Equal(in.Payload, []byte("null"))
 	switch {
 	case hasJSON && in.PayloadBase64 != nil:
-		return row, fieldError(f("payload"), "give either payload or payload_base64, not both")
+		return row, httperr.Field(f("payload"), "give either payload or payload_base64, not both")
 	case hasJSON:
 		row.Payload = append([]byte(nil), in.Payload...)
 		row.ContentType = "application/json"
 	case in.PayloadBase64 != nil:
 		if base64.StdEncoding.DecodedLen(len(*in.PayloadBase64)) > MaxPayloadBytes+3 {
-			return row, tooLarge(f("payload_base64"), "decoded payload exceeds %d bytes", MaxPayloadBytes)
+			return row, httperr.TooLarge(f("payload_base64"), "decoded payload exceeds %d bytes", MaxPayloadBytes)
 		}
 		b, err := base64.StdEncoding.DecodeString(*in.PayloadBase64)
 		if err != nil {
-			return row, fieldError(f("payload_base64"), "is not valid standard base64: %v", err)
+			return row, httperr.Field(f("payload_base64"), "is not valid standard base64: %v", err)
 		}
 		row.Payload = b
 		row.ContentType = "application/octet-stream"
@@ -263,15 +264,15 @@ func (in *appendRow) toRow(i int, now time.Time) (outbox.Row, error) {
 		if in.PayloadBase64 != nil {
 			field = "payload_base64"
 		}
-		return row, tooLarge(f(field), "is %d bytes (decoded), the limit is %d", len(row.Payload), MaxPayloadBytes)
+		return row, httperr.TooLarge(f(field), "is %d bytes (decoded), the limit is %d", len(row.Payload), MaxPayloadBytes)
 	}
 	if in.ContentType != nil {
 		ct := strings.TrimSpace(*in.ContentType)
 		if len(ct) > maxContentLength {
-			return row, fieldError(f("content_type"), "is longer than %d bytes", maxContentLength)
+			return row, httperr.Field(f("content_type"), "is longer than %d bytes", maxContentLength)
 		}
 		if _, _, err := mime.ParseMediaType(ct); err != nil {
-			return row, fieldError(f("content_type"), "is not a media type: %v", err)
+			return row, httperr.Field(f("content_type"), "is not a media type: %v", err)
 		}
 		row.ContentType = ct
 	}
@@ -279,7 +280,7 @@ func (in *appendRow) toRow(i int, now time.Time) (outbox.Row, error) {
 		// Compare in milliseconds first: converting a huge value to a
 		// Duration would overflow and wrap into the past.
 		if *in.DelayMS < 0 || *in.DelayMS > MaxDelay.Milliseconds() {
-			return row, fieldError(f("delay_ms"), "must be between 0 and %d", MaxDelay.Milliseconds())
+			return row, httperr.Field(f("delay_ms"), "must be between 0 and %d", MaxDelay.Milliseconds())
 		}
 		row.VisibleAfter = now.Add(time.Duration(*in.DelayMS) * time.Millisecond)
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/fairshard/fairshard/api"
+	"github.com/fairshard/fairshard/internal/httperr"
 	"github.com/fairshard/fairshard/nodeauth"
 )
 
@@ -77,7 +78,7 @@ func browserGuard(p BrowserPolicy, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if p.HostAllowed != nil {
 			if host := RequestHost(r.Host); !loopbackName(host) && !p.HostAllowed(host) {
-				writeError(w, &APIError{Status: http.StatusMisdirectedRequest, Code: api.CodeMisdirected, Field: "Host",
+				writeError(w, &httperr.Error{Status: http.StatusMisdirectedRequest, Code: api.CodeMisdirected, Field: "Host",
 					Message: fmt.Sprintf("Host: %.100q is not a name of this node: without --api-token it serves only loopback names, its own addresses and --allow-host (a page reaching it through DNS rebinding sends its own name)", host)})
 				return
 			}
@@ -101,14 +102,14 @@ func browserGuard(p BrowserPolicy, next http.Handler) http.Handler {
 // crossSite refuses a write a browser sent for another site: nil when the
 // request carries no browser marks, its Origin is its own host, or its
 // Origin is allowed.
-func crossSite(r *http.Request, allowed map[string]bool) *APIError {
+func crossSite(r *http.Request, allowed map[string]bool) *httperr.Error {
 	origin := strings.ToLower(r.Header.Get("Origin"))
 	if origin != "" && allowed[origin] {
 		return nil
 	}
 	switch site := r.Header.Get("Sec-Fetch-Site"); site {
 	case "cross-site", "same-site":
-		return &APIError{Status: http.StatusForbidden, Code: api.CodeCrossSite, Field: "Sec-Fetch-Site",
+		return &httperr.Error{Status: http.StatusForbidden, Code: api.CodeCrossSite, Field: "Sec-Fetch-Site",
 			Message: fmt.Sprintf("Sec-Fetch-Site: %s: a write sent by a web page of another site is refused (allow its origin with --allow-origin)", site)}
 	}
 	if origin == "" {
@@ -118,7 +119,7 @@ func crossSite(r *http.Request, allowed map[string]bool) *APIError {
 		u.Path == "" && sameHost(stripDefaultPort(u.Scheme, u.Host), r.Host) {
 		return nil
 	}
-	return &APIError{Status: http.StatusForbidden, Code: api.CodeCrossSite, Field: "Origin",
+	return &httperr.Error{Status: http.StatusForbidden, Code: api.CodeCrossSite, Field: "Origin",
 		Message: fmt.Sprintf("Origin: %.100q is not this node (Host %.100q): a write sent by a web page of another site is refused (allow its origin with --allow-origin)", origin, r.Host)}
 }
 
@@ -144,19 +145,19 @@ var corsSafelisted = map[string]bool{"text/plain": true, "application/x-www-form
 
 // checkContentType requires application/json on /v1 writes, and a type a
 // page cannot send without a preflight on any other write.
-func checkContentType(r *http.Request) *APIError {
+func checkContentType(r *http.Request) *httperr.Error {
 	ct := r.Header.Get("Content-Type")
 	mt, _, err := mime.ParseMediaType(ct)
 	mt = strings.ToLower(mt)
 	switch p := path.Clean("/" + r.URL.Path); {
 	case nodeauth.Guarded(r.URL.Path):
 		if ct == "" || err != nil || corsSafelisted[mt] {
-			return &APIError{Status: http.StatusUnsupportedMediaType, Code: api.CodeUnsupportedMediaType, Field: "Content-Type",
+			return &httperr.Error{Status: http.StatusUnsupportedMediaType, Code: api.CodeUnsupportedMediaType, Field: "Content-Type",
 				Message: fmt.Sprintf("Content-Type: %.100q: a node-to-node write carries application/json or application/x-fairshard-rows", ct)}
 		}
 	case p == "/v1" || strings.HasPrefix(p, "/v1/"):
 		if needsJSON(r.Method) && (err != nil || mt != "application/json") {
-			return &APIError{Status: http.StatusUnsupportedMediaType, Code: api.CodeUnsupportedMediaType, Field: "Content-Type",
+			return &httperr.Error{Status: http.StatusUnsupportedMediaType, Code: api.CodeUnsupportedMediaType, Field: "Content-Type",
 				Message: fmt.Sprintf("Content-Type: %.100q: every %s on /v1 must be application/json, with or without a body (a type a web page cannot send without a preflight)", ct, r.Method)}
 		}
 	}

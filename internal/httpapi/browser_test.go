@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/fairshard/fairshard/api"
+	"github.com/fairshard/fairshard/internal/httperr"
 )
 
 // TestBrowserGuard: what a page can make a browser send is refused before
@@ -89,7 +90,7 @@ func TestBrowserGuard(t *testing.T) {
 			continue
 		}
 		var e struct {
-			Error APIError `json:"error"`
+			Error httperr.Error `json:"error"`
 		}
 		_ = json.Unmarshal(rec.Body.Bytes(), &e)
 		if rec.Code != c.status || served != 0 || e.Error.Code != c.code || e.Error.Field != c.errorField {

@@ -18,6 +18,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/fairshard/fairshard/api"
+	"github.com/fairshard/fairshard/internal/httperr"
 	"github.com/fairshard/fairshard/internal/peer"
 	"github.com/fairshard/fairshard/internal/settings"
 	"github.com/fairshard/fairshard/outbox"
@@ -79,7 +80,7 @@ func (a *API) handleListTargets(w http.ResponseWriter, _ *http.Request) {
 	for _, t := range a.cfg.Settings.Targets() {
 		out.Targets = append(out.Targets, routeTargetView(t.Namespace, t.TaskQueue, t.TargetSettings))
 	}
-	writeJSON(w, http.StatusOK, out)
+	httperr.WriteJSON(w, http.StatusOK, out)
 }
 
 func (a *API) handleGetTarget(w http.ResponseWriter, r *http.Request) {
@@ -89,14 +90,14 @@ func (a *API) handleGetTarget(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if t, ok := a.cfg.Settings.OwnTarget(ns, tq); ok {
-		writeJSON(w, http.StatusOK, routeTargetView(ns, tq, t))
+		httperr.WriteJSON(w, http.StatusOK, routeTargetView(ns, tq, t))
 		return
 	}
 	if d := a.cfg.Settings.DefaultTarget(); d != "" {
-		writeJSON(w, http.StatusOK, api.TargetView{Namespace: ns, TaskQueue: tq, URL: RedactURL(d), Source: "default"})
+		httperr.WriteJSON(w, http.StatusOK, api.TargetView{Namespace: ns, TaskQueue: tq, URL: RedactURL(d), Source: "default"})
 		return
 	}
-	writeError(w, &APIError{Status: http.StatusNotFound, Code: api.CodeNotFound,
+	writeError(w, &httperr.Error{Status: http.StatusNotFound, Code: api.CodeNotFound,
 		Message: fmt.Sprintf("route %s/%s has no target and the node no --default-target: its rows wait", ns, tq)})
 }
 
@@ -110,7 +111,7 @@ func (a *API) handleListHolds(w http.ResponseWriter, _ *http.Request) {
 	for _, h := range a.cfg.Settings.Holds() {
 		out = append(out, holdView{WorkflowID: h.WorkflowID, Held: true})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"holds": out})
+	httperr.WriteJSON(w, http.StatusOK, map[string]any{"holds": out})
 }
 
 func (a *API) handleGetHold(w http.ResponseWriter, r *http.Request) {
@@ -119,7 +120,7 @@ func (a *API) handleGetHold(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, holdView{WorkflowID: wf, Held: a.cfg.Settings.IsHeld(wf)})
+	httperr.WriteJSON(w, http.StatusOK, holdView{WorkflowID: wf, Held: a.cfg.Settings.IsHeld(wf)})
 }
 
 // redacted replaces a secret in a read-back URL.
@@ -178,21 +179,21 @@ func rowQuery(r *http.Request) (outbox.RowQuery, error) {
 	q := outbox.RowQuery{Namespace: ns, TaskQueue: v.Get("task_queue"), WorkflowID: v.Get("workflow_id"),
 		Status: outbox.Status(v.Get("status")), After: v.Get("after"), Limit: defaultRowPage}
 	if q.TaskQueue != "" && !ValidName(q.TaskQueue) {
-		return q, fieldError("task_queue", "%q must be 1-64 letters, digits, '-', '_' or '.'", q.TaskQueue)
+		return q, httperr.Field("task_queue", "%q must be 1-64 letters, digits, '-', '_' or '.'", q.TaskQueue)
 	}
 	if len(q.WorkflowID) > MaxWorkflowIDBytes {
-		return q, fieldError("workflow_id", "must be at most %d bytes", MaxWorkflowIDBytes)
+		return q, httperr.Field("workflow_id", "must be at most %d bytes", MaxWorkflowIDBytes)
 	}
 	if q.Status != "" && !q.Status.Valid() {
-		return q, fieldError("status", "must be one of pending, claimed, done, failed, cancelled")
+		return q, httperr.Field("status", "must be one of pending, claimed, done, failed, cancelled")
 	}
 	if len(q.After) > MaxKeyBytes {
-		return q, fieldError("after", "must be at most %d bytes", MaxKeyBytes)
+		return q, httperr.Field("after", "must be at most %d bytes", MaxKeyBytes)
 	}
 	if s := v.Get("limit"); s != "" {
 		q.Limit, err = strconv.Atoi(s)
 		if err != nil || q.Limit < 1 || q.Limit > maxRowPage {
-			return q, fieldError("limit", "must be an integer from 1 to %d", maxRowPage)
+			return q, httperr.Field("limit", "must be an integer from 1 to %d", maxRowPage)
 		}
 	}
 	return q, nil
@@ -219,7 +220,7 @@ func (a *API) handleInternalRows(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, p)
+	httperr.WriteJSON(w, http.StatusOK, p)
 }
 
 // handleListRows lists a namespace's rows (filtered by task_queue,
@@ -251,7 +252,7 @@ func (a *API) handleListRows(w http.ResponseWriter, r *http.Request) {
 	})
 	out := mergeRowPages(pages, q.Limit)
 	out.UnreachableNodes = unreachable
-	writeJSON(w, http.StatusOK, out)
+	httperr.WriteJSON(w, http.StatusOK, out)
 }
 
 // mergeRowPages merges the nodes' pages of one listing: every node has
@@ -293,11 +294,11 @@ const maxCancelReasonBytes = 256
 
 func (a *API) decodeCancel(w http.ResponseWriter, r *http.Request) (peer.CancelRequest, error) {
 	var req peer.CancelRequest
-	if err := decodeBody(w, r, &req); err != nil {
+	if err := httperr.DecodeJSON(w, r, &req); err != nil {
 		return req, err
 	}
 	if req.DispatchKey == "" || len(req.DispatchKey) > MaxKeyBytes {
-		return req, fieldError("dispatch_key", "must be 1-%d bytes", MaxKeyBytes)
+		return req, httperr.Field("dispatch_key", "must be 1-%d bytes", MaxKeyBytes)
 	}
 	if err := checkText("reason", req.Reason, maxCancelReasonBytes); err != nil {
 		return req, err
@@ -347,10 +348,10 @@ func (a *API) handleInternalCancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !found {
-		writeError(w, &APIError{Status: http.StatusNotFound, Code: api.CodeNotFound, Message: "not here"})
+		writeError(w, &httperr.Error{Status: http.StatusNotFound, Code: api.CodeNotFound, Message: "not here"})
 		return
 	}
-	writeJSON(w, http.StatusOK, res)
+	httperr.WriteJSON(w, http.StatusOK, res)
 }
 
 // handleCancel cancels a pending row wherever it is held: the shard's
@@ -386,7 +387,7 @@ func (a *API) handleCancel(w http.ResponseWriter, r *http.Request) {
 			}
 			if found {
 				a.cfg.Dispatcher.Wake()
-				writeJSON(w, http.StatusOK, res)
+				httperr.WriteJSON(w, http.StatusOK, res)
 				return
 			}
 			continue
@@ -395,11 +396,11 @@ func (a *API) handleCancel(w http.ResponseWriter, r *http.Request) {
 		res, err := a.cfg.Peers.Cancel(cctx, addrs[name], req)
 		cancel()
 		if err == nil {
-			writeJSON(w, http.StatusOK, res)
+			httperr.WriteJSON(w, http.StatusOK, res)
 			return
 		}
 	}
-	writeError(w, &APIError{Status: http.StatusNotFound, Code: api.CodeNotFound, Message: fmt.Sprintf("no row with dispatch_key %q on any node", req.DispatchKey)})
+	writeError(w, &httperr.Error{Status: http.StatusNotFound, Code: api.CodeNotFound, Message: fmt.Sprintf("no row with dispatch_key %q on any node", req.DispatchKey)})
 }
 
 // ---- dead-letter purge (fanned out) ----
@@ -407,13 +408,13 @@ func (a *API) handleCancel(w http.ResponseWriter, r *http.Request) {
 func (a *API) decodePurge(w http.ResponseWriter, r *http.Request) (peer.DeadLetterKeys, error) {
 	var req peer.DeadLetterKeys
 	if r.ContentLength != 0 {
-		if err := decodeBody(w, r, &req); err != nil {
+		if err := httperr.DecodeJSON(w, r, &req); err != nil {
 			return req, err
 		}
 	}
 	for i, k := range req.Keys {
 		if k == "" || len(k) > MaxKeyBytes {
-			return req, fieldError("keys["+strconv.Itoa(i)+"]", "must be 1-%d bytes", MaxKeyBytes)
+			return req, httperr.Field("keys["+strconv.Itoa(i)+"]", "must be 1-%d bytes", MaxKeyBytes)
 		}
 	}
 	return req, nil
@@ -430,7 +431,7 @@ func (a *API) handleInternalPurge(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, peer.PurgeResponse{Purged: n})
+	httperr.WriteJSON(w, http.StatusOK, peer.PurgeResponse{Purged: n})
 }
 
 // handlePurge purges dead letters (all of the namespace's, or the listed
@@ -463,7 +464,7 @@ func (a *API) handlePurge(w http.ResponseWriter, r *http.Request) {
 		mu.Unlock()
 		return nil
 	})
-	writeJSON(w, http.StatusOK, api.PurgeResult{Purged: total, UnreachableNodes: unreachable})
+	httperr.WriteJSON(w, http.StatusOK, api.PurgeResult{Purged: total, UnreachableNodes: unreachable})
 }
 
 // ---- namespace views with cluster-wide totals ----
@@ -567,7 +568,7 @@ func (a *API) handleInternalStats(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, out)
+	httperr.WriteJSON(w, http.StatusOK, out)
 }
 
 // readBackBudget bounds the peer calls of a namespace read-back (GET
@@ -645,7 +646,7 @@ func (a *API) handleGetNamespaceCluster(w http.ResponseWriter, r *http.Request) 
 	wg.Wait()
 	totals := totalsOf(ns, all, unreachable)
 	nv.Cluster = &totals
-	writeJSON(w, http.StatusOK, nv)
+	httperr.WriteJSON(w, http.StatusOK, nv)
 }
 
 func (a *API) handleListNamespacesCluster(w http.ResponseWriter, r *http.Request) {
@@ -671,5 +672,5 @@ func (a *API) handleListNamespacesCluster(w http.ResponseWriter, r *http.Request
 		v.Cluster = &totals
 		out = append(out, v)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"namespaces": out, "unreachable_nodes": unreachable})
+	httperr.WriteJSON(w, http.StatusOK, map[string]any{"namespaces": out, "unreachable_nodes": unreachable})
 }

@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/fairshard/fairshard/api"
+	"github.com/fairshard/fairshard/internal/httperr"
 	"github.com/fairshard/fairshard/internal/peer"
 	"github.com/fairshard/fairshard/outbox"
 )
@@ -42,21 +43,21 @@ func parseDeadLetterQuery(r *http.Request) (peer.DeadLetterQuery, error) {
 	if s := v.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > maxDeadLetterPage {
-			return q, fieldError("limit", "must be an integer from 1 to %d", maxDeadLetterPage)
+			return q, httperr.Field("limit", "must be an integer from 1 to %d", maxDeadLetterPage)
 		}
 		q.Limit = n
 	}
 	if s := v.Get("max_bytes"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > MaxDeadLetterPageBytes {
-			return q, fieldError("max_bytes", "must be an integer from 1 to %d", MaxDeadLetterPageBytes)
+			return q, httperr.Field("max_bytes", "must be an integer from 1 to %d", MaxDeadLetterPageBytes)
 		}
 		q.MaxBytes = n
 	}
 	if s := v.Get("include_payload"); s != "" {
 		b, err := strconv.ParseBool(s)
 		if err != nil {
-			return q, fieldError("include_payload", "must be true or false")
+			return q, httperr.Field("include_payload", "must be true or false")
 		}
 		q.WithPayload = b
 	}
@@ -104,7 +105,7 @@ func (a *API) handleInternalDeadLetters(w http.ResponseWriter, r *http.Request) 
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, peer.DeadLettersResponse{Rows: views, More: &more})
+	httperr.WriteJSON(w, http.StatusOK, peer.DeadLettersResponse{Rows: views, More: &more})
 }
 
 // deadLetterPart is one node's part of a page: its rows as JSON, in key

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fairshard/fairshard/api"
+	"github.com/fairshard/fairshard/internal/httperr"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/shards"
 )
@@ -58,7 +59,7 @@ func (a *API) checkRemoteRows(w http.ResponseWriter, rows []outbox.Row, forwarde
 // first, since every terminal transition raises it).
 func validateRemoteRows(rows []outbox.Row, shardCount uint32, now time.Time, forwarded bool) error {
 	if len(rows) > MaxRemoteRows {
-		return tooLarge("rows", "%d rows exceed the limit of %d per call", len(rows), MaxRemoteRows)
+		return httperr.TooLarge("rows", "%d rows exceed the limit of %d per call", len(rows), MaxRemoteRows)
 	}
 	for i := range rows {
 		if err := validateRemoteRow(&rows[i], i, shardCount, now, forwarded); err != nil {
@@ -71,7 +72,7 @@ func validateRemoteRows(rows []outbox.Row, shardCount uint32, now time.Time, for
 func validateRemoteRow(r *outbox.Row, i int, shardCount uint32, now time.Time, forwarded bool) error {
 	f := func(name string) string { return fmt.Sprintf("rows[%d].%s", i, name) }
 	if r.DispatchKey == "" {
-		return fieldError(f("dispatch_key"), "is empty")
+		return httperr.Field(f("dispatch_key"), "is empty")
 	}
 	if err := checkText(f("dispatch_key"), r.DispatchKey, MaxKeyBytes); err != nil {
 		return err
@@ -80,30 +81,30 @@ func validateRemoteRow(r *outbox.Row, i int, shardCount uint32, now time.Time, f
 		return err
 	}
 	if !ValidName(r.Namespace) {
-		return fieldError(f("namespace"), "must be 1-64 letters, digits, '-', '_' or '.'")
+		return httperr.Field(f("namespace"), "must be 1-64 letters, digits, '-', '_' or '.'")
 	}
 	if !ValidName(r.TaskQueue) {
-		return fieldError(f("task_queue"), "must be 1-64 letters, digits, '-', '_' or '.'")
+		return httperr.Field(f("task_queue"), "must be 1-64 letters, digits, '-', '_' or '.'")
 	}
 	if err := checkText(f("activity_type"), r.ActivityType, MaxLabelBytes); err != nil {
 		return err
 	}
 	if len(r.Payload) > MaxPayloadBytes {
-		return tooLarge(f("payload"), "is %d bytes, the limit is %d", len(r.Payload), MaxPayloadBytes)
+		return httperr.TooLarge(f("payload"), "is %d bytes, the limit is %d", len(r.Payload), MaxPayloadBytes)
 	}
 	if r.ContentType != "" {
 		if len(r.ContentType) > maxContentLength {
-			return fieldError(f("content_type"), "is longer than %d bytes", maxContentLength)
+			return httperr.Field(f("content_type"), "is longer than %d bytes", maxContentLength)
 		}
 		if _, _, err := mime.ParseMediaType(r.ContentType); err != nil {
-			return fieldError(f("content_type"), "is not a media type: %v", err)
+			return httperr.Field(f("content_type"), "is not a media type: %v", err)
 		}
 	}
 	if r.Attempt > MaxRemoteAttempt {
-		return fieldError(f("attempt"), "%d exceeds %d", r.Attempt, MaxRemoteAttempt)
+		return httperr.Field(f("attempt"), "%d exceeds %d", r.Attempt, MaxRemoteAttempt)
 	}
 	if len(r.LastError) > MaxLastErrorBytes || !validUTF8(r.LastError) {
-		return fieldError(f("last_error"), "must be valid UTF-8 of at most %d bytes", MaxLastErrorBytes)
+		return httperr.Field(f("last_error"), "must be valid UTF-8 of at most %d bytes", MaxLastErrorBytes)
 	}
 	late := now.Add(MaxClockSkew)
 	for _, t := range []struct {
@@ -118,28 +119,28 @@ func validateRemoteRow(r *outbox.Row, i int, shardCount uint32, now time.Time, f
 		{"visible_after", r.VisibleAfter, late.Add(MaxDelay + 24*time.Hour)},
 	} {
 		if !t.v.IsZero() && (t.v.Before(minRowTime) || t.v.After(t.upTo)) {
-			return fieldError(f(t.name), "%s is outside [%s, %s]", t.v.Format(time.RFC3339), minRowTime.Format(time.RFC3339), t.upTo.Format(time.RFC3339))
+			return httperr.Field(f(t.name), "%s is outside [%s, %s]", t.v.Format(time.RFC3339), minRowTime.Format(time.RFC3339), t.upTo.Format(time.RFC3339))
 		}
 	}
 	if forwarded {
 		return nil
 	}
 	if !r.Status.Valid() {
-		return fieldError(f("status"), "%q is not pending, claimed, done, failed or cancelled", r.Status)
+		return httperr.Field(f("status"), "%q is not pending, claimed, done, failed or cancelled", r.Status)
 	}
 	if r.Version.Seq == 0 {
-		return fieldError(f("version"), "is missing: a copy sent between nodes carries its version")
+		return httperr.Field(f("version"), "is missing: a copy sent between nodes carries its version")
 	}
 	if r.Status.Terminal() && r.Version.Seq <= outbox.FirstVersion.Seq {
-		return fieldError(f("status"), "%s with version %d/%d: a finished row's version is past the first (every terminal transition raises it)", r.Status, r.Version.Gen, r.Version.Seq)
+		return httperr.Field(f("status"), "%s with version %d/%d: a finished row's version is past the first (every terminal transition raises it)", r.Status, r.Version.Gen, r.Version.Seq)
 	}
 	if r.Version.Gen > 0 && r.Version.Seq < uint64(r.Version.Gen)+1 {
-		return fieldError(f("version"), "generation %d with change counter %d: each redrive raises both", r.Version.Gen, r.Version.Seq)
+		return httperr.Field(f("version"), "generation %d with change counter %d: each redrive raises both", r.Version.Gen, r.Version.Seq)
 	}
 	// A merged copy is filed under its shard (a forwarded append's shard
 	// is the store's to compute).
 	if want := shards.ShardOf(r.DispatchKey, shardCount); r.Shard != want {
-		return fieldError(f("shard"), "is %d, but dispatch_key %q is in shard %d of %d", r.Shard, r.DispatchKey, want, shardCount)
+		return httperr.Field(f("shard"), "is %d, but dispatch_key %q is in shard %d of %d", r.Shard, r.DispatchKey, want, shardCount)
 	}
 	return nil
 }
@@ -154,9 +155,9 @@ func readInternalBody(w http.ResponseWriter, r *http.Request, limit int64) ([]by
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, tooLarge("body", "exceeds %d bytes", limit)
+			return nil, httperr.TooLarge("body", "exceeds %d bytes", limit)
 		}
-		return nil, &APIError{Status: http.StatusBadRequest, Code: api.CodeInvalidJSON, Field: "body", Message: "body: " + err.Error()}
+		return nil, &httperr.Error{Status: http.StatusBadRequest, Code: api.CodeInvalidJSON, Field: "body", Message: "body: " + err.Error()}
 	}
 	return body, nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fairshard/fairshard/api"
+	"github.com/fairshard/fairshard/internal/httperr"
 	"github.com/fairshard/fairshard/internal/peer"
 	"github.com/fairshard/fairshard/lease"
 )
@@ -95,7 +96,7 @@ func (a *API) leaseView(ctx context.Context, ns string, cluster bool) *leaseView
 // and changes nothing.
 func (a *API) handleInternalLease(w http.ResponseWriter, r *http.Request) {
 	if a.cfg.Leases == nil {
-		writeError(w, &APIError{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, Message: "this node serves no leases"})
+		writeError(w, &httperr.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, Message: "this node serves no leases"})
 		return
 	}
 	req, err := lease.DecodeRequest(http.MaxBytesReader(w, r.Body, lease.MaxRequestBytes+1))
@@ -122,9 +123,9 @@ func writeLeaseError(w http.ResponseWriter, err error) {
 	var fe *lease.FieldError
 	switch {
 	case errors.As(err, &fe) && fe.Field == "body" && strings.HasPrefix(fe.Reason, "exceeds"):
-		writeError(w, tooLarge("body", "%s", fe.Reason))
+		writeError(w, httperr.TooLarge("body", "%s", fe.Reason))
 	case errors.As(err, &fe):
-		writeError(w, fieldError(fe.Field, "%s", fe.Reason))
+		writeError(w, httperr.Field(fe.Field, "%s", fe.Reason))
 	default:
 		writeError(w, err)
 	}
@@ -136,7 +137,7 @@ func writeLeaseError(w http.ResponseWriter, err error) {
 // field and changes nothing; the answer is {"kept": n}.
 func (a *API) handleInternalLeaseHandoff(w http.ResponseWriter, r *http.Request) {
 	if a.cfg.Leases == nil {
-		writeError(w, &APIError{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, Message: "this node serves no leases"})
+		writeError(w, &httperr.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, Message: "this node serves no leases"})
 		return
 	}
 	h, err := lease.DecodeHandoff(http.MaxBytesReader(w, r.Body, lease.MaxHandoffBytes+1))
@@ -144,7 +145,7 @@ func (a *API) handleInternalLeaseHandoff(w http.ResponseWriter, r *http.Request)
 		writeLeaseError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]int{"kept": a.cfg.Leases.HandleHandoff(h)})
+	httperr.WriteJSON(w, http.StatusOK, map[string]int{"kept": a.cfg.Leases.HandleHandoff(h)})
 }
 
 // handleInternalLeaseStatus is GET /internal/v1/leases/{ns}: this node's
@@ -157,10 +158,10 @@ func (a *API) handleInternalLeaseStatus(w http.ResponseWriter, r *http.Request) 
 	}
 	if a.cfg.Leases != nil {
 		if st, ok := a.cfg.Leases.CoordinatorStatus(ns); ok {
-			writeJSON(w, http.StatusOK, st)
+			httperr.WriteJSON(w, http.StatusOK, st)
 			return
 		}
 	}
-	writeError(w, &APIError{Status: http.StatusNotFound, Code: api.CodeNotFound, Field: "namespace",
+	writeError(w, &httperr.Error{Status: http.StatusNotFound, Code: api.CodeNotFound, Field: "namespace",
 		Message: "namespace: this node holds no lease state for " + ns})
 }

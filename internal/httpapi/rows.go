@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fairshard/fairshard/api"
+	"github.com/fairshard/fairshard/internal/httperr"
 	"github.com/fairshard/fairshard/internal/peer"
 	"github.com/fairshard/fairshard/outbox"
 	"github.com/fairshard/fairshard/replication"
@@ -24,7 +25,7 @@ func (a *API) handleAppend(w http.ResponseWriter, r *http.Request) {
 	defer func() { a.m.appendRequests.WithLabelValues(strconv.Itoa(code)).Inc() }()
 	if a.Draining() {
 		code = http.StatusServiceUnavailable
-		writeError(w, &APIError{Status: code, Code: api.CodeUnavailable, Message: "node is draining; append through another node"})
+		writeError(w, &httperr.Error{Status: code, Code: api.CodeUnavailable, Message: "node is draining; append through another node"})
 		return
 	}
 	// The body is read and validated before the request is admitted as a
@@ -32,13 +33,13 @@ func (a *API) handleAppend(w http.ResponseWriter, r *http.Request) {
 	// it cannot hold a stop.
 	rows, err := decodeAppend(w, r, time.Now().UTC())
 	if err != nil {
-		code = err.(*APIError).Status
+		code = err.(*httperr.Error).Status
 		writeError(w, err)
 		return
 	}
 	if a.Draining() || !a.intake.enter() {
 		code = http.StatusServiceUnavailable
-		writeError(w, &APIError{Status: code, Code: api.CodeUnavailable, Message: "node is draining; append through another node"})
+		writeError(w, &httperr.Error{Status: code, Code: api.CodeUnavailable, Message: "node is draining; append through another node"})
 		return
 	}
 	defer a.intake.exit()
@@ -47,7 +48,7 @@ func (a *API) handleAppend(w http.ResponseWriter, r *http.Request) {
 		code = http.StatusServiceUnavailable
 		// Retryable: nothing is reported stored, appends are idempotent.
 		w.Header().Set("Retry-After", "1")
-		ae := &APIError{Status: code, Code: api.CodeUnavailable, Message: "append failed; retrying the same batch is safe: " + err.Error()}
+		ae := &httperr.Error{Status: code, Code: api.CodeUnavailable, Message: "append failed; retrying the same batch is safe: " + err.Error()}
 		if errors.Is(err, replication.ErrInsufficientCopies) {
 			ae.Code = api.CodeInsufficientCopies
 			ae.Message = "fewer replicas than the write-copies minimum made a row durable; nothing is reported stored, retrying the same batch is safe: " + err.Error()
@@ -61,7 +62,7 @@ func (a *API) handleAppend(w http.ResponseWriter, r *http.Request) {
 		a.m.appendRows.WithLabelValues(res.Status).Inc()
 	}
 	a.cfg.Dispatcher.Wake()
-	writeJSON(w, http.StatusOK, map[string]any{"rows": results})
+	httperr.WriteJSON(w, http.StatusOK, map[string]any{"rows": results})
 }
 
 // ---- reads ----
@@ -69,7 +70,7 @@ func (a *API) handleAppend(w http.ResponseWriter, r *http.Request) {
 func (a *API) handleGetRow(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
 	if key == "" || len(key) > MaxKeyBytes {
-		writeError(w, fieldError("dispatch_key", "must be 1-%d bytes", MaxKeyBytes))
+		writeError(w, httperr.Field("dispatch_key", "must be 1-%d bytes", MaxKeyBytes))
 		return
 	}
 	// The shard's replicas in set order (the primary's copy is the one
@@ -94,7 +95,7 @@ func (a *API) handleGetRow(w http.ResponseWriter, r *http.Request) {
 		if name == a.cfg.Self {
 			row, err := a.cfg.Store.Get(r.Context(), key)
 			if err == nil {
-				writeJSON(w, http.StatusOK, a.lookupView(r.Context(), row))
+				httperr.WriteJSON(w, http.StatusOK, a.lookupView(r.Context(), row))
 				return
 			}
 			if !errors.Is(err, outbox.ErrNotFound) {
@@ -111,7 +112,7 @@ func (a *API) handleGetRow(w http.ResponseWriter, r *http.Request) {
 		v, err := a.cfg.Peers.GetRow(cctx, addrs[name], key)
 		cancel()
 		if err == nil {
-			writeJSON(w, http.StatusOK, v)
+			httperr.WriteJSON(w, http.StatusOK, v)
 			return
 		}
 		if !errors.Is(err, peer.ErrNotFound) {
@@ -121,27 +122,27 @@ func (a *API) handleGetRow(w http.ResponseWriter, r *http.Request) {
 	if len(unanswered) > 0 {
 		// Not "no such row": a member that did not answer may hold it.
 		w.Header().Set("Retry-After", "1")
-		writeError(w, &APIError{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable,
+		writeError(w, &httperr.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable,
 			Message: fmt.Sprintf("no row with dispatch_key %q on the nodes that answered; %s did not answer: retry", key, strings.Join(unanswered, ", "))})
 		return
 	}
-	writeError(w, &APIError{Status: http.StatusNotFound, Code: api.CodeNotFound, Message: fmt.Sprintf("no row with dispatch_key %q on any node", key)})
+	writeError(w, &httperr.Error{Status: http.StatusNotFound, Code: api.CodeNotFound, Message: fmt.Sprintf("no row with dispatch_key %q on any node", key)})
 }
 
 func (a *API) handleInternalGetRow(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
 	if key == "" || len(key) > MaxKeyBytes {
-		writeError(w, fieldError("dispatch_key", "must be 1-%d bytes", MaxKeyBytes))
+		writeError(w, httperr.Field("dispatch_key", "must be 1-%d bytes", MaxKeyBytes))
 		return
 	}
 	row, err := a.cfg.Store.Get(r.Context(), key)
 	if errors.Is(err, outbox.ErrNotFound) {
-		writeError(w, &APIError{Status: http.StatusNotFound, Code: api.CodeNotFound, Message: "not here"})
+		writeError(w, &httperr.Error{Status: http.StatusNotFound, Code: api.CodeNotFound, Message: "not here"})
 		return
 	}
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, a.lookupView(r.Context(), row))
+	httperr.WriteJSON(w, http.StatusOK, a.lookupView(r.Context(), row))
 }

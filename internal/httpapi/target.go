@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/fairshard/fairshard/dispatch"
+	"github.com/fairshard/fairshard/internal/httperr"
 	"github.com/fairshard/fairshard/internal/settings"
 	"github.com/fairshard/fairshard/kv"
 	"github.com/fairshard/fairshard/webhook"
@@ -57,23 +58,23 @@ func (req *targetRequest) checkCredentials(t *settings.TargetSettings) error {
 	field := func(i int) string { return fmt.Sprintf("signing_secrets[%d]", i) }
 	if req.SigningSecret != nil {
 		if req.SigningSecrets != nil {
-			return fieldError("signing_secrets", "give signing_secret or signing_secrets, not both")
+			return httperr.Field("signing_secrets", "give signing_secret or signing_secrets, not both")
 		}
 		secrets = []string{*req.SigningSecret}
 		field = func(int) string { return "signing_secret" }
 	}
 	if len(secrets) > MaxSigningSecrets {
-		return fieldError("signing_secrets", "has %d secrets, the limit is %d (a rotation needs two)", len(secrets), MaxSigningSecrets)
+		return httperr.Field("signing_secrets", "has %d secrets, the limit is %d (a rotation needs two)", len(secrets), MaxSigningSecrets)
 	}
 	seen := map[string]int{}
 	for i, s := range secrets {
 		sec, err := webhook.ParseSecret(s)
 		if err != nil {
-			return fieldError(field(i), "is not a signing secret: it must be %q followed by the standard base64 of %d–%d random bytes (%v)",
+			return httperr.Field(field(i), "is not a signing secret: it must be %q followed by the standard base64 of %d–%d random bytes (%v)",
 				webhook.SecretPrefix, webhook.MinSecretBytes, webhook.MaxSecretBytes, err)
 		}
 		if j, dup := seen[sec.Fingerprint()]; dup {
-			return fieldError(field(i), "is the same secret as signing_secrets[%d]", j)
+			return httperr.Field(field(i), "is the same secret as signing_secrets[%d]", j)
 		}
 		seen[sec.Fingerprint()] = i
 	}
@@ -82,23 +83,23 @@ func (req *targetRequest) checkCredentials(t *settings.TargetSettings) error {
 	}
 
 	if len(req.Headers) > MaxTargetHeaders {
-		return fieldError("headers", "has %d headers, the limit is %d", len(req.Headers), MaxTargetHeaders)
+		return httperr.Field("headers", "has %d headers, the limit is %d", len(req.Headers), MaxTargetHeaders)
 	}
 	for _, name := range slices.Sorted(maps.Keys(req.Headers)) { // the same error for the same request
 		v := req.Headers[name]
 		if !validHeaderName(name) {
-			return fieldError("headers", "header name %.64q must be 1-%d characters of an HTTP token (letters, digits and !#$%%&'*+-.^_`|~)", name, MaxHeaderNameBytes)
+			return httperr.Field("headers", "header name %.64q must be 1-%d characters of an HTTP token (letters, digits and !#$%%&'*+-.^_`|~)", name, MaxHeaderNameBytes)
 		}
 		canon := http.CanonicalHeaderKey(name)
 		f := "headers." + canon
 		if dispatch.ReservedHeader(canon) {
-			return fieldError(f, "is reserved: hop-by-hop and framing headers, Content-Type, User-Agent, Idempotency-Key and every Fairshard-* and Webhook-* header are set by the node")
+			return httperr.Field(f, "is reserved: hop-by-hop and framing headers, Content-Type, User-Agent, Idempotency-Key and every Fairshard-* and Webhook-* header are set by the node")
 		}
 		if _, dup := t.Headers[canon]; dup {
-			return fieldError(f, "is given twice (header names are case-insensitive)")
+			return httperr.Field(f, "is given twice (header names are case-insensitive)")
 		}
 		if msg := headerValueProblem(v); msg != "" {
-			return fieldError(f, "value %s", msg)
+			return httperr.Field(f, "value %s", msg)
 		}
 		if t.Headers == nil {
 			t.Headers = map[string]string{}
@@ -119,7 +120,7 @@ func (req *targetRequest) checkCredentials(t *settings.TargetSettings) error {
 		case len(t.SigningSecrets) > 0:
 			f = "signing_secrets"
 		}
-		return fieldError(f, "makes the stored target %d bytes; URL, signing secrets and headers together must fit the gossiped config's %d bytes per entry", len(b), kv.MaxValueBytes)
+		return httperr.Field(f, "makes the stored target %d bytes; URL, signing secrets and headers together must fit the gossiped config's %d bytes per entry", len(b), kv.MaxValueBytes)
 	}
 	return nil
 }
