@@ -373,30 +373,6 @@ func (a *API) purgePrimary(ctx context.Context, ns string, keys []string) (int, 
 	return a.cfg.Store.PurgeDeadLetters(ctx, ns, mine, time.Now().UTC())
 }
 
-func (a *API) handleInternalRedrive(w http.ResponseWriter, r *http.Request) {
-	ns, err := pathName(r, "ns")
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	var req peer.DeadLetterKeys
-	if err := httperr.DecodeJSON(w, r, &req); err != nil {
-		writeError(w, err)
-		return
-	}
-	if err := validateRedriveKeys(req.Keys); err != nil {
-		writeError(w, err)
-		return
-	}
-	count, err := a.redrivePrimary(r.Context(), ns, req.Keys)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	a.cfg.Dispatcher.Wake()
-	httperr.WriteJSON(w, http.StatusOK, peer.RedriveResponse{Redriven: count})
-}
-
 // handleRedrive moves dead letters (all of the namespace's, or the listed
 // keys) back to pending with attempt 1, on every node.
 func (a *API) handleRedrive(w http.ResponseWriter, r *http.Request) {

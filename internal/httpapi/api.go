@@ -245,12 +245,14 @@ func (a *API) routes() http.Handler {
 	for _, pattern := range replication.Routes() {
 		internal(pattern, repl.ServeHTTP)
 	}
-	internal(peer.RouteRow, a.handleInternalGetRow)
-	internal(peer.RouteDeadLetters, a.handleInternalDeadLetters)
-	internal(peer.RouteRedrive, a.handleInternalRedrive)
-	internal(peer.RouteLease, a.handleInternalLease)
-	internal(peer.RouteLeaseHandoff, a.handleInternalLeaseHandoff)
-	internal(peer.RouteLeaseStatus, a.handleInternalLeaseStatus)
+	var leases peer.Leases
+	if a.cfg.Leases != nil {
+		leases = a.cfg.Leases // a nil Leases must stay a nil interface
+	}
+	node := peer.NewServer(peer.ServerConfig{Local: peerLocal{a}, Leases: leases})
+	for _, pattern := range peer.Routes() {
+		internal(pattern, node.ServeHTTP)
+	}
 
 	mux.Handle("GET "+webui.Prefix, webui.Handler())
 	mux.Handle("GET /ui", http.RedirectHandler(webui.Prefix, http.StatusMovedPermanently))

@@ -60,10 +60,6 @@ func (a *API) consoleRoutes(pub, internal func(string, http.HandlerFunc)) {
 	pub("POST /v1/rows/cancel", a.handleCancel)
 	pub("POST /v1/namespaces/{ns}/dead-letters/purge", a.handlePurge)
 
-	internal(peer.RouteStats, a.handleInternalStats)
-	internal(peer.RouteRows, a.handleInternalRows)
-	internal(peer.RouteCancel, a.handleInternalCancel)
-	internal(peer.RoutePurge, a.handleInternalPurge)
 }
 
 // ---- targets and holds ----
@@ -170,12 +166,8 @@ func RedactURL(raw string) string {
 // ---- row listing (fanned out) ----
 
 // rowQuery reads a listing's filters and page from the query string.
-func rowQuery(r *http.Request) (outbox.RowQuery, error) {
-	ns, err := pathName(r, "ns")
-	if err != nil {
-		return outbox.RowQuery{}, err
-	}
-	v := r.URL.Query()
+func rowQuery(ns string, v url.Values) (outbox.RowQuery, error) {
+	var err error
 	q := outbox.RowQuery{Namespace: ns, TaskQueue: v.Get("task_queue"), WorkflowID: v.Get("workflow_id"),
 		Status: outbox.Status(v.Get("status")), After: v.Get("after"), Limit: defaultRowPage}
 	if q.TaskQueue != "" && !ValidName(q.TaskQueue) {
@@ -209,25 +201,16 @@ func (a *API) localRows(ctx context.Context, q outbox.RowQuery) (api.RowPage, er
 	return api.RowPage{Rows: peer.ViewsOf(p.Rows, a.cfg.Self), Next: p.Next}, nil
 }
 
-func (a *API) handleInternalRows(w http.ResponseWriter, r *http.Request) {
-	q, err := rowQuery(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	p, err := a.localRows(r.Context(), q)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	httperr.WriteJSON(w, http.StatusOK, p)
-}
-
 // handleListRows lists a namespace's rows (filtered by task_queue,
 // workflow_id, status) across the cluster, ordered by dispatch_key; "next"
 // is the cursor for ?after=.
 func (a *API) handleListRows(w http.ResponseWriter, r *http.Request) {
-	q, err := rowQuery(r)
+	ns, err := pathName(r, "ns")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	q, err := rowQuery(ns, r.URL.Query())
 	if err != nil {
 		writeError(w, err)
 		return
@@ -297,13 +280,16 @@ func (a *API) decodeCancel(w http.ResponseWriter, r *http.Request) (peer.CancelR
 	if err := httperr.DecodeJSON(w, r, &req); err != nil {
 		return req, err
 	}
+	return req, checkCancel(req)
+}
+
+// checkCancel refuses a cancel whose dispatch_key or reason is out of
+// bounds.
+func checkCancel(req peer.CancelRequest) error {
 	if req.DispatchKey == "" || len(req.DispatchKey) > MaxKeyBytes {
-		return req, httperr.Field("dispatch_key", "must be 1-%d bytes", MaxKeyBytes)
+		return httperr.Field("dispatch_key", "must be 1-%d bytes", MaxKeyBytes)
 	}
-	if err := checkText("reason", req.Reason, maxCancelReasonBytes); err != nil {
-		return req, err
-	}
-	return req, nil
+	return checkText("reason", req.Reason, maxCancelReasonBytes)
 }
 
 // cancelLocal cancels the row here if this node holds it; found says it
@@ -334,24 +320,6 @@ func (a *API) cancelLocal(ctx context.Context, req peer.CancelRequest) (res api.
 		res.Message = fmt.Sprintf("not cancelled: the row is %s on %s (only pending rows can be cancelled)", row.Status, a.cfg.Self)
 	}
 	return res, true, nil
-}
-
-func (a *API) handleInternalCancel(w http.ResponseWriter, r *http.Request) {
-	req, err := a.decodeCancel(w, r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	res, found, err := a.cancelLocal(r.Context(), req)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	if !found {
-		writeError(w, &httperr.Error{Status: http.StatusNotFound, Code: api.CodeNotFound, Message: "not here"})
-		return
-	}
-	httperr.WriteJSON(w, http.StatusOK, res)
 }
 
 // handleCancel cancels a pending row wherever it is held: the shard's
@@ -412,26 +380,17 @@ func (a *API) decodePurge(w http.ResponseWriter, r *http.Request) (peer.DeadLett
 			return req, err
 		}
 	}
-	for i, k := range req.Keys {
-		if k == "" || len(k) > MaxKeyBytes {
-			return req, httperr.Field("keys["+strconv.Itoa(i)+"]", "must be 1-%d bytes", MaxKeyBytes)
-		}
-	}
-	return req, nil
+	return req, checkPurgeKeys(req.Keys)
 }
 
-func (a *API) handleInternalPurge(w http.ResponseWriter, r *http.Request) {
-	req, err := a.decodePurge(w, r)
-	if err != nil {
-		writeError(w, err)
-		return
+// checkPurgeKeys refuses a purge naming an empty or oversized key.
+func checkPurgeKeys(keys []string) error {
+	for i, k := range keys {
+		if k == "" || len(k) > MaxKeyBytes {
+			return httperr.Field("keys["+strconv.Itoa(i)+"]", "must be 1-%d bytes", MaxKeyBytes)
+		}
 	}
-	n, err := a.purgePrimary(r.Context(), r.PathValue("ns"), req.Keys)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	httperr.WriteJSON(w, http.StatusOK, peer.PurgeResponse{Purged: n})
+	return nil
 }
 
 // handlePurge purges dead letters (all of the namespace's, or the listed
@@ -560,15 +519,6 @@ func histogramQuantile(h *dto.Histogram, q float64) float64 {
 		}
 	}
 	return last
-}
-
-func (a *API) handleInternalStats(w http.ResponseWriter, r *http.Request) {
-	out, _, err := a.localStats(r.Context())
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	httperr.WriteJSON(w, http.StatusOK, out)
 }
 
 // readBackBudget bounds the peer calls of a namespace read-back (GET

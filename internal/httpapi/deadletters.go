@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,8 +37,7 @@ const (
 // parseDeadLetterQuery reads a page request:
 // ?after=&through=&limit=&max_bytes=&include_payload= (through: internal
 // calls only). Defaults: 100 rows, DeadLetterPageBytes, with payloads.
-func parseDeadLetterQuery(r *http.Request) (peer.DeadLetterQuery, error) {
-	v := r.URL.Query()
+func parseDeadLetterQuery(v url.Values) (peer.DeadLetterQuery, error) {
 	q := peer.DeadLetterQuery{After: v.Get("after"), Through: v.Get("through"), Limit: 100,
 		MaxBytes: DeadLetterPageBytes, WithPayload: true}
 	if s := v.Get("limit"); s != "" {
@@ -84,28 +84,6 @@ func (a *API) localDeadLetters(ctx context.Context, ns string, q peer.DeadLetter
 		}
 	}
 	return views, page.More, nil
-}
-
-// handleInternalDeadLetters is one node's part of a dead-letter page;
-// "more" says the part was cut by limit or max_bytes (this node has dead
-// letters after the last one sent, not after through when given).
-func (a *API) handleInternalDeadLetters(w http.ResponseWriter, r *http.Request) {
-	ns, err := pathName(r, "ns")
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	q, err := parseDeadLetterQuery(r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	views, more, err := a.localDeadLetters(r.Context(), ns, q)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	httperr.WriteJSON(w, http.StatusOK, peer.DeadLettersResponse{Rows: views, More: &more})
 }
 
 // deadLetterPart is one node's part of a page: its rows as JSON, in key
@@ -207,7 +185,7 @@ func (a *API) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	q, err := parseDeadLetterQuery(r)
+	q, err := parseDeadLetterQuery(r.URL.Query())
 	if err != nil {
 		writeError(w, err)
 		return

@@ -1,10 +1,12 @@
 // Package httpapi is a node's HTTP API: the public /v1 routes (appends,
 // row lookups, namespace settings, targets, holds, dead letters, cluster
-// and shard views; bearer token when configured), the server side of the
-// node-to-node /internal/v1 routes (their patterns, wire types and client
-// are package peer's; replication's own are mounted from package
-// replication; cluster secret) and the open /metrics, /healthz and
-// /readyz. api/openapi.yaml describes every public route;
+// and shard views; bearer token when configured), and the open /metrics,
+// /healthz and /readyz. It mounts the node-to-node /internal/v1 routes
+// (cluster secret) without serving them itself: package peer's Server
+// answers the fan-outs' routes from this package's local reads (local.go,
+// peer.Local), and package replication's handler its own, behind this
+// package's intake gate and its checks of rows from other nodes
+// (internal.go). api/openapi.yaml describes every public route;
 // the api package's test checks the routes (Routes) against it.
 //
 // It decodes and validates (a bad request is answered 4xx with a JSON

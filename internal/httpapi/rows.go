@@ -128,21 +128,3 @@ func (a *API) handleGetRow(w http.ResponseWriter, r *http.Request) {
 	}
 	writeError(w, &httperr.Error{Status: http.StatusNotFound, Code: api.CodeNotFound, Message: fmt.Sprintf("no row with dispatch_key %q on any node", key)})
 }
-
-func (a *API) handleInternalGetRow(w http.ResponseWriter, r *http.Request) {
-	key := r.PathValue("key")
-	if key == "" || len(key) > MaxKeyBytes {
-		writeError(w, httperr.Field("dispatch_key", "must be 1-%d bytes", MaxKeyBytes))
-		return
-	}
-	row, err := a.cfg.Store.Get(r.Context(), key)
-	if errors.Is(err, outbox.ErrNotFound) {
-		writeError(w, &httperr.Error{Status: http.StatusNotFound, Code: api.CodeNotFound, Message: "not here"})
-		return
-	}
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	httperr.WriteJSON(w, http.StatusOK, a.lookupView(r.Context(), row))
-}

@@ -1,9 +1,9 @@
 package peer
 
 // The node-to-node routes of the public API's fan-outs, as net/http
-// ServeMux patterns: package httpapi registers its handlers under exactly
-// these, and each Client method below calls one of them (routes_test.go
-// holds the two sides together). They sit under /internal/, where package
+// ServeMux patterns: NewServer serves exactly these (package httpapi
+// mounts it under each), and each Client method calls one of them
+// (routes_test.go holds the two sides together). They sit under /internal/, where package
 // nodeauth's middleware signs and verifies every call. Replication's own
 // routes (forwarded appends, copies, shard sync) are package replication's.
 const (
