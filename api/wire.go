@@ -71,12 +71,19 @@ type Waiting struct {
 	VisibleAfter *time.Time `json:"visible_after,omitempty"`
 	ClaimedAt    *time.Time `json:"claimed_at,omitempty"`
 	// Claimed and Ceiling are the namespace's claimed rows on Node and its
-	// per-node ceiling (rows); Quota is the cluster-wide quota (rows);
-	// OwnedShardFraction is Node's owned/total in [0,1].
+	// per-node ceiling (rows): in QuotaMode "exact" Node's capacity lease
+	// grant, in "proportional" ceil(quota × owned/total) (DESIGN.md
+	// "Exact cluster-wide quota"; seed §3.6); Quota is the cluster-wide
+	// quota (rows); OwnedShardFraction is Node's owned/total in [0,1].
 	Claimed            *int     `json:"claimed,omitempty"`
 	Ceiling            *uint32  `json:"ceiling,omitempty"`
 	Quota              *uint32  `json:"quota,omitempty"`
 	OwnedShardFraction *float64 `json:"owned_shard_fraction,omitempty"`
+	QuotaMode          string   `json:"quota_mode,omitempty"`
+	// Coordinator is the namespace's lease coordinator in Node's view and
+	// Wants Node's last reported demand to it (rows); exact mode only.
+	Coordinator string  `json:"coordinator,omitempty"`
+	Wants       *uint32 `json:"wants,omitempty"`
 	// Host is the route's target host; HostLimit and HostInFlight its
 	// concurrency limit and rows in flight to it on Node (rows).
 	Host         string `json:"host,omitempty"`

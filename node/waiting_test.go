@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,6 +30,9 @@ type waitingView struct {
 		Claimed      *int       `json:"claimed"`
 		Ceiling      *uint32    `json:"ceiling"`
 		Quota        *uint32    `json:"quota"`
+		QuotaMode    string     `json:"quota_mode"`
+		Coordinator  string     `json:"coordinator"`
+		Wants        *uint32    `json:"wants"`
 		Host         string     `json:"host"`
 		HostLimit    *int       `json:"host_limit"`
 		HostInFlight *int       `json:"host_in_flight"`
@@ -88,7 +92,9 @@ func TestRowWaiting(t *testing.T) {
 	n.setTarget("pz", "default", ok.URL())
 	pause(t, []*tnode{n}, "pz")
 	n.appendRows(rowIn{"dispatch_key": "pz:1", "namespace": "pz"})
-	n.waitReason("pz:1", "namespace_paused")
+	if v := n.waitReason("pz:1", "namespace_paused"); len(v.Waiting.Also) != 0 {
+		t.Errorf("paused row: also %v, want nothing (the pause zeroes the ceiling; it is not a second cause)", v.Waiting.Also)
+	}
 
 	// Held workflow.
 	n.setTarget("hw", "default", ok.URL())
@@ -108,6 +114,9 @@ func TestRowWaiting(t *testing.T) {
 	v = n.waitReason("late:1", "delayed")
 	if v.Waiting.VisibleAfter == nil || time.Until(*v.Waiting.VisibleAfter) < 9*time.Minute {
 		t.Fatalf("delayed row: visible_after %v, want ~10 min ahead", v.Waiting.VisibleAfter)
+	}
+	if len(v.Waiting.Also) != 0 {
+		t.Errorf("delayed row: also %v, want nothing (its node asks no lease for it)", v.Waiting.Also)
 	}
 
 	// Retry backoff: the target answers 500, the next attempt is a minute out.
@@ -131,6 +140,13 @@ func TestRowWaiting(t *testing.T) {
 	v = n.waitReason("cap:2", "namespace_at_ceiling")
 	if *v.Waiting.Claimed != 1 || *v.Waiting.Ceiling != 1 || *v.Waiting.Quota != 1 {
 		t.Fatalf("at-ceiling row: claimed %d ceiling %d quota %d, want 1, 1, 1", *v.Waiting.Claimed, *v.Waiting.Ceiling, *v.Waiting.Quota)
+	}
+	// The default mode is exact: the ceiling is this node's lease grant
+	// from itself (the one member coordinates every namespace), and the
+	// sentence gives the grant, not the proportional formula.
+	if w := v.Waiting; w.QuotaMode != "exact" || w.Coordinator != n.Name() || w.Wants == nil || *w.Wants < 1 ||
+		!strings.Contains(w.Message, "lease grant is 1 of the exact quota 1 (coordinator "+n.Name()+";") {
+		t.Fatalf("at-ceiling row in exact mode: mode %q coordinator %q wants %v message %q", w.QuotaMode, w.Coordinator, w.Wants, w.Message)
 	}
 
 	// The target host's slots: the blocking host (limit 1) holds cap:1; a

@@ -10,6 +10,7 @@ import (
 	"github.com/fairshard/fairshard/internal/peer"
 	"github.com/fairshard/fairshard/internal/waiting"
 	"github.com/fairshard/fairshard/outbox"
+	"github.com/fairshard/fairshard/quota"
 )
 
 // lookupView is a row as a lookup answers it (GET /v1/rows/{key} and its
@@ -46,6 +47,13 @@ func (a *API) explain(ctx context.Context, row outbox.Row, now time.Time) *waiti
 	}
 	c := a.cfg.Ceilings.Ceiling(ctx, row.Namespace)
 	f.Quota, f.Ceiling, f.HasCeiling = c.Quota, c.Rows, true
+	if c.Mode == quota.ModeExact {
+		f.Exact = true
+		if a.cfg.Leases != nil {
+			l := a.cfg.Leases.NodeLease(row.Namespace)
+			f.Coordinator, f.Wants = l.Coordinator, l.Wants
+		}
+	}
 	if owner, ok := snap.Owner(row.Shard); ok {
 		f.Owner = owner.Name
 	}

@@ -54,8 +54,13 @@ const (
 	// the future.
 	Delayed Reason = "delayed"
 	// NamespaceAtCeiling: the namespace's claimed rows on this node reach
-	// its per-node ceiling ceil(quota × owned/total) (CLAIMED-only
-	// headroom, seed §3.1); a claim waits for a delivery to finish.
+	// its per-node ceiling (CLAIMED-only headroom, seed §3.1): in exact
+	// mode its capacity lease grant, in proportional mode ceil(quota ×
+	// owned/total); a claim waits for a delivery to finish, or for a
+	// larger grant. It is not listed for a paused namespace (the pause
+	// zeroes the ceiling; NamespacePaused is the cause), nor in exact mode
+	// when the node asks for nothing while an earlier cause holds the row
+	// back (a grant of 0 then follows from that cause).
 	NamespaceAtCeiling Reason = "namespace_at_ceiling"
 	// HostSlotsFull: the route's target host has no slot this namespace
 	// may take: the rows in flight to the host reach its concurrency limit
@@ -90,11 +95,17 @@ type Facts struct {
 	Quota    uint32
 	Fraction shards.OwnedShardFraction
 	// Ceiling, when HasCeiling, is this node's ceiling for the namespace as
-	// the planner's quota.Source gives it (exact mode: the lease grant,
-	// DESIGN.md "Exact cluster-wide quota"); otherwise
-	// ceil(Quota × Fraction) is used.
+	// the planner's quota.Source gives it; otherwise ceil(Quota ×
+	// Fraction) is used.
 	Ceiling    uint32
 	HasCeiling bool
+	// Exact says Ceiling is this node's capacity lease grant (exact quota
+	// mode, DESIGN.md "Exact cluster-wide quota") rather than ceil(Quota ×
+	// Fraction); Coordinator is the namespace's coordinator in this node's
+	// view and Wants this node's last reported demand to it (rows).
+	Exact       bool
+	Coordinator string
+	Wants       uint32
 	// ClaimedHeld is the namespace's claimed rows held on Node, every shard
 	// (the count the dispatcher's ceiling uses). ClaimedUnknown says it
 	// could not be read: the ceiling is then neither judged nor shown.
@@ -154,6 +165,11 @@ func Explain(f Facts) *Waiting {
 	if ceilingKnown {
 		claimed, quota, frac := f.ClaimedHeld, f.Quota, f.Fraction.Float()
 		w.Claimed, w.Ceiling, w.Quota, w.OwnedShardFraction = &claimed, &ceiling, &quota, &frac
+		w.QuotaMode = "proportional"
+		if f.Exact {
+			wants := f.Wants
+			w.QuotaMode, w.Coordinator, w.Wants = "exact", f.Coordinator, &wants
+		}
 	}
 	add(InTransfer, !f.OwnsShard)
 	add(NamespacePaused, f.Paused)
@@ -161,7 +177,11 @@ func Explain(f Facts) *Waiting {
 	add(WorkflowHeld, f.Held)
 	add(RetryBackoff, future && r.Attempt > 1)
 	add(Delayed, future && r.Attempt <= 1)
-	add(NamespaceAtCeiling, ceilingKnown && f.ClaimedHeld >= int(ceiling))
+	// A ceiling that follows from an earlier cause is not a cause: the
+	// pause zeroes it, and in exact mode a node whose rows are all held
+	// back asks for (and is granted) nothing.
+	consequence := f.Paused || f.Exact && f.Wants == 0 && f.ClaimedHeld == 0 && len(reasons) > 0
+	add(NamespaceAtCeiling, ceilingKnown && f.ClaimedHeld >= int(ceiling) && !consequence)
 	if f.OwnsShard && f.Host != "" {
 		limit, inFlight := f.HostLimit, f.HostInFlight
 		w.Host, w.HostLimit, w.HostInFlight = f.Host, &limit, &inFlight
@@ -199,7 +219,11 @@ func message(rs Reason, f Facts, ceiling uint32) string {
 	case Delayed:
 		return fmt.Sprintf("The row is delayed until %s (in %s).", stamp(r.VisibleAfter), r.VisibleAfter.Sub(f.Now).Round(time.Millisecond))
 	case NamespaceAtCeiling:
-		return fmt.Sprintf("Namespace %q has %d claimed rows on %s, its per-node ceiling is %d (quota %d × %d/%d shards owned); the row is claimed when a delivery finishes.",
+		if f.Exact {
+			return fmt.Sprintf("Namespace %q has %d claimed rows on %s and its lease grant is %d of the exact quota %d (coordinator %s; %s wants %d); the row is claimed when a delivery finishes or the coordinator grants more.",
+				r.Namespace, f.ClaimedHeld, f.Node, ceiling, f.Quota, cmp.Or(f.Coordinator, "unknown"), f.Node, f.Wants)
+		}
+		return fmt.Sprintf("Namespace %q has %d claimed rows on %s, its per-node ceiling is %d (quota %d × %d/%d shards owned, rounded up); the row is claimed when a delivery finishes.",
 			r.Namespace, f.ClaimedHeld, f.Node, ceiling, f.Quota, f.Fraction.Owned(), f.Fraction.Total())
 	case HostSlotsFull:
 		return fmt.Sprintf("Target host %s has %d rows in flight from %s, its limit is %d, and namespace %q has %d of them (its share %d); the row is claimed when a delivery to that host finishes.",

@@ -24,6 +24,24 @@ func ready() waiting.Facts {
 	}
 }
 
+// exact turns f into the same facts in the exact quota mode: the ceiling
+// is a lease grant of 2 from coordinator b, this node wanting 5.
+func exact(f *waiting.Facts) {
+	f.Exact, f.HasCeiling, f.Ceiling, f.Coordinator, f.Wants = true, true, 2, "b", 5
+}
+
+// expect is what Explain must answer for a case.
+type expect struct {
+	want     waiting.Reason
+	also     []waiting.Reason
+	contains string // in the message
+}
+
+// TestExplain runs every case in both quota modes (DESIGN.md "Exact
+// cluster-wide quota"): proportional, where the ceiling is the planner's
+// ceil(8 × 2/8) = 2, and exact (the case's edit applied after exact),
+// where it is the lease grant; a case's exactly expectation, when set,
+// replaces the proportional one in exact mode.
 func TestExplain(t *testing.T) {
 	cases := []struct {
 		name     string
@@ -31,12 +49,25 @@ func TestExplain(t *testing.T) {
 		want     waiting.Reason
 		also     []waiting.Reason
 		contains string // in the message
+		exactly  *expect
 		check    func(t *testing.T, w *waiting.Waiting)
 	}{
 		{name: "claimable", edit: func(*waiting.Facts) {}, want: waiting.Claimable, contains: "next sweep",
 			check: func(t *testing.T, w *waiting.Waiting) {
 				if w.Claimed == nil || *w.Claimed != 1 || w.Ceiling == nil || *w.Ceiling != 2 || *w.Quota != 8 || *w.OwnedShardFraction != 0.25 {
-					t.Errorf("numbers: claimed %v ceiling %v quota %v fraction %v; want 1, 2 (ceil(8×2/8)), 8, 0.25", w.Claimed, w.Ceiling, w.Quota, w.OwnedShardFraction)
+					t.Errorf("numbers: claimed %v ceiling %v quota %v fraction %v; want 1, 2 (ceil(8×2/8) or the grant), 8, 0.25", w.Claimed, w.Ceiling, w.Quota, w.OwnedShardFraction)
+				}
+				switch w.QuotaMode {
+				case "proportional":
+					if w.Coordinator != "" || w.Wants != nil {
+						t.Errorf("proportional mode: coordinator %q wants %v, want neither", w.Coordinator, w.Wants)
+					}
+				case "exact":
+					if w.Coordinator != "b" || w.Wants == nil || *w.Wants != 5 {
+						t.Errorf("exact mode: coordinator %q wants %v, want b and 5", w.Coordinator, w.Wants)
+					}
+				default:
+					t.Errorf("quota_mode %q", w.QuotaMode)
 				}
 			}},
 		{name: "claimed", edit: func(f *waiting.Facts) {
@@ -68,9 +99,22 @@ func TestExplain(t *testing.T) {
 		{name: "delayed", edit: func(f *waiting.Facts) { f.Row.VisibleAfter = t0.Add(time.Minute) },
 			want: waiting.Delayed, contains: "in 1m0s"},
 		{name: "at ceiling", edit: func(f *waiting.Facts) { f.ClaimedHeld = 2 }, want: waiting.NamespaceAtCeiling,
-			contains: "2 claimed rows on a, its per-node ceiling is 2 (quota 8 × 2/8 shards owned)"},
-		{name: "quota zero", edit: func(f *waiting.Facts) { f.Quota, f.ClaimedHeld = 0, 0 }, want: waiting.NamespaceAtCeiling,
-			contains: "ceiling is 0"},
+			contains: "2 claimed rows on a, its per-node ceiling is 2 (quota 8 × 2/8 shards owned, rounded up)",
+			exactly:  &expect{want: waiting.NamespaceAtCeiling, contains: "2 claimed rows on a and its lease grant is 2 of the exact quota 8 (coordinator b; a wants 5)"}},
+		{name: "quota zero", edit: func(f *waiting.Facts) { f.Quota, f.Ceiling, f.ClaimedHeld = 0, 0, 0 }, want: waiting.NamespaceAtCeiling,
+			contains: "ceiling is 0", exactly: &expect{want: waiting.NamespaceAtCeiling, contains: "lease grant is 0 of the exact quota 0"}},
+		{name: "no grant yet for a claimable row", edit: func(f *waiting.Facts) { f.Ceiling, f.Wants, f.ClaimedHeld = 0, 0, 0 },
+			want: waiting.Claimable, exactly: &expect{want: waiting.NamespaceAtCeiling, contains: "lease grant is 0 of the exact quota 8 (coordinator b; a wants 0)"}},
+		{name: "in backoff, nothing asked: the zero grant is no cause", edit: func(f *waiting.Facts) {
+			f.Ceiling, f.Wants, f.ClaimedHeld = 0, 0, 0
+			f.Row.Attempt, f.Row.VisibleAfter = 2, t0.Add(time.Second)
+		}, want: waiting.RetryBackoff},
+		{name: "in backoff with the namespace at its ceiling", edit: func(f *waiting.Facts) {
+			f.ClaimedHeld = 2
+			f.Row.Attempt, f.Row.VisibleAfter = 2, t0.Add(time.Second)
+		}, want: waiting.RetryBackoff, also: []waiting.Reason{waiting.NamespaceAtCeiling}},
+		{name: "paused: the zeroed ceiling is no cause", edit: func(f *waiting.Facts) { f.Paused, f.Ceiling, f.Wants = true, 0, 0 },
+			want: waiting.NamespacePaused},
 		{name: "host slots full", edit: func(f *waiting.Facts) {
 			f.Host, f.HostLimit, f.HostInFlight, f.HostShare, f.HostNamespaceInFlight, f.HostAllowance = "https://hooks.example.com:443", 4, 4, 2, 2, 0
 		}, want: waiting.HostSlotsFull, contains: "Target host https://hooks.example.com:443 has 4 rows in flight from a, its limit is 4, and namespace \"ns\" has 2 of them (its share 2)",
@@ -87,30 +131,39 @@ func TestExplain(t *testing.T) {
 		{name: "several causes: first in check order, others in also", edit: func(f *waiting.Facts) {
 			f.Paused, f.Held, f.ClaimedHeld = true, true, 9
 			f.Row.Attempt, f.Row.VisibleAfter = 2, t0.Add(time.Second)
-		}, want: waiting.NamespacePaused, also: []waiting.Reason{waiting.WorkflowHeld, waiting.RetryBackoff, waiting.NamespaceAtCeiling}},
+		}, want: waiting.NamespacePaused, also: []waiting.Reason{waiting.WorkflowHeld, waiting.RetryBackoff}},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			f := ready()
-			tc.edit(&f)
-			w := waiting.Explain(f)
-			if w == nil {
-				t.Fatal("Explain = nil for a live row")
-			}
-			var also []string
-			for _, rs := range tc.also {
-				also = append(also, string(rs))
-			}
-			if w.Reason != string(tc.want) || !slices.Equal(w.Also, also) {
-				t.Fatalf("reason %q also %v, want %q also %v (message %q)", w.Reason, w.Also, tc.want, tc.also, w.Message)
-			}
-			if !strings.Contains(w.Message, tc.contains) || !strings.HasSuffix(w.Message, ".") {
-				t.Errorf("message %q: want a sentence containing %q", w.Message, tc.contains)
-			}
-			if tc.check != nil {
-				tc.check(t, w)
-			}
-		})
+	for _, mode := range []string{"proportional", "exact"} {
+		for _, tc := range cases {
+			t.Run(mode+"/"+tc.name, func(t *testing.T) {
+				f := ready()
+				e := expect{tc.want, tc.also, tc.contains}
+				if mode == "exact" {
+					exact(&f)
+					if tc.exactly != nil {
+						e = *tc.exactly
+					}
+				}
+				tc.edit(&f)
+				w := waiting.Explain(f)
+				if w == nil {
+					t.Fatal("Explain = nil for a live row")
+				}
+				var also []string
+				for _, rs := range e.also {
+					also = append(also, string(rs))
+				}
+				if w.Reason != string(e.want) || !slices.Equal(w.Also, also) {
+					t.Fatalf("reason %q also %v, want %q also %v (message %q)", w.Reason, w.Also, e.want, e.also, w.Message)
+				}
+				if !strings.Contains(w.Message, e.contains) || !strings.HasSuffix(w.Message, ".") {
+					t.Errorf("message %q: want a sentence containing %q", w.Message, e.contains)
+				}
+				if tc.check != nil {
+					tc.check(t, w)
+				}
+			})
+		}
 	}
 }
 
