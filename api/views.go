@@ -63,8 +63,13 @@ type Member struct {
 
 // Security is /v1/cluster's "security": what protects the answering node.
 type Security struct {
-	// Insecure: started with --insecure.
+	// Insecure: node-to-node calls are unauthenticated or gossip is in
+	// clear (!NodeAuth || !GossipEncrypted): the same fact as the
+	// fairshard_insecure metric and the INSECURE warning.
 	Insecure bool `json:"insecure"`
+	// InsecureFlag: started with --insecure, which allows that beyond
+	// loopback.
+	InsecureFlag bool `json:"insecure_flag"`
 	// NodeAuth: node-to-node calls are signed both ways (--cluster-secret).
 	NodeAuth bool `json:"node_auth"`
 	// InternalRoutes says who its node-to-node routes answer:

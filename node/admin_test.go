@@ -159,23 +159,40 @@ func TestAuthDefaults(t *testing.T) {
 			t.Errorf("%s %s on a node without any credential: status %d: %s", e.method, e.path, st, b)
 		}
 	}
-	var view struct {
-		Security struct {
-			Insecure, NodeAuth, GossipEncrypted bool
-		} `json:"security"`
+	// /v1/cluster, fairshard_insecure and the INSECURE warning read one
+	// fact: with no secret (and no --insecure: loopback) all three say
+	// insecure, with both none does.
+	type security struct {
+		Insecure        bool `json:"insecure"`
+		InsecureFlag    bool `json:"insecure_flag"`
+		NodeAuth        bool `json:"node_auth"`
+		GossipEncrypted bool `json:"gossip_encrypted"`
 	}
-	withToken.mustDo("GET", "/v1/cluster", nil, http.StatusOK, &view)
-	if view.Security.NodeAuth || view.Security.GossipEncrypted {
-		t.Errorf("node without secrets: /v1/cluster security %+v, want node_auth and gossip_encrypted false", view.Security)
-	}
-	if got := withToken.metric("fairshard_insecure"); got != 1 {
-		t.Errorf("fairshard_insecure = %v on a node without secrets, want 1", got)
-	}
-	if got := secured.metric("fairshard_insecure"); got != 0 {
-		t.Errorf("fairshard_insecure = %v on a node with both secrets, want 0", got)
-	}
-	if !strings.Contains(withToken.logs.String(), "INSECURE") {
-		t.Error("a node without secrets did not log the INSECURE warning at start")
+	for _, c := range []struct {
+		name string
+		n    *tnode
+		want security
+	}{
+		{"without secrets", withToken, security{Insecure: true}},
+		{"with both secrets", secured, security{NodeAuth: true, GossipEncrypted: true}},
+	} {
+		var view struct {
+			Security security `json:"security"`
+		}
+		c.n.mustDo("GET", "/v1/cluster", nil, http.StatusOK, &view)
+		if view.Security != c.want {
+			t.Errorf("node %s: /v1/cluster security %+v, want %+v", c.name, view.Security, c.want)
+		}
+		metric := 0.0
+		if c.want.Insecure {
+			metric = 1
+		}
+		if got := c.n.metric("fairshard_insecure"); got != metric {
+			t.Errorf("node %s: fairshard_insecure = %v, want %v", c.name, got, metric)
+		}
+		if got := strings.Contains(c.n.logs.String(), "INSECURE"); got != c.want.Insecure {
+			t.Errorf("node %s: INSECURE warning logged %v, want %v", c.name, got, c.want.Insecure)
+		}
 	}
 }
 

@@ -77,19 +77,16 @@ func (n *Node) nodeSecret() string {
 	return hex.EncodeToString(b)
 }
 
-// unprotected reports whether s leaves anything open: node-to-node calls
-// unauthenticated or gossip in clear (fairshard_insecure, the hourly
-// warning).
-func unprotected(s api.Security) bool { return !s.NodeAuth || !s.GossipEncrypted }
-
 // insecureWarnEvery is how often an unprotected node repeats its warning.
 const insecureWarnEvery = time.Hour
 
 func (n *Node) initSecurity(reg prometheus.Registerer) error {
 	n.security = api.Security{
-		Insecure: n.cfg.Insecure, NodeAuth: n.cfg.ClusterSecret != "",
+		InsecureFlag: n.cfg.Insecure, NodeAuth: n.cfg.ClusterSecret != "",
 		GossipEncrypted: len(n.cfg.GossipKeys) > 0, Exposed: n.cfg.ExposedAddrs(),
 	}
+	// One fact behind /v1/cluster, fairshard_insecure and the warning.
+	n.security.Insecure = !n.security.NodeAuth || !n.security.GossipEncrypted
 	switch {
 	case n.cfg.ClusterSecret != "":
 		n.security.InternalRoutes = internalSigned
@@ -110,7 +107,7 @@ func (n *Node) initSecurity(reg prometheus.Registerer) error {
 		Name: "fairshard_insecure",
 		Help: "1 when this node runs without node-to-node authentication (--cluster-secret) or without gossip encryption (--gossip-key): allowed on loopback or with --insecure.",
 	}, func() float64 {
-		if unprotected(n.security) {
+		if n.security.Insecure {
 			return 1
 		}
 		return 0
@@ -122,12 +119,12 @@ func (n *Node) initSecurity(reg prometheus.Registerer) error {
 // leaves open.
 func (n *Node) warnInsecure(ctx context.Context) error {
 	s := n.security
-	if !unprotected(s) {
+	if !s.Insecure {
 		return nil
 	}
 	warn := func() {
 		n.log.Warn("INSECURE: node-to-node calls or gossip are not protected; anyone who reaches these ports can join, read and change rows",
-			"insecure_flag", s.Insecure, "node_auth", s.NodeAuth, "gossip_encrypted", s.GossipEncrypted,
+			"insecure_flag", s.InsecureFlag, "node_auth", s.NodeAuth, "gossip_encrypted", s.GossipEncrypted,
 			"exposed", s.Exposed, "fix", "set --cluster-secret and --gossip-key (docs/operations.md \"Security\")")
 	}
 	warn()

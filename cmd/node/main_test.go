@@ -872,15 +872,16 @@ func TestInsecureOnPurpose(t *testing.T) {
 	}
 	var c struct {
 		Security struct {
-			Insecure bool     `json:"insecure"`
-			NodeAuth bool     `json:"node_auth"`
-			Exposed  []string `json:"exposed"`
+			Insecure     bool     `json:"insecure"`
+			InsecureFlag bool     `json:"insecure_flag"`
+			NodeAuth     bool     `json:"node_auth"`
+			Exposed      []string `json:"exposed"`
 		} `json:"security"`
 	}
 	_ = json.NewDecoder(resp.Body).Decode(&c)
 	resp.Body.Close()
-	if !c.Security.Insecure || c.Security.NodeAuth || len(c.Security.Exposed) == 0 {
-		t.Errorf("/v1/cluster security %+v: want insecure, no node auth, the exposed address", c.Security)
+	if !c.Security.Insecure || !c.Security.InsecureFlag || c.Security.NodeAuth || len(c.Security.Exposed) == 0 {
+		t.Errorf("/v1/cluster security %+v: want insecure, the flag, no node auth, the exposed address", c.Security)
 	}
 	resp, err = http.Get(base + "/metrics")
 	if err != nil {
