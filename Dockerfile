@@ -6,7 +6,9 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 ARG VERSION=dev
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/fairshard ./cmd/node \
+# REVISION: the commit `fairshard version` reports (a build context has no .git).
+ARG REVISION=
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION} -X main.revision=${REVISION}" -o /out/fairshard ./cmd/node \
  && mkdir -p /out/data
 
 FROM gcr.io/distroless/static-debian12:nonroot

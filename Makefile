@@ -84,5 +84,8 @@ test-short:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
+# REVISION is the commit `fairshard version` reports when the toolchain
+# records none (GOFLAGS=-buildvcs=false, a tree without .git).
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
 build:
-	$(GO) build -o bin/fairshard ./cmd/node
+	$(GO) build -ldflags "-X main.revision=$(REVISION)" -o bin/fairshard ./cmd/node

@@ -23,17 +23,22 @@ type Info struct {
 	// tagged or pseudo version for `go install …@version`).
 	Module, ModuleVersion string
 	// Revision is the VCS revision (commit hash) and Time its commit time
-	// (RFC 3339); Modified says the tree had uncommitted changes.
+	// (RFC 3339); Modified says the tree had uncommitted changes. Without
+	// the toolchain's VCS stamp (-buildvcs=false, a build context without
+	// .git) Revision is the one given at link time ("-X
+	// main.revision=…": make build, the Dockerfile), Time and Modified
+	// unknown.
 	Revision, Time string
 	Modified       bool
 	// GoVersion is the toolchain that built the binary.
 	GoVersion string
 }
 
-// Read returns the binary's build information, with version as the
-// link-time release version.
-func Read(version string) Info {
-	info := Info{Version: version}
+// Read returns the binary's build information, with version and revision
+// as given at link time; the toolchain's VCS stamp, when there is one,
+// takes precedence over revision.
+func Read(version, revision string) Info {
+	info := Info{Version: version, Revision: revision}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return info

@@ -7,9 +7,10 @@ import (
 )
 
 func TestRead(t *testing.T) {
-	i := Read("1.2.3")
-	if i.Version != "1.2.3" || i.GoVersion != runtime.Version() || i.Module == "" {
-		t.Fatalf("Read = %+v, want the version given, this Go and a module path", i)
+	// A test binary carries no VCS stamp: the link-time revision stands.
+	i := Read("1.2.3", "abc123")
+	if i.Version != "1.2.3" || i.Revision != "abc123" || i.GoVersion != runtime.Version() || i.Module == "" {
+		t.Fatalf("Read = %+v, want the version and revision given, this Go and a module path", i)
 	}
 }
 
@@ -23,7 +24,7 @@ func TestString(t *testing.T) {
 			t.Errorf("String() = %q, want %q", got, want)
 		}
 	}
-	if s := Read("x").String(); !strings.HasPrefix(s, "fairshard x (module ") {
+	if s := Read("x", "").String(); !strings.HasPrefix(s, "fairshard x (module ") {
 		t.Errorf("Read(x).String() = %q", s)
 	}
 }

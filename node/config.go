@@ -133,7 +133,9 @@ type Config struct {
 	Security
 	// Version is the binary's release version (cmd/node's main.version),
 	// reported by the fairshard_build_info metric; "" reads "dev".
-	Version string
+	// Revision is the commit given at link time (main.revision), used
+	// when the toolchain recorded none (buildinfo.Read).
+	Version, Revision string
 	// HTTPReadTimeout bounds reading one request, body included (a client
 	// trickling a body is cut off); HTTPIdleTimeout closes keep-alive
 	// connections idle that long. Default to 60 s and 2 min.

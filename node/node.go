@@ -319,7 +319,7 @@ func (n *Node) buildMetrics() error {
 	if n.stats, err = newStatsMetrics(reg); err != nil {
 		return err
 	}
-	if err := registerBuildInfo(reg, n.cfg.Version); err != nil {
+	if err := registerBuildInfo(reg, n.cfg.Version, n.cfg.Revision); err != nil {
 		return err
 	}
 	n.nsLabels = nslabel.New(n.cfg.MetricsNamespaces)

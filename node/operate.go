@@ -26,8 +26,8 @@ import (
 
 // registerBuildInfo registers fairshard_build_info: a gauge at 1 whose
 // labels say what the binary was built from (buildinfo.Read).
-func registerBuildInfo(reg prometheus.Registerer, version string) error {
-	bi := buildinfo.Read(version)
+func registerBuildInfo(reg prometheus.Registerer, version, revision string) error {
+	bi := buildinfo.Read(version, revision)
 	g := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "fairshard_build_info",
 		Help: "Always 1; the labels say what the binary was built from: release version, module version, VCS revision, whether the tree was modified, Go version.",

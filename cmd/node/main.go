@@ -27,8 +27,13 @@ import (
 	"github.com/fairshard/fairshard/node"
 )
 
-// version is set at build time with -ldflags "-X main.version=…".
-var version = "dev"
+// version and revision are set at build time with -ldflags "-X
+// main.version=… -X main.revision=…" (make build and the Dockerfile pass
+// the commit, for builds the toolchain cannot stamp).
+var (
+	version  = "dev"
+	revision string
+)
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Environ(), os.Stdout, os.Stderr))
@@ -181,7 +186,7 @@ func versionCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "fairshard version: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
-	fmt.Fprintln(stdout, buildinfo.Read(version).String())
+	fmt.Fprintln(stdout, buildinfo.Read(version, revision).String())
 	return 0
 }
 
@@ -224,7 +229,7 @@ func serveFlags(cfg *node.Config) *flag.FlagSet {
 
 func serve(args, environ []string, stdout, stderr io.Writer) int {
 	cfg, unknown, err := parseServeFlags(args, environ, stderr)
-	cfg.Version = version
+	cfg.Version, cfg.Revision = version, revision
 	if errors.Is(err, flag.ErrHelp) {
 		fs := serveFlags(&node.Config{})
 		fs.SetOutput(stdout)

@@ -813,8 +813,10 @@ func tamperDigest(t *testing.T, dir string) {
 
 // TestVersionOfBuiltBinary: a binary built from a git clone of this
 // checkout prints the VCS revision the toolchain recorded (the clone's
-// HEAD) with `version` and `--version`. It builds in a fresh local clone
-// because the toolchain records no VCS information in a git worktree.
+// HEAD, over a link-time main.revision) with `version` and `--version`;
+// built with -buildvcs=false it prints the link-time revision (make
+// build, the Dockerfile). It builds in a fresh local clone because the
+// toolchain records no VCS information in a git worktree.
 func TestVersionOfBuiltBinary(t *testing.T) {
 	if testing.Short() {
 		t.Skip("clones the checkout and builds the binary")
@@ -832,7 +834,7 @@ func TestVersionOfBuiltBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(t.TempDir(), "fairshard")
-	build := exec.Command("go", "build", "-buildvcs=true", "-ldflags", "-X main.version=7.7.7", "-o", bin, "./cmd/node")
+	build := exec.Command("go", "build", "-buildvcs=true", "-ldflags", "-X main.version=7.7.7 -X main.revision=linked", "-o", bin, "./cmd/node")
 	build.Dir = clone
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
@@ -848,6 +850,15 @@ func TestVersionOfBuiltBinary(t *testing.T) {
 		if !strings.HasPrefix(string(out), "fairshard 7.7.7 (module github.com/fairshard/fairshard ") || !strings.Contains(string(out), rev) {
 			t.Errorf("fairshard %s = %q, want the release 7.7.7, the module and %q", arg, out, rev)
 		}
+	}
+	unstamped := filepath.Join(t.TempDir(), "fairshard")
+	build = exec.Command("go", "build", "-buildvcs=false", "-ldflags", "-X main.revision=feedface", "-o", unstamped, "./cmd/node")
+	build.Dir = clone
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build -buildvcs=false: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(unstamped, "version").Output(); err != nil || !strings.Contains(string(out), ", revision feedface, ") {
+		t.Errorf("fairshard version of a -buildvcs=false build = %q (%v), want the link-time revision feedface", out, err)
 	}
 }
 
