@@ -27,6 +27,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/fairshard/fairshard/client"
+	"github.com/fairshard/fairshard/internal/webui"
 	"github.com/fairshard/fairshard/loadgen"
 	"github.com/fairshard/fairshard/node"
 )
@@ -47,7 +48,7 @@ type Options struct {
 	Dir string
 	// Out receives the view and the summary.
 	Out io.Writer
-	// TTY redraws the view in place each second; otherwise plain periodic
+	// TTY rewrites one progress line in place each second; otherwise plain periodic
 	// lines are printed (for logs and pipes).
 	TTY bool
 	// Log receives the nodes' logs; nil discards.
@@ -114,9 +115,6 @@ type demoRun struct {
 	view    *client.Client
 	mu      sync.Mutex
 	members []*member
-	events  []string
-	// lastDelivered is each namespace's delivered count at the last render.
-	lastDelivered map[string]int
 	// bg holds the graceful stop running beside the view; closeAll waits
 	// for it so a node is never hard-closed mid-drain.
 	bg sync.WaitGroup
@@ -156,8 +154,7 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
-	fmt.Fprintf(opts.Out, "fairshard demo: %d nodes on loopback, data under %s, load %.0f rows/s for %v\n",
-		opts.Nodes, d.dir, opts.Rate, opts.Duration)
+	d.printIntro()
 
 	appended := &sync.Map{}
 	gen, err := d.newLoad(appended)
@@ -344,14 +341,14 @@ func (d *demoRun) keepRunning(ctx context.Context) {
 	<-ctx.Done()
 }
 
+// event prints one line about what the demo did; on a terminal it
+// replaces the progress line, which the next tick redraws below it.
 func (d *demoRun) event(format string, args ...any) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	msg := fmt.Sprintf(format, args...)
-	d.events = append(d.events, msg)
-	if !d.opts.TTY {
-		fmt.Fprintf(d.opts.Out, "event: %s\n", msg)
+	erase := ""
+	if d.opts.TTY {
+		erase = "\r\033[K"
 	}
+	fmt.Fprintf(d.opts.Out, "%sevent: %s\n", erase, fmt.Sprintf(format, args...))
 }
 
 func (d *demoRun) addNode(ctx context.Context, i int) error {
@@ -426,8 +423,11 @@ func (d *demoRun) killAndWipe(idx int) {
 	d.wiped = m.name
 	d.mu.Unlock()
 	_ = m.n.Close()
-	err := os.RemoveAll(m.dir)
-	d.event("killed %s and deleted its data dir (err %v): its rows live on in their second copy", m.name, err)
+	if err := os.RemoveAll(m.dir); err != nil {
+		d.event("killed %s; deleting its data dir failed: %v", m.name, err)
+		return
+	}
+	d.event("killed %s and deleted its data dir: its rows live on in their second copy", m.name)
 }
 
 // waitReplicated waits up to timeout until every live node reports no
@@ -515,22 +515,14 @@ func (d *demoRun) on(url string) *client.Client {
 	return c
 }
 
+// render writes one progress line (at most progressWidth characters):
+// time, rows appended and delivered, live nodes, and per namespace the
+// rows in flight (claimed, summed over the live nodes) and pending. On a
+// terminal it rewrites one line in place with a bar of the load's
+// progress; otherwise it prints a line each second.
 func (d *demoRun) render(el time.Duration, deliveredPerSec, appended int64) {
-	var b strings.Builder
 	live := d.live()
-	var cv client.Cluster
-	if len(live) > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), viewTimeout)
-		if got, err := d.on(live[0].url).Cluster(ctx); err == nil {
-			cv = *got
-		}
-		cancel()
-	}
-	// Per-namespace numbers summed over the live nodes.
-	type agg struct {
-		pending, claimed int
-		ceiling, quota   uint32
-	}
+	type agg struct{ pending, claimed int }
 	sums := map[string]*agg{}
 	for _, m := range live {
 		ctx, cancel := context.WithTimeout(context.Background(), viewTimeout)
@@ -547,72 +539,60 @@ func (d *demoRun) render(el time.Duration, deliveredPerSec, appended int64) {
 			}
 			a.pending += v.Pending
 			a.claimed += v.Claimed
-			a.ceiling += v.Ceiling
-			a.quota = v.MaxInFlight
 		}
 	}
-	recv := map[string]loadgen.NamespaceReport{}
-	for _, r := range d.recv.Namespaces() {
-		recv[r.Namespace] = r
-	}
-	if d.opts.TTY {
-		b.WriteString("\033[H\033[2J")
-		fmt.Fprintf(&b, "fairshard demo  t=%4.0fs  appended=%d  delivered=%d  (%d/s)  ownership v%d\n",
-			el.Seconds(), appended, d.recv.Delivered(), deliveredPerSec, cv.OwnershipVersion)
-		fmt.Fprintf(&b, "copies of every row: %d (R = %d, write-copies %d)  under-replicated: %v  syncing shards: %d\n\n",
-			cv.Replication.Copies, cv.Replication.Factor, cv.Replication.WriteCopies, cv.Replication.UnderReplicated, cv.Replication.SyncingShards)
-		fmt.Fprintf(&b, "%-6s %-8s %7s %9s\n", "NODE", "STATE", "SHARDS", "FRACTION")
-		for _, m := range cv.Members {
-			fmt.Fprintf(&b, "%-6s %-8s %7d %9.3f\n", m.Name, m.State, m.OwnedShards, m.OwnedShardFraction)
-		}
-		fmt.Fprintf(&b, "\n%-8s %8s %16s %10s %9s %9s\n", "NAMESPACE", "PENDING", "CLAIMED/CEILING", "QUOTA", "DELIV/S", "P99 MS")
-	}
-	var line []string
+	var b strings.Builder
+	fmt.Fprintf(&b, "t=%.0fs appended=%d delivered=%d (%d/s) nodes=%d | in flight/pending", el.Seconds(), appended,
+		d.recv.Delivered(), deliveredPerSec, len(live))
 	for _, ns := range namespaces {
 		a := sums[ns.name]
 		if a == nil {
 			a = &agg{}
 		}
-		r := recv[ns.name]
-		dps := d.rate(ns.name, r.Delivered)
-		if d.opts.TTY {
-			fmt.Fprintf(&b, "%-8s %8d %7d/%-8d %10d %9.0f %9.1f\n", ns.name, a.pending, a.claimed, a.ceiling, a.quota, dps, r.Latency.P99)
-		} else {
-			line = append(line, fmt.Sprintf("%s pending=%d claimed=%d/%d delivered/s=%.0f p99=%.0fms", ns.name, a.pending, a.claimed, a.ceiling, dps, r.Latency.P99))
-		}
+		fmt.Fprintf(&b, " %s %d/%d", ns.name, a.claimed, a.pending)
 	}
-	if d.opts.TTY {
-		d.mu.Lock()
-		ev := d.events
-		if len(ev) > 6 {
-			ev = ev[len(ev)-6:]
-		}
-		d.mu.Unlock()
-		b.WriteString("\nevents:\n")
-		for _, e := range ev {
-			b.WriteString("  " + e + "\n")
-		}
-	} else {
-		var nodes []string
-		for _, m := range cv.Members {
-			nodes = append(nodes, fmt.Sprintf("%s:%s:%d(%.2f)", m.Name, m.State, m.OwnedShards, m.OwnedShardFraction))
-		}
-		fmt.Fprintf(&b, "t=%.0fs appended=%d delivered=%d (%d/s) nodes=[%s] copies=%d/%d | %s\n",
-			el.Seconds(), appended, d.recv.Delivered(), deliveredPerSec, strings.Join(nodes, " "),
-			cv.Replication.Copies, cv.Replication.Factor, strings.Join(line, " | "))
+	line := b.String()
+	if !d.opts.TTY {
+		fmt.Fprintln(d.opts.Out, line)
+		return
 	}
-	fmt.Fprint(d.opts.Out, b.String())
+	const barWidth = 20
+	done := min(int(barWidth*el/d.opts.Duration), barWidth)
+	bar := "[" + strings.Repeat("#", done) + strings.Repeat(".", barWidth-done) + "] "
+	if len(bar)+len(line) > progressWidth {
+		line = line[:progressWidth-len(bar)]
+	}
+	fmt.Fprint(d.opts.Out, "\r\033[K"+bar+line)
 }
 
-func (d *demoRun) rate(ns string, delivered int) float64 {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.lastDelivered == nil {
-		d.lastDelivered = map[string]int{}
+// progressWidth bounds a progress line (characters), so it does not wrap
+// on an ordinary terminal.
+const progressWidth = 120
+
+// printIntro states what the demo runs before it starts: the cluster, the
+// console's address and the tenants with their share of the load and
+// their quota.
+func (d *demoRun) printIntro() {
+	out := d.opts.Out
+	fmt.Fprintf(out, "fairshard demo: %d nodes on loopback, data under %s\n", d.opts.Nodes, d.dir)
+	if live := d.live(); len(live) > 0 {
+		fmt.Fprintf(out, "console: %s%s (on every node)\n", live[0].url, webui.Prefix)
 	}
-	r := float64(delivered - d.lastDelivered[ns])
-	d.lastDelivered[ns] = delivered
-	return r
+	fmt.Fprintf(out, "load: %.0f rows/s for %v; a node joins at 1/3, one is killed and wiped at 1/2, one stops at 2/3\n\n",
+		d.opts.Rate, d.opts.Duration)
+	total := 0
+	for _, ns := range namespaces {
+		total += ns.weight
+	}
+	fmt.Fprintf(out, "%-9s %8s %7s  %s\n", "TENANT", "LOAD", "QUEUES", "QUOTA (rows delivered at once, cluster-wide)")
+	for _, ns := range namespaces {
+		q := "the default (--default-max-in-flight)"
+		if ns.quota > 0 {
+			q = fmt.Sprint(ns.quota)
+		}
+		fmt.Fprintf(out, "%-9s %6.0f/s %7d  %s\n", ns.name, d.opts.Rate*float64(ns.weight)/float64(total), ns.queues, q)
+	}
+	fmt.Fprintln(out)
 }
 
 func (d *demoRun) summarize(rep loadgen.Report, appended *sync.Map) Summary {
@@ -760,6 +740,34 @@ func (d *demoRun) printSummary(s Summary) {
 		fmt.Fprintf(out, "%-8s %9d %14s %8.1f %8.1f %8.1f %8.1f\n", r.Namespace, r.Delivered,
 			fmt.Sprintf("%d/%s", r.MaxInFlight, q), r.Latency.P50, r.Latency.P90, r.Latency.P99, r.Latency.Max)
 	}
+	fmt.Fprintln(out, "\nverdict:")
+	for _, v := range s.Verdict() {
+		fmt.Fprintln(out, "  "+v)
+	}
+}
+
+// Verdict is what held and what did not, one line each, "held: …" or
+// "NOT HELD: …": no acknowledged row lost, each row delivered once, and
+// every quota kept at the target.
+func (s Summary) Verdict() []string {
+	say := func(ok bool, format string, args ...any) string {
+		if ok {
+			return "held: " + fmt.Sprintf(format, args...)
+		}
+		return "NOT HELD: " + fmt.Sprintf(format, args...)
+	}
+	out := []string{say(s.Lost == 0, "no acknowledged row lost (%d lost of %d appended)", s.Lost, s.Appended)}
+	if s.Pending > 0 {
+		out = append(out, fmt.Sprintf("note: %d rows still pending at the end, held at their quota; delivered after the demo", s.Pending))
+	}
+	out = append(out, say(s.DeliveredTwice == 0, "each row delivered once (%d delivered twice)", s.DeliveredTwice))
+	for _, r := range s.Namespaces {
+		if q := s.Quotas[r.Namespace]; q > 0 {
+			out = append(out, say(r.MaxInFlight <= int(q), "%s's quota: at most %d of its rows at the target at once, quota %d",
+				r.Namespace, r.MaxInFlight, q))
+		}
+	}
+	return out
 }
 
 // lockedWriter serialises Writes to w.

@@ -19,9 +19,11 @@ func TestMain(m *testing.M) {
 }
 
 // TestDemoPlainOutput runs a short demo with stdout not a terminal: it must
-// print plain periodic lines (no ANSI redraws), the node join, kill and
-// wipe, and graceful stop events, and a summary with two copies per row and
-// lost = 0.
+// state the tenants, their load and quotas and the console's address up
+// front, print plain periodic lines (no ANSI redraws) of at most 120
+// characters, like every line before the summary's tables, the node
+// join, kill and wipe, and graceful stop events, and a summary with two
+// copies per row, lost = 0 and a verdict in which the quotas held.
 func TestDemoPlainOutput(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a 3-node cluster for ~10 s")
@@ -37,11 +39,22 @@ func TestDemoPlainOutput(t *testing.T) {
 	if strings.Contains(text, "\033[") {
 		t.Fatalf("non-TTY output contains ANSI escapes:\n%s", text)
 	}
-	progress := regexp.MustCompile(`(?m)^t=\d+s appended=\d+ delivered=\d+ \(\d+/s\) nodes=\[.*\] copies=\d+/\d+ \| noisy pending=\d+ claimed=\d+/\d+ `)
+	progress := regexp.MustCompile(`(?m)^t=\d+s appended=\d+ delivered=\d+ \(\d+/s\) nodes=\d+ \| in flight/pending noisy \d+/\d+ quiet \d+/\d+ small \d+/\d+$`)
 	if n := len(progress.FindAllString(text, -1)); n < 4 {
 		t.Fatalf("want ≥ 4 periodic progress lines, got %d:\n%s", n, text)
 	}
-	for _, want := range []string{"event: node n4 joined", "event: killed n3 and deleted its data dir", "event: stopping n2 gracefully",
+	before, _, _ := strings.Cut(text, "== fairshard demo summary ==")
+	for i, line := range strings.Split(before, "\n") {
+		if len([]rune(line)) > 120 {
+			t.Errorf("line %d has %d characters, want at most 120: %q", i+1, len([]rune(line)), line)
+		}
+	}
+	intro := regexp.MustCompile(`(?m)^console: http://127\.0\.0\.1:\d+/ui/ .*\n(?s:.*)^TENANT .*QUOTA.*\nnoisy +\d+/s +4  64\nquiet +\d+/s +1  the default.*\nsmall +\d+/s +1  4\n`)
+	if !intro.MatchString(text) {
+		t.Errorf("no console address and tenant table (load, queues, quota) up front:\n%s", text)
+	}
+	for _, want := range []string{"verdict:", "held: no acknowledged row lost (0 lost of", "held: noisy's quota:", "held: small's quota:",
+		"event: node n4 joined", "event: killed n3 and deleted its data dir", "event: stopping n2 gracefully",
 		"== fairshard demo summary ==", "lost            0", "copies per row  2", "kill and wipe   n3 (data dir deleted): lost = 0"} {
 		if !strings.Contains(text, want) {
 			t.Fatalf("output lacks %q:\n%s", want, text)
