@@ -80,8 +80,8 @@ func NewServer(cfg ServerConfig) http.Handler {
 	mux.HandleFunc(RouteRows, s.rows)
 	mux.HandleFunc(RouteCancel, s.cancel)
 	mux.HandleFunc(RouteStats, s.stats)
-	mux.HandleFunc(RouteLease, s.lease)
-	mux.HandleFunc(RouteLeaseHandoff, s.leaseHandoff)
+	mux.HandleFunc(RouteLease, s.withLeases(s.lease))
+	mux.HandleFunc(RouteLeaseHandoff, s.withLeases(s.leaseHandoff))
 	mux.HandleFunc(RouteLeaseStatus, s.leaseStatus)
 	return mux
 }
@@ -176,16 +176,20 @@ func (s *server) stats(w http.ResponseWriter, r *http.Request) {
 	answer(w, v, err)
 }
 
-// noLeases is the answer of a lease route on a node serving no leases.
-const noLeases = "this node serves no leases"
+// withLeases answers h's route 503 on a node serving no leases.
+func (s *server) withLeases(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.leases == nil {
+			httperr.Write(w, httperr.Unavailable("this node serves no leases"))
+			return
+		}
+		h(w, r)
+	}
+}
 
 // lease is one node's batched lease call. A malformed body is a 400
 // naming the field (lease.FieldError) and changes nothing.
 func (s *server) lease(w http.ResponseWriter, r *http.Request) {
-	if s.leases == nil {
-		httperr.Write(w, httperr.Unavailable(noLeases))
-		return
-	}
 	req, err := lease.DecodeRequest(http.MaxBytesReader(w, r.Body, lease.MaxRequestBytes+1))
 	if err != nil {
 		httperr.Write(w, leaseError(err))
@@ -209,10 +213,6 @@ func (s *server) lease(w http.ResponseWriter, r *http.Request) {
 // would coordinate should it fail (lease/handoff.go). A malformed body is
 // a 400 naming the field and changes nothing; the answer is {"kept": n}.
 func (s *server) leaseHandoff(w http.ResponseWriter, r *http.Request) {
-	if s.leases == nil {
-		httperr.Write(w, httperr.Unavailable(noLeases))
-		return
-	}
 	h, err := lease.DecodeHandoff(http.MaxBytesReader(w, r.Body, lease.MaxHandoffBytes+1))
 	if err != nil {
 		httperr.Write(w, leaseError(err))
