@@ -1,6 +1,12 @@
 package api
 
-import "time"
+import (
+	"bytes"
+	"encoding/json"
+	"mime"
+	"strings"
+	"time"
+)
 
 // RowStatus is a row's state (DESIGN.md's vocabulary): pending, claimed,
 // done, failed (a dead letter) or cancelled.
@@ -41,8 +47,9 @@ type Row struct {
 	Namespace    string `json:"namespace"`
 	TaskQueue    string `json:"task_queue"`
 	ActivityType string `json:"activity_type,omitempty"`
-	// Payload is the row's payload bytes (sent as payload_base64),
-	// whatever form it was appended in.
+	// Payload is the row's payload bytes. In JSON they are "payload", a
+	// JSON value, when the content type is JSON (JSONContentType) and the
+	// bytes parse as JSON; otherwise "payload_base64" (Row.MarshalJSON).
 	Payload []byte `json:"payload_base64,omitempty"`
 	// PayloadSize is the payload's size in bytes where the payload is left
 	// out (a dead-letter page with include_payload=false).
@@ -137,4 +144,51 @@ type AppendResult struct {
 	// Copies counts the replicas the row is durable (fsync'd) on: at least
 	// the cluster's write-copies minimum.
 	Copies int `json:"copies"`
+}
+
+// rowFields is Row without its JSON methods.
+type rowFields Row
+
+// rowJSON is Row as JSON: its fields, and the payload as a JSON value
+// where it is one.
+type rowJSON struct {
+	rowFields
+	PayloadJSON json.RawMessage `json:"payload,omitempty"`
+}
+
+// MarshalJSON encodes r with its payload as "payload", the JSON value
+// itself (whitespace not kept), when its content type is JSON and the
+// payload parses; else as "payload_base64". Strings are not HTML-escaped.
+func (r Row) MarshalJSON() ([]byte, error) {
+	w := rowJSON{rowFields: rowFields(r)}
+	if len(r.Payload) > 0 && JSONContentType(r.ContentType) && json.Valid(r.Payload) {
+		w.PayloadJSON, w.Payload = r.Payload, nil
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(w); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// UnmarshalJSON decodes a row in either payload form.
+func (r *Row) UnmarshalJSON(b []byte) error {
+	var w rowJSON
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	*r = Row(w.rowFields)
+	if len(w.PayloadJSON) > 0 && !bytes.Equal(w.PayloadJSON, []byte("null")) {
+		r.Payload = []byte(w.PayloadJSON)
+	}
+	return nil
+}
+
+// JSONContentType reports whether contentType is a JSON media type:
+// application/json or a +json suffix (RFC 6839), parameters ignored.
+func JSONContentType(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
 }

@@ -293,6 +293,8 @@ type rowView struct {
 	TaskQueue     string    `json:"task_queue"`
 	ActivityType  string    `json:"activity_type"`
 	PayloadBase64 []byte    `json:"payload_base64"`
+	// Payload is a JSON payload as the JSON value it is.
+	Payload json.RawMessage `json:"payload"`
 	ContentType   string    `json:"content_type"`
 	Status        string    `json:"status"`
 	Attempt       uint32    `json:"attempt"`
