@@ -115,7 +115,7 @@ func (a *API) deadLetterParts(ctx context.Context, ns string, q peer.DeadLetterQ
 		}
 		part := deadLetterPart{more: more}
 		for i := range views {
-			b, err := json.Marshal(views[i])
+			b, err := views[i].MarshalJSON() // not HTML-escaped, as peers answer
 			if err != nil {
 				return nil, nil, err
 			}
@@ -156,7 +156,8 @@ func (a *API) deadLetterParts(ctx context.Context, ns string, q peer.DeadLetterQ
 
 // fullJSONBytes estimates a row's JSON size with its payload from its size
 // without (payloadBytes > 0 when the payload was left out): base64 plus
-// the field name, minus the payload_bytes field.
+// the field name, minus the payload_bytes field. A JSON payload's form
+// ("payload", compact and not HTML-escaped) is never larger.
 func fullJSONBytes(without, payloadBytes int) int {
 	if payloadBytes == 0 {
 		return without

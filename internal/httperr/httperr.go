@@ -52,11 +52,15 @@ func Unavailable(message string) *Error {
 	return &Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, Message: message}
 }
 
-// WriteJSON answers status with v as JSON.
+// WriteJSON answers status with v as JSON, strings not HTML-escaped (an
+// answer is application/json, never embedded in a page; a JSON payload
+// keeps its '<', '>' and '&').
 func WriteJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
 }
 
 // Write answers err as the JSON error: an *Error (anywhere in err's
