@@ -291,6 +291,7 @@ func writeDeadLetterPage(w http.ResponseWriter, rows []deadLetterJSON, next stri
 		unreachable = []string{}
 	}
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusOK)
 	_, _ = io.WriteString(w, `{"rows":[`)
 	for i, r := range rows {

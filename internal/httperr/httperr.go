@@ -52,11 +52,12 @@ func Unavailable(message string) *Error {
 	return &Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable, Message: message}
 }
 
-// WriteJSON answers status with v as JSON, strings not HTML-escaped (an
-// answer is application/json, never embedded in a page; a JSON payload
-// keeps its '<', '>' and '&').
+// WriteJSON answers status with v as JSON, strings not HTML-escaped (a
+// JSON payload keeps its '<', '>' and '&'): the answer is
+// application/json with nosniff, so no browser reads it as a page.
 func WriteJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
