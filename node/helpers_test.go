@@ -286,23 +286,23 @@ type appendOut struct {
 }
 
 type rowView struct {
-	DispatchKey   string    `json:"dispatch_key"`
-	WorkflowID    string    `json:"workflow_id"`
-	Ordinal       uint64    `json:"ordinal"`
-	Namespace     string    `json:"namespace"`
-	TaskQueue     string    `json:"task_queue"`
-	ActivityType  string    `json:"activity_type"`
-	PayloadBase64 []byte    `json:"payload_base64"`
+	DispatchKey   string `json:"dispatch_key"`
+	WorkflowID    string `json:"workflow_id"`
+	Ordinal       uint64 `json:"ordinal"`
+	Namespace     string `json:"namespace"`
+	TaskQueue     string `json:"task_queue"`
+	ActivityType  string `json:"activity_type"`
+	PayloadBase64 []byte `json:"payload_base64"`
 	// Payload is a JSON payload as the JSON value it is.
-	Payload json.RawMessage `json:"payload"`
-	ContentType   string    `json:"content_type"`
-	Status        string    `json:"status"`
-	Attempt       uint32    `json:"attempt"`
-	VisibleAfter  time.Time `json:"visible_after"`
-	CreatedAt     time.Time `json:"created_at"`
-	LastError     string    `json:"last_error"`
-	Shard         uint32    `json:"shard"`
-	Node          string    `json:"node"`
+	Payload      json.RawMessage `json:"payload"`
+	ContentType  string          `json:"content_type"`
+	Status       string          `json:"status"`
+	Attempt      uint32          `json:"attempt"`
+	VisibleAfter time.Time       `json:"visible_after"`
+	CreatedAt    time.Time       `json:"created_at"`
+	LastError    string          `json:"last_error"`
+	Shard        uint32          `json:"shard"`
+	Node         string          `json:"node"`
 }
 
 // nsView is GET /v1/namespaces/{ns}, decoded as the Go client does.
